@@ -1,0 +1,309 @@
+"""The daemon's HTTP API: over a unix socket (identity from ``SO_PEERCRED``) and,
+optionally, over TCP with bearer tokens.
+
+Routes (JSON unless stated):
+
+* ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``.
+* ``GET /v1/jobs?states=Pending,Running|all&user=U`` — ``{"items": [JobView]}``; without
+  ``states`` only jobs that are not finished (like ``squeue``).
+* ``GET /v1/jobs/{ref}`` — a JobView with ``transitions``; ``ref`` is the numeric id,
+  the TrainJob uid or its ``metadata.name``.
+* ``POST /v1/jobs/{ref}/cancel`` (also ``DELETE /v1/jobs/{ref}``) — 202 JobView.
+* ``POST /v1/jobs/{ref}/suspend`` and ``/resume``.
+* ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
+  bytes, streamed; with ``follow=1`` until the job has finished and its output is drained.
+* ``GET /v1/healthz``.
+
+Errors are ``{"error": message}`` with 400 (bad input), 403, 404, 409.
+
+Identity: on the unix socket the caller is who the kernel says it is (peer
+credentials); the request body never names the caller. On TCP, a token from a
+file in kube-apiserver's static token format (``token,user,uid[,"groups"]``)
+names the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import hmac
+import json
+import os
+import pwd
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
+from bridge.engine import Engine, EngineError
+from bridge.model import ValidationError, load_trainjob
+from bridge.scheduling import scheduling_of
+from bridge.states import TERMINAL, JobState
+from bridge.store import JobNotFound, JobRecord
+
+log = structlog.get_logger("hpc_bridge.api")
+
+OWNER_KEY = web.RequestKey("owner", Owner)
+ENGINE_KEY = web.AppKey("engine", Engine)
+TOKENS_KEY = web.AppKey("tokens", dict)
+MAX_BODY = 8 * 1024 * 1024
+
+
+def _iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts else None
+
+
+def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False) -> dict[str, Any]:
+    """The JSON view of a job the API and CLI share."""
+    try:
+        options = scheduling_of(rec.job)
+        job_name, partition, limit = (options.job_name, options.partition,
+                                      options.time_limit_minutes)
+    except ValidationError:
+        job_name, partition, limit = None, None, None
+    doc = rec.job.to_dict()
+    trainer = rec.job.spec.trainer
+    view: dict[str, Any] = {
+        "id": rec.id,
+        "uid": rec.uid,
+        "name": rec.name,
+        "namespace": rec.namespace,
+        "jobName": job_name or rec.name,
+        "user": rec.owner.user,
+        "unixUid": rec.owner.uid,
+        "backend": rec.backend,
+        "backendId": rec.backend_id,
+        "state": rec.state.value,
+        "reason": rec.reason,
+        "message": rec.message,
+        "runtime": rec.job.spec.runtime_ref.name,
+        "numNodes": (trainer.num_nodes if trainer and trainer.num_nodes else 1),
+        "nodes": rec.nodes,
+        "exitCode": rec.exit_code,
+        "partition": partition,
+        "timeLimitMinutes": limit,
+        "submitTime": _iso(rec.created_at),
+        "startTime": _iso(rec.started_at),
+        "endTime": _iso(rec.finished_at),
+        "stdout": rec.stdout_path,
+        "stderr": rec.stderr_path,
+        "cancelRequested": rec.cancel_requested,
+        "attempts": rec.attempts,
+        "trainJob": doc,
+    }
+    if with_transitions:
+        view["transitions"] = [
+            {"from": t.src.value if t.src else None, "to": t.dst.value, "reason": t.reason,
+             "message": t.message, "at": _iso(t.at)}
+            for t in engine.store.transitions(rec.id)
+        ]
+    return view
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def peer_owner(sock: socket.socket) -> Owner:
+    """The Unix identity of the process at the other end of a unix socket."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, gid = struct.unpack("3i", raw)
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError as exc:
+        raise web.HTTPForbidden(reason=f"uid {uid} has no passwd entry") from exc
+    return Owner(uid=uid, gid=gid, user=user)
+
+
+def load_tokens(path: str | Path) -> dict[str, Owner]:
+    """Read a static token file: CSV lines ``token,user,uid[,"group1,group2"]``."""
+    tokens: dict[str, Owner] = {}
+    with open(path, newline="") as fh:
+        for lineno, row in enumerate(csv.reader(fh), 1):
+            if not row or row[0].startswith("#"):
+                continue
+            if len(row) < 2:
+                raise ValueError(f"{path}:{lineno}: expected token,user,uid")
+            user = row[1].strip()
+            try:
+                pw = pwd.getpwnam(user)
+            except KeyError as exc:
+                raise ValueError(f"{path}:{lineno}: unknown user {user!r}") from exc
+            tokens[row[0].strip()] = Owner(uid=pw.pw_uid, gid=pw.pw_gid, user=user)
+    return tokens
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def identity_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Attach the caller's :class:`Owner`; refuse unauthenticated TCP callers."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is not None and sock.family == socket.AF_UNIX:
+        owner = peer_owner(sock)
+    else:
+        tokens: dict[str, Owner] = request.app[TOKENS_KEY]
+        header = request.headers.get("Authorization", "")
+        given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        match = next((o for t, o in tokens.items()
+                      if given and hmac.compare_digest(t.encode(), given.encode())), None)
+        if match is None:
+            return _error(401, "missing or invalid bearer token")
+        owner = match
+    request[OWNER_KEY] = owner
+    try:
+        return await handler(request)
+    except ValidationError as exc:
+        return _error(400, str(exc))
+    except EngineError as exc:
+        return _error(exc.status, str(exc))
+    except JobNotFound as exc:
+        return _error(404, f"job {exc.args[0]} not found")
+
+
+def _find(request: web.Request) -> JobRecord:
+    engine = request.app[ENGINE_KEY]
+    return engine.store.find(request.match_info["ref"], request.query.get("namespace"))
+
+
+async def submit(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    raw = await request.text()
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        return _error(400, f"request body is not JSON: {exc}")
+    if not isinstance(body, dict):
+        return _error(400, "request body must be a TrainJob object")
+    job = load_trainjob(body, "request")
+    record = engine.admit(job, request[OWNER_KEY])
+    return web.json_response({"id": record.id, "uid": record.uid, "name": record.name,
+                              "state": record.state.value}, status=201)
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    states_q = request.query.get("states")
+    states: list[JobState] | None
+    if states_q is None:
+        states = [s for s in JobState if s not in TERMINAL]
+    elif states_q.lower() == "all":
+        states = None
+    else:
+        try:
+            states = [JobState(s.strip().capitalize()) for s in states_q.split(",") if s.strip()]
+        except ValueError:
+            return _error(400, f"unknown state in {states_q!r}; known: "
+                               f"{', '.join(s.value for s in JobState)}")
+    records = engine.store.list_jobs(states, user=request.query.get("user"))
+    return web.json_response({"items": [job_view(r, engine) for r in records]})
+
+
+async def show(request: web.Request) -> web.Response:
+    return web.json_response(job_view(_find(request), request.app[ENGINE_KEY], True))
+
+
+async def cancel(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    rec = engine.cancel(_find(request), request[OWNER_KEY])
+    return web.json_response(job_view(rec, engine), status=202)
+
+
+async def suspend(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    rec = engine.set_suspend(_find(request), True, request[OWNER_KEY])
+    return web.json_response(job_view(rec, engine), status=202)
+
+
+async def resume(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    rec = engine.set_suspend(_find(request), False, request[OWNER_KEY])
+    return web.json_response(job_view(rec, engine), status=202)
+
+
+async def logs(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    rec = _find(request)
+    caller = request[OWNER_KEY]
+    if caller.uid not in (0, rec.owner.uid):
+        return _error(403, "Access/permission denied: only the job's owner may read its output")
+    stream = request.query.get("stream", "stdout")
+    if stream not in ("stdout", "stderr"):
+        return _error(400, "stream must be stdout or stderr")
+    try:
+        offset = int(request.query.get("offset", "0"))
+    except ValueError:
+        return _error(400, "offset must be an integer")
+    follow = request.query.get("follow", "0") in ("1", "true", "yes")
+    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+    await response.prepare(request)
+    backend = engine.backends[rec.backend]
+    while True:
+        rec = engine.store.get(rec.id)
+        finished = rec.state.terminal
+        path = rec.stdout_path if stream == "stdout" else rec.stderr_path
+        data = b""
+        if rec.backend_id and path:
+            bj = BackendJob(backend_id=rec.backend_id, job_uid=rec.uid,
+                            state=BackendState.UNKNOWN, stdout_path=rec.stdout_path,
+                            stderr_path=rec.stderr_path)
+            try:
+                data, offset = await backend.read_log(bj, stream, offset)
+            except BackendUnavailable as exc:
+                log.warning("reading output failed", job_id=rec.id, error=str(exc))
+        if data:
+            await response.write(data)
+            continue
+        if not follow or finished:
+            break
+        await asyncio.sleep(0.5)
+    await response.write_eof()
+    return response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True, "ready": request.app[ENGINE_KEY].ready.is_set()})
+
+
+def make_app(engine: Engine, tokens: dict[str, Owner] | None = None) -> web.Application:
+    app = web.Application(middlewares=[identity_middleware], client_max_size=MAX_BODY)
+    app[ENGINE_KEY] = engine
+    app[TOKENS_KEY] = tokens or {}
+    app.router.add_post("/v1/jobs", submit)
+    app.router.add_get("/v1/jobs", list_jobs)
+    app.router.add_get("/v1/jobs/{ref}", show)
+    app.router.add_post("/v1/jobs/{ref}/cancel", cancel)
+    app.router.add_delete("/v1/jobs/{ref}", cancel)
+    app.router.add_post("/v1/jobs/{ref}/suspend", suspend)
+    app.router.add_post("/v1/jobs/{ref}/resume", resume)
+    app.router.add_get("/v1/jobs/{ref}/log", logs)
+    app.router.add_get("/v1/healthz", healthz)
+    return app
+
+
+async def serve(app: web.Application, socket_path: str, tcp: str | None = None
+                ) -> web.AppRunner:
+    """Start listening on the unix socket (mode 0666: anyone may connect; identity is
+    checked per request) and on ``tcp`` (``host:port``) if given."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    path = Path(socket_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_socket():
+        path.unlink()  # a stale socket from a killed daemon
+    site = web.UnixSite(runner, str(path))
+    await site.start()
+    os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
+    if tcp:
+        host, _, port = tcp.rpartition(":")
+        if not app[TOKENS_KEY]:
+            raise ValueError("a TCP listener needs api.token_file (no anonymous TCP access)")
+        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    return runner

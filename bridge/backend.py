@@ -1,0 +1,197 @@
+"""The one seam between the engine and a world (Slurm, Flux, Kubernetes).
+
+The engine holds back ends only through :class:`Backend`; it never knows which
+one it has. A back end never decides policy (when to retry, what a state means
+for the TrainJob): it submits, cancels, looks up and reports.
+
+Errors a back end raises:
+
+* :class:`BackendUnavailable` — the world cannot be reached now (daemon down,
+  timeout, 5xx). The engine retries with backoff; nothing is lost.
+* :class:`BackendRejected` — the world refused this job for good (bad partition,
+  impossible request, unknown user). The engine fails the job with the message.
+
+Back ends are found by name through the ``hpc_bridge.backends`` entry-point group,
+so ``bridge`` never imports an adapter (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+from bridge.model import TrainJob
+from bridge.runtimes import LaunchPlan
+from bridge.scheduling import SchedulingOptions
+
+
+class BackendError(Exception):
+    """Base of back-end errors."""
+
+
+class BackendUnavailable(BackendError):
+    """Transient: the back end cannot be reached now. Retry later."""
+
+
+class BackendRejected(BackendError):
+    """Permanent: the back end refused the job. Do not retry."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The Unix user a job runs as (from the API caller's peer credentials)."""
+
+    uid: int
+    gid: int
+    user: str
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """Everything a back end needs to start a job."""
+
+    #: The TrainJob uid: the idempotency key the back-end job must carry.
+    job_uid: str
+    #: The bridge's own short id (what ``tqueue`` shows), for names and ``%``-patterns.
+    job_id: int
+    job: TrainJob
+    plan: LaunchPlan
+    options: SchedulingOptions
+    owner: Owner
+
+
+class BackendState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def finished(self) -> bool:
+        return self in (BackendState.COMPLETED, BackendState.FAILED, BackendState.CANCELLED,
+                        BackendState.TIMEOUT)
+
+
+@dataclass(frozen=True)
+class BackendJob:
+    """What a back end knows about one of the bridge's jobs."""
+
+    backend_id: str
+    job_uid: str
+    state: BackendState
+    #: The world's own state name (``OUT_OF_MEMORY``, ``NODE_FAIL`` …), for messages.
+    native_state: str = ""
+    exit_code: int | None = None
+    #: Signal that ended the job, if any.
+    signal: int | None = None
+    reason: str | None = None
+    nodes: tuple[str, ...] = ()
+    start_time: float | None = None
+    end_time: float | None = None
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+
+
+@dataclass(frozen=True)
+class StatusBatch:
+    """One step of a back end's status stream.
+
+    ``complete`` is True when ``jobs`` is a full snapshot of all the bridge's jobs the
+    back end knows about (a poll); then a tracked job missing from it is gone from the
+    world. Event-driven back ends send ``complete=False`` batches of changes.
+    """
+
+    jobs: tuple[BackendJob, ...]
+    complete: bool
+    at: float
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node of the back end's inventory, with its free capacity."""
+
+    name: str
+    state: str
+    cpus: int
+    free_cpus: int
+    memory_mb: int = 0
+    free_memory_mb: int = 0
+    gpus: int = 0
+    free_gpus: int = 0
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Nodes and the switch tree above them (leaf switch -> nodes, parent -> children)."""
+
+    nodes: tuple[NodeInfo, ...]
+    #: switch name -> (child switches, nodes directly under it)
+    switches: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A world that runs jobs. All methods may raise :class:`BackendUnavailable`."""
+
+    #: Name the back end is configured under (``slurm``, ``flux``, ``kubernetes`` …).
+    name: str
+
+    async def start(self) -> None:
+        """Connect; raise :class:`BackendUnavailable` with the reason if it cannot."""
+
+    async def close(self) -> None:
+        """Release connections and tasks."""
+
+    async def submit(self, request: SubmitRequest) -> str:
+        """Start the job; return its back-end id. Carries ``request.job_uid`` so that
+        :meth:`lookup` can find it later. Raises :class:`BackendRejected` if refused."""
+
+    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
+        """The back-end jobs carrying these uids (absent uids are not in the world).
+        One query for all of them."""
+
+    async def cancel(self, backend_id: str, owner: Owner) -> None:
+        """Ask the world to stop the job. Cancelling a finished job is not an error."""
+
+    def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
+        """Status of all the bridge's jobs, forever: snapshots (one query per interval)
+        or event batches. Raises nothing: outages show as a pause in the stream."""
+
+    async def inventory(self) -> Inventory:
+        """Nodes with free capacity and the topology above them."""
+
+    async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
+        """Output of the job from ``offset``: (data, new offset). ``stream`` is
+        ``stdout`` or ``stderr``. Missing output gives ``(b"", offset)``."""
+
+
+ENTRY_POINT_GROUP = "hpc_bridge.backends"
+
+
+def load_backend(kind: str, name: str, settings: dict[str, Any]) -> Backend:
+    """Build the back end registered as ``kind`` in the ``hpc_bridge.backends`` group.
+
+    The entry point is a callable ``(name, settings) -> Backend``. Raises ``ValueError``
+    naming the known kinds if ``kind`` is not registered, or with the import error if
+    the adapter cannot be loaded (e.g. the ``flux`` module is missing).
+    """
+    eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if kind not in eps:
+        raise ValueError(f"unknown back-end kind {kind!r}; known: {', '.join(sorted(eps))}")
+    try:
+        factory = eps[kind].load()
+    except ImportError as exc:
+        raise ValueError(f"back end {kind!r} cannot be loaded: {exc}") from exc
+    backend = factory(name, settings)
+    if not isinstance(backend, Backend):
+        raise ValueError(f"entry point {kind!r} did not build a Backend")
+    return backend

@@ -1,0 +1,109 @@
+"""Daemon configuration: a TOML file, validated.
+
+Example (every key optional except one back end)::
+
+    [daemon]
+    state_dir = "/var/lib/hpc-bridge"        # SQLite store lives here
+    socket = "/run/hpc-bridge/bridge.sock"   # unix socket of the API
+    tcp = "127.0.0.1:8765"                   # optional; needs token_file
+    token_file = "/etc/hpc-bridge/tokens.csv"
+    log_format = "json"                      # or "console"
+    log_level = "info"
+
+    [engine]
+    default_backend = "slurm"
+    poll_interval = 2.0
+
+    [backends.slurm]
+    kind = "slurm"                           # entry point in hpc_bridge.backends
+    rest_socket = "/run/slurmrestd/rest.sock"
+
+Contract: :func:`load_config` returns a :class:`Config` or raises :class:`ConfigError`
+whose message names the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing, malformed or invalid."""
+
+
+class DaemonSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state_dir: Path = Path("/var/lib/hpc-bridge")
+    socket: str = "/run/hpc-bridge/bridge.sock"
+    tcp: str | None = None
+    token_file: Path | None = None
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    durable: bool = Field(default=False, description="fsync every commit (power-loss safe)")
+
+
+class EngineSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    default_backend: str | None = None
+    poll_interval: float = Field(default=2.0, gt=0)
+    submit_timeout: float = Field(default=15.0, gt=0)
+    max_parallel_submits: int = Field(default=8, ge=1)
+    retry_base: float = Field(default=1.0, gt=0)
+    retry_cap: float = Field(default=60.0, gt=0)
+    lost_after_seconds: float = Field(default=30.0, ge=0)
+    default_namespace: str = "default"
+
+
+class BackendSection(BaseModel):
+    """One back end: ``kind`` picks the adapter; other keys are the adapter's settings."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    daemon: DaemonSection = Field(default_factory=DaemonSection)
+    engine: EngineSection = Field(default_factory=EngineSection)
+    backends: dict[str, BackendSection]
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> Config:
+        if not self.backends:
+            raise ValueError("at least one [backends.NAME] section is needed")
+        default = self.engine.default_backend
+        if default is None:
+            self.engine.default_backend = next(iter(self.backends))
+        elif default not in self.backends:
+            raise ValueError(f"engine.default_backend {default!r} is not a configured back end "
+                             f"({', '.join(self.backends)})")
+        return self
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate the TOML file at ``path``."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+    try:
+        return Config.model_validate(data)
+    except pydantic.ValidationError as exc:
+        lines = [f"{path}: {'.'.join(str(p) for p in e['loc']) or '(top)'}: "
+                 f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None

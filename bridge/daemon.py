@@ -1,0 +1,160 @@
+"""``hpc-bridge``: the daemon and its admin commands.
+
+* ``hpc-bridge serve --config FILE`` — run the daemon: open the store, start the back
+  ends and the engine, serve the API; ``READY=1`` to systemd (``Type=notify``) once
+  the socket accepts; SIGTERM/SIGINT stop it cleanly (jobs keep running in their
+  back ends and are picked up again at the next start).
+* ``hpc-bridge check-config --config FILE`` — validate the file and load the back ends.
+* ``hpc-bridge runtimes`` — list the built-in training runtimes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from contextlib import suppress
+
+import structlog
+
+from bridge.api import load_tokens, make_app, serve
+from bridge.backend import Backend, load_backend
+from bridge.config import Config, ConfigError, load_config
+from bridge.engine import Engine, EngineSettings
+from bridge.runtimes import RuntimeCatalog
+from bridge.store import Store
+
+log = structlog.get_logger("hpc_bridge.daemon")
+
+
+def sd_notify(state: str) -> bool:
+    """Send ``state`` (e.g. ``READY=1``) to systemd if it is listening.
+
+    The protocol is one datagram to ``$NOTIFY_SOCKET`` (an abstract socket when it
+    starts with ``@``); a few lines, so no dependency. Returns whether it was sent.
+    """
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(address)
+            sock.sendall(state.encode())
+        except OSError:
+            return False
+    return True
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    """structlog to stderr: JSON lines (for journald/collectors) or console."""
+    logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def build_backends(config: Config) -> dict[str, Backend]:
+    return {name: load_backend(section.kind, name, section.settings())
+            for name, section in config.backends.items()}
+
+
+async def run_daemon(config: Config) -> None:
+    """Serve until SIGTERM/SIGINT."""
+    state_dir = config.daemon.state_dir
+    state_dir.mkdir(parents=True, exist_ok=True)
+    store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
+    backends = build_backends(config)
+    e = config.engine
+    assert e.default_backend is not None
+    engine = Engine(store, backends, RuntimeCatalog(), EngineSettings(
+        default_backend=e.default_backend, poll_interval=e.poll_interval,
+        submit_timeout=e.submit_timeout, max_parallel_submits=e.max_parallel_submits,
+        retry_base=e.retry_base, retry_cap=e.retry_cap,
+        lost_after_seconds=e.lost_after_seconds, default_namespace=e.default_namespace,
+    ))
+    tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
+    app = make_app(engine, tokens)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine_task = asyncio.create_task(engine.run(), name="engine")
+    runner = await serve(app, config.daemon.socket, config.daemon.tcp)
+    await engine.ready.wait()
+    sd_notify("READY=1")
+    log.info("serving", socket=config.daemon.socket, tcp=config.daemon.tcp,
+             backends=sorted(backends), store=str(state_dir / "bridge.sqlite"))
+    stopped = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({stopped, engine_task}, return_when=asyncio.FIRST_COMPLETED)
+    sd_notify("STOPPING=1")
+    log.info("shutting down")
+    await engine.stop()
+    with suppress(asyncio.CancelledError):
+        await engine_task
+    stopped.cancel()
+    await runner.cleanup()
+    store.close()
+    if engine_task in done and engine_task.exception():
+        raise engine_task.exception()  # type: ignore[misc]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hpc-bridge", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_serve = sub.add_parser("serve", help="run the daemon")
+    p_serve.add_argument("--config", "-c", required=True, help="TOML configuration file")
+    p_check = sub.add_parser("check-config", help="validate a configuration file")
+    p_check.add_argument("--config", "-c", required=True)
+    sub.add_parser("runtimes", help="list the built-in training runtimes")
+    args = parser.parse_args(argv)
+
+    if args.command == "runtimes":
+        catalog = RuntimeCatalog()
+        for name in catalog.names():
+            print(name)
+        return 0
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"hpc-bridge: error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "check-config":
+        try:
+            build_backends(config)
+        except ValueError as exc:
+            print(f"hpc-bridge: error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{args.config}: OK ({', '.join(config.backends)})")
+        return 0
+    configure_logging(config.daemon.log_format, config.daemon.log_level)
+    try:
+        asyncio.run(run_daemon(config))
+    except ValueError as exc:
+        log.error("cannot start", error=str(exc))
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""The reconcile engine: admit → submit → track → finish.
+
+One asyncio loop per daemon. The store is the truth; the loop only moves jobs
+forward from what the store says and what the back ends report.
+
+Idempotent submission (the crash contract):
+
+1. Before a submit call the job's ``attempts`` is incremented and
+   ``submitting_since`` set, in one transaction.
+2. The back-end job carries the TrainJob uid (Slurm ``--comment``).
+3. A job with ``attempts > 0`` is never submitted again before a
+   :meth:`Backend.lookup` of its uid says the world does not have it; a lookup of a
+   job whose submit may still be in flight (``submitting_since`` within
+   ``submit_timeout``) waits until that window has passed.
+
+So a daemon killed at any instant either finds the job in the world (adopts it)
+or submits it once. Back ends that are down make jobs wait with exponential
+backoff (state ``Pending``, reason ``BackendUnavailable``); nothing is dropped.
+
+Status comes from each back end's :meth:`Backend.watch` stream: one query per poll
+interval for all jobs, never one call per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+
+import structlog
+
+from bridge.backend import (
+    Backend,
+    BackendJob,
+    BackendRejected,
+    BackendState,
+    BackendUnavailable,
+    Owner,
+    StatusBatch,
+    SubmitRequest,
+)
+from bridge.model import (
+    ANN_BACKEND,
+    TrainJob,
+    ValidationError,
+    ensure_identity,
+    validate_trainjob,
+)
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import scheduling_of
+from bridge.states import JobState
+from bridge.store import DuplicateJob, JobRecord, Store
+
+log = structlog.get_logger("hpc_bridge.engine")
+
+
+class EngineError(Exception):
+    """A request the engine refuses; ``status`` is the HTTP status the API answers."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def backoff_delay(attempt: int, base: float = 1.0, cap: float = 60.0) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based): full-jitter exponential.
+
+    Written here rather than taken from a retry library because the delay is persisted
+    per job (``next_attempt_at``) and must survive a restart; retry libraries wrap a
+    call in-process.
+    """
+    ceiling = min(cap, base * 2.0 ** max(0, attempt - 1))
+    jitter: float = random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto
+    return ceiling / 2 + jitter
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    default_backend: str
+    poll_interval: float = 2.0
+    submit_timeout: float = 15.0
+    max_parallel_submits: int = 8
+    retry_base: float = 1.0
+    retry_cap: float = 60.0
+    #: A tracked job missing from this many consecutive complete snapshots is lost.
+    lost_after_snapshots: int = 5
+    #: ...and only once it has been missing for at least this many seconds.
+    lost_after_seconds: float = 30.0
+    default_namespace: str = "default"
+
+
+class Engine:
+    """Owns the reconcile loop; the API and front doors call :meth:`admit`/:meth:`cancel`."""
+
+    def __init__(self, store: Store, backends: Mapping[str, Backend], catalog: RuntimeCatalog,
+                 settings: EngineSettings):
+        if settings.default_backend not in backends:
+            raise ValueError(f"default back end {settings.default_backend!r} is not configured")
+        self.store = store
+        self.backends = dict(backends)
+        self.catalog = catalog
+        self.settings = settings
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._inflight: dict[int, asyncio.Task[None]] = {}
+        self._cancel_sent: dict[int, float] = {}
+        self._missing: dict[int, tuple[int, float]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
+        self._started_at = time.time()
+        self.ready = asyncio.Event()
+
+    # -- front-door calls ----------------------------------------------------------
+
+    def admit(self, job: TrainJob, owner: Owner, origin: str = "api") -> JobRecord:
+        """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
+
+        Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
+        end) or :class:`EngineError` (duplicate name). Nothing is stored on error.
+        """
+        validate_trainjob(job)
+        ensure_identity(job, self.settings.default_namespace)
+        backend = job.metadata.annotations.get(ANN_BACKEND) or self.settings.default_backend
+        if backend not in self.backends:
+            raise ValidationError([(
+                f"metadata.annotations[{ANN_BACKEND}]",
+                f"unknown back end {backend!r}; configured: {', '.join(sorted(self.backends))}",
+            )])
+        self.catalog.resolve(job)
+        scheduling_of(job)
+        state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
+        try:
+            record = self.store.add(job, owner, backend, origin=origin, state=state,
+                                    reason="Suspended" if job.spec.suspend else "Created")
+        except DuplicateJob as exc:
+            raise EngineError(str(exc), status=409) from exc
+        log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,
+                 backend=backend, runtime=job.spec.runtime_ref.name)
+        self._wake.set()
+        return record
+
+    def cancel(self, record: JobRecord, caller: Owner) -> JobRecord:
+        """Ask for the job to stop. Only its owner or root may. Idempotent."""
+        if caller.uid not in (0, record.owner.uid):
+            raise EngineError("Access/permission denied", status=403)
+        if record.state.terminal:
+            raise EngineError(f"Job/step already completing or completed ({record.state})",
+                              status=409)
+        if record.state in (JobState.PENDING, JobState.SUSPENDED) and record.attempts == 0:
+            return self.store.transition(record.id, JobState.CANCELLED, "Cancelled",
+                                         f"cancelled by {caller.user} before submission",
+                                         cancel_requested=True)
+        updated = self.store.request_cancel(record.id)
+        self._wake.set()
+        return updated
+
+    def set_suspend(self, record: JobRecord, suspend: bool, caller: Owner) -> JobRecord:
+        """Suspend a job that has not reached a back end yet, or resume a suspended one."""
+        if caller.uid not in (0, record.owner.uid):
+            raise EngineError("Access/permission denied", status=403)
+        job = record.job
+        job.spec.suspend = suspend
+        if suspend and record.state == JobState.PENDING and record.attempts == 0:
+            self.store.save_document(record.id, job)
+            return self.store.transition(record.id, JobState.SUSPENDED, "Suspended",
+                                         f"suspended by {caller.user}")
+        if not suspend and record.state == JobState.SUSPENDED:
+            self.store.save_document(record.id, job)
+            rec = self.store.transition(record.id, JobState.PENDING, "Resumed",
+                                        f"resumed by {caller.user}")
+            self._wake.set()
+            return rec
+        raise EngineError(f"cannot {'suspend' if suspend else 'resume'} a job in state "
+                          f"{record.state}", status=409)
+
+    # -- the loop --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Start back ends and the loops; return when :meth:`stop` is called."""
+        for name, backend in self.backends.items():
+            try:
+                await backend.start()
+            except BackendUnavailable as exc:
+                log.warning("back end not reachable at start; will retry", backend=name,
+                            error=str(exc))
+        for name, backend in self.backends.items():
+            self._tasks.append(asyncio.create_task(self._track(name, backend),
+                                                   name=f"track-{name}"))
+        self.ready.set()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    await self.reconcile_once()
+                except Exception:  # a bug must not kill the daemon; log and go on
+                    log.exception("reconcile pass failed")
+                self._wake.clear()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval)
+        finally:
+            await self._shutdown()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    async def _shutdown(self) -> None:
+        for task in [*self._tasks, *self._inflight.values()]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._inflight.values(), return_exceptions=True)
+        for backend in self.backends.values():
+            with suppress(Exception):
+                await backend.close()
+
+    async def reconcile_once(self) -> None:
+        """One pass: submit what is due, send cancels that are asked for."""
+        now = time.time()
+        pending = self.store.list_jobs([JobState.PENDING])
+        due = [r for r in pending
+               if r.id not in self._inflight and r.next_attempt_at <= now]
+        # Cancelled before reaching the world, and never attempted: done here.
+        for rec in [r for r in due if r.cancel_requested and r.attempts == 0]:
+            self.store.transition(rec.id, JobState.CANCELLED, "Cancelled", "cancelled")
+        due = [r for r in due if not (r.cancel_requested and r.attempts == 0)]
+        by_backend: dict[str, list[JobRecord]] = {}
+        for rec in due:
+            # A submit that may still be in flight (daemon killed mid-call): wait it out.
+            if (rec.submitting_since is not None
+                    and now < rec.submitting_since + self.settings.submit_timeout):
+                continue
+            by_backend.setdefault(rec.backend, []).append(rec)
+        for name, records in by_backend.items():
+            await self._submit_due(name, self.backends[name], records)
+        await self._send_cancels(now)
+
+    async def _submit_due(self, name: str, backend: Backend, records: list[JobRecord]) -> None:
+        uncertain = [r for r in records if r.attempts > 0]
+        found: dict[str, BackendJob] = {}
+        if uncertain:
+            try:
+                found = await backend.lookup([r.uid for r in uncertain])
+            except BackendUnavailable as exc:
+                for rec in uncertain:
+                    self._retry_later(rec, exc)
+                records = [r for r in records if r.attempts == 0]
+        for rec in records:
+            bj = found.get(rec.uid)
+            if bj is not None:
+                self.store.transition(rec.id, JobState.SUBMITTED, "Adopted",
+                                      f"found {name} job {bj.backend_id} after restart",
+                                      backend_id=bj.backend_id, submitting_since=None)
+                log.info("adopted job found in back end", job_id=rec.id,
+                         backend_id=bj.backend_id)
+                continue
+            if rec.cancel_requested:
+                self.store.transition(rec.id, JobState.CANCELLED, "Cancelled",
+                                      "cancelled before submission", submitting_since=None)
+                continue
+            self._inflight[rec.id] = asyncio.create_task(self._submit(name, backend, rec),
+                                                         name=f"submit-{rec.id}")
+
+    async def _submit(self, name: str, backend: Backend, rec: JobRecord) -> None:
+        try:
+            async with self._submit_slots:
+                rec = self.store.update(rec.id, attempts=rec.attempts + 1,
+                                        submitting_since=time.time())
+                try:
+                    request = self._request(rec)
+                except ValidationError as exc:
+                    self.store.transition(rec.id, JobState.FAILED, "InvalidJob", str(exc),
+                                          submitting_since=None)
+                    return
+                try:
+                    backend_id = await asyncio.wait_for(backend.submit(request),
+                                                        self.settings.submit_timeout)
+                except BackendRejected as exc:
+                    self.store.transition(rec.id, JobState.FAILED, "SubmitRejected", str(exc),
+                                          submitting_since=None)
+                    log.warning("back end rejected job", job_id=rec.id, error=str(exc))
+                    return
+                except (BackendUnavailable, TimeoutError) as exc:
+                    self._retry_later(rec, exc)
+                    return
+                self.store.transition(rec.id, JobState.SUBMITTED, "Submitted",
+                                      f"{name} job {backend_id}", backend_id=backend_id,
+                                      submitting_since=None)
+                log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id)
+        finally:
+            self._inflight.pop(rec.id, None)
+
+    def _retry_later(self, rec: JobRecord, exc: BaseException) -> None:
+        delay = backoff_delay(max(rec.attempts, 1), self.settings.retry_base,
+                              self.settings.retry_cap)
+        message = str(exc) or type(exc).__name__
+        self.store.transition(rec.id, rec.state, "BackendUnavailable",
+                              f"{message}; retrying in {delay:.0f}s",
+                              next_attempt_at=time.time() + delay, submitting_since=None)
+        log.warning("back end unavailable; will retry", job_id=rec.id, error=message,
+                    delay=round(delay, 1))
+
+    def _request(self, rec: JobRecord) -> SubmitRequest:
+        plan = self.catalog.resolve(rec.job)
+        options = scheduling_of(rec.job)
+        deadline = rec.job.spec.active_deadline_seconds
+        if options.time_limit_minutes is None and deadline:
+            options = options.model_copy(update={"time_limit_minutes": math.ceil(deadline / 60)})
+        return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=plan,
+                             options=options, owner=rec.owner)
+
+    async def _send_cancels(self, now: float) -> None:
+        active = self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING])
+        for rec in active:
+            if not rec.cancel_requested or rec.backend_id is None:
+                continue
+            if now - self._cancel_sent.get(rec.id, 0.0) < 30.0:
+                continue
+            try:
+                await self.backends[rec.backend].cancel(rec.backend_id, rec.owner)
+                self._cancel_sent[rec.id] = now
+                log.info("cancel sent", job_id=rec.id, backend_id=rec.backend_id)
+            except BackendUnavailable as exc:
+                log.warning("cancel failed; will retry", job_id=rec.id, error=str(exc))
+
+    # -- tracking --------------------------------------------------------------------
+
+    async def _track(self, name: str, backend: Backend) -> None:
+        async for batch in backend.watch(self.settings.poll_interval):
+            try:
+                self.apply_status(name, batch)
+            except Exception:
+                log.exception("applying status failed", backend=name)
+
+    def apply_status(self, name: str, batch: StatusBatch) -> None:
+        """Move tracked jobs of back end ``name`` according to one status batch."""
+        seen = {bj.job_uid: bj for bj in batch.jobs}
+        tracked = self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING], backend=name)
+        for rec in tracked:
+            bj = seen.get(rec.uid)
+            if bj is None or bj.backend_id != rec.backend_id:
+                if bj is not None:
+                    log.error("back-end id differs from the recorded one", job_id=rec.id,
+                              recorded=rec.backend_id, seen=bj.backend_id)
+                if batch.complete:
+                    self._note_missing(rec, batch.at)
+                continue
+            self._missing.pop(rec.id, None)
+            self._apply_one(rec, bj)
+
+    def _note_missing(self, rec: JobRecord, at: float) -> None:
+        # A job submitted after the snapshot was taken is not missing.
+        if rec.updated_at >= at - self.settings.poll_interval:
+            return
+        count, since = self._missing.get(rec.id, (0, at))
+        count += 1
+        self._missing[rec.id] = (count, since)
+        if (count >= self.settings.lost_after_snapshots
+                and at - since >= self.settings.lost_after_seconds):
+            self._missing.pop(rec.id, None)
+            self.store.transition(rec.id, JobState.FAILED, "BackendLost",
+                                  f"{rec.backend} job {rec.backend_id} disappeared from the "
+                                  f"back end before it was seen to finish")
+
+    def _apply_one(self, rec: JobRecord, bj: BackendJob) -> None:
+        fields: dict[str, object] = {}
+        if bj.nodes and list(bj.nodes) != rec.nodes:
+            fields["nodes"] = list(bj.nodes)
+        if bj.stdout_path and bj.stdout_path != rec.stdout_path:
+            fields["stdout_path"] = bj.stdout_path
+        if bj.stderr_path and bj.stderr_path != rec.stderr_path:
+            fields["stderr_path"] = bj.stderr_path
+        if bj.start_time and rec.started_at is None:
+            fields["started_at"] = bj.start_time
+        state = bj.state
+        if state is BackendState.PENDING:
+            # Requeued after it ran: Slurm says PENDING again; the job stays Running.
+            reason = bj.reason or "Queued"
+            if rec.reason != reason or fields:
+                self.store.transition(rec.id, rec.state, reason, bj.native_state, **fields)
+            return
+        if state in (BackendState.RUNNING, BackendState.SUSPENDED, BackendState.UNKNOWN):
+            reason = "BackendSuspended" if state is BackendState.SUSPENDED else "Running"
+            if rec.state != JobState.RUNNING or rec.reason != reason or fields:
+                self.store.transition(rec.id, JobState.RUNNING, reason,
+                                      f"{bj.native_state} on {','.join(bj.nodes)}", **fields)
+            return
+        if bj.end_time:
+            fields["finished_at"] = bj.end_time
+        fields["exit_code"] = bj.exit_code
+        if state is BackendState.COMPLETED and (bj.exit_code or 0) == 0:
+            self.store.transition(rec.id, JobState.SUCCEEDED, "Completed",
+                                  "exit code 0", **fields)
+        elif state is BackendState.CANCELLED:
+            reason = "Cancelled" if rec.cancel_requested else "CancelledInBackend"
+            self.store.transition(rec.id, JobState.CANCELLED, reason, bj.native_state,
+                                  **fields)
+        elif state is BackendState.TIMEOUT:
+            self.store.transition(rec.id, JobState.FAILED, "DeadlineExceeded",
+                                  "the job ran past its time limit", **fields)
+        else:
+            if bj.signal:
+                reason, message = "Signaled", f"killed by signal {bj.signal}"
+            elif bj.exit_code:
+                reason, message = "NonZeroExitCode", f"exit code {bj.exit_code}"
+            else:
+                reason, message = "BackendFailed", bj.native_state
+            if bj.native_state and bj.native_state not in ("FAILED", "COMPLETED"):
+                message += f" ({bj.native_state})"
+            self.store.transition(rec.id, JobState.FAILED, reason, message, **fields)
+        self._cancel_sent.pop(rec.id, None)
+        log.info("job finished", job_id=rec.id, state=state.value, exit_code=bj.exit_code)

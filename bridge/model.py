@@ -1,0 +1,380 @@
+"""The TrainJob model: the Kubeflow Trainer ``trainer.kubeflow.org/v1alpha1`` shape.
+
+The classes here read and write the same YAML/JSON as Kubeflow Trainer (camelCase
+field names, ``apiVersion``/``kind``/``metadata``/``spec``/``status``). Unknown
+fields are kept (``extra="allow"``) so a TrainJob made for upstream Trainer
+round-trips through the bridge without losing what the bridge does not use.
+
+Bridge-specific settings that have no Trainer field travel as annotations under
+the ``hpc-bridge.io/`` prefix (see :data:`ANNOTATION_PREFIX`), the way Kubeflow
+itself extends objects.
+
+Contract:
+
+* :func:`load_trainjob` / :func:`load_document` accept YAML or JSON text and raise
+  :class:`ValidationError` whose message names the offending field
+  (``spec.trainer.numNodes: must be >= 1, got 0``); they never raise anything else
+  for bad input.
+* :meth:`TrainJob.to_dict` gives the camelCase document, without ``None`` fields.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid as uuid_mod
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+ANNOTATION_PREFIX = "hpc-bridge.io/"
+#: Annotation carrying a batch script submitted by ``tbatch`` (run as-is by the back end).
+ANN_BATCH_SCRIPT = ANNOTATION_PREFIX + "batch-script"
+#: Annotation carrying the scheduling options (JSON, see :mod:`bridge.scheduling`).
+ANN_SCHEDULING = ANNOTATION_PREFIX + "scheduling"
+#: Annotation naming the back end the job should run on (``slurm``, ``flux``, ``kubernetes``).
+ANN_BACKEND = ANNOTATION_PREFIX + "backend"
+#: The value of ``spec.managedBy`` that hands a TrainJob to the bridge.
+MANAGED_BY = "hpc-bridge.io/controller"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_MAX_ENV_VALUE = 128 * 1024
+
+
+class ValidationError(ValueError):
+    """Bad input. ``str(err)`` names each offending field and why, one per line."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = errors
+        super().__init__("\n".join(f"{loc}: {msg}" if loc else msg for loc, msg in errors))
+
+
+class _Model(BaseModel):
+    """Base: camelCase aliases, populate by field name too, keep unknown fields."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        validate_assignment=True,
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The camelCase document without ``None`` fields."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class ObjectMeta(_Model):
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    generate_name: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    creation_timestamp: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    finalizers: list[str] | None = None
+
+
+class RuntimeRef(_Model):
+    name: str
+    api_group: str = GROUP
+    kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime"
+
+
+class EnvVar(_Model):
+    name: str
+    value: str | None = None
+    value_from: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _ENV_NAME.match(v):
+            raise ValueError(f"invalid environment variable name {v!r}")
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str | None) -> str | None:
+        if v is not None:
+            if "\x00" in v:
+                raise ValueError("environment value contains a NUL byte")
+            if len(v.encode()) > _MAX_ENV_VALUE:
+                raise ValueError(f"environment value longer than {_MAX_ENV_VALUE} bytes")
+        return v
+
+
+class ResourceRequirements(_Model):
+    limits: dict[str, str | int | float] | None = None
+    requests: dict[str, str | int | float] | None = None
+
+    @field_validator("limits", "requests")
+    @classmethod
+    def _quantities(
+        cls, v: dict[str, str | int | float] | None
+    ) -> dict[str, str | int | float] | None:
+        for key, q in (v or {}).items():
+            if not _QUANTITY.match(str(q)):
+                raise ValueError(f"{key}: invalid quantity {q!r}")
+        return v
+
+
+class Trainer(_Model):
+    image: str | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: list[EnvVar] | None = None
+    num_nodes: int | None = None
+    num_proc_per_node: int | str | None = None
+    resources_per_node: ResourceRequirements | None = None
+
+    @field_validator("num_nodes")
+    @classmethod
+    def _nodes(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError(f"must be >= 1, got {v}")
+        if v is not None and v > 100_000:
+            raise ValueError(f"must be <= 100000, got {v}")
+        return v
+
+    @field_validator("num_proc_per_node")
+    @classmethod
+    def _procs(cls, v: int | str | None) -> int | str | None:
+        if isinstance(v, str):
+            if v in ("auto", "cpu", "gpu"):
+                return v
+            if not v.isdigit():
+                raise ValueError(f"must be a positive integer, 'auto', 'cpu' or 'gpu'; got {v!r}")
+            v = int(v)
+        if v is not None and v < 1:
+            raise ValueError(f"must be >= 1, got {v}")
+        return v
+
+    @field_validator("command", "args")
+    @classmethod
+    def _argv(cls, v: list[str] | None) -> list[str] | None:
+        for item in v or []:
+            if "\x00" in item:
+                raise ValueError("contains a NUL byte")
+        return v
+
+
+class TrainJobSpec(_Model):
+    runtime_ref: RuntimeRef
+    trainer: Trainer | None = None
+    initializer: dict[str, Any] | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    pod_spec_overrides: list[dict[str, Any]] | None = None
+    suspend: bool | None = None
+    active_deadline_seconds: int | None = None
+    managed_by: str | None = None
+
+    @field_validator("active_deadline_seconds")
+    @classmethod
+    def _deadline(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError(f"must be >= 1, got {v}")
+        return v
+
+
+class Condition(_Model):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class TrainerStatus(_Model):
+    """Bridge view of the trainer: where it runs and how far it got."""
+
+    backend: str | None = None
+    backend_job_id: str | None = None
+    nodes: list[str] | None = None
+    exit_code: int | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+
+
+class TrainJobStatus(_Model):
+    conditions: list[Condition] = Field(default_factory=list)
+    jobs_status: list[dict[str, Any]] | None = None
+    trainer_status: TrainerStatus | None = None
+
+
+class TrainJob(_Model):
+    api_version: str = API_VERSION
+    kind: Literal["TrainJob"] = "TrainJob"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainJobSpec
+    status: TrainJobStatus | None = None
+
+    @field_validator("api_version")
+    @classmethod
+    def _api(cls, v: str) -> str:
+        if v != API_VERSION:
+            raise ValueError(f"must be {API_VERSION!r}, got {v!r}")
+        return v
+
+    @property
+    def uid(self) -> str:
+        """The job's uid; assigned by :func:`ensure_identity` if the input had none."""
+        assert self.metadata.uid, "TrainJob has no uid yet"
+        return self.metadata.uid
+
+
+class MLPolicy(_Model):
+    num_nodes: int | None = None
+    torch: dict[str, Any] | None = None
+    mpi: dict[str, Any] | None = None
+    jax: dict[str, Any] | None = None
+    xgboost: dict[str, Any] | None = None
+
+
+class TrainingRuntimeSpec(_Model):
+    ml_policy: MLPolicy | None = None
+    pod_group_policy: dict[str, Any] | None = None
+    template: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrainingRuntime(_Model):
+    api_version: str = API_VERSION
+    kind: Literal["TrainingRuntime"] = "TrainingRuntime"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainingRuntimeSpec
+
+
+class ClusterTrainingRuntime(_Model):
+    api_version: str = API_VERSION
+    kind: Literal["ClusterTrainingRuntime"] = "ClusterTrainingRuntime"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainingRuntimeSpec
+
+
+Document = TrainJob | TrainingRuntime | ClusterTrainingRuntime
+_KINDS: dict[str, type[_Model]] = {
+    "TrainJob": TrainJob,
+    "TrainingRuntime": TrainingRuntime,
+    "ClusterTrainingRuntime": ClusterTrainingRuntime,
+}
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    """``("spec", "trainer", "num_nodes")`` -> ``spec.trainer.numNodes``; ints become ``[i]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + to_camel(part)
+    return out
+
+
+def _errors(exc: pydantic.ValidationError) -> ValidationError:
+    items: list[tuple[str, str]] = []
+    for err in exc.errors(include_url=False):
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        items.append((_loc(err["loc"]), msg))
+    return ValidationError(items)
+
+
+def parse_text(text: str, source: str = "<input>") -> dict[str, Any]:
+    """Parse YAML or JSON text holding one object. Errors name the source and line."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ValidationError([("", f"{where}: malformed YAML: {problem}")]) from None
+    if not isinstance(data, dict):
+        raise ValidationError([("", f"{source}: expected a mapping (a TrainJob object), got "
+                                    f"{type(data).__name__}")])
+    return data
+
+
+def load_document(data: dict[str, Any] | str, source: str = "<input>") -> Document:
+    """Build a TrainJob / TrainingRuntime / ClusterTrainingRuntime from a dict or text."""
+    if isinstance(data, str):
+        data = parse_text(data, source)
+    kind = data.get("kind", "TrainJob")
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValidationError([("kind", f"must be one of {sorted(_KINDS)}, got {kind!r}")])
+    try:
+        doc = cls.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise _errors(exc) from None
+    assert isinstance(doc, TrainJob | TrainingRuntime | ClusterTrainingRuntime)
+    return doc
+
+
+def load_trainjob(data: dict[str, Any] | str, source: str = "<input>") -> TrainJob:
+    """Build and statically validate a TrainJob (see :func:`validate_trainjob`)."""
+    doc = load_document(data, source)
+    if not isinstance(doc, TrainJob):
+        raise ValidationError([("kind", f"expected TrainJob, got {doc.kind}")])
+    validate_trainjob(doc)
+    return doc
+
+
+def validate_trainjob(job: TrainJob) -> None:
+    """Checks that need the whole object; raise :class:`ValidationError` naming fields."""
+    errors: list[tuple[str, str]] = []
+    name = job.metadata.name
+    if name and (len(name) > 63 or not _DNS1123_LABEL.match(name)):
+        errors.append(("metadata.name", f"must be a DNS-1123 label (a-z, 0-9, '-', at most 63 "
+                                        f"characters), got {name!r}"))
+    if job.spec.runtime_ref.api_group != GROUP:
+        errors.append(("spec.runtimeRef.apiGroup", f"must be {GROUP!r}, got "
+                                                   f"{job.spec.runtime_ref.api_group!r}"))
+    for key, value in job.metadata.annotations.items():
+        if "\x00" in value:
+            errors.append((f"metadata.annotations[{key}]", "contains a NUL byte"))
+    if ANN_SCHEDULING in job.metadata.annotations:
+        try:
+            json.loads(job.metadata.annotations[ANN_SCHEDULING])
+        except ValueError as exc:
+            errors.append((f"metadata.annotations[{ANN_SCHEDULING}]", f"not JSON: {exc}"))
+    if errors:
+        raise ValidationError(errors)
+
+
+def ensure_identity(job: TrainJob, default_namespace: str = "default") -> TrainJob:
+    """Give the job a uid, a namespace and a name (``tj-<uid prefix>``) where missing."""
+    meta = job.metadata
+    if not meta.uid:
+        meta.uid = str(uuid_mod.uuid4())
+    if not meta.namespace:
+        meta.namespace = default_namespace
+    if not meta.name:
+        prefix = meta.generate_name or "tj-"
+        meta.name = (prefix + meta.uid.replace("-", "")[:10])[:63]
+    if not meta.creation_timestamp:
+        meta.creation_timestamp = now_rfc3339()
+    return job
+
+
+def now_rfc3339() -> str:
+    """The current UTC time as Kubernetes writes it (``2026-01-02T03:04:05Z``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def dump_yaml(doc: _Model) -> str:
+    """The document as YAML (camelCase, no ``None`` fields)."""
+    return yaml.safe_dump(doc.to_dict(), sort_keys=False, allow_unicode=True)

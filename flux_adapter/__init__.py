@@ -1,0 +1,1 @@
+"""Flux back end (flux-python). Not built yet: see the Flux issue."""

@@ -1,0 +1,1 @@
+"""Hostfiles and rank environments inside an allocation (standard library only)."""

@@ -1,0 +1,1 @@
+"""Talking to Slurm: slurmrestd (versioned dialects), CLI fallback, hostlists, sbatch scripts."""

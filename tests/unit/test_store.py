@@ -1,0 +1,90 @@
+"""The SQLite store: atomic state changes with history and an outbox; restart-safe."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bridge.backend import Owner
+from bridge.model import ensure_identity, load_trainjob
+from bridge.states import IllegalTransition, JobState
+from bridge.store import DuplicateJob, JobNotFound, Store
+
+ALICE = Owner(uid=1001, gid=1001, user="alice")
+
+
+def job(name: str = "") -> object:
+    doc = {"kind": "TrainJob", "apiVersion": "trainer.kubeflow.org/v1alpha1",
+           "metadata": {"name": name} if name else {},
+           "spec": {"runtimeRef": {"name": "plain"},
+                    "trainer": {"command": ["echo", "$(hostile) 'quote' \"dq\" ü"]}}}
+    return ensure_identity(load_trainjob(doc))
+
+
+def test_add_transition_history_and_outbox(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
+    assert rec.state is JobState.PENDING and rec.owner == ALICE
+    store.transition(rec.id, JobState.SUBMITTED, "Submitted", backend_id="42")
+    store.transition(rec.id, JobState.RUNNING, "Running", nodes=["node1", "node2"])
+    done = store.transition(rec.id, JobState.SUCCEEDED, "Completed", exit_code=0)
+    assert done.finished_at is not None and done.nodes == ["node1", "node2"]
+    assert [t.dst for t in store.transitions(rec.id)] == [
+        JobState.PENDING, JobState.SUBMITTED, JobState.RUNNING, JobState.SUCCEEDED]
+    events = store.pending_events()
+    assert [e.payload["to"] for e in events] == ["Pending", "Submitted", "Running", "Succeeded"]
+    assert events[-1].payload["backendId"] == "42"
+    store.mark_published([e.id for e in events[:2]])
+    assert [e.payload["to"] for e in store.pending_events()] == ["Running", "Succeeded"]
+
+
+def test_illegal_transition_changes_nothing(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
+    store.transition(rec.id, JobState.CANCELLED, "Cancelled")
+    with pytest.raises(IllegalTransition):
+        store.transition(rec.id, JobState.RUNNING, "Running", backend_id="7")
+    after = store.get(rec.id)
+    assert after.state is JobState.CANCELLED and after.backend_id is None
+    assert len(store.transitions(rec.id)) == 2
+    assert len(store.pending_events()) == 2
+
+
+def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    store = Store.open(path)
+    j = job("same-name")
+    rec = store.add(j, ALICE, "slurm")  # type: ignore[arg-type]
+    store.update(rec.id, attempts=1, submitting_since=123.5)
+    before = store.get(rec.id)
+    # No close(): as if the process had been killed.
+    again = Store.open(path)
+    assert again.get(rec.id) == before
+    assert again.find("same-name").id == rec.id
+    assert again.find(str(rec.id)).uid == rec.uid
+    assert again.find(rec.uid).id == rec.id
+    with pytest.raises(JobNotFound):
+        again.find("nope")
+
+
+def test_duplicates_are_refused(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    j = job("dup")
+    store.add(j, ALICE, "slurm")  # type: ignore[arg-type]
+    with pytest.raises(DuplicateJob):
+        store.add(j, ALICE, "slurm")  # type: ignore[arg-type]
+
+
+def test_wal_mode(tmp_path: Path) -> None:
+    Store.open(tmp_path / "s.sqlite")
+    conn = sqlite3.connect(tmp_path / "s.sqlite")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_unknown_fields_are_refused(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown job fields"):
+        store.update(rec.id, owner_uid=0)

@@ -1,0 +1,68 @@
+"""Fixtures for integration tests: the real test bed and a real daemon.
+
+Under ``CI=true`` a missing test bed FAILS the test (it never skips): CI must have
+started it with ``testbed/slurm.sh up``. Outside CI it skips with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.bed import (
+    Daemon,
+    cleanup,
+    fresh_daemon_dir,
+    in_ci,
+    read_testbed_env,
+    shared_dir,
+)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> dict[str, str]:
+    env = read_testbed_env()
+    if env is None:
+        message = ("the Slurm test bed is not up (/run/hpc-bridge-testbed/testbed.env missing); "
+                   "start it with: bash testbed/slurm.sh up")
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return env
+
+
+def rest_settings(testbed: dict[str, str]) -> dict[str, object]:
+    return {"rest_socket": testbed["SLURMRESTD_SOCKET"],
+            "rest_version": testbed.get("SLURM_REST_VERSION", "v0.0.38"),
+            "jwt_key": testbed["SLURM_JWT_KEY"]}
+
+
+@pytest.fixture
+def daemon(testbed: dict[str, str]) -> Iterator[Daemon]:
+    """A daemon talking to Slurm through slurmrestd (the primary path)."""
+    workdir = fresh_daemon_dir("rest")
+    d = Daemon(workdir, rest_settings(testbed))
+    d.start()
+    yield d
+    d.stop()
+    cleanup(workdir)
+
+
+@pytest.fixture
+def cli_daemon(testbed: dict[str, str]) -> Iterator[Daemon]:
+    """A daemon talking to Slurm through sbatch/squeue/scancel (the fallback)."""
+    workdir = fresh_daemon_dir("cli")
+    d = Daemon(workdir, {"use_cli": True})
+    d.start()
+    yield d
+    d.stop()
+    cleanup(workdir)
+
+
+@pytest.fixture
+def outdir() -> Iterator[Path]:
+    path = shared_dir("hpcb-out-")
+    yield path
+    cleanup(path)

@@ -1,0 +1,109 @@
+"""End to end on the real Slurm: tbatch → daemon → slurmrestd/sbatch → slurmd → output.
+
+Every test here runs real jobs on the 4-node test bed, as the test users.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.integration.bed import Daemon, squeue_bridge_jobs
+
+pytestmark = pytest.mark.integration
+
+TWO_NODE_SCRIPT = """#!/bin/bash
+#SBATCH --job-name=hello-two
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=00:05:00
+#SBATCH --output=%x-%j.out
+srun hostname | sort
+echo "user=$(id -un) nodes=$SLURM_JOB_NUM_NODES args=$*"
+"""
+
+
+def submit(d: Daemon, user: str, script: Path, *args: str, cwd: Path) -> int:
+    res = d.cli(user, "tbatch", str(script), *args, cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    m = re.fullmatch(r"Submitted batch job (\d+)\n", res.stdout)
+    assert m, res.stdout
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon"])
+def test_two_node_job_runs_as_alice_with_output(
+    fixture: str, request: pytest.FixtureRequest, outdir: Path
+) -> None:
+    d: Daemon = request.getfixturevalue(fixture)
+    script = outdir / "hello.sh"
+    script.write_text(TWO_NODE_SCRIPT)
+    job_id = submit(d, "alice", script, "one", "two words", cwd=outdir)
+    running_or_done = d.wait_state(job_id, ["Running", "Succeeded"])
+    assert running_or_done["user"] == "alice"
+    done = d.wait_state(job_id, ["Succeeded", "Failed"])
+    assert done["state"] == "Succeeded", done
+    assert done["exitCode"] == 0
+    assert len(done["nodes"]) == 2 and all(n.startswith("node") for n in done["nodes"])
+    log = d.cli("alice", "tlog", str(job_id), cwd=outdir)
+    assert log.returncode == 0, log.stderr
+    lines = log.stdout.splitlines()
+    assert lines[:2] == sorted(done["nodes"])
+    assert lines[2] == "user=alice nodes=2 args=one two words"
+    out = outdir / f"hello-two-{done['backendId']}.out"
+    assert out.exists() and out.stat().st_uid == _uid("alice")
+    # tqueue shows finished jobs with -t all, tshow the full record.
+    q = d.cli("alice", "tqueue", "-t", "all", cwd=outdir)
+    row = rf"^\s*{job_id}\s+debug\s+hello-tw\S*\s+alice\s+CD\b"
+    assert re.search(row, q.stdout, re.M), q.stdout
+    show = d.cli("alice", "tshow", str(job_id))
+    assert "JobState=Succeeded" in show.stdout and "UserId=alice" in show.stdout, show.stdout
+
+
+def _uid(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid
+
+
+def test_failing_job_reports_exit_code(daemon: Daemon, outdir: Path) -> None:
+    script = outdir / "fail.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 1\necho about to fail\nexit 3\n")
+    job_id = submit(daemon, "bob", script, cwd=outdir)
+    done = daemon.wait_state(job_id, ["Succeeded", "Failed"])
+    assert done["state"] == "Failed"
+    assert done["exitCode"] == 3
+    assert done["reason"] == "NonZeroExitCode"
+    assert daemon.cli("bob", "tlog", str(job_id)).stdout == "about to fail\n"
+
+
+def test_cancel_running_job(daemon: Daemon, outdir: Path) -> None:
+    script = outdir / "sleepy.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 1\necho started\nsleep 300\n")
+    job_id = submit(daemon, "alice", script, cwd=outdir)
+    daemon.wait_state(job_id, ["Running"])
+    # bob may not cancel alice's job; alice may.
+    denied = daemon.cli("bob", "tcancel", str(job_id))
+    assert denied.returncode != 0 and "permission denied" in denied.stderr.lower()
+    ok = daemon.cli("alice", "tcancel", str(job_id))
+    assert ok.returncode == 0, ok.stderr
+    done = daemon.wait_state(job_id, ["Cancelled", "Failed", "Succeeded"], timeout=60)
+    assert done["state"] == "Cancelled" and done["reason"] == "Cancelled"
+    assert not [j for j in squeue_bridge_jobs()
+                if str(j["job_id"]) == done["backendId"] and j["job_state"] == "RUNNING"]
+
+
+def test_cancel_pending_job_before_it_runs(daemon: Daemon, outdir: Path) -> None:
+    script = outdir / "big.sh"
+    # Asks for all four nodes exclusively after a blocker holds one: stays pending.
+    blocker = outdir / "blocker.sh"
+    blocker.write_text("#!/bin/bash\n#SBATCH -N 4 --exclusive\nsleep 60\n")
+    script.write_text("#!/bin/bash\n#SBATCH -N 4 --exclusive\necho never\n")
+    first = submit(daemon, "alice", blocker, cwd=outdir)
+    second = submit(daemon, "alice", script, cwd=outdir)
+    daemon.wait_state(second, ["Submitted"])
+    assert daemon.cli("alice", "tcancel", str(second), str(first)).returncode == 0
+    assert daemon.wait_state(second, ["Cancelled"], timeout=60)["state"] == "Cancelled"
+    assert daemon.wait_state(first, ["Cancelled"], timeout=60)["state"] == "Cancelled"

@@ -42,7 +42,7 @@ from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.engine import Engine, EngineError
-from bridge.model import ValidationError, load_trainjob
+from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob
 from bridge.scheduling import scheduling_of
 from bridge.states import TERMINAL, JobState
 from bridge.store import JobNotFound, JobRecord
@@ -59,8 +59,23 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts else None
 
 
-def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False) -> dict[str, Any]:
-    """The JSON view of a job the API and CLI share."""
+def _redacted(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without what only its owner may see: environment and batch script
+    (as Slurm shows another user's job but not its environment or script)."""
+    doc = json.loads(json.dumps(doc))
+    trainer = doc.get("spec", {}).get("trainer") or {}
+    if "env" in trainer:
+        trainer["env"] = [{"name": e.get("name"), "value": "(hidden)"} for e in trainer["env"]]
+    annotations = doc.get("metadata", {}).get("annotations") or {}
+    if ANN_BATCH_SCRIPT in annotations:
+        annotations[ANN_BATCH_SCRIPT] = "(hidden)"
+    return doc
+
+
+def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
+             viewer: Owner | None = None) -> dict[str, Any]:
+    """The JSON view of a job the API and CLI share. A ``viewer`` who is neither the
+    owner nor root sees the TrainJob without its environment values and script."""
     try:
         options = scheduling_of(rec.job)
         job_name, partition, limit = (options.job_name, options.partition,
@@ -68,6 +83,8 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False) -> 
     except ValidationError:
         job_name, partition, limit = None, None, None
     doc = rec.job.to_dict()
+    if viewer is not None and viewer.uid not in (0, rec.owner.uid):
+        doc = _redacted(doc)
     trainer = rec.job.spec.trainer
     view: dict[str, Any] = {
         "id": rec.id,
@@ -86,7 +103,7 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False) -> 
         "numNodes": (trainer.num_nodes if trainer and trainer.num_nodes else 1),
         "nodes": rec.nodes,
         "exitCode": rec.exit_code,
-        "partition": partition,
+        "partition": partition or rec.queue,
         "timeLimitMinutes": limit,
         "submitTime": _iso(rec.created_at),
         "startTime": _iso(rec.started_at),
@@ -203,11 +220,13 @@ async def list_jobs(request: web.Request) -> web.Response:
             return _error(400, f"unknown state in {states_q!r}; known: "
                                f"{', '.join(s.value for s in JobState)}")
     records = engine.store.list_jobs(states, user=request.query.get("user"))
-    return web.json_response({"items": [job_view(r, engine) for r in records]})
+    viewer = request[OWNER_KEY]
+    return web.json_response({"items": [job_view(r, engine, viewer=viewer) for r in records]})
 
 
 async def show(request: web.Request) -> web.Response:
-    return web.json_response(job_view(_find(request), request.app[ENGINE_KEY], True))
+    return web.json_response(job_view(_find(request), request.app[ENGINE_KEY], True,
+                                      viewer=request[OWNER_KEY]))
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -253,7 +272,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
         if rec.backend_id and path:
             bj = BackendJob(backend_id=rec.backend_id, job_uid=rec.uid,
                             state=BackendState.UNKNOWN, stdout_path=rec.stdout_path,
-                            stderr_path=rec.stderr_path)
+                            stderr_path=rec.stderr_path, owner_uid=rec.owner.uid)
             try:
                 data, offset = await backend.read_log(bj, stream, offset)
             except BackendUnavailable as exc:

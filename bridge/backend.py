@@ -97,6 +97,11 @@ class BackendJob:
     end_time: float | None = None
     stdout_path: str | None = None
     stderr_path: str | None = None
+    #: Unix uid of the job's owner, when the caller knows it (``read_log`` checks that
+    #: the output file belongs to it before a root daemon reads it).
+    owner_uid: int | None = None
+    #: Where the world queued it: Slurm partition, Flux queue, Kueue LocalQueue.
+    queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,8 @@ class Backend(Protocol):
 
     async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
         """Output of the job from ``offset``: (data, new offset). ``stream`` is
-        ``stdout`` or ``stderr``. Missing output gives ``(b"", offset)``."""
+        ``stdout`` or ``stderr``. Missing output, or a file that does not belong to
+        ``job.owner_uid``, gives ``(b"", offset)``."""
 
 
 ENTRY_POINT_GROUP = "hpc_bridge.backends"

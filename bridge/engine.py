@@ -371,6 +371,8 @@ class Engine:
             fields["stdout_path"] = bj.stdout_path
         if bj.stderr_path and bj.stderr_path != rec.stderr_path:
             fields["stderr_path"] = bj.stderr_path
+        if bj.queue and bj.queue != rec.queue:
+            fields["queue"] = bj.queue
         if bj.start_time and rec.started_at is None:
             fields["started_at"] = bj.start_time
         state = bj.state

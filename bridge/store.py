@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     nodes             TEXT NOT NULL DEFAULT '[]',
     stdout_path       TEXT,
     stderr_path       TEXT,
+    queue             TEXT,
     attempts          INTEGER NOT NULL DEFAULT 0,
     submitting_since  REAL,
     next_attempt_at   REAL NOT NULL DEFAULT 0,
@@ -115,6 +116,7 @@ class JobRecord:
     nodes: list[str]
     stdout_path: str | None
     stderr_path: str | None
+    queue: str | None
     attempts: int
     submitting_since: float | None
     next_attempt_at: float
@@ -163,6 +165,7 @@ def _row_to_record(row: sqlite3.Row) -> JobRecord:
         nodes=json.loads(row["nodes"]),
         stdout_path=row["stdout_path"],
         stderr_path=row["stderr_path"],
+        queue=row["queue"],
         attempts=row["attempts"],
         submitting_since=row["submitting_since"],
         next_attempt_at=row["next_attempt_at"],
@@ -263,7 +266,7 @@ class Store:
         """Change state (checked against the state machine) and set ``fields`` atomically.
 
         ``fields`` may be any of: backend_id, exit_code, nodes, stdout_path, stderr_path,
-        started_at, finished_at, attempts, submitting_since, next_attempt_at.
+        queue, started_at, finished_at, attempts, submitting_since, next_attempt_at.
         Staying in the same state only updates the fields (and reason/message if given).
         """
         now = time.time()
@@ -290,7 +293,7 @@ class Store:
 
     _COLUMNS = frozenset({
         "state", "reason", "message", "backend_id", "exit_code", "nodes", "stdout_path",
-        "stderr_path", "attempts", "submitting_since", "next_attempt_at", "cancel_requested",
+        "stderr_path", "queue", "attempts", "submitting_since", "next_attempt_at", "cancel_requested",
         "updated_at", "started_at", "finished_at", "document",
     })
 

@@ -1,1 +1,1 @@
-"""Flux back end (flux-python). Not built yet: see the Flux issue."""
+"""Flux back end through flux-python (the Flux issue)."""

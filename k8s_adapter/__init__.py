@@ -1,1 +1,1 @@
-"""Kubernetes back end (JobSet) and TrainJob CR front door. Not built yet: see the Kubernetes issue."""
+"""Kubernetes back end (JobSet) and TrainJob CR front door (the Kubernetes issue)."""

@@ -3,7 +3,15 @@
 # Idempotent; quick when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+# The system Python (Debian's), not one under /root: the CLI tools and job scripts
+# in the venv must be runnable by every user (the tests run them as alice and bob).
+PYTHON=${PYTHON:-/usr/bin/python3}
+if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || [[ ! -e /usr/include/python3.11/Python.h ]]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-dev >/dev/null
+fi
+if [[ -x .venv/bin/python ]] && [[ $(readlink -f .venv/bin/python) != $(readlink -f "$PYTHON") ]]; then
+  rm -rf .venv  # made by another interpreter (e.g. one other users cannot run)
+fi
 if [[ ! -x .venv/bin/python ]]; then
   "$PYTHON" -m venv .venv
 fi

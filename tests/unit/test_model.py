@@ -82,7 +82,7 @@ def test_bad_names_and_kinds() -> None:
         load_document({**minimal(), "kind": "PyTorchJob"})
     with pytest.raises(ValidationError, match="apiVersion"):
         load_trainjob({**minimal(), "apiVersion": "kubeflow.org/v1"})
-    with pytest.raises(ValidationError, match="spec.runtimeRef"):
+    with pytest.raises(ValidationError, match=r"spec\.runtimeRef"):
         load_trainjob({**minimal(), "spec": {"trainer": {}}})
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,7 +13,7 @@ from bridge.states import TERMINAL, IllegalTransition, JobState, allowed, check_
 
 def test_happy_path_is_legal() -> None:
     path = [JobState.PENDING, JobState.SUBMITTED, JobState.RUNNING, JobState.SUCCEEDED]
-    for src, dst in zip(path, path[1:], strict=False):
+    for src, dst in itertools.pairwise(path):
         check_transition(src, dst)
 
 

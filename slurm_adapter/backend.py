@@ -1,0 +1,525 @@
+"""Slurm as a bridge back end (:class:`bridge.backend.Backend`).
+
+Jobs carry ``comment = "hpc-bridge:<TrainJob uid>"``; :meth:`SlurmBackend.lookup`
+and :meth:`SlurmBackend.watch` find the bridge's jobs by that prefix in ONE
+listing of all jobs (slurmrestd ``GET /jobs`` or ``squeue --json``, both of which
+include finished jobs for ``MinJobAge`` seconds).
+
+Slurm state -> :class:`BackendState`:
+
+* PENDING, CONFIGURING, REQUEUED (and the other requeue/hold flags) -> PENDING
+* RUNNING, COMPLETING, RESIZING, SIGNALING, STAGE_OUT -> RUNNING. A COMPLETING job
+  has ended and Slurm is cleaning up: it stays RUNNING with its ``end_time``, but
+  without an exit code: checked on 22.05, a job cancelled while ignoring SIGTERM
+  shows ``COMPLETING`` with ``exit_code`` 0 and ends CANCELLED with 9, so the exit
+  code is only trusted once the state is final.
+* SUSPENDED, STOPPED -> SUSPENDED; COMPLETED; CANCELLED; TIMEOUT
+* FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED,
+  LAUNCH_FAILED -> FAILED; anything else -> UNKNOWN
+
+Exit codes: Slurm 22.05 reports the batch script's raw wait status (``exit 3`` ->
+768, killed by SIGKILL -> 9, scancel -> 15). ``BackendJob.exit_code`` is the exit
+status, or ``128 + signal`` when a signal ended the script (``signal`` set too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import pwd
+import re
+import stat
+import time
+from collections.abc import AsyncGenerator, Collection, Iterable, Mapping
+from typing import Any
+
+from bridge.backend import (
+    BackendError,
+    BackendJob,
+    BackendRejected,
+    BackendState,
+    Inventory,
+    NodeInfo,
+    Owner,
+    StatusBatch,
+    SubmitRequest,
+)
+from slurm_adapter import hostlist
+from slurm_adapter.cli import SlurmCli
+from slurm_adapter.dialects import Dialect, UnsupportedOption, dialect_for, dialect_from_meta
+from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
+from slurm_adapter.script import (
+    COMMENT_PREFIX,
+    DEFAULT_OUTPUT,
+    expand_output_pattern,
+    job_environment,
+    job_spec,
+    render_script,
+    rest_job,
+    sbatch_args,
+)
+from slurm_adapter.topology import parse_topology
+
+__all__ = ["SlurmBackend", "backend_state", "create", "job_from_slurm", "node_from_slurm"]
+
+log = logging.getLogger(__name__)
+
+#: At most this much output per :meth:`SlurmBackend.read_log` call.
+MAX_LOG_CHUNK = 1024 * 1024
+
+_BASE_STATES: dict[str, BackendState] = {
+    "PENDING": BackendState.PENDING,
+    "RUNNING": BackendState.RUNNING,
+    "SUSPENDED": BackendState.SUSPENDED,
+    "COMPLETED": BackendState.COMPLETED,
+    "CANCELLED": BackendState.CANCELLED,
+    "FAILED": BackendState.FAILED,
+    "TIMEOUT": BackendState.TIMEOUT,
+    "NODE_FAIL": BackendState.FAILED,
+    "PREEMPTED": BackendState.FAILED,
+    "BOOT_FAIL": BackendState.FAILED,
+    "DEADLINE": BackendState.FAILED,
+    "OUT_OF_MEMORY": BackendState.FAILED,
+}
+#: State flags that override the base state, in Slurm's own order of precedence
+#: (``job_state_string``: a COMPLETING job shows as COMPLETING, whatever its base).
+_FLAG_STATES: tuple[tuple[str, BackendState], ...] = (
+    ("COMPLETING", BackendState.RUNNING),
+    ("STAGE_OUT", BackendState.RUNNING),
+    ("CONFIGURING", BackendState.PENDING),
+    ("POWER_UP_NODE", BackendState.PENDING),
+    ("RESIZING", BackendState.RUNNING),
+    ("REQUEUED", BackendState.PENDING),
+    ("REQUEUE_FED", BackendState.PENDING),
+    ("REQUEUE_HOLD", BackendState.PENDING),
+    ("SPECIAL_EXIT", BackendState.PENDING),
+    ("RESV_DEL_HOLD", BackendState.PENDING),
+    ("STOPPED", BackendState.SUSPENDED),
+    ("REVOKED", BackendState.CANCELLED),
+    ("LAUNCH_FAILED", BackendState.FAILED),
+    ("RECONFIG_FAIL", BackendState.FAILED),
+    ("SIGNALING", BackendState.RUNNING),
+)
+#: Node states/flags under which a node takes no new work (its free capacity is 0).
+_UNUSABLE_NODE = frozenset({
+    "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "UNKNOWN",
+    "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "MAINTENANCE",
+    "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID", "INVALID_REG",
+})
+
+
+def backend_state(names: Iterable[str]) -> BackendState:
+    """The bridge state for Slurm's state names (base state and flags, any order)."""
+    found = {n.upper() for n in names}
+    for flag, state in _FLAG_STATES:
+        if flag in found:
+            return state
+    for name in found:
+        if name in _BASE_STATES:
+            return _BASE_STATES[name]
+    return BackendState.UNKNOWN
+
+
+def _text(raw: Any) -> str:
+    return raw if isinstance(raw, str) else ""
+
+
+def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | None:
+    """A :class:`BackendJob` for one Slurm job record, or None if the bridge did not
+    submit it (its comment lacks the ``hpc-bridge:`` prefix)."""
+    comment = _text(raw.get("comment"))
+    if not comment.startswith(COMMENT_PREFIX) or len(comment) == len(COMMENT_PREFIX):
+        return None
+    job_id = dialect.number(raw.get("job_id"))
+    if job_id is None:
+        return None
+    names = dialect.states(raw.get("job_state"))
+    state = backend_state(names)
+    completing = "COMPLETING" in names
+    ended = state.finished or completing
+
+    start = dialect.number(raw.get("start_time"))
+    end = dialect.number(raw.get("end_time"))
+    exit_code, signal = (dialect.exit_status(raw.get("exit_code")) if state.finished
+                         else (None, None))
+    try:
+        nodes = tuple(hostlist.expand(_text(raw.get("nodes"))))
+    except hostlist.HostlistError as exc:
+        log.warning("job %s: %s", job_id, exc)
+        nodes = ()
+
+    array_job = dialect.number(raw.get("array_job_id")) or None
+    array_task = dialect.number(raw.get("array_task_id"))
+    default_out = "slurm-%A_%a.out" if array_job else DEFAULT_OUTPUT
+    out_pattern = _text(raw.get("standard_output")) or default_out
+    err_pattern = _text(raw.get("standard_error")) or out_pattern
+    chdir = _text(raw.get("current_working_directory")) or "/"
+
+    def resolve(pattern: str) -> str:
+        return expand_output_pattern(
+            pattern, job_id, _text(raw.get("name")), _text(raw.get("user_name")), chdir,
+            array_job_id=array_job, array_task_id=array_task,
+            node=_text(raw.get("batch_host")) or None,
+        )
+
+    reason = _text(raw.get("state_reason"))
+    description = _text(raw.get("state_description"))
+    if description:
+        reason = f"{reason}: {description}" if reason and reason != "None" else description
+    return BackendJob(
+        backend_id=str(job_id),
+        job_uid=comment[len(COMMENT_PREFIX):],
+        state=state,
+        native_state="+".join(names) or "UNKNOWN",
+        exit_code=exit_code,
+        signal=signal,
+        reason=reason if reason and reason != "None" else None,
+        nodes=nodes,
+        start_time=float(start) if start and state is not BackendState.PENDING else None,
+        end_time=float(end) if end and ended else None,
+        stdout_path=resolve(out_pattern),
+        stderr_path=resolve(err_pattern),
+        queue=str(raw.get("partition") or "") or None,
+    )
+
+
+def _split_gres(text: str) -> list[str]:
+    """``gpu:a100:2(S:0-1),mps:100`` -> items (commas inside parentheses kept)."""
+    items, depth, current = [], 0, ""
+    for c in text:
+        depth += (c == "(") - (c == ")")
+        if c == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += c
+    items.append(current)
+    return [i.strip() for i in items if i.strip()]
+
+
+def gpu_count(gres: str) -> int:
+    """The number of GPUs in a gres string (``gpu:2``, ``gpu:a100:4(S:0-1)``)."""
+    total = 0
+    for item in _split_gres(gres):
+        parts = re.sub(r"\(.*\)$", "", item).split(":")
+        if parts[0] != "gpu":
+            continue
+        count = parts[-1] if len(parts) > 1 else "1"
+        m = re.match(r"^(\d+)", count)
+        total += int(m.group(1)) if m else 1
+    return total
+
+
+def node_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> NodeInfo:
+    """A :class:`NodeInfo` for one Slurm node record (slurmrestd ``/nodes``, ``sinfo --json``).
+
+    ``state`` is Slurm's, upper case, flags joined by ``+`` (``IDLE+DRAIN``). A node
+    that cannot take work (down, drained, not responding …) has no free capacity.
+    """
+    states = list(dialect.states(raw.get("state")))
+    flags = raw.get("state_flags")
+    if isinstance(flags, list):
+        states += [str(f).upper() for f in flags if str(f).upper() not in states]
+    cpus = dialect.number(raw.get("cpus")) or 0
+    alloc_cpus = dialect.number(raw.get("alloc_cpus")) or 0
+    memory = dialect.number(raw.get("real_memory")) or 0
+    alloc_memory = dialect.number(raw.get("alloc_memory")) or 0
+    gpus = gpu_count(_text(raw.get("gres")))
+    used_gpus = gpu_count(_text(raw.get("gres_used")))
+    usable = not (set(states) & _UNUSABLE_NODE)
+    partitions = raw.get("partitions")
+    features = raw.get("active_features") or raw.get("features")
+    return NodeInfo(
+        name=_text(raw.get("name")),
+        state="+".join(states) or "UNKNOWN",
+        cpus=cpus,
+        free_cpus=max(cpus - alloc_cpus, 0) if usable else 0,
+        memory_mb=memory,
+        free_memory_mb=max(memory - alloc_memory, 0) if usable else 0,
+        gpus=gpus,
+        free_gpus=max(gpus - used_gpus, 0) if usable else 0,
+        partitions=tuple(str(p) for p in partitions) if isinstance(partitions, list) else (),
+        features=dialect.features(features),
+    )
+
+
+def _prefer(a: BackendJob, b: BackendJob) -> BackendJob:
+    """Of two Slurm jobs with one uid: the unfinished one, else the newest."""
+    if a.state.finished != b.state.finished:
+        return b if a.state.finished else a
+    return a if int(a.backend_id) > int(b.backend_id) else b
+
+
+class SlurmBackend:
+    """Slurm through slurmrestd (preferred) or its commands.
+
+    Settings (``create(name, settings)``; all optional):
+
+    ``rest_socket``
+        path of slurmrestd's UNIX socket, or
+    ``rest_url``
+        ``http://host:port`` of slurmrestd.
+    ``rest_version``
+        OpenAPI version, ``v0.0.38`` (default), ``v0.0.40`` or ``v0.0.41``.
+    ``jwt_key``
+        path of Slurm's ``jwt_key``: sign tokens locally. Without it tokens come
+        from ``scontrol token`` (needs root or SlurmUser).
+    ``token_lifespan``
+        seconds a token lives (default 3600).
+    ``use_cli``
+        talk to Slurm through sbatch/squeue/scancel/sinfo instead of slurmrestd
+        (default: only when neither ``rest_socket`` nor ``rest_url`` is set).
+    ``default_partition``
+        partition for jobs that name none (default: Slurm's default partition).
+    ``request_timeout``
+        seconds for one REST request or one command (default 10).
+    ``rest_user``
+        the user the daemon lists jobs and nodes as over REST (default: the
+        daemon's own user; it must see every user's jobs, e.g. root or SlurmUser).
+
+    The topology always comes from ``scontrol show topology`` (slurmrestd 0.0.38
+    has no topology endpoint); without ``scontrol`` the inventory has no switches.
+    """
+
+    def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
+                 default_partition: str | None = None, rest_user: str | None = None):
+        self.name = name
+        self.cli = cli
+        self.rest = rest
+        self.default_partition = default_partition
+        self.rest_user = rest_user or _user_name(os.geteuid())
+        #: Slurm job id -> uid of its owner, from the last listing (for read_log).
+        self._owner_uids: dict[str, int] = {}
+
+    # --- life cycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.rest is not None:
+            await self.rest.ping(self.rest_user)
+        else:
+            await self.cli.ping()
+
+    async def close(self) -> None:
+        if self.rest is not None:
+            await self.rest.close()
+
+    # --- jobs -----------------------------------------------------------------------
+
+    @staticmethod
+    def _default_chdir(owner: Owner) -> str:
+        try:
+            return pwd.getpwnam(owner.user).pw_dir or "/tmp"  # noqa: S108 - a default cwd
+        except KeyError:
+            return "/tmp"  # noqa: S108
+
+    async def submit(self, request: SubmitRequest) -> str:
+        """Submit as ``request.owner``; the Slurm job id. See the module docstring."""
+        spec = job_spec(request, default_chdir=self._default_chdir(request.owner),
+                        default_partition=self.default_partition)
+        script = render_script(request)
+        env = job_environment(request.plan)
+        # With --export-file, slurmd 22.05 expands %x in --output from the job's
+        # SLURM_JOB_NAME variable, not from the job record: without it the file is
+        # "(null)-<id>.out". sbatch sets it only when exporting its own environment.
+        cli_env = {**env, "SLURM_JOB_NAME": spec.name}
+        if self.rest is not None:
+            try:
+                body = rest_job(spec, env, self.rest.dialect)
+            except UnsupportedOption as exc:
+                if self.cli.has("sbatch"):
+                    log.info("job %s: %s; submitting it with sbatch instead", request.job_uid,
+                             exc)
+                    return await self.cli.submit(script, sbatch_args(spec), cli_env, request.owner,
+                                               spec.script_args)
+                raise BackendRejected(str(exc)) from None
+            except hostlist.HostlistError as exc:
+                raise BackendRejected(str(exc)) from None
+            return await self.rest.submit(request.owner.user, script, body)
+        return await self.cli.submit(script, sbatch_args(spec), cli_env, request.owner,
+                                     spec.script_args)
+
+    async def _listing(self) -> tuple[list[Any], Dialect]:
+        if self.rest is not None:
+            data = await self.rest.jobs(self.rest_user)
+            dialect = self.rest.dialect
+        else:
+            data = await self.cli.jobs()
+            dialect = dialect_from_meta(data.get("meta"))
+        jobs = data.get("jobs")
+        return (jobs if isinstance(jobs, list) else []), dialect
+
+    async def _bridge_jobs(self) -> dict[str, BackendJob]:
+        """All the bridge's jobs by uid, from one listing."""
+        raw_jobs, dialect = await self._listing()
+        by_uid: dict[str, BackendJob] = {}
+        owners: dict[str, int] = {}
+        for raw in raw_jobs:
+            if not isinstance(raw, dict):
+                continue
+            job = job_from_slurm(raw, dialect)
+            if job is None:
+                continue
+            user_id = dialect.number(raw.get("user_id"))
+            if user_id is not None:
+                owners[job.backend_id] = user_id
+            seen = by_uid.get(job.job_uid)
+            by_uid[job.job_uid] = job if seen is None else _prefer(seen, job)
+        # Only what Slurm still holds: bounded by Slurm's own job table.
+        self._owner_uids = owners
+        return by_uid
+
+    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
+        """The Slurm jobs carrying these uids, from one listing of all jobs. Should two
+        Slurm jobs carry one uid, the unfinished one (else the newest) is returned."""
+        wanted = set(job_uids)
+        return {uid: job for uid, job in (await self._bridge_jobs()).items() if uid in wanted}
+
+    async def watch(self, interval: float) -> AsyncGenerator[StatusBatch, None]:
+        """A complete snapshot of the bridge's jobs every ``interval`` seconds (one
+        listing each). While Slurm cannot be reached nothing is yielded; never raises."""
+        while True:
+            try:
+                jobs = await self._bridge_jobs()
+            except BackendError as exc:
+                log.warning("slurm back end %s: no status this round: %s", self.name, exc)
+            except Exception:
+                log.exception("slurm back end %s: unexpected error reading job status",
+                              self.name)
+            else:
+                yield StatusBatch(jobs=tuple(jobs.values()), complete=True, at=time.time())
+            await asyncio.sleep(interval)
+
+    async def cancel(self, backend_id: str, owner: Owner) -> None:
+        """Cancel as ``owner`` (SIGKILL request: Slurm sends SIGTERM, then SIGKILL after
+        KillWait). A finished or unknown job is not an error."""
+        if self.rest is not None:
+            await self.rest.cancel(owner.user, backend_id)
+        else:
+            await self.cli.cancel(backend_id, owner)
+
+    # --- inventory --------------------------------------------------------------------
+
+    async def inventory(self) -> Inventory:
+        """Nodes (slurmrestd ``/nodes`` or ``sinfo --json``) and the switch tree
+        (``scontrol show topology``)."""
+        if self.rest is not None:
+            data = await self.rest.nodes(self.rest_user)
+            dialect = self.rest.dialect
+        else:
+            data = await self.cli.nodes()
+            dialect = dialect_from_meta(data.get("meta"))
+        nodes: dict[str, NodeInfo] = {}
+        for raw in data.get("nodes") or []:
+            if isinstance(raw, dict) and raw.get("name"):
+                info = node_from_slurm(raw, dialect)
+                nodes.setdefault(info.name, info)
+        switches: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        if self.cli.has("scontrol"):
+            try:
+                switches = parse_topology(await self.cli.topology())
+            except hostlist.HostlistError as exc:
+                log.warning("slurm back end %s: unreadable topology: %s", self.name, exc)
+        return Inventory(nodes=tuple(nodes.values()), switches=switches)
+
+    # --- output -----------------------------------------------------------------------
+
+    async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
+        """Up to 1 MiB of the job's ``stdout``/``stderr`` file from ``offset``.
+
+        The daemon may be root and the path is the user's choice, so the file is
+        opened without following a final symlink and read only if it is a regular
+        file owned by the job's owner (the user slurmd created it as). A missing,
+        foreign or unknown-owner file gives ``(b"", offset)``.
+        """
+        if stream not in ("stdout", "stderr"):
+            raise ValueError(f"stream must be 'stdout' or 'stderr', got {stream!r}")
+        path = job.stdout_path if stream == "stdout" else job.stderr_path
+        if not path or "%N" in path or offset < 0:
+            return b"", offset
+        owner_uid = job.owner_uid
+        if owner_uid is None:
+            owner_uid = self._owner_uids.get(job.backend_id)
+        if owner_uid is None:
+            try:
+                await self._bridge_jobs()
+            except BackendError as exc:
+                log.info("read_log: cannot learn the owner of job %s: %s", job.backend_id, exc)
+            owner_uid = self._owner_uids.get(job.backend_id)
+        if owner_uid is None:
+            log.warning("read_log: owner of Slurm job %s unknown; not reading %s",
+                        job.backend_id, path)
+            return b"", offset
+        data = await asyncio.to_thread(_read_owned, path, owner_uid, offset)
+        return data, offset + len(data)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "root" if uid == 0 else str(uid)
+
+
+def _read_owned(path: str, owner_uid: int, offset: int) -> bytes:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            log.warning("read_log: cannot open %s: %s", path, exc.strerror)
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            log.warning("read_log: %s is not a regular file", path)
+            return b""
+        if owner_uid != 0 and st.st_uid != owner_uid:
+            log.warning("read_log: %s belongs to uid %d, not to the job's owner %d",
+                        path, st.st_uid, owner_uid)
+            return b""
+        return os.pread(fd, MAX_LOG_CHUNK, offset)
+    finally:
+        os.close(fd)
+
+
+def _flag(settings: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = settings.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def create(name: str, settings: dict[str, Any]) -> SlurmBackend:
+    """Entry point ``hpc_bridge.backends: slurm``: a :class:`SlurmBackend` from settings
+    (see the class docstring). Raises ValueError for contradictory settings."""
+    known = {"rest_socket", "rest_url", "rest_version", "jwt_key", "token_lifespan", "use_cli",
+             "default_partition", "request_timeout", "rest_user"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"slurm back end {name!r}: unknown settings {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(known))}")
+    socket_path = settings.get("rest_socket")
+    url = settings.get("rest_url")
+    if socket_path and url:
+        raise ValueError(f"slurm back end {name!r}: give rest_socket or rest_url, not both")
+    timeout = float(settings.get("request_timeout", 10))
+    lifespan = int(settings.get("token_lifespan", 3600))
+    cli = SlurmCli(timeout=timeout)
+    use_cli = _flag(settings, "use_cli", not (socket_path or url))
+    rest: SlurmRestClient | None = None
+    if not use_cli:
+        if not (socket_path or url):
+            raise ValueError(f"slurm back end {name!r}: use_cli is false but neither "
+                             f"rest_socket nor rest_url is set")
+        dialect = dialect_for(str(settings.get("rest_version", "v0.0.38")))
+        tokens: TokenSource = (
+            JwtSigner(str(settings["jwt_key"]), lifespan) if settings.get("jwt_key")
+            else ScontrolTokens(cli.run_plain, lifespan)
+        )
+        rest = SlurmRestClient(dialect, tokens, socket_path=socket_path, url=url,
+                               timeout=timeout)
+    return SlurmBackend(name, cli=cli, rest=rest,
+                        default_partition=settings.get("default_partition") or None,
+                        rest_user=settings.get("rest_user") or None)

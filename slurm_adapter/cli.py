@@ -1,0 +1,275 @@
+"""Slurm through its commands (``sbatch``, ``squeue``, ``scancel``, ``sinfo``,
+``scontrol``), for when no slurmrestd is configured.
+
+Contract:
+
+* Commands run with :func:`asyncio.create_subprocess_exec` (never a shell), in
+  ``/``, with a timeout; a command that overruns is killed and gives
+  :class:`BackendUnavailable`.
+* ``sbatch`` and ``scancel`` run AS THE JOB'S OWNER (``user=``/``group=``/
+  ``extra_groups=`` from ``os.getgrouplist``). That needs root unless the owner is
+  the daemon's own user; otherwise :class:`BackendRejected`.
+* The job's environment is exactly the one given (the back end passes
+  :func:`slurm_adapter.script.job_environment`), plus ``SLURM_CONF`` when the
+  daemon has it, handed to ``sbatch --export=ALL --export-file=FD`` through an anonymous
+  memory file: no value appears on a command line, multi-line values survive, and
+  sbatch itself never sees the user's variables (an ``SBATCH_*`` variable in the
+  plan cannot change the submission). Verified on Slurm 22.05: with
+  ``--export-file`` the job gets exactly the file's variables (plus Slurm's own),
+  not sbatch's environment.
+* sbatch's own environment is ``PATH`` and ``SLURM_CONF`` only.
+* Every child gets ``PR_SET_PDEATHSIG`` = SIGKILL through util-linux ``setpriv
+  --pdeathsig KILL`` (when ``setpriv`` exists): if the daemon dies mid-call, no
+  ``sbatch`` lingers, and no ``preexec_fn`` runs Python in the forked child (not
+  safe with threads). The flag survives the uid switch because ``setpriv`` sets
+  it after the switch and ``sbatch`` is not set-uid. A submission cut short this
+  way is found again by its comment (the idempotency key).
+* Error text: "Unable to contact slurm controller", "Socket timed out" …
+  -> :class:`BackendUnavailable`; other sbatch failures -> :class:`BackendRejected`
+  with sbatch's own message. ``squeue --json`` and ``sinfo --json`` exit 0 even
+  when the controller is down: their ``errors`` list is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.backend import BackendRejected, BackendUnavailable, Owner
+from slurm_adapter.errors import classify, is_transient_message
+
+__all__ = ["Completed", "SlurmCli"]
+
+log = logging.getLogger(__name__)
+
+#: PATH of the Slurm commands themselves.
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: scancel / REST messages that make a cancellation a no-op.
+_CANCEL_NOOP = ("invalid job id specified", "already completing or completed")
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished command."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def message(self) -> str:
+        """stderr as text without the ``prog: error:`` prefixes, one line per message."""
+        lines = []
+        for line in self.stderr.decode(errors="replace").splitlines():
+            text = line.strip()
+            for prefix in (f"{os.path.basename(self.argv[0])}: error: ", "error: "):
+                text = text.removeprefix(prefix)
+            if text:
+                lines.append(text)
+        return "; ".join(lines)
+
+
+class SlurmCli:
+    """Runs Slurm commands for the back end."""
+
+    def __init__(self, *, timeout: float = 10.0, slurm_conf: str | None = None,
+                 path: str | None = None, pdeathsig: bool = True):
+        """``slurm_conf``: passed on to every command (default: the daemon's
+        ``SLURM_CONF``). ``path``: where to look for the commands (default: the
+        daemon's ``PATH``, then the usual system directories)."""
+        self.timeout = timeout
+        self.slurm_conf = slurm_conf if slurm_conf is not None else os.environ.get("SLURM_CONF")
+        self.path = path or os.pathsep.join(p for p in (os.environ.get("PATH"), SAFE_PATH) if p)
+        self._setpriv = shutil.which("setpriv", path=self.path) if pdeathsig else None
+
+    def has(self, name: str) -> bool:
+        """Whether the command ``name`` is installed."""
+        return shutil.which(name, path=self.path) is not None
+
+    def _which(self, name: str) -> str:
+        found = shutil.which(name, path=self.path)
+        if found is None:
+            raise BackendUnavailable(f"{name} not found (PATH={self.path}); is the Slurm client "
+                                     f"installed?")
+        return found
+
+    def _env(self) -> dict[str, str]:
+        env = {"PATH": SAFE_PATH}
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        return env
+
+    @staticmethod
+    def _as_owner(owner: Owner | None) -> dict[str, Any]:
+        """subprocess keyword arguments that switch to ``owner`` (empty: stay)."""
+        if owner is None or owner.uid == os.geteuid():
+            return {}
+        if os.geteuid() != 0:
+            raise BackendRejected("the daemon must run as root to submit for other users "
+                                  f"(job owner {owner.user!r}, uid {owner.uid})")
+        try:
+            groups = os.getgrouplist(owner.user, owner.gid)
+        except OSError:
+            groups = [owner.gid]
+        return {"user": owner.uid, "group": owner.gid, "extra_groups": groups}
+
+    async def run(self, argv: Sequence[str], *, owner: Owner | None = None,
+                  stdin: bytes | None = None, pass_fds: Sequence[int] = ()) -> Completed:
+        """Run ``argv`` (``argv[0]`` looked up on the path) and collect its output."""
+        program = self._which(argv[0])
+        full = [program, *argv[1:]]
+        if self._setpriv:
+            full = [self._setpriv, "--pdeathsig", "KILL", "--", *full]
+        limit = self.timeout
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *full,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env(),
+                cwd="/",
+                pass_fds=tuple(pass_fds),
+                **self._as_owner(owner),
+            )
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(stdin), limit)
+        except TimeoutError:
+            await self._kill(proc)
+            raise BackendUnavailable(f"{argv[0]} did not finish within {limit:g}s") from None
+        except BaseException:
+            await self._kill(proc)
+            raise
+        assert proc.returncode is not None
+        return Completed(tuple(argv), proc.returncode, out, err)
+
+    @staticmethod
+    async def _kill(proc: asyncio.subprocess.Process) -> None:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    async def ping(self) -> None:
+        """``scontrol ping``; :class:`BackendUnavailable` unless slurmctld is UP."""
+        done = await self.run(["scontrol", "ping"])
+        text = done.stdout.decode(errors="replace")
+        if done.returncode != 0 or " is UP" not in text:
+            raise BackendUnavailable(f"slurmctld does not answer: "
+                                     f"{text.strip().splitlines()[0] if text.strip() else ''} "
+                                     f"{done.message}".strip())
+
+    async def run_plain(self, argv: list[str]) -> tuple[int, bytes, bytes]:
+        """``(returncode, stdout, stderr)`` of ``argv`` run as the daemon."""
+        done = await self.run(argv)
+        return done.returncode, done.stdout, done.stderr
+
+    # --- jobs -----------------------------------------------------------------------
+
+    async def submit(self, script: str, args: Sequence[str], env: Mapping[str, str],
+                     owner: Owner, script_args: Sequence[str] = ()) -> str:
+        """``sbatch --parsable`` as ``owner``; the new job id.
+
+        The script and the environment travel in memory files (``memfd``) passed as
+        descriptors: the script as ``/proc/self/fd/N`` followed by ``script_args``
+        (stdin could not carry arguments), the environment via ``--export-file``.
+        Nothing the user wrote is on a command line but the script arguments, which
+        are argv elements, never shell text.
+        """
+        job_env = dict(env)
+        if self.slurm_conf:
+            job_env.setdefault("SLURM_CONF", self.slurm_conf)
+        env_fd = os.memfd_create("hpc-bridge-env", os.MFD_CLOEXEC)
+        script_fd = os.memfd_create("hpc-bridge-script", os.MFD_CLOEXEC)
+        try:
+            payload = b"".join(f"{k}={v}".encode() + b"\0" for k, v in job_env.items())
+            os.write(env_fd, payload)
+            os.lseek(env_fd, 0, os.SEEK_SET)
+            os.write(script_fd, script.encode())
+            os.lseek(script_fd, 0, os.SEEK_SET)
+            done = await self.run(
+                ["sbatch", "--parsable", "--ignore-pbs", "--export=ALL",
+                 f"--export-file={env_fd}", *args, f"/proc/self/fd/{script_fd}",
+                 *script_args],
+                owner=owner, pass_fds=(env_fd, script_fd),
+            )
+        finally:
+            os.close(env_fd)
+            os.close(script_fd)
+        if done.returncode != 0:
+            message = done.message or f"sbatch exited with {done.returncode}"
+            if is_transient_message(message):
+                raise BackendUnavailable(f"sbatch: {message}")
+            raise BackendRejected(f"sbatch: {message}")
+        first = done.stdout.decode(errors="replace").strip().splitlines()
+        job_id = first[-1].split(";", 1)[0].strip() if first else ""
+        if not job_id.isdigit():
+            raise BackendUnavailable(f"sbatch printed no job id: {done.stdout!r} "
+                                     f"{done.message}")
+        if done.message:
+            log.warning("sbatch accepted job %s with a warning: %s", job_id, done.message)
+        return job_id
+
+    async def _json(self, argv: list[str], what: str) -> dict[str, Any]:
+        done = await self.run(argv)
+        if done.returncode != 0:
+            raise BackendUnavailable(f"{' '.join(argv)} failed ({done.returncode}): "
+                                     f"{done.message}")
+        try:
+            data = json.loads(done.stdout)
+        except ValueError as exc:
+            raise BackendUnavailable(f"{' '.join(argv)} printed no JSON: {exc}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get(what), list):
+            raise BackendUnavailable(f"{' '.join(argv)} printed no {what!r} list")
+        errors = data.get("errors")
+        if errors:
+            # Exit status 0 with errors: the controller could not be asked.
+            raise classify(errors, context=" ".join(argv), read=True)
+        return data
+
+    async def jobs(self) -> dict[str, Any]:
+        """``squeue --json``: ALL jobs the controller holds, finished ones included
+        (on 22.05, ``--json`` ignores squeue's state filter; ``scontrol`` has no
+        ``--json`` there)."""
+        return await self._json(["squeue", "--json"], "jobs")
+
+    async def nodes(self) -> dict[str, Any]:
+        """``sinfo --json``: every node, in the shape of slurmrestd's ``/nodes``."""
+        return await self._json(["sinfo", "--json"], "nodes")
+
+    async def cancel(self, job_id: str, owner: Owner) -> None:
+        """``scancel JOB`` as ``owner``; an unknown or finished job is no error."""
+        if not job_id.isdigit():
+            raise BackendRejected(f"not a Slurm job id: {job_id!r}")
+        done = await self.run(["scancel", job_id], owner=owner)
+        if done.returncode == 0:
+            return
+        message = done.message or f"scancel exited with {done.returncode}"
+        if any(m in message.lower() for m in _CANCEL_NOOP):
+            return
+        if is_transient_message(message):
+            raise BackendUnavailable(f"scancel {job_id}: {message}")
+        raise BackendRejected(f"scancel {job_id}: {message}")
+
+    async def topology(self) -> str:
+        """``scontrol show topology`` text ("" when the cluster has none).
+
+        It exits 0 even when the controller is down; the error is on stderr.
+        """
+        done = await self.run(["scontrol", "show", "topology"])
+        message = done.message
+        if message and is_transient_message(message):
+            raise BackendUnavailable(f"scontrol show topology: {message}")
+        if done.returncode != 0 or message:
+            log.info("scontrol show topology: %s", message or f"exit {done.returncode}")
+        return done.stdout.decode(errors="replace") if done.returncode == 0 else ""

@@ -1,0 +1,315 @@
+"""An asyncio slurmrestd client (aiohttp), over a UNIX socket or a TCP URL.
+
+One :class:`SlurmRestClient` speaks any :class:`~slurm_adapter.dialects.Dialect`;
+versions are data, not subclasses.
+
+Authentication is per request: ``X-SLURM-USER-NAME`` + ``X-SLURM-USER-TOKEN``
+(slurmrestd started with ``-a rest_auth/jwt`` and ``SLURM_JWT=daemon``). Every
+call names the user it acts as: jobs are submitted and cancelled as their owner,
+never as the daemon's user. Tokens come from a :class:`TokenSource`:
+
+* :class:`JwtSigner` signs HS256 tokens locally with Slurm's ``jwt_key`` (claims
+  ``sun`` = user name, ``iat``, ``exp`` — the same claims ``scontrol token``
+  issues), cached per user until shortly before expiry;
+* :class:`ScontrolTokens` asks ``scontrol token username=U lifespan=S`` (works as
+  root or SlurmUser only), cached the same way.
+
+Errors: connection refused, missing socket, timeout, 5xx without Slurm errors,
+an authentication failure or a Slurm error that means "controller unreachable"
+-> :class:`BackendUnavailable`. Slurm ``errors`` refusing a submission or a
+cancellation (slurmrestd answers them with HTTP 4xx *or* 500) ->
+:class:`BackendRejected` with Slurm's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import jwt
+
+from bridge.backend import BackendRejected, BackendUnavailable
+from slurm_adapter.dialects import Dialect
+from slurm_adapter.errors import classify, error_messages
+
+__all__ = ["JwtSigner", "ScontrolTokens", "SlurmRestClient", "TokenSource"]
+
+log = logging.getLogger(__name__)
+
+#: Slurm error numbers that make a cancellation a no-op: "Invalid job id specified"
+#: (unknown / purged job) and "Job/step already completing or completed".
+CANCEL_NOOP_ERRORS = frozenset({2017, 2021})
+
+
+class TokenSource(Protocol):
+    """Where JWTs come from."""
+
+    async def token(self, user: str) -> str:
+        """A valid token for ``user``; raises :class:`BackendUnavailable` if none."""
+        ...
+
+    def invalidate(self, user: str) -> None:
+        """Forget a cached token (it was refused)."""
+        ...
+
+
+@dataclass
+class _Cached:
+    token: str
+    expires: float
+
+
+class _Cache:
+    """Tokens per user, reused until ``margin`` seconds before they expire."""
+
+    def __init__(self, lifespan: int, clock: Callable[[], float]):
+        self.lifespan = lifespan
+        self.clock = clock
+        self.margin = min(300.0, lifespan / 5)
+        self._tokens: dict[str, _Cached] = {}
+
+    def get(self, user: str) -> str | None:
+        cached = self._tokens.get(user)
+        if cached is not None and cached.expires - self.margin > self.clock():
+            return cached.token
+        return None
+
+    def put(self, user: str, token: str, issued: float) -> None:
+        self._tokens[user] = _Cached(token, issued + self.lifespan)
+
+    def drop(self, user: str) -> None:
+        self._tokens.pop(user, None)
+
+
+class JwtSigner:
+    """HS256 tokens signed with the cluster's ``jwt_key`` (read once, at first use)."""
+
+    def __init__(self, key_path: str, lifespan: int = 3600,
+                 clock: Callable[[], float] = time.time):
+        self.key_path = key_path
+        self._cache = _Cache(lifespan, clock)
+        self._key: bytes | None = None
+
+    def _load_key(self) -> bytes:
+        if self._key is None:
+            try:
+                self._key = Path(self.key_path).read_bytes()
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot read the Slurm JWT key {self.key_path}: "
+                                         f"{exc.strerror or exc}") from exc
+            if not self._key:
+                raise BackendUnavailable(f"the Slurm JWT key {self.key_path} is empty")
+        return self._key
+
+    def sign(self, user: str) -> str:
+        """A fresh token for ``user`` (not cached)."""
+        now = int(self._cache.clock())
+        claims = {"sun": user, "iat": now, "exp": now + self._cache.lifespan}
+        return jwt.encode(claims, self._load_key(), algorithm="HS256")
+
+    async def token(self, user: str) -> str:
+        cached = self._cache.get(user)
+        if cached is not None:
+            return cached
+        issued = self._cache.clock()
+        token = self.sign(user)
+        self._cache.put(user, token, issued)
+        return token
+
+    def invalidate(self, user: str) -> None:
+        self._cache.drop(user)
+
+
+class ScontrolTokens:
+    """Tokens from ``scontrol token username=U lifespan=S`` (root or SlurmUser only)."""
+
+    def __init__(self, run: Callable[[list[str]], Awaitable[tuple[int, bytes, bytes]]],
+                 lifespan: int = 3600, clock: Callable[[], float] = time.time):
+        """``run(argv)`` gives ``(returncode, stdout, stderr)`` of a command run as the
+        daemon (e.g. :meth:`slurm_adapter.cli.SlurmCli.run_plain`)."""
+        self._run = run
+        self._cache = _Cache(lifespan, clock)
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def token(self, user: str) -> str:
+        cached = self._cache.get(user)
+        if cached is not None:
+            return cached
+        lock = self._locks.setdefault(user, asyncio.Lock())
+        async with lock:
+            cached = self._cache.get(user)
+            if cached is not None:
+                return cached
+            issued = self._cache.clock()
+            rc, out, err = await self._run(
+                ["scontrol", "token", f"username={user}", f"lifespan={self._cache.lifespan}"]
+            )
+            text = out.decode(errors="replace")
+            for line in text.splitlines():
+                if line.startswith("SLURM_JWT="):
+                    token = line.split("=", 1)[1].strip()
+                    self._cache.put(user, token, issued)
+                    return token
+            why = err.decode(errors="replace").strip()
+            raise BackendUnavailable(f"scontrol token username={user} failed (exit {rc}): "
+                                     f"{why or text.strip() or 'no token printed'}")
+
+    def invalidate(self, user: str) -> None:
+        self._cache.drop(user)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: dict[str, Any] | None
+    text: str
+
+
+class SlurmRestClient:
+    """slurmrestd for one dialect. Give ``socket_path`` (UNIX socket) or ``url``."""
+
+    def __init__(self, dialect: Dialect, tokens: TokenSource, *,
+                 socket_path: str | None = None, url: str | None = None,
+                 timeout: float = 10.0):
+        if (socket_path is None) == (url is None):
+            raise ValueError("give exactly one of socket_path and url")
+        self.dialect = dialect
+        self.tokens = tokens
+        self.socket_path = socket_path
+        self.base_url = (url or "http://localhost").rstrip("/")
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def where(self) -> str:
+        return f"unix:{self.socket_path}" if self.socket_path else self.base_url
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector: aiohttp.BaseConnector = (
+                aiohttp.UnixConnector(path=self.socket_path) if self.socket_path
+                else aiohttp.TCPConnector()
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout)
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _request(self, method: str, path: str, user: str,
+                       body: dict[str, Any] | None = None) -> _Answer:
+        """One HTTP exchange as ``user``; transport failures -> BackendUnavailable."""
+        token = await self.tokens.token(user)
+        headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token,
+                   "Accept": "application/json"}
+        url = self.base_url + self.dialect.prefix + path
+        try:
+            async with self._http().request(method, url, headers=headers, json=body) as resp:
+                text = await resp.text(errors="replace")
+                status = resp.status
+        except TimeoutError as exc:
+            raise BackendUnavailable(f"slurmrestd at {self.where} did not answer "
+                                     f"{method} {path} within {self.timeout:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise BackendUnavailable(f"slurmrestd at {self.where} unreachable: {exc}") from exc
+        except OSError as exc:
+            raise BackendUnavailable(f"slurmrestd at {self.where} unreachable: {exc}") from exc
+        parsed: Any = None
+        try:
+            parsed = json.loads(text) if text.strip() else None
+        except ValueError:
+            parsed = None
+        answer = _Answer(status, parsed if isinstance(parsed, dict) else None, text)
+        if status in (401, 403):
+            self.tokens.invalidate(user)
+            raise BackendUnavailable(f"slurmrestd at {self.where} refused the credentials of "
+                                     f"{user!r} (HTTP {status}: {text.strip()[:200]})")
+        if answer.body is None:
+            raise BackendUnavailable(f"slurmrestd at {self.where} answered {method} {path} with "
+                                     f"HTTP {status} and no JSON: {text.strip()[:200]!r}")
+        return answer
+
+    @staticmethod
+    def _errors(answer: _Answer) -> list[Any]:
+        errors = (answer.body or {}).get("errors")
+        return errors if isinstance(errors, list) else []
+
+    async def submit(self, user: str, script: str, job: dict[str, Any]) -> str:
+        """Submit as ``user``; the new Slurm job id.
+
+        Success is an answer carrying a ``job_id``, even with ``errors`` beside it
+        (Slurm 22.05 does that for a job it queued but cannot start yet, e.g.
+        "Requested partition configuration not available now"); those are logged.
+        """
+        answer = await self._request("POST", "/job/submit", user,
+                                     self.dialect.submit_body(script, job))
+        assert answer.body is not None
+        job_id = answer.body.get("job_id")
+        errors = self._errors(answer)
+        if isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0:
+            for code, message in error_messages(errors):
+                log.warning("slurmrestd accepted job %s with a warning (%s): %s",
+                            job_id, code, message)
+            return str(job_id)
+        if not errors and answer.status >= 500:
+            raise BackendUnavailable(f"slurmrestd at {self.where}: HTTP {answer.status} "
+                                     f"without a job id")
+        raise classify(errors or [{"error": f"HTTP {answer.status} without a job id"}],
+                       context="Slurm refused the job")
+
+    async def ping(self, user: str) -> None:
+        """``GET /ping`` as ``user``; :class:`BackendUnavailable` unless slurmctld answers."""
+        answer = await self._request("GET", "/ping", user)
+        errors = self._errors(answer)
+        if answer.status != 200 or errors:
+            raise classify(errors or [{"error": f"HTTP {answer.status}"}],
+                           context=f"slurmrestd at {self.where} cannot reach slurmctld",
+                           read=True)
+
+    async def jobs(self, user: str) -> dict[str, Any]:
+        """``GET /jobs`` as ``user``: the whole answer (``meta``, ``jobs``)."""
+        answer = await self._request("GET", "/jobs", user)
+        assert answer.body is not None
+        if answer.status == 200 and isinstance(answer.body.get("jobs"), list):
+            return answer.body
+        raise classify(self._errors(answer) or [{"error": f"HTTP {answer.status}"}],
+                       context=f"slurmrestd cannot list jobs (HTTP {answer.status})", read=True)
+
+    async def nodes(self, user: str) -> dict[str, Any]:
+        """``GET /nodes`` as ``user``: the whole answer (``meta``, ``nodes``)."""
+        answer = await self._request("GET", "/nodes", user)
+        assert answer.body is not None
+        if answer.status == 200 and isinstance(answer.body.get("nodes"), list):
+            return answer.body
+        raise classify(self._errors(answer) or [{"error": f"HTTP {answer.status}"}],
+                       context=f"slurmrestd cannot list nodes (HTTP {answer.status})", read=True)
+
+    async def cancel(self, user: str, job_id: str) -> None:
+        """``DELETE /job/{id}`` as ``user``. An unknown or finished job is no error."""
+        if not job_id.isdigit():
+            raise BackendRejected(f"not a Slurm job id: {job_id!r}")
+        answer = await self._request("DELETE", f"/job/{job_id}", user)
+        errors = self._errors(answer)
+        if answer.status == 200 and not errors:
+            return
+        items = error_messages(errors)
+        if items and all(code in CANCEL_NOOP_ERRORS for code, _ in items):
+            return
+        if not errors:
+            if answer.status < 400:
+                return
+            raise BackendUnavailable(f"slurmrestd at {self.where}: HTTP {answer.status} "
+                                     f"cancelling job {job_id}")
+        raise classify(errors, context=f"Slurm refused to cancel job {job_id}")
+

@@ -1,0 +1,394 @@
+"""What the bridge hands Slurm for one job: the batch script, the sbatch flags and
+the slurmrestd ``job`` object. All pure functions of a :class:`SubmitRequest`.
+
+Contract:
+
+* :func:`render_script` — a ``tbatch`` script (``plan.batch_script``) is returned
+  as-is except that ``#SBATCH`` lines of its leading directive block become
+  ``##SBATCH`` (tbatch already parsed them into ``request.options``; sbatch must
+  not read them again). Otherwise ``#!/bin/bash``, a comment naming the TrainJob
+  and one ``exec`` line from :func:`launch_command`. Every user-supplied string in
+  the script goes through :func:`shlex.quote` (comments too, with control
+  characters escaped first); no environment values are written into it: they
+  travel with the submission (:func:`job_environment`).
+* :func:`job_spec` resolves options + plan into a :class:`JobSpec`;
+  :func:`sbatch_args` and :func:`rest_job` spell the same spec for sbatch and
+  for a slurmrestd dialect. Both always carry ``comment = "hpc-bridge:<uid>"``,
+  the idempotency key by which the job is found again after a crash.
+* :func:`expand_output_pattern` resolves ``slurm-%j.out``-style patterns the way
+  Slurm does, for reporting where a job's output is.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.backend import SubmitRequest
+from bridge.runtimes import Framework, LaunchPlan
+from slurm_adapter import hostlist
+from slurm_adapter.dialects import Dialect, UnsupportedOption
+
+__all__ = [
+    "COMMENT_PREFIX",
+    "DEFAULT_OUTPUT",
+    "JobSpec",
+    "expand_output_pattern",
+    "job_environment",
+    "job_spec",
+    "launch_command",
+    "neutralise_directives",
+    "render_script",
+    "rest_job",
+    "sbatch_args",
+]
+
+#: ``comment`` of every job the bridge submits: ``hpc-bridge:<TrainJob uid>``.
+COMMENT_PREFIX = "hpc-bridge:"
+#: sbatch's default ``--output`` (relative to the working directory).
+DEFAULT_OUTPUT = "slurm-%j.out"
+#: PATH of a job whose plan sets none (what bash assumes; srun needs it exported).
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Slurm's value for "no array task id" (``NO_VAL``), which ``%a`` prints for plain jobs.
+NO_VAL = 0xFFFFFFFE
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The Slurm job description of one request, before it is spelled for a tool.
+
+    Field names are the neutral option names that :attr:`Dialect.unsupported` uses.
+    """
+
+    name: str
+    comment: str
+    nodes: int
+    chdir: str
+    output: str
+    error: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit_minutes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    gpus_per_node: int | None = None
+    mem_per_node_mb: int | None = None
+    exclusive: bool = False
+    switches: int | None = None
+    switches_wait_minutes: int | None = None
+    nodelist: str | None = None
+    exclude: str | None = None
+    constraint: str | None = None
+    #: Arguments of a user's batch script (``tbatch script.sh ARGS``).
+    script_args: tuple[str, ...] = ()
+
+    def used_options(self) -> set[str]:
+        """Names of the optional fields that are set (for dialect support checks)."""
+        return {name for name, value in vars(self).items()
+                if name not in ("name", "comment", "nodes", "chdir", "output")
+                and value not in (None, False, ())}
+
+
+def _tasks_per_node(request: SubmitRequest) -> int | None:
+    options, plan = request.options, request.plan
+    if options.ntasks_per_node is not None:
+        return options.ntasks_per_node
+    if plan.framework is Framework.PLAIN or options.ntasks is not None:
+        return None
+    return plan.proc_per_node
+
+
+def job_spec(request: SubmitRequest, *, default_chdir: str,
+             default_partition: str | None = None) -> JobSpec:
+    """Resolve ``request.options`` and ``request.plan`` into a :class:`JobSpec`.
+
+    Job name: ``options.job_name``, else the TrainJob's ``metadata.name``. Nodes:
+    ``plan.num_nodes``. Tasks per node: ``options.ntasks_per_node``, else the
+    plan's processes per node for a distributed framework (unless ``ntasks`` is
+    given). Working directory: ``options.chdir``, else ``default_chdir``. Output:
+    ``options.output``, else ``slurm-%j.out`` (as sbatch).
+    """
+    o = request.options
+    return JobSpec(
+        name=o.job_name or request.job.metadata.name or f"hpc-bridge-{request.job_id}",
+        comment=COMMENT_PREFIX + request.job_uid,
+        nodes=request.plan.num_nodes,
+        chdir=o.chdir or default_chdir,
+        output=o.output or DEFAULT_OUTPUT,
+        error=o.error,
+        partition=o.partition or default_partition,
+        account=o.account,
+        qos=o.qos,
+        time_limit_minutes=o.time_limit_minutes,
+        ntasks=o.ntasks,
+        ntasks_per_node=_tasks_per_node(request),
+        cpus_per_task=o.cpus_per_task,
+        gpus_per_node=o.gpus_per_node or None,
+        mem_per_node_mb=o.mem_per_node_mb,
+        exclusive=o.exclusive,
+        switches=o.switches,
+        switches_wait_minutes=o.switches_wait_minutes if o.switches else None,
+        nodelist=o.nodelist,
+        exclude=o.exclude,
+        constraint=o.constraint,
+        script_args=request.plan.args if request.plan.batch_script is not None else (),
+    )
+
+
+def job_environment(plan: LaunchPlan) -> dict[str, str]:
+    """The job's environment: exactly the plan's, plus ``PATH`` when the plan sets
+    none (a container image would supply one; without it ``srun`` cannot find the
+    program, and slurmrestd refuses an empty environment)."""
+    env = dict(plan.env)
+    env.setdefault("PATH", DEFAULT_PATH)
+    return env
+
+
+def sbatch_args(spec: JobSpec) -> list[str]:
+    """sbatch flags for ``spec`` (one argv element each; no shell is involved)."""
+    args = [
+        f"--job-name={spec.name}",
+        f"--comment={spec.comment}",
+        f"--nodes={spec.nodes}",
+        f"--chdir={spec.chdir}",
+        f"--output={spec.output}",
+    ]
+    optional: list[tuple[str, object]] = [
+        ("--error", spec.error),
+        ("--partition", spec.partition),
+        ("--account", spec.account),
+        ("--qos", spec.qos),
+        ("--time", spec.time_limit_minutes),
+        ("--ntasks", spec.ntasks),
+        ("--ntasks-per-node", spec.ntasks_per_node),
+        ("--cpus-per-task", spec.cpus_per_task),
+        ("--gpus-per-node", spec.gpus_per_node),
+        ("--mem", spec.mem_per_node_mb),
+    ]
+    args += [f"{flag}={value}" for flag, value in optional if value is not None]
+    if spec.exclusive:
+        args.append("--exclusive")
+    if spec.switches is not None:
+        wait = f"@{spec.switches_wait_minutes}" if spec.switches_wait_minutes is not None else ""
+        args.append(f"--switches={spec.switches}{wait}")
+    optional = [("--nodelist", spec.nodelist), ("--exclude", spec.exclude),
+                ("--constraint", spec.constraint)]
+    args += [f"{flag}={value}" for flag, value in optional if value is not None]
+    return args
+
+
+def _names(dialect: Dialect, expression: str) -> Any:
+    return hostlist.expand(expression) if dialect.node_names_as_list else expression
+
+
+def rest_job(spec: JobSpec, env: Mapping[str, str], dialect: Dialect) -> dict[str, Any]:
+    """The slurmrestd ``job`` object for ``spec`` in ``dialect``.
+
+    Raises :class:`UnsupportedOption` naming the options the dialect cannot carry
+    (e.g. switches in v0.0.38) and :class:`slurm_adapter.hostlist.HostlistError`
+    for a malformed node list where the dialect wants names.
+    """
+    missing = sorted(spec.used_options() & dialect.unsupported)
+    if missing:
+        raise UnsupportedOption(
+            f"slurmrestd {dialect.version} cannot set {', '.join(missing)} "
+            f"(the API refuses the field)"
+        )
+    job: dict[str, Any] = {
+        "name": spec.name,
+        "comment": spec.comment,
+        "current_working_directory": spec.chdir,
+        "standard_output": spec.output,
+        "environment": dialect.encode_env(env),
+    }
+    if dialect.node_count == "nodes":
+        job["nodes"] = spec.nodes
+    else:
+        job["minimum_nodes"] = spec.nodes
+        job["maximum_nodes"] = spec.nodes
+    plain = {
+        "standard_error": spec.error,
+        "partition": spec.partition,
+        "account": spec.account,
+        "qos": spec.qos,
+        "tasks": spec.ntasks,
+        "tasks_per_node": spec.ntasks_per_node,
+        "cpus_per_task": spec.cpus_per_task,
+        "constraints": spec.constraint,
+    }
+    job.update({k: v for k, v in plain.items() if v is not None})
+    if spec.time_limit_minutes is not None:
+        job["time_limit"] = dialect.encode_number(spec.time_limit_minutes)
+    if spec.mem_per_node_mb is not None:
+        job["memory_per_node"] = dialect.encode_number(spec.mem_per_node_mb)
+    if spec.gpus_per_node is not None:
+        job[dialect.gpus_field] = (str(spec.gpus_per_node) if dialect.gpus_field == "gpus_per_node"
+                                   else f"gres/gpu:{spec.gpus_per_node}")
+    if spec.exclusive:
+        job["exclusive"] = dialect.exclusive_value
+    if spec.switches is not None:
+        job["required_switches"] = dialect.encode_number(spec.switches)
+        if spec.switches_wait_minutes is not None:
+            job["wait_for_switch"] = spec.switches_wait_minutes * 60
+    if spec.nodelist is not None:
+        job[dialect.nodelist_field] = _names(dialect, spec.nodelist)
+    if spec.exclude is not None:
+        job[dialect.exclude_field] = _names(dialect, spec.exclude)
+    return job
+
+
+# --- the batch script ------------------------------------------------------------------
+
+
+def _quote(value: str) -> str:
+    return shlex.quote(value)
+
+
+def _comment_word(value: str) -> str:
+    """A user string made safe for a ``#`` comment line: control characters escaped
+    (a newline would end the comment), then shell-quoted like everything else."""
+    return _quote(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value))
+
+
+def launch_command(plan: LaunchPlan) -> list[str]:
+    """The argv the batch script ``exec``\\ s: the user's command for ``plain``;
+    ``srun`` starting ``proc_per_node`` ranks on each node otherwise (one when the
+    launcher decides, e.g. torch ``auto``).
+
+    The one place that knows how ranks are started (to be replaced by the
+    ``mpi-launch`` entry point).
+    """
+    user = [*plan.command, *plan.args]
+    if plan.framework is Framework.PLAIN:
+        return user
+    return [
+        "srun",
+        f"--nodes={plan.num_nodes}",
+        f"--ntasks-per-node={plan.proc_per_node or 1}",
+        "--kill-on-bad-exit=1",
+        "--",
+        *user,
+    ]
+
+
+def neutralise_directives(script: str) -> str:
+    """``#SBATCH`` -> ``##SBATCH`` in the leading directive block of ``script``.
+
+    The block ends, as for sbatch, at the first line that is neither blank nor a
+    comment; later lines and the line endings are left untouched.
+    """
+    lines = script.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("#SBATCH"):
+            lines[i] = "#" + line
+            continue
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+    return "".join(lines)
+
+
+def render_script(request: SubmitRequest) -> str:
+    """The batch script for ``request`` (see the module docstring)."""
+    plan = request.plan
+    if plan.batch_script:
+        return neutralise_directives(plan.batch_script)
+    meta = request.job.metadata
+    words = " ".join(_quote(w) for w in launch_command(plan))
+    return (
+        "#!/bin/bash\n"
+        f"# hpc-bridge TrainJob {_comment_word(meta.namespace or 'default')}/"
+        f"{_comment_word(meta.name)} uid={_comment_word(request.job_uid)} "
+        f"runtime={_comment_word(plan.runtime)}\n"
+        f"exec {words}\n"
+    )
+
+
+# --- output file names -----------------------------------------------------------------
+
+_WILDCARDS = frozenset("AaJjNnstuxb")
+
+
+def expand_output_pattern(
+    pattern: str,
+    job_id: int | str,
+    job_name: str,
+    user: str,
+    chdir: str,
+    *,
+    array_job_id: int | None = None,
+    array_task_id: int | None = None,
+    node: str | None = None,
+) -> str:
+    """The file a stdout/stderr ``pattern`` names for the batch step, as Slurm makes it.
+
+    ``%%`` ``%A`` ``%a`` ``%b`` ``%J`` ``%j`` ``%N`` ``%n`` ``%s`` ``%t`` ``%u``
+    ``%x``, with optional zero padding (``%4j``, at most 10). A pattern holding a
+    backslash is not expanded (its backslashes are dropped). A relative result is
+    joined to ``chdir``. ``%N`` (the batch host) stays as is while ``node`` is unknown.
+    """
+    if "\\" in pattern:
+        out = pattern.replace("\\", "")
+    else:
+        out = _expand_fields(pattern, int(job_id), job_name, user, array_job_id,
+                             array_task_id, node)
+    if not out.startswith("/"):
+        out = chdir.rstrip("/") + "/" + out
+    return out
+
+
+def _expand_fields(pattern: str, job_id: int, job_name: str, user: str,
+                   array_job_id: int | None, array_task_id: int | None,
+                   node: str | None) -> str:
+    task = NO_VAL if array_task_id is None else array_task_id
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c != "%":
+            out.append(c)
+            i += 1
+            continue
+        if i + 1 >= n:  # a lone trailing "%" is dropped, as by Slurm
+            break
+        j = i + 1
+        if pattern[j] == "%":
+            out.append("%")
+            i = j + 1
+            continue
+        k = j
+        while k < n and pattern[k].isdigit():
+            k += 1
+        digits = pattern[j:k]
+        if digits and (k >= n or pattern[k] not in _WILDCARDS):
+            # Slurm's quirk: "%12q" keeps only the last digit ("2q").
+            out.append(digits[-1])
+            i = k
+            continue
+        spec = pattern[k]
+        width = min(int(digits), 10) if digits else 0
+        numbers = {"A": array_job_id or job_id, "J": job_id, "j": job_id, "a": task,
+                   "b": task % 10}
+        if spec in numbers:
+            out.append(f"{numbers[spec]:0{width}d}")
+        elif spec == "N":
+            out.append(node if node else "%N")
+        elif spec in "nt":
+            out.append("0")
+        elif spec == "s":
+            out.append("batch")
+        elif spec == "u":
+            out.append(user)
+        elif spec == "x":
+            out.append(job_name)
+        else:
+            out.append("%" + spec)
+        i = k + 1
+    return "".join(out)

@@ -1,0 +1,242 @@
+"""slurm_adapter against the real Slurm 22.05 test bed, through slurmrestd and the CLI.
+
+Needs the bed (``bash testbed/slurm.sh up``) and root (jobs are submitted as alice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.backend import (
+    BackendJob,
+    BackendRejected,
+    BackendState,
+    BackendUnavailable,
+    Owner,
+    SubmitRequest,
+)
+from bridge.model import ensure_identity, load_trainjob
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import SchedulingOptions
+from slurm_adapter.backend import SlurmBackend, create
+from slurm_adapter.cli import SlurmCli
+from slurm_adapter.hostlist import compress, expand
+from tests.integration.conftest_slurm import (  # noqa: F401 - registers the fixtures
+    alice_dir_fixture,
+    alice_fixture,
+    dead_slurm_conf_fixture,
+    slurm_backend_fixture,
+    slurm_bed_fixture,
+)
+
+pytestmark = pytest.mark.integration
+
+JOB_TIMEOUT = 180.0
+
+
+def make_request(owner: Owner, outdir: Path, *, runtime: str = "plain",
+                 command: list[str], args: list[str] | None = None, nodes: int = 1,
+                 procs: int | None = None, options: dict[str, object] | None = None,
+                 env: dict[str, str] | None = None) -> SubmitRequest:
+    trainer: dict[str, object] = {"command": command, "args": args or [], "numNodes": nodes}
+    if procs is not None:
+        trainer["numProcPerNode"] = procs
+    if env:
+        trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    job = ensure_identity(load_trainjob({
+        "metadata": {"name": f"it-{uuid.uuid4().hex[:8]}"},
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer},
+    }))
+    opts = SchedulingOptions.model_validate(
+        {"chdir": str(outdir), "output": "out-%j.txt", **(options or {})})
+    return SubmitRequest(job_uid=job.uid, job_id=1, job=job,
+                         plan=RuntimeCatalog().resolve(job), options=opts, owner=owner)
+
+
+async def watch_until(backend: SlurmBackend, uid: str,
+                      done: Callable[[BackendJob], bool]) -> BackendJob:
+    """Follow the job through ``backend.watch`` until ``done(job)``."""
+    last: BackendJob | None = None
+    async with asyncio.timeout(JOB_TIMEOUT):
+        async for batch in backend.watch(1.0):
+            assert batch.complete
+            last = {j.job_uid: j for j in batch.jobs}.get(uid, last)
+            if last is not None and done(last):
+                return last
+    raise AssertionError("unreachable")
+
+
+def finished(job: BackendJob) -> bool:
+    return job.state.finished
+
+
+async def test_two_node_job_runs_as_alice(slurm_backend: SlurmBackend, alice: Owner,
+                                          alice_dir: Path) -> None:
+    req = make_request(alice, alice_dir, runtime="mpi-distributed", nodes=2, procs=1,
+                       command=["bash", "-c", 'echo "$(id -un) $(hostname) $GREETING"'],
+                       env={"GREETING": "hello world"})
+    job_id = await slurm_backend.submit(req)
+    assert job_id.isdigit()
+
+    found = await slurm_backend.lookup([req.job_uid, "no-such-uid"])
+    assert list(found) == [req.job_uid] and found[req.job_uid].backend_id == job_id
+
+    job = await watch_until(slurm_backend, req.job_uid, finished)
+    assert (job.state, job.exit_code, job.signal) == (BackendState.COMPLETED, 0, None)
+    assert len(job.nodes) == 2 and job.start_time and job.end_time
+    assert job.stdout_path == str(alice_dir / f"out-{job_id}.txt")
+    out = Path(job.stdout_path)
+    assert out.stat().st_uid == alice.uid
+    lines = sorted(out.read_text().splitlines())
+    assert lines == sorted(f"alice {node} hello world" for node in job.nodes)
+    data, offset = await slurm_backend.read_log(job, "stdout", 0)
+    assert data == out.read_bytes() and offset == len(data)
+
+
+async def test_failing_job_reports_its_exit_code(slurm_backend: SlurmBackend, alice: Owner,
+                                                 alice_dir: Path) -> None:
+    req = make_request(alice, alice_dir, command=["bash", "-c", "echo failing >&2; exit 3"],
+                       options={"error": "err-%j.txt"})
+    await slurm_backend.submit(req)
+    job = await watch_until(slurm_backend, req.job_uid, finished)
+    assert (job.state, job.exit_code, job.signal, job.reason) == (
+        BackendState.FAILED, 3, None, "NonZeroExitCode")
+    assert job.stderr_path and job.stderr_path.endswith(f"err-{job.backend_id}.txt")
+    assert (await slurm_backend.read_log(job, "stderr", 0))[0] == b"failing\n"
+
+
+async def test_cancel(slurm_backend: SlurmBackend, alice: Owner, alice_dir: Path) -> None:
+    req = make_request(alice, alice_dir, command=["sleep", "300"])
+    job_id = await slurm_backend.submit(req)
+    await watch_until(slurm_backend, req.job_uid, lambda j: j.state is BackendState.RUNNING)
+    await slurm_backend.cancel(job_id, alice)
+    job = await watch_until(slurm_backend, req.job_uid, finished)
+    assert job.state is BackendState.CANCELLED
+    await slurm_backend.cancel(job_id, alice)  # finished: no error
+    await slurm_backend.cancel("99999999", alice)  # unknown: no error
+
+
+async def test_hostile_strings_reach_the_job_verbatim(slurm_backend: SlurmBackend,
+                                                      alice: Owner, alice_dir: Path) -> None:
+    marker = alice_dir / "pwned"
+    words = [f"$(touch {marker})", f"`touch {marker}`", "it's \"quoted\"", "a\nb", "é✓", ""]
+    req = make_request(alice, alice_dir, command=["printf", "[%s]\\n"], args=words,
+                       options={"job_name": f"name $(touch {marker}) 'q' `x`"})
+    await slurm_backend.submit(req)
+    job = await watch_until(slurm_backend, req.job_uid, finished)
+    assert job.state is BackendState.COMPLETED
+    assert Path(job.stdout_path or "").read_text() == "".join(f"[{w}]\n" for w in words)
+    assert not marker.exists()
+
+
+async def test_slurm_refusals_are_rejections(slurm_backend: SlurmBackend, alice: Owner,
+                                             alice_dir: Path) -> None:
+    req = make_request(alice, alice_dir, command=["true"], options={"partition": "nope"})
+    with pytest.raises(BackendRejected, match="Invalid partition name specified"):
+        await slurm_backend.submit(req)
+
+
+async def test_switches_are_requested(slurm_backend: SlurmBackend, alice: Owner,
+                                      alice_dir: Path) -> None:
+    """slurmrestd 0.0.38 refuses required_switches: the REST back end uses sbatch."""
+    req = make_request(alice, alice_dir, command=["true"], nodes=2,
+                       options={"switches": 1, "switches_wait_minutes": 2})
+    job_id = await slurm_backend.submit(req)
+    shown = (await asyncio.to_thread(
+        subprocess.run, ["scontrol", "show", "job", job_id], capture_output=True, text=True,
+        check=True)).stdout
+    assert "Switches=1@00:02:00" in shown
+    job = await watch_until(slurm_backend, req.job_uid, finished)
+    assert job.state is BackendState.COMPLETED
+    assert job.nodes in (("node1", "node2"), ("node3", "node4"))
+
+
+async def test_rest_with_tokens_from_scontrol(slurm_bed: dict[str, str], alice: Owner,
+                                              alice_dir: Path) -> None:
+    """Without jwt_key the REST back end asks ``scontrol token`` (as root)."""
+    backend = create("rest-scontrol", {"rest_socket": slurm_bed["SLURMRESTD_SOCKET"]})
+    await backend.start()
+    try:
+        req = make_request(alice, alice_dir, command=["id", "-un"])
+        await backend.submit(req)
+        job = await watch_until(backend, req.job_uid, finished)
+    finally:
+        await backend.close()
+    assert job.state is BackendState.COMPLETED
+    assert Path(job.stdout_path or "").read_text() == "alice\n"
+
+
+async def test_inventory(slurm_backend: SlurmBackend) -> None:
+    inv = await slurm_backend.inventory()
+    assert sorted(n.name for n in inv.nodes) == ["node1", "node2", "node3", "node4"]
+    for node in inv.nodes:
+        assert node.cpus == 2 and node.memory_mb == 2000 and node.partitions == ("debug",)
+    assert inv.switches == {"leaf1": ((), ("node1", "node2")),
+                            "leaf2": ((), ("node3", "node4")),
+                            "spine": (("leaf1", "leaf2"), ())}
+
+
+async def test_unreachable_slurm_is_unavailable(slurm_bed: dict[str, str], alice: Owner,
+                                                alice_dir: Path, dead_slurm_conf: Path,
+                                                tmp_path: Path) -> None:
+    req = make_request(alice, alice_dir, command=["true"])
+    rest = create("gone", {"rest_socket": str(tmp_path / "no.sock"),
+                           "jwt_key": slurm_bed["SLURM_JWT_KEY"]})
+    with pytest.raises(BackendUnavailable):
+        await rest.start()
+    with pytest.raises(BackendUnavailable):
+        await rest.submit(req)
+    stream = rest.watch(0.05)
+    with pytest.raises(TimeoutError):  # no batch while down, and no exception either
+        async with asyncio.timeout(0.5):
+            await anext(stream)
+    await stream.aclose()
+    await rest.close()
+
+    cli = SlurmBackend("dead", cli=SlurmCli(timeout=60, slurm_conf=str(dead_slurm_conf)))
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="Unable to contact slurm controller"):
+        await cli.submit(req)
+    with pytest.raises(BackendUnavailable):
+        await cli.lookup([req.job_uid])  # squeue --json exits 0 here: its errors count
+    assert time.monotonic() - started < 60
+
+
+# --- hostlists: our expansion is Slurm's ----------------------------------------------------
+
+prefixes = st.from_regex(r"[a-z][a-z\-]{0,4}", fullmatch=True)
+ranges = st.builds(lambda lo, span, w: f"{lo:0{w}d}" + (f"-{lo + span:0{w}d}" if span else ""),
+                   st.integers(0, 120), st.integers(0, 6), st.integers(1, 3))
+parts = st.one_of(
+    prefixes,
+    st.builds(lambda p, n: f"{p}{n}", prefixes, st.integers(0, 999)),
+    st.builds(lambda p, rs: f"{p}[{','.join(rs)}]", prefixes,
+              st.lists(ranges, min_size=1, max_size=3)),
+    st.builds(lambda p, a, q, b: f"{p}[{a}]{q}[{b}]", prefixes, ranges, prefixes, ranges),
+)
+expressions = st.lists(parts, min_size=1, max_size=4).map(",".join)
+
+
+def scontrol_show(what: str, expression: str) -> list[str]:
+    done = subprocess.run(["scontrol", "show", what, expression], capture_output=True,
+                          text=True, timeout=30, check=True)
+    return done.stdout.split()
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(expressions)
+def test_expand_equals_scontrol_show_hostnames(slurm_bed: dict[str, str],
+                                               expression: str) -> None:
+    hosts = expand(expression)
+    assert hosts == scontrol_show("hostnames", expression)
+    assert [compress(hosts)] == scontrol_show("hostlist", ",".join(hosts))

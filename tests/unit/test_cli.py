@@ -1,0 +1,617 @@
+"""The t* commands without a daemon: arguments, output formats, errors and exit codes.
+
+The daemon is replaced by an ``httpx.MockTransport`` behind the real client.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from bridge import cli
+from bridge.cli import (
+    format_queue,
+    format_show,
+    tbatch_main,
+    tcancel_main,
+    tlog_main,
+    tqueue_main,
+    tshow_main,
+)
+from bridge.client import BridgeClient, JobView
+from bridge.model import ANN_BATCH_SCRIPT, ANN_SCHEDULING
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+class Daemon:
+    """A scripted daemon: routes -> responses, and the requests it saw."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+        self.routes: dict[tuple[str, str], Handler] = {}
+
+    def on(self, method: str, path: str, handler: Handler) -> None:
+        self.routes[(method, path)] = handler
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        handler = self.routes.get((request.method, request.url.path))
+        if handler is None:
+            return httpx.Response(404, json={"error": f"job {request.url.path} not found"})
+        return handler(request)
+
+    def body(self, i: int = -1) -> Any:
+        return json.loads(self.requests[i].content)
+
+
+@pytest.fixture
+def daemon(monkeypatch: pytest.MonkeyPatch) -> Daemon:
+    fake = Daemon()
+    monkeypatch.setattr(
+        cli,
+        "_client",
+        lambda: BridgeClient(url="http://bridge.test", transport=httpx.MockTransport(fake)),
+    )
+    return fake
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "UTC")
+    import time
+
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _submitted(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(201, json={"id": 42, "uid": "u", "name": "tj-42", "state": "Pending"})
+
+
+# ----------------------------------------------------------------------- tbatch
+
+
+def test_tbatch_script_file(
+    daemon: Daemon,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    daemon.on("POST", "/v1/jobs", _submitted)
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 2 -t 30\nsrun hostname\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MY_VAR", "x y")
+    monkeypatch.setenv("HPC_BRIDGE_TOKEN", "secret")
+    assert tbatch_main(["-p", "gpu", "train.sh", "arg1"]) == 0
+    assert capsys.readouterr().out == "Submitted batch job 42\n"
+    doc = daemon.body()
+    assert doc["spec"]["trainer"]["numNodes"] == 2
+    assert doc["spec"]["trainer"]["args"] == ["arg1"]
+    env = {e["name"]: e["value"] for e in doc["spec"]["trainer"]["env"]}
+    assert env["MY_VAR"] == "x y"
+    assert "HPC_BRIDGE_TOKEN" not in env
+    options = json.loads(doc["metadata"]["annotations"][ANN_SCHEDULING])
+    assert options["partition"] == "gpu"
+    assert options["chdir"] == os.getcwd()
+    assert options["job_name"] == "train.sh"
+    assert doc["metadata"]["annotations"][ANN_BATCH_SCRIPT] == script.read_text()
+
+
+def test_tbatch_parsable(
+    daemon: Daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon.on("POST", "/v1/jobs", _submitted)
+    script = tmp_path / "j.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --parsable\ntrue\n")
+    assert tbatch_main([str(script)]) == 0
+    assert capsys.readouterr().out == "42\n"
+
+
+def test_tbatch_script_from_stdin(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon.on("POST", "/v1/jobs", _submitted)
+    stdin = io.TextIOWrapper(io.BytesIO(b"#!/bin/sh\n#SBATCH -J piped\necho hi\n"))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert tbatch_main(["--parsable"]) == 0
+    assert capsys.readouterr().out == "42\n"
+    options = json.loads(daemon.body()["metadata"]["annotations"][ANN_SCHEDULING])
+    assert options["job_name"] == "piped"
+
+
+def test_tbatch_wrap(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.on("POST", "/v1/jobs", _submitted)
+    assert tbatch_main(["--wrap", "echo `hostname` $(id)"]) == 0
+    script = daemon.body()["metadata"]["annotations"][ANN_BATCH_SCRIPT]
+    assert script == (
+        "#!/bin/sh\n# This script was created by tbatch --wrap.\n\necho `hostname` $(id)\n"
+    )
+
+
+def test_tbatch_trainjob_file(
+    daemon: Daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon.on("POST", "/v1/jobs", _submitted)
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "spec:\n  runtimeRef: {name: torch-distributed}\n  trainer: {command: [python, train.py]}\n"
+    )
+    assert tbatch_main(["-f", str(path), "--backend", "kubernetes"]) == 0
+    doc = daemon.body()
+    assert doc["spec"]["trainer"]["command"] == ["python", "train.py"]
+    assert doc["metadata"]["annotations"]["hpc-bridge.io/backend"] == "kubernetes"
+
+
+@pytest.mark.parametrize(
+    ("argv", "files", "message"),
+    [
+        (["--foo", "x.sh"], {}, "tbatch: error: unrecognized option '--foo'\n"),
+        (["missing.sh"], {}, "tbatch: error: Unable to open file missing.sh\n"),
+        (["j.sh"], {"j.sh": "echo no shebang\n"}, "tbatch: error: This does not look like"),
+        (
+            ["j.sh"],
+            {"j.sh": "#!/bin/sh\n#SBATCH --bad\n"},
+            "tbatch: error: j.sh:2: unrecognized option '--bad'\n",
+        ),
+        (["-f", "nope.yaml"], {}, "tbatch: error: Unable to open file nope.yaml\n"),
+        (
+            ["-f", "j.yaml"],
+            {"j.yaml": "kind: TrainJob\nspec: {}\n"},
+            "tbatch: error: j.yaml: spec.runtimeRef: Field required\n",
+        ),
+        (["-N", "4", "-n", "2", "j.sh"], {"j.sh": "#!/bin/sh\n"}, "is less than --nodes=4"),
+    ],
+)
+def test_tbatch_user_errors(
+    argv: list[str],
+    files: dict[str, str],
+    message: str,
+    daemon: Daemon,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert tbatch_main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        captured.err.startswith(message)
+        if message.startswith("tbatch")
+        else message in captured.err
+    )
+    assert "Traceback" not in captured.err
+    assert daemon.requests == []
+
+
+def test_tbatch_binary_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bin").write_bytes(b"\x7fELF\x00\xff\xfe")
+    assert tbatch_main([str(tmp_path / "bin")]) == 1
+    assert "This does not look like a batch script" in capsys.readouterr().err
+    (tmp_path / "latin1.sh").write_bytes(b"#!/bin/sh\necho caf\xe9\n")
+    assert tbatch_main([str(tmp_path / "latin1.sh")]) == 1
+    assert "not UTF-8 text" in capsys.readouterr().err
+
+
+def test_tbatch_daemon_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sock = str(tmp_path / "b.sock")
+    monkeypatch.setenv("HPC_BRIDGE_SOCKET", sock)
+    monkeypatch.delenv("HPC_BRIDGE_URL", raising=False)
+    assert tbatch_main(["--wrap", "true"]) == 1
+    assert capsys.readouterr().err == (
+        f"tbatch: error: cannot reach hpc-bridge at {sock}: is the daemon running? "
+        "(set HPC_BRIDGE_SOCKET)\n"
+    )
+
+
+def test_tbatch_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tbatch_main(["--help"]) == 0
+    assert "Usage: tbatch" in capsys.readouterr().out
+    assert tbatch_main(["-V"]) == 0
+    assert capsys.readouterr().out.startswith("tbatch (hpc-bridge ")
+
+
+def test_tbatch_finds_a_bare_script_name_on_path(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon.on("POST", "/v1/jobs", _submitted)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "onpath.sh").write_text("#!/bin/sh\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(bindir))
+    assert tbatch_main(["onpath.sh"]) == 0
+    options = json.loads(daemon.body()["metadata"]["annotations"][ANN_SCHEDULING])
+    assert options["job_name"] == "onpath.sh"
+
+
+# ----------------------------------------------------------------------- tqueue
+
+NOW = datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC)
+
+
+def view(**over: Any) -> JobView:
+    base: dict[str, Any] = {
+        "id": 12,
+        "uid": "u-12",
+        "name": "tj-12",
+        "namespace": "default",
+        "jobName": "train.sh",
+        "user": "alice",
+        "unixUid": 1000,
+        "backend": "slurm",
+        "backendId": "9001",
+        "state": "Running",
+        "reason": None,
+        "message": None,
+        "runtime": "plain",
+        "numNodes": 3,
+        "nodes": ["n01", "n02", "n03"],
+        "exitCode": None,
+        "partition": "gpu",
+        "timeLimitMinutes": 60,
+        "submitTime": "2026-01-02T03:00:00Z",
+        "startTime": "2026-01-02T03:58:55Z",
+        "endTime": None,
+        "stdout": "/home/alice/o",
+        "stderr": "/home/alice/e",
+        "trainJob": {},
+    }
+    base.update(over)
+    return base  # type: ignore[return-value]
+
+
+HEADER = "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
+
+
+def test_queue_table_like_squeue() -> None:
+    jobs = [
+        view(),
+        view(
+            id=13,
+            state="Pending",
+            reason="Resources",
+            nodes=None,
+            startTime=None,
+            numNodes=2,
+            jobName="a-very-long-job-name",
+            user="bartholomew",
+            partition=None,
+        ),
+        view(id=14, state="Submitted", reason=None, nodes=[], startTime=None, numNodes=1),
+        view(
+            id=15,
+            state="Succeeded",
+            startTime="2026-01-01T00:00:00Z",
+            endTime="2026-01-02T01:02:03Z",
+            nodes=["gpu1"],
+            numNodes=1,
+        ),
+        view(id=16, state="Suspended", reason="Held", nodes=None, startTime=None),
+        view(id=17, state="Failed", reason="BackendError", nodes=None, startTime=None, numNodes=1),
+    ]
+    assert format_queue(jobs, now=NOW).split("\n") == [
+        HEADER,
+        "                12       gpu train.sh    alice  R       1:05      3 n[01-03]",
+        "                13           a-very-l bartholo PD       0:00      2 (Resources)",
+        "                14       gpu train.sh    alice PD       0:00      1 (None)",
+        "                15       gpu train.sh    alice CD 1-01:02:03      1 gpu1",
+        "                16       gpu train.sh    alice  S       0:00      3 (Held)",
+        "                17       gpu train.sh    alice  F       0:00      1 (BackendError)",
+        "",
+    ]
+
+
+def test_queue_without_header_and_empty() -> None:
+    assert format_queue([view()], header=False, now=NOW).startswith("                12 ")
+    assert format_queue([], now=NOW) == HEADER + "\n"
+    assert format_queue([], header=False) == ""
+
+
+def test_queue_escapes_terminal_control_characters() -> None:
+    text = format_queue([view(state="Pending", reason="\x1b]0;pwned\x07\nX")], now=NOW)
+    assert "\x1b" not in text and "\x07" not in text
+    assert text.endswith("(\\x1b]0;pwned\\x07\\nX)\n")
+
+
+def _items(*jobs: JobView) -> Handler:
+    return lambda request: httpx.Response(200, json={"items": list(jobs)})
+
+
+def test_tqueue_default(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.on("GET", "/v1/jobs", _items(view(id=3), view(id=1)))
+    assert tqueue_main([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == HEADER
+    assert [line.split()[0] for line in out[1:]] == ["1", "3"]  # sorted by id
+    assert dict(daemon.requests[0].url.params) == {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "params"),
+    [
+        (["-t", "PD,R"], {"states": "Pending,Submitted,Running"}),
+        (["--states=running,completed"], {"states": "Running,Succeeded"}),
+        (["-t", "CA,F,S"], {"states": "Cancelled,Failed,Suspended"}),
+        (["-t", "all"], {"states": "all"}),
+        (["-u", "bob"], {"user": "bob"}),
+        (["-j", "12"], {"states": "all"}),
+    ],
+)
+def test_tqueue_filters(argv: list[str], params: dict[str, str], daemon: Daemon) -> None:
+    daemon.on("GET", "/v1/jobs", _items())
+    assert tqueue_main(argv) == 0
+    assert dict(daemon.requests[0].url.params) == params
+
+
+def test_tqueue_client_side_filters(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon.on(
+        "GET",
+        "/v1/jobs",
+        _items(
+            view(id=1, user="alice"), view(id=2, user="bob"), view(id=3, user="carol", name="tj-x")
+        ),
+    )
+    assert tqueue_main(["-h", "-u", "alice,carol"]) == 0
+    assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == ["1", "3"]
+    assert tqueue_main(["-h", "-j", "2,tj-x"]) == 0
+    assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == ["2", "3"]
+    monkeypatch.setattr(cli, "_current_user", lambda: "bob")
+    assert tqueue_main(["--noheader", "--me"]) == 0
+    assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == ["2"]
+    assert dict(daemon.requests[-1].url.params) == {"user": "bob"}
+
+
+def test_tqueue_json(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.on("GET", "/v1/jobs", _items(view()))
+    assert tqueue_main(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"items": [view()]}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-t", "XX"], "tqueue: error: Invalid job state specified: XX\n"),
+        (["--bogus"], "tqueue: error: unrecognized arguments: --bogus\n"),
+    ],
+)
+def test_tqueue_errors(
+    argv: list[str], message: str, daemon: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert tqueue_main(argv) == 1
+    assert capsys.readouterr().err == message
+
+
+def test_tqueue_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tqueue_main(["--help"]) == 0
+    assert "--noheader" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------ tshow
+
+
+def test_show_format() -> None:
+    job = view(
+        state="Failed",
+        reason="NonZeroExitCode",
+        message="exit 3",
+        exitCode=3,
+        endTime="2026-01-02T04:00:00Z",
+        trainJob={
+            "metadata": {
+                "annotations": {
+                    ANN_BATCH_SCRIPT: "#!/bin/sh\n",
+                    ANN_SCHEDULING: json.dumps(
+                        {"account": "proj", "chdir": "/home/alice", "ntasks": 6, "exclusive": True}
+                    ),
+                }
+            },
+            "spec": {
+                "trainer": {
+                    "numProcPerNode": 2,
+                    "args": ["--lr", "0.1"],
+                    "resourcesPerNode": {"requests": {"cpu": 4}},
+                }
+            },
+        },
+        transitions=[
+            {
+                "from": None,
+                "to": "Pending",
+                "reason": "Admitted",
+                "message": None,
+                "at": "2026-01-02T03:00:00Z",
+            },
+            {
+                "from": "Running",
+                "to": "Failed",
+                "reason": "NonZeroExitCode",
+                "message": "exit\n3",
+                "at": "2026-01-02T04:00:00Z",
+            },
+        ],
+    )
+    assert format_show(job).split("\n") == [
+        "JobId=12 JobName=train.sh",
+        "   UserId=alice(1000) Namespace=default Name=tj-12 Uid=u-12",
+        "   JobState=Failed Reason=NonZeroExitCode Message=exit 3",
+        "   Backend=slurm BackendJobId=9001",
+        "   Runtime=plain NumNodes=3 NumProcPerNode=2 NumTasks=6 CPUs/Task=None",
+        "   Partition=gpu Account=proj QOS=None TimeLimit=1:00:00",
+        "   TRES/Node=cpu=4 Exclusive=Yes Features=None ReqNodeList=None ExcNodeList=None",
+        "   SubmitTime=2026-01-02T03:00:00 StartTime=2026-01-02T03:58:55 "
+        "EndTime=2026-01-02T04:00:00",
+        "   NodeList=n[01-03] ExitCode=3",
+        "   Command=(batch script) Args=--lr 0.1 Image=None",
+        "   WorkDir=/home/alice",
+        "   StdOut=/home/alice/o",
+        "   StdErr=/home/alice/e",
+        "   Transitions:",
+        "     2026-01-02T03:00:00 - -> Pending Reason=Admitted Message=None",
+        "     2026-01-02T04:00:00 Running -> Failed Reason=NonZeroExitCode Message=exit\\n3",
+        "",
+    ]
+
+
+def test_show_minimal_job() -> None:
+    text = format_show(view(timeLimitMinutes=None, startTime=None, nodes=None))
+    assert "TimeLimit=Partition_Limit" in text
+    assert "StartTime=Unknown" in text
+    assert "NodeList=None" in text
+
+
+def test_tshow(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.on("GET", "/v1/jobs/12", lambda r: httpx.Response(200, json=view()))
+    assert tshow_main(["12"]) == 0
+    assert capsys.readouterr().out.startswith("JobId=12 JobName=train.sh\n")
+    assert tshow_main(["12", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == view()
+    assert tshow_main(["--yaml", "12"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == view()
+    assert tshow_main(["99"]) == 1
+    assert capsys.readouterr().err == "tshow: error: job /v1/jobs/99 not found\n"
+    assert tshow_main([]) == 1
+    assert "the following arguments are required: job" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- tcancel
+
+
+def test_tcancel(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.on("POST", "/v1/jobs/12/cancel", lambda r: httpx.Response(202, json=view()))
+    daemon.on(
+        "POST", "/v1/jobs/13/cancel", lambda r: httpx.Response(403, json={"error": "not yours"})
+    )
+    daemon.on(
+        "POST",
+        "/v1/jobs/15/cancel",
+        lambda r: httpx.Response(409, json={"error": "job 15 has already finished"}),
+    )
+    assert tcancel_main(["12"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert tcancel_main(["12", "13", "14", "15"]) == 1
+    assert capsys.readouterr().err == (
+        "tcancel: error: Kill job error on job id 13: Access/permission denied\n"
+        "tcancel: error: Kill job error on job id 14: Invalid job id specified\n"
+        "tcancel: error: Kill job error on job id 15: job 15 has already finished\n"
+    )
+    assert [r.url.path for r in daemon.requests] == [
+        "/v1/jobs/12/cancel",
+        "/v1/jobs/12/cancel",
+        "/v1/jobs/13/cancel",
+        "/v1/jobs/14/cancel",
+        "/v1/jobs/15/cancel",
+    ]
+
+
+def test_tcancel_needs_a_job(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tcancel_main([]) == 1
+    assert capsys.readouterr().err.startswith("tcancel: error: ")
+
+
+def test_tcancel_daemon_down_is_one_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HPC_BRIDGE_SOCKET", str(tmp_path / "s"))
+    monkeypatch.delenv("HPC_BRIDGE_URL", raising=False)
+    assert tcancel_main(["1", "2"]) == 1
+    assert capsys.readouterr().err.count("cannot reach hpc-bridge") == 1
+
+
+# ------------------------------------------------------------------------- tlog
+
+
+def test_tlog(daemon: Daemon, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    daemon.on("GET", "/v1/jobs/12/log", lambda r: httpx.Response(200, content=b"out\n\xff\n"))
+    assert tlog_main(["12"]) == 0
+    assert capfdbinary.readouterr().out == b"out\n\xff\n"
+    assert tlog_main(["-f", "-e", "12"]) == 0
+    assert dict(daemon.requests[-1].url.params) == {
+        "stream": "stderr",
+        "offset": "0",
+        "follow": "1",
+    }
+    assert dict(daemon.requests[0].url.params) == {"stream": "stdout", "offset": "0", "follow": "0"}
+
+
+def test_tlog_errors(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.on(
+        "GET",
+        "/v1/jobs/12/log",
+        lambda r: httpx.Response(
+            403,
+            json={"error": "Access/permission denied: only the job's owner may read its output"},
+        ),
+    )
+    assert tlog_main(["12"]) == 1
+    assert capsys.readouterr().err == (
+        "tlog: error: Access/permission denied: only the job's owner may read its output\n"
+    )
+
+
+class _Dropping(httpx.SyncByteStream):
+    """Sends some bytes, then the connection breaks."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.data
+        raise httpx.ReadError("connection reset")
+
+
+def test_tlog_follow_resumes_after_a_dropped_connection(
+    daemon: Daemon,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    monkeypatch.setattr("bridge.cli.time.sleep", lambda s: None)
+    answers = iter(
+        [
+            httpx.Response(200, stream=_Dropping(b"abc")),
+            httpx.Response(200, content=b"def"),
+        ]
+    )
+    daemon.on("GET", "/v1/jobs/12/log", lambda r: next(answers))
+    assert tlog_main(["-f", "12"]) == 0
+    assert capfdbinary.readouterr().out == b"abcdef"
+    assert [r.url.params["offset"] for r in daemon.requests] == ["0", "3"]
+
+
+def test_tlog_without_follow_does_not_retry(
+    daemon: Daemon, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    daemon.on("GET", "/v1/jobs/12/log", lambda r: httpx.Response(200, stream=_Dropping(b"abc")))
+    assert tlog_main(["12"]) == 1
+    captured = capfdbinary.readouterr()
+    assert captured.out == b"abc"
+    assert b"tlog: error: connection to hpc-bridge at http://bridge.test failed" in captured.err
+
+
+def test_ctrl_c_is_quiet(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupted(request: httpx.Request) -> httpx.Response:
+        raise KeyboardInterrupt
+
+    daemon.on("GET", "/v1/jobs", interrupted)
+    assert tqueue_main([]) == 130
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,742 @@
+"""tbatch's sbatch-compatible parser: options, #SBATCH lines, errors, and the TrainJob."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bridge.model import ANN_BACKEND, ANN_BATCH_SCRIPT, ANN_SCHEDULING, load_trainjob
+from bridge.sbatch import (
+    ANN_GPU_TYPE,
+    MAX_SCRIPT_BYTES,
+    BatchOptions,
+    ExportSpec,
+    SbatchError,
+    exported_environment,
+    help_text,
+    parse_command_line,
+    parse_tbatch,
+    read_directives,
+    to_trainjob,
+    trainjob_from_file,
+    wrap_script,
+)
+from bridge.scheduling import scheduling_of
+
+SH = "#!/bin/sh\n"
+
+
+def opts(argv: list[str], script: str = SH) -> BatchOptions:
+    return parse_tbatch([*argv, "job.sh"], script).options
+
+
+def error_of(argv: list[str], script: str | None = SH) -> str:
+    with pytest.raises(SbatchError) as info:
+        parse_tbatch(argv, script)
+    return str(info.value)
+
+
+def job_of(
+    argv: list[str],
+    script: str | None = SH,
+    *,
+    cwd: str = "/home/alice",
+    environ: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    request = parse_tbatch(argv, script)
+    return to_trainjob(request, cwd=cwd, environ=environ or {}).to_dict()
+
+
+def sched(doc: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(doc["metadata"]["annotations"][ANN_SCHEDULING])
+    return result
+
+
+# ----------------------------------------------------------------- every option
+
+OPTION_CASES: list[tuple[str, str | None, str, dict[str, Any]]] = [
+    # (long, short, value, expected BatchOptions fields)
+    ("nodes", "N", "2", {"nodes_min": 2, "nodes_max": 2}),
+    ("nodes", "N", "2-4", {"nodes_min": 2, "nodes_max": 4}),
+    ("nodes", "N", "2-", {"nodes_min": 2, "nodes_max": None}),
+    ("nodes", "N", "0-4", {"nodes_min": 1, "nodes_max": 4}),  # Slurm turns 0 into 1
+    ("nodes", "N", "1k", {"nodes_min": 1024, "nodes_max": 1024}),
+    ("ntasks", "n", "8", {"ntasks": 8}),
+    ("ntasks-per-node", None, "4", {"ntasks_per_node": 4}),
+    ("tasks-per-node", None, "4", {"ntasks_per_node": 4}),
+    ("cpus-per-task", "c", "16", {"cpus_per_task": 16}),
+    ("gpus-per-node", None, "4", {"gpus_per_node": 4, "gpu_type": None}),
+    ("gpus-per-node", None, "a100:8", {"gpus_per_node": 8, "gpu_type": "a100"}),
+    ("gpus-per-node", None, "0", {"gpus_per_node": 0}),
+    ("mem", None, "4000", {"mem_mb": 4000}),
+    ("mem", None, "1K", {"mem_mb": 1}),  # kilobytes round up
+    ("mem", None, "2048k", {"mem_mb": 2}),
+    ("mem", None, "16M", {"mem_mb": 16}),
+    ("mem", None, "32G", {"mem_mb": 32768}),
+    ("mem", None, "32Gb", {"mem_mb": 32768}),
+    ("mem", None, "500gb", {"mem_mb": 512000}),
+    ("mem", None, "1T", {"mem_mb": 1048576}),
+    ("time", "t", "90", {"time_limit_minutes": 90, "time_unlimited": False}),
+    ("time", "t", "1-00:00:00", {"time_limit_minutes": 1440}),
+    ("time", "t", "UNLIMITED", {"time_limit_minutes": None, "time_unlimited": True}),
+    ("time", "t", "-1", {"time_limit_minutes": None, "time_unlimited": True}),
+    ("job-name", "J", "train", {"job_name": "train"}),
+    ("output", "o", "out-%j.txt", {"output": "out-%j.txt"}),
+    ("error", "e", "/tmp/err-%x.txt", {"error": "/tmp/err-%x.txt"}),
+    ("partition", "p", "gpu", {"partition": "gpu"}),
+    ("account", "A", "proj1", {"account": "proj1"}),
+    ("qos", "q", "high", {"qos": "high"}),
+    ("chdir", "D", "/scratch/run", {"chdir": "/scratch/run"}),
+    ("workdir", None, "/scratch/run", {"chdir": "/scratch/run"}),
+    ("switches", None, "2", {"switches": 2, "switches_wait_minutes": None}),
+    ("switches", None, "1@10:00", {"switches": 1, "switches_wait_minutes": 10}),
+    ("switches", None, "1@0:30", {"switches": 1, "switches_wait_minutes": 1}),
+    ("export", None, "NONE", {"export": ExportSpec(all=False)}),
+    ("export", None, "ALL", {"export": ExportSpec(all=True)}),
+    ("nodelist", "w", "n[01-04]", {"nodelist": "n[01-04]"}),
+    ("exclude", "x", "n05", {"exclude": "n05"}),
+    ("constraint", "C", "a100&ib", {"constraint": "a100&ib"}),
+    ("runtime", None, "torch-distributed", {"runtime": "torch-distributed"}),
+    ("backend", None, "flux", {"backend": "flux"}),
+]
+
+
+def _forms(long: str, short: str | None, value: str) -> list[list[str]]:
+    forms = [[f"--{long}={value}"], [f"--{long}", value]]
+    if short:
+        forms += [[f"-{short}{value}"], [f"-{short}", value]]
+    return forms
+
+
+@pytest.mark.parametrize(("long", "short", "value", "expected"), OPTION_CASES)
+def test_every_option_in_every_form(
+    long: str, short: str | None, value: str, expected: dict[str, Any]
+) -> None:
+    for argv in _forms(long, short, value):
+        options = opts(argv)
+        for key, want in expected.items():
+            assert getattr(options, key) == want, (argv, key)
+        # ... and the same on a #SBATCH line
+        options = opts([], SH + "#SBATCH " + " ".join(argv) + "\n")
+        for key, want in expected.items():
+            assert getattr(options, key) == want, ("script", argv, key)
+
+
+def test_flags() -> None:
+    assert opts(["--exclusive"]).exclusive is True
+    assert opts([]).exclusive is False
+    assert parse_tbatch(["--parsable", "job.sh"], SH).parsable is True
+    assert parse_tbatch(["job.sh"], SH + "#SBATCH --parsable\n").parsable is True
+    assert parse_tbatch(["job.sh"], SH).parsable is False
+
+
+def test_defaults_are_unset() -> None:
+    assert opts([]) == BatchOptions()
+
+
+def test_exclusive_does_not_swallow_the_script() -> None:
+    request = parse_tbatch(["--exclusive", "job.sh", "x"], SH)
+    assert request.script_path == "job.sh"
+    assert request.script_args == ("x",)
+    assert request.options.exclusive
+
+
+def test_required_argument_is_the_next_word_whatever_it_looks_like() -> None:
+    assert opts(["-J", "-x"]).job_name == "-x"
+    assert opts(["--job-name", "--nodes=3"]) == BatchOptions(job_name="--nodes=3")
+    assert opts(["-t", "-1"]).time_unlimited
+
+
+def test_options_stop_at_the_script() -> None:
+    request = parse_tbatch(["-N", "2", "job.sh", "-N", "5", "--foo", "--", "x"], SH)
+    assert request.options.nodes_min == 2
+    assert request.script_path == "job.sh"
+    assert request.script_args == ("-N", "5", "--foo", "--", "x")
+
+
+def test_double_dash_ends_options() -> None:
+    request = parse_tbatch(["-N", "2", "--", "-weird-name.sh", "a"], SH)
+    assert request.script_path == "-weird-name.sh"
+    assert request.script_args == ("a",)
+
+
+def test_last_occurrence_wins() -> None:
+    assert opts(["-N", "2", "--nodes=3"]).nodes_min == 3
+    assert opts(["-N", "2-4", "-N", "3"]).nodes_max == 3
+    assert opts(["-p", "a", "-p", "b"]).partition == "b"
+
+
+def test_short_help_cluster() -> None:
+    assert parse_command_line(["-h"]).help
+    assert parse_command_line(["--usage"]).help
+    assert parse_command_line(["-V"]).version
+    assert "--nodes=N[-M]" in help_text()
+
+
+# ------------------------------------------------------------------- precedence
+
+
+def test_command_line_wins_over_script() -> None:
+    script = SH + "#SBATCH -N 4 -p batch -J fromscript -t 10\n#SBATCH --exclusive\n"
+    options = opts(["-p", "gpu", "--time=20"], script)
+    assert options.partition == "gpu"
+    assert options.time_limit_minutes == 20
+    assert options.nodes_min == 4  # not on the command line: the script's
+    assert options.job_name == "fromscript"
+    assert options.exclusive
+
+
+def test_command_line_replaces_the_whole_option() -> None:
+    # -N 3 on the command line replaces the script's range entirely
+    options = opts(["-N", "3"], SH + "#SBATCH -N 2-8\n")
+    assert (options.nodes_min, options.nodes_max) == (3, 3)
+    options = opts(["--gpus-per-node=2"], SH + "#SBATCH --gpus-per-node=a100:8\n")
+    assert (options.gpus_per_node, options.gpu_type) == (2, None)
+
+
+def test_later_script_line_wins() -> None:
+    assert opts([], SH + "#SBATCH -p a\n#SBATCH -p b\n").partition == "b"
+
+
+# ------------------------------------------------------------- directive block
+
+
+def test_directives_end_at_the_first_command() -> None:
+    script = (
+        "#!/bin/bash\n"
+        "#SBATCH -N 2\n"
+        "\n"
+        "   \t\n"
+        "# plain comment\n"
+        "    # indented comment\n"
+        "#SBATCH -p gpu\n"
+        "module load cuda\n"
+        "#SBATCH -J ignored\n"
+        "#SBATCH --foo-ignored-too\n"
+    )
+    assert read_directives(script, "job.sh") == [(2, ["-N", "2"]), (7, ["-p", "gpu"])]
+    options = opts([], script)
+    assert options.job_name is None
+    assert options.partition == "gpu"
+
+
+def test_directive_must_start_the_line_exactly() -> None:
+    script = SH + "  #SBATCH -N 9\n#sbatch -N 8\n# SBATCH -N 7\n#SBATCH -N 2\n"
+    assert read_directives(script) == [(5, ["-N", "2"])]
+
+
+def test_directive_prefix_glued_to_option() -> None:
+    # sbatch reads what follows the 7 characters "#SBATCH"
+    assert read_directives(SH + "#SBATCH--nodes=3\n") == [(2, ["--nodes=3"])]
+
+
+def test_directive_word_splitting() -> None:
+    script = (
+        SH
+        + "#SBATCH --job-name='a b' -o \"x y.txt\"  # trailing comment -N 9\n"
+        + "#SBATCH -J a#b\n"
+        + "#SBATCH -J 'a#b' -e a\\ b\n"
+        + '#SBATCH -J "it\'s" -o \'say "hi"\'\n'
+        + '#SBATCH -J "a\\"b"\n'
+        + "#SBATCH\n"
+        + "#SBATCH -J ''\n"
+    )
+    assert read_directives(script) == [
+        (2, ["--job-name=a b", "-o", "x y.txt"]),
+        (3, ["-J", "a"]),
+        (4, ["-J", "a#b", "-e", "a", "b"]),  # sbatch: a backslash cannot escape a space
+        (5, ["-J", "it's", "-o", 'say "hi"']),
+        (6, ["-J", 'a"b']),
+        (8, ["-J", ""]),
+    ]
+
+
+def test_unmatched_quote_names_the_line() -> None:
+    message = error_of(["job.sh"], SH + "#SBATCH -N 1\n#SBATCH -J 'oops\n")
+    assert message == "tbatch: error: job.sh:3: unmatched ' in #SBATCH line"
+
+
+def test_script_errors_carry_file_and_line() -> None:
+    script = SH + "#SBATCH -N 2\n\n#SBATCH --foo\n"
+    assert error_of(["job.sh"], script) == "tbatch: error: job.sh:4: unrecognized option '--foo'"
+    script = SH + "#SBATCH --nodes=x\n"
+    assert error_of(["run/job.sh"], script) == (
+        "tbatch: error: run/job.sh:2: invalid --nodes value 'x': expected N or MIN-MAX "
+        "(node counts)"
+    )
+    assert error_of([], SH + "#SBATCH -N\n").startswith("tbatch: error: <stdin>:2: ")
+
+
+def test_script_source_can_be_named() -> None:
+    with pytest.raises(SbatchError) as info:
+        parse_tbatch(["job.sh"], SH + "#SBATCH --foo\n", script_source="/abs/job.sh")
+    assert (info.value.source, info.value.lineno) == ("/abs/job.sh", 2)
+    assert info.value.message == "unrecognized option '--foo'"
+
+
+def test_operands_on_a_directive_line_are_refused() -> None:
+    assert error_of(["j.sh"], SH + "#SBATCH -N 2 oops\n") == (
+        "tbatch: error: j.sh:2: invalid directive 'oops': #SBATCH lines hold only options"
+    )
+    assert "heterogeneous jobs" in error_of(["j.sh"], SH + "#SBATCH -N 1\n#SBATCH hetjob\n")
+
+
+@pytest.mark.parametrize("option", ["--wrap=x", "-f", "--file=x.yaml", "--help", "-V"])
+def test_command_line_only_options_in_a_script(option: str) -> None:
+    assert "only allowed on the command line" in error_of(["j.sh"], SH + f"#SBATCH {option} y\n")
+
+
+# -------------------------------------------------------------- script checks
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        ("", "tbatch: error: Batch script is empty!"),
+        ("  \n\t\n", "tbatch: error: Batch script contains only whitespace!"),
+        (
+            "echo hi\n",
+            "tbatch: error: This does not look like a batch script.  The first\n"
+            "tbatch: error: line must start with #! followed by the path to an interpreter.\n"
+            "tbatch: error: For instance: #!/bin/sh",
+        ),
+        (" #!/bin/sh\n", None),
+        ("#!/bin/sh\necho \x00\n", "NULL character"),
+        ("#!/bin/sh\r\necho\r\n", "DOS line breaks"),
+        ("#!/bin/sh\n\udcff\n", "not valid UTF-8"),
+    ],
+)
+def test_script_checks(script: str, message: str | None) -> None:
+    text = error_of(["job.sh"], script)
+    assert text.startswith("tbatch: error: ")
+    if message and message.startswith("tbatch:"):
+        assert text == message
+    elif message:
+        assert message in text
+
+
+def test_script_size_limit() -> None:
+    big = SH + "#" * MAX_SCRIPT_BYTES
+    assert "too large" in error_of(["job.sh"], big)
+
+
+# ------------------------------------------------------------ option errors
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--foo"], "unrecognized option '--foo'"),
+        (["--foo=1"], "unrecognized option '--foo=1'"),
+        (["-z"], "invalid option -- 'z'"),
+        (
+            ["--part=gpu"],
+            "unrecognized option '--part=gpu' (abbreviations are not accepted; "
+            "did you mean '--partition'?)",
+        ),
+        (["--gpus=4"], "option '--gpus' is not supported by tbatch"),
+        (["--array=1-4"], "option '--array' is not supported by tbatch"),
+        (["-a", "1-4"], "option '-a' (--array) is not supported by tbatch"),
+        (
+            ["--comment=x"],
+            "option '--comment' is not available: hpc-bridge keeps its own "
+            "tracking data in the job comment",
+        ),
+        (["-N"], "option requires an argument -- 'N'"),
+        (["--nodes"], "option '--nodes' requires an argument"),
+        (["--parsable=yes"], "option '--parsable' doesn't allow an argument"),
+        (["--nodes=0"], "invalid --nodes value '0': the node count must be at least 1"),
+        (["--nodes=-1"], "invalid --nodes value '-1': expected N or MIN-MAX (node counts)"),
+        (["--nodes=5-2"], "invalid --nodes value '5-2': the maximum 2 is less than the minimum 5"),
+        (["--nodes=x"], "invalid --nodes value 'x': expected N or MIN-MAX (node counts)"),
+        (["-n", "0"], "invalid --ntasks value '0': must be >= 1"),
+        (["-n", "-3"], "invalid --ntasks value '-3': must be an integer >= 1"),
+        (["-c", "two"], "invalid --cpus-per-task value 'two': must be an integer >= 1"),
+        (["--ntasks-per-node=0"], "invalid --ntasks-per-node value '0': must be >= 1"),
+        (["--gpus-per-node=-1"], "invalid --gpus-per-node value '-1': expected N or TYPE:N"),
+        (["--gpus-per-node=a:1,b:2"], "invalid --gpus-per-node value 'a:1,b:2'"),
+        (["--mem=0"], "--mem=0 (all of each node's memory) is not supported"),
+        (["--mem=1.5G"], "invalid --mem value '1.5G'"),
+        (["--mem=4X"], "invalid --mem value '4X'"),
+        (
+            ["-t", "1:2:3:4"],
+            "invalid --time value '1:2:3:4': invalid time specification "
+            "'1:2:3:4'; expected minutes",
+        ),
+        (["--switches=0"], "invalid --switches value '0'"),
+        (["--switches=1@x"], "invalid --switches value '1@x': bad maximum wait"),
+        (["--exclusive=user"], "invalid --exclusive value 'user': only a plain --exclusive"),
+        (["--export=NONE,FOO=1"], "invalid --export value 'NONE,FOO=1': NONE cannot be combined"),
+        (
+            ["--export=1BAD=x"],
+            "invalid --export value '1BAD=x': invalid environment variable name '1BAD'",
+        ),
+        (["--export=A='x"], "invalid --export value 'A='x': unmatched '"),
+        (["-J", ""], "invalid --job-name value '': must not be empty"),
+        (["-J", "a\nb"], "invalid --job-name value 'a\\nb': contains control characters"),
+        (["-p", "x" * 300], "longer than 256 characters"),
+        (["--runtime=../x"], "invalid --runtime value '../x': must be a name"),
+        (
+            ["--wrap", "true", "job.sh"],
+            "Script arguments are not permitted with the --wrap option.",
+        ),
+        (["--wrap=true", "-f", "x.yaml"], "--wrap and -f/--file cannot be used together"),
+        (["-f", "x.yaml", "job.sh"], "a batch script cannot be given with -f/--file"),
+        (["-f", "x.yaml", "-N", "2"], "option '--nodes' cannot be used with -f/--file"),
+        (["-J", "\udcff"], "argument is not valid UTF-8"),
+    ],
+)
+def test_option_errors(argv: list[str], message: str) -> None:
+    text = error_of(argv)
+    assert text.startswith("tbatch: error: ")
+    assert message in text, text
+
+
+def test_error_message_shape_without_location() -> None:
+    assert error_of(["--foo"]) == "tbatch: error: unrecognized option '--foo'"
+
+
+def test_no_script_at_all() -> None:
+    assert "no batch script" in error_of(["-N", "2"], None)
+
+
+# -------------------------------------------------------------------- --wrap
+
+
+def test_wrap_generates_sbatch_script() -> None:
+    request = parse_tbatch(["--wrap", "echo $HOME; hostname", "-N", "2"])
+    assert request.script_text == (
+        "#!/bin/sh\n# This script was created by tbatch --wrap.\n\necho $HOME; hostname\n"
+    )
+    assert request.script_text == wrap_script("echo $HOME; hostname")
+    assert request.options.nodes_min == 2
+    doc = job_of(["--wrap", "hostname"], None)
+    assert sched(doc)["job_name"] == "wrap"
+    assert doc["metadata"]["annotations"][ANN_BATCH_SCRIPT].endswith("\nhostname\n")
+
+
+def test_wrap_with_script_text_is_refused() -> None:
+    assert "--wrap generates the batch script" in error_of(["--wrap", "x"], SH)
+
+
+def test_wrap_command_that_is_a_directive_is_read_like_sbatch() -> None:
+    assert parse_tbatch(["--wrap", "#SBATCH -N 3"]).options.nodes_min == 3
+
+
+# -------------------------------------------------------------------- export
+
+
+@pytest.mark.parametrize(
+    ("value", "spec"),
+    [
+        ("ALL", ExportSpec(all=True)),
+        ("all", ExportSpec(all=True)),
+        ("NONE", ExportSpec(all=False)),
+        ("none", ExportSpec(all=False)),
+        ("EDITOR", ExportSpec(all=False, items=(("EDITOR", None),))),
+        ("EDITOR,ARG1=test", ExportSpec(all=False, items=(("EDITOR", None), ("ARG1", "test")))),
+        ("ALL,EDITOR=/bin/emacs", ExportSpec(all=True, items=(("EDITOR", "/bin/emacs"),))),
+        ("A=x=y", ExportSpec(all=False, items=(("A", "x=y"),))),
+        ("A=", ExportSpec(all=False, items=(("A", ""),))),
+        ("'A=a,b',B", ExportSpec(all=False, items=(("A", "a,b"), ("B", None)))),
+        ("A='a,b'", ExportSpec(all=False, items=(("A", "a,b"),))),
+        ('A="a,b",ALL', ExportSpec(all=True, items=(("A", "a,b"),))),
+    ],
+)
+def test_export_forms(value: str, spec: ExportSpec) -> None:
+    assert opts([f"--export={value}"]).export == spec
+
+
+ENV = {
+    "PATH": "/usr/bin",
+    "EDITOR": "vi",
+    "SLURM_CONF": "/etc/slurm.conf",
+    "HPC_BRIDGE_TOKEN": "secret",
+    "BASH_FUNC_module%%": "() {  eval ...\n}",
+}
+
+
+def test_export_default_is_the_whole_environment() -> None:
+    env = exported_environment(None, ENV)
+    assert env == {"EDITOR": "vi", "PATH": "/usr/bin", "SLURM_CONF": "/etc/slurm.conf"}
+    assert exported_environment(ExportSpec(all=True), ENV) == env
+
+
+def test_export_none_keeps_only_slurm_variables() -> None:
+    assert exported_environment(ExportSpec(all=False), ENV) == {"SLURM_CONF": "/etc/slurm.conf"}
+
+
+def test_export_list_is_only_those_plus_slurm() -> None:
+    spec = ExportSpec(all=False, items=(("EDITOR", None), ("ARG1", "test"), ("UNSET", None)))
+    assert exported_environment(spec, ENV) == {
+        "ARG1": "test",
+        "EDITOR": "vi",
+        "SLURM_CONF": "/etc/slurm.conf",
+    }
+
+
+def test_export_all_lets_the_environment_win_like_sbatch_documents() -> None:
+    spec = ExportSpec(all=True, items=(("EDITOR", "/bin/emacs"), ("NEW", "1")))
+    env = exported_environment(spec, ENV)
+    assert env["EDITOR"] == "vi"  # "ALL ... take[s] precedence over explicitly given"
+    assert env["NEW"] == "1"
+
+
+def test_export_token_only_when_named() -> None:
+    assert "HPC_BRIDGE_TOKEN" not in exported_environment(None, ENV)
+    spec = ExportSpec(all=False, items=(("HPC_BRIDGE_TOKEN", None),))
+    assert exported_environment(spec, ENV)["HPC_BRIDGE_TOKEN"] == "secret"
+
+
+def test_export_into_the_trainjob() -> None:
+    doc = job_of(["--export=EDITOR,ARG1=test"], environ=ENV)
+    assert doc["spec"]["trainer"]["env"] == [
+        {"name": "ARG1", "value": "test"},
+        {"name": "EDITOR", "value": "vi"},
+        {"name": "SLURM_CONF", "value": "/etc/slurm.conf"},
+    ]
+    assert sched(doc)["export"] == "NONE"
+    assert sched(job_of(["--export=ALL"], environ=ENV))["export"] == "ALL"
+    assert "export" not in sched(job_of([], environ=ENV))
+    assert "env" not in job_of(["--export=NONE"], environ={"PATH": "/bin"})["spec"]["trainer"]
+
+
+def test_export_from_a_directive_loses_inner_quotes_like_sbatch() -> None:
+    # _get_argument removes the quotes before --export sees the value ...
+    spec = opts([], SH + "#SBATCH --export=A='x,y'\n").export
+    assert spec == ExportSpec(all=False, items=(("A", "x"), ("y", None)))
+    # ... so quote the whole word to keep a comma in a value
+    spec = opts([], SH + "#SBATCH --export=\"A='x,y'\"\n").export
+    assert spec == ExportSpec(all=False, items=(("A", "x,y"),))
+
+
+# ------------------------------------------------------------------ TrainJob
+
+
+def test_trainjob_from_a_script() -> None:
+    script = (
+        "#!/bin/bash\n"
+        "#SBATCH --nodes=2 --ntasks-per-node=4 --cpus-per-task=8\n"
+        "#SBATCH --gpus-per-node=a100:4 --mem=64G -t 2:00:00\n"
+        "#SBATCH -p gpu -A proj -q high -o out-%j.txt -e err-%j.txt --exclusive\n"
+        "#SBATCH --switches=1@5 -w n[1-2] -x n3 -C ib --runtime=torch-distributed\n"
+        "#SBATCH --backend=slurm\n"
+        'torchrun train.py "$@"\n'
+    )
+    request = parse_tbatch(["train.sh", "--lr", "0.1"], script)
+    job = to_trainjob(request, cwd="/home/alice/exp", environ={"PATH": "/bin"})
+    doc = job.to_dict()
+    assert doc["metadata"]["name"] == ""
+    assert doc["spec"]["runtimeRef"] == {
+        "name": "torch-distributed",
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
+    trainer = doc["spec"]["trainer"]
+    assert trainer["numNodes"] == 2
+    assert trainer["numProcPerNode"] == 4
+    assert trainer["args"] == ["--lr", "0.1"]
+    assert trainer["env"] == [{"name": "PATH", "value": "/bin"}]
+    resources = {"cpu": 32, "nvidia.com/gpu": 4, "memory": "65536Mi"}
+    assert trainer["resourcesPerNode"] == {"requests": resources, "limits": resources}
+    assert doc["spec"]["activeDeadlineSeconds"] == 7200
+    annotations = doc["metadata"]["annotations"]
+    assert annotations[ANN_BATCH_SCRIPT] == script
+    assert annotations[ANN_BACKEND] == "slurm"
+    assert annotations[ANN_GPU_TYPE] == "a100"
+    options = scheduling_of(job)
+    assert options.model_dump(exclude_defaults=True) == {
+        "job_name": "train.sh",
+        "partition": "gpu",
+        "account": "proj",
+        "qos": "high",
+        "time_limit_minutes": 120,
+        "ntasks_per_node": 4,
+        "cpus_per_task": 8,
+        "gpus_per_node": 4,
+        "mem_per_node_mb": 65536,
+        "output": "out-%j.txt",
+        "error": "err-%j.txt",
+        "chdir": "/home/alice/exp",
+        "exclusive": True,
+        "switches": 1,
+        "switches_wait_minutes": 5,
+        "nodelist": "n[1-2]",
+        "exclude": "n3",
+        "constraint": "ib",
+    }
+    # the document is a valid TrainJob for the daemon
+    assert load_trainjob(doc).to_dict() == doc
+
+
+def test_minimal_job() -> None:
+    doc = job_of(["job.sh"], environ={})
+    assert doc["spec"]["runtimeRef"]["name"] == "plain"
+    assert doc["spec"]["trainer"] == {"numNodes": 1}
+    assert "activeDeadlineSeconds" not in doc["spec"]
+    assert ANN_BACKEND not in doc["metadata"]["annotations"]
+    assert sched(doc) == {"job_name": "job.sh", "chdir": "/home/alice"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "procs", "cpu"),
+    [
+        (["-N", "2", "-n", "8"], 4, 4),
+        (["-N", "2", "-n", "7"], None, 4),  # not divisible: ntasks stays in the options
+        (["-n", "6"], 6, 6),
+        (["-N", "2", "-n", "6", "-c", "3"], 3, 9),
+        (["-c", "5"], None, 5),
+        (["-N", "3", "--ntasks-per-node=2", "-n", "5"], 2, 2),
+    ],
+)
+def test_tasks_and_cpus(argv: list[str], procs: int | None, cpu: int) -> None:
+    doc = job_of([*argv, "job.sh"])
+    trainer = doc["spec"]["trainer"]
+    assert trainer.get("numProcPerNode") == procs
+    assert trainer["resourcesPerNode"]["requests"]["cpu"] == cpu
+
+
+def test_ntasks_kept_in_scheduling() -> None:
+    assert sched(job_of(["-N", "2", "-n", "7", "job.sh"]))["ntasks"] == 7
+
+
+def test_fewer_tasks_than_nodes() -> None:
+    request = parse_tbatch(["-N", "4", "-n", "2", "job.sh"], SH)
+    with pytest.raises(SbatchError, match="--ntasks=2 is less than --nodes=4"):
+        to_trainjob(request, cwd="/", environ={})
+
+
+def test_nodes_range_uses_the_minimum() -> None:
+    assert job_of(["-N", "2-4", "job.sh"])["spec"]["trainer"]["numNodes"] == 2
+
+
+def test_unlimited_time_sets_no_deadline() -> None:
+    doc = job_of(["-t", "UNLIMITED", "job.sh"])
+    assert "activeDeadlineSeconds" not in doc["spec"]
+    assert "time_limit_minutes" not in sched(doc)
+
+
+def test_zero_gpus_request_nothing() -> None:
+    doc = job_of(["--gpus-per-node=0", "job.sh"])
+    assert "resourcesPerNode" not in doc["spec"]["trainer"]
+    assert sched(doc)["gpus_per_node"] == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["job.sh"], "job.sh"),
+        (["dir/sub/run.sbatch"], "run.sbatch"),
+        (["-J", "mine", "job.sh"], "mine"),
+        ([], "tbatch"),  # script from stdin (sbatch says "sbatch")
+        (["-"], "tbatch"),
+    ],
+)
+def test_default_job_name(argv: list[str], name: str) -> None:
+    assert sched(job_of(argv))["job_name"] == name
+
+
+@pytest.mark.parametrize(
+    ("chdir", "expected"),
+    [(None, "/home/alice"), ("/abs", "/abs"), ("rel/dir", "/home/alice/rel/dir")],
+)
+def test_chdir(chdir: str | None, expected: str) -> None:
+    argv = ["-D", chdir] if chdir else []
+    assert sched(job_of([*argv, "job.sh"]))["chdir"] == expected
+
+
+def test_hostile_strings_are_kept_verbatim() -> None:
+    nasty = "a'b\"c $(rm -rf ~) `id` ${HOME} ; | & \\ ü 漢字 🚀 %j"
+    big = "v" * 10_000
+    script = SH + f"#SBATCH --job-name={json.dumps(nasty, ensure_ascii=False)}\necho {nasty}\n"
+    request = parse_tbatch(["-o", nasty, "job.sh", nasty, "$(id)"], script)
+    job = to_trainjob(request, cwd="/home/al ice", environ={"NASTY": nasty, "BIG": big})
+    doc = job.to_dict()
+    options = scheduling_of(job)
+    assert options.job_name == nasty
+    assert options.output == nasty
+    assert options.chdir == "/home/al ice"
+    assert doc["spec"]["trainer"]["args"] == [nasty, "$(id)"]
+    assert {"name": "NASTY", "value": nasty} in doc["spec"]["trainer"]["env"]
+    assert {"name": "BIG", "value": big} in doc["spec"]["trainer"]["env"]
+    assert doc["metadata"]["annotations"][ANN_BATCH_SCRIPT] == script
+
+
+def test_control_characters_in_a_directive_name_the_line() -> None:
+    message = error_of(["job.sh"], SH + "#SBATCH -J a\tb\n")
+    # the tab separates words on a #SBATCH line, so 'b' is an operand
+    assert message.startswith("tbatch: error: job.sh:2: ")
+    message = error_of(["job.sh"], SH + "#SBATCH -J 'a\tb'\n")
+    assert message == (
+        "tbatch: error: job.sh:2: invalid --job-name value 'a\\tb': contains "
+        "control characters (newline, tab, ...)"
+    )
+
+
+def test_control_characters_in_cwd_are_refused() -> None:
+    request = parse_tbatch(["job.sh"], SH)
+    with pytest.raises(SbatchError, match="invalid the current directory: path contains control"):
+        to_trainjob(request, cwd="/tmp/a\nb", environ={})
+
+
+def test_invalid_values_from_the_model_are_sbatch_errors() -> None:
+    request = parse_tbatch(["-N", "200000", "job.sh"], SH)
+    with pytest.raises(SbatchError) as info:
+        to_trainjob(request, cwd="/", environ={})
+    assert str(info.value) == (
+        "tbatch: error: the job is not valid:\n"
+        "tbatch: error: spec.trainer.numNodes: must be <= 100000, got 200000 (from --nodes)"
+    )
+    request = parse_tbatch(["job.sh", "a\x00b"], SH)
+    with pytest.raises(SbatchError, match=r"spec\.trainer\.args: contains a NUL byte"):
+        to_trainjob(request, cwd="/", environ={})
+    request = parse_tbatch(["--export=ALL", "job.sh"], SH)
+    with pytest.raises(SbatchError, match=r"spec\.trainer\.env"):
+        to_trainjob(request, cwd="/", environ={"HUGE": "x" * 200_000})
+
+
+def test_unexportable_environment_entries_are_skipped_under_all() -> None:
+    env = {"OK": "1", "BAD NAME": "x", "BASH_FUNC_f%%": "() { :; }", "RAW": "\udcff"}
+    assert exported_environment(None, env) == {"OK": "1"}
+    with pytest.raises(SbatchError, match="RAW is not valid UTF-8"):
+        exported_environment(ExportSpec(all=False, items=(("RAW", None),)), env)
+
+
+# -------------------------------------------------------------------------- -f
+
+TRAINJOB_YAML = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: bert
+spec:
+  runtimeRef:
+    name: torch-distributed
+  trainer:
+    numNodes: 2
+    command: [torchrun, train.py]
+"""
+
+
+def test_trainjob_file() -> None:
+    request = parse_tbatch(["-f", "job.yaml", "--backend", "kubernetes", "--parsable"])
+    assert request.trainjob_file == "job.yaml"
+    assert request.parsable
+    job = trainjob_from_file(request, TRAINJOB_YAML)
+    assert job.metadata.name == "bert"
+    assert job.metadata.annotations[ANN_BACKEND] == "kubernetes"
+
+
+def test_trainjob_file_errors_name_the_file() -> None:
+    request = parse_tbatch(["-f", "job.yaml"])
+    with pytest.raises(SbatchError) as info:
+        trainjob_from_file(request, TRAINJOB_YAML.replace("numNodes: 2", "numNodes: 0"))
+    assert str(info.value) == "tbatch: error: job.yaml: spec.trainer.numNodes: must be >= 1, got 0"
+    with pytest.raises(SbatchError, match=r"^tbatch: error: job\.yaml:1:\d+: malformed YAML"):
+        trainjob_from_file(request, "a: [")
+    with pytest.raises(SbatchError, match="a batch script cannot be given"):
+        parse_tbatch(["-f", "job.yaml"], SH)
+    with pytest.raises(SbatchError, match="use trainjob_from_file"):
+        to_trainjob(request, cwd="/", environ={})

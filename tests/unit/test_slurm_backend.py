@@ -1,0 +1,201 @@
+"""slurm_adapter.backend.SlurmBackend with stand-in transports (real Slurm: integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pwd
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.backend import (
+    Backend,
+    BackendJob,
+    BackendRejected,
+    BackendState,
+    BackendUnavailable,
+    Owner,
+    SubmitRequest,
+    load_backend,
+)
+from bridge.model import load_trainjob
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import SchedulingOptions
+from slurm_adapter.backend import SlurmBackend, create
+from slurm_adapter.dialects import V0_0_38
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+ME = Owner(uid=os.geteuid(), gid=os.getegid(), user=pwd.getpwuid(os.geteuid()).pw_name)
+
+
+class FakeCli:
+    """Stands in for SlurmCli: answers from a script of results."""
+
+    def __init__(self, jobs: list[Any] | None = None) -> None:
+        self.jobs_answers = list(jobs or [])
+        self.submitted: list[tuple[str, list[str], dict[str, str], Owner]] = []
+        self.installed = {"sbatch", "scontrol"}
+
+    def has(self, name: str) -> bool:
+        return name in self.installed
+
+    async def jobs(self) -> dict[str, Any]:
+        answer = self.jobs_answers.pop(0) if len(self.jobs_answers) > 1 else self.jobs_answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return dict(answer)
+
+    async def submit(self, script: str, args: list[str], env: dict[str, str],
+                     owner: Owner, script_args: tuple[str, ...] = ()) -> str:
+        self.submitted.append((script, args, env, owner))
+        return "100"
+
+    async def topology(self) -> str:
+        return (FIXTURES / "scontrol_show_topology.txt").read_text()
+
+    async def nodes(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((FIXTURES / "sinfo_22.05_nodes.json").read_text())
+        return data
+
+
+class FakeRest:
+    dialect = V0_0_38
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def submit(self, user: str, script: str, job: dict[str, Any]) -> str:
+        self.submitted.append((user, script, job))
+        return "200"
+
+
+RECORDED = json.loads((FIXTURES / "squeue_22.05_jobs.json").read_text())
+
+
+def backend(cli: FakeCli, rest: FakeRest | None = None) -> SlurmBackend:
+    return SlurmBackend("slurm", cli=cli, rest=rest, rest_user="root")  # type: ignore[arg-type]
+
+
+def request(options: SchedulingOptions | None = None) -> SubmitRequest:
+    job = load_trainjob({"metadata": {"name": "t", "uid": "u-1"},
+                         "spec": {"runtimeRef": {"name": "plain"},
+                                  "trainer": {"command": ["true"],
+                                              "env": [{"name": "A", "value": "1"}]}}})
+    return SubmitRequest(job_uid="u-1", job_id=1, job=job, plan=RuntimeCatalog().resolve(job),
+                         options=options or SchedulingOptions(chdir="/tmp"), owner=ME)
+
+
+def test_create_and_the_entry_point() -> None:
+    cli_backend = load_backend("slurm", "hpc", {"use_cli": True})
+    assert isinstance(cli_backend, Backend) and isinstance(cli_backend, SlurmBackend)
+    assert cli_backend.rest is None and cli_backend.name == "hpc"
+    rest_backend = create("s", {"rest_socket": "/nonexistent.sock", "jwt_key": "/k",
+                                "rest_version": "v0.0.41", "request_timeout": 3})
+    assert rest_backend.rest is not None and rest_backend.rest.dialect.version == "v0.0.41"
+    assert create("s", {"rest_url": "http://h:6820", "use_cli": "true"}).rest is None
+    with pytest.raises(ValueError, match="unknown settings"):
+        create("s", {"rest_sock": "/x"})
+    with pytest.raises(ValueError, match="not both"):
+        create("s", {"rest_socket": "/x", "rest_url": "http://h"})
+    with pytest.raises(ValueError, match="use_cli is false"):
+        create("s", {"use_cli": False})
+    with pytest.raises(ValueError, match="unknown slurmrestd API version"):
+        create("s", {"rest_socket": "/x", "rest_version": "v9"})
+
+
+async def test_lookup_finds_by_comment_in_one_listing() -> None:
+    cli = FakeCli([RECORDED])
+    found = await backend(cli).lookup(["fx-exit3", "fx-array", "not-there"])
+    assert set(found) == {"fx-exit3", "fx-array"}
+    assert found["fx-exit3"].exit_code == 3
+    # two Slurm jobs carry fx-array (an array): the newer one is reported
+    assert found["fx-array"].backend_id == "73"
+
+
+async def test_watch_keeps_going_through_outages() -> None:
+    cli = FakeCli([RECORDED, BackendUnavailable("down"), RuntimeError("bug"), RECORDED])
+    stream = backend(cli).watch(0.01)
+    first = await anext(stream)
+    second = await asyncio.wait_for(anext(stream), 5)
+    await stream.aclose()
+    assert first.complete and second.complete
+    assert {j.job_uid for j in first.jobs} == {j.job_uid for j in second.jobs}
+    assert "fx-running" in {j.job_uid for j in first.jobs}
+    assert len({j.job_uid for j in first.jobs}) == len(first.jobs)
+
+
+async def test_submit_over_rest_and_the_cli_fallback_for_switches() -> None:
+    cli, rest = FakeCli(), FakeRest()
+    b = backend(cli, rest)
+    assert await b.submit(request()) == "200"
+    user, script, job = rest.submitted[0]
+    assert user == ME.user and job["comment"] == "hpc-bridge:u-1"
+    assert job["environment"]["A"] == "1" and script.startswith("#!/bin/bash\n")
+    # v0.0.38 cannot carry --switches: sbatch does it
+    assert await b.submit(request(SchedulingOptions(chdir="/tmp", switches=1))) == "100"
+    assert "--switches=1" in cli.submitted[0][1]
+    cli.installed.clear()
+    with pytest.raises(BackendRejected, match="cannot set switches"):
+        await b.submit(request(SchedulingOptions(chdir="/tmp", switches=1)))
+
+
+async def test_submit_defaults_the_working_directory_to_the_owners_home() -> None:
+    cli = FakeCli()
+    await backend(cli).submit(request(SchedulingOptions()))
+    assert f"--chdir={pwd.getpwuid(os.geteuid()).pw_dir}" in cli.submitted[0][1]
+
+
+async def test_inventory() -> None:
+    inv = await backend(FakeCli()).inventory()
+    assert [n.name for n in inv.nodes] == ["node1", "node2", "node3", "node4"]
+    assert inv.switches["spine"] == (("leaf1", "leaf2"), ())
+
+
+def job(path: str | None, backend_id: str = "66") -> BackendJob:
+    return BackendJob(backend_id=backend_id, job_uid="u", state=BackendState.RUNNING,
+                      stdout_path=path, stderr_path=path)
+
+
+async def test_read_log_reads_the_owners_file_in_chunks(tmp_path: Path) -> None:
+    b = backend(FakeCli([RECORDED]))
+    out = tmp_path / "out.log"
+    out.write_bytes(b"hello\nworld\n")
+    b._owner_uids["66"] = os.geteuid()
+    assert await b.read_log(job(str(out)), "stdout", 0) == (b"hello\nworld\n", 12)
+    assert await b.read_log(job(str(out)), "stderr", 6) == (b"world\n", 12)
+    assert await b.read_log(job(str(out)), "stdout", 12) == (b"", 12)
+    assert await b.read_log(job(str(tmp_path / "missing")), "stdout", 3) == (b"", 3)
+    big = tmp_path / "big.log"
+    big.write_bytes(b"x" * (3 * 1024 * 1024))
+    data, offset = await b.read_log(job(str(big)), "stdout", 0)
+    assert len(data) == offset == 1024 * 1024
+    with pytest.raises(ValueError):
+        await b.read_log(job(str(out)), "stdin", 0)
+
+
+async def test_read_log_refuses_files_of_other_users_and_symlinks(tmp_path: Path) -> None:
+    b = backend(FakeCli([RECORDED]))
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root only")
+    b._owner_uids["66"] = 1001 if os.geteuid() != 1001 else 1002  # not the file's owner
+    assert await b.read_log(job(str(secret)), "stdout", 0) == (b"", 0)
+    link = tmp_path / "link"
+    link.symlink_to(secret)
+    b._owner_uids["66"] = os.geteuid()
+    assert await b.read_log(job(str(link)), "stdout", 0) == (b"", 0)
+    assert await b.read_log(job(str(tmp_path)), "stdout", 0) == (b"", 0)  # a directory
+
+
+async def test_read_log_learns_the_owner_from_slurm(tmp_path: Path) -> None:
+    """Job 66 of the recording belongs to alice (uid 1001)."""
+    b = backend(FakeCli([RECORDED]))
+    out = tmp_path / "o"
+    out.write_bytes(b"data")
+    expected = b"data" if os.geteuid() == 1001 else b""
+    assert (await b.read_log(job(str(out)), "stdout", 0))[0] == expected
+    assert b._owner_uids["66"] == 1001
+    unknown = backend(FakeCli([BackendUnavailable("down")]))
+    assert await unknown.read_log(job(str(out), "999"), "stdout", 0) == (b"", 0)

@@ -1,0 +1,288 @@
+"""slurm_adapter.script: batch script, sbatch flags and REST body (golden files).
+
+Golden files live in tests/unit/golden/slurm/. After an intended change, rewrite
+them with ``UPDATE_GOLDEN=1 pytest tests/unit/test_slurm_script.py`` and review
+the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.backend import Owner, SubmitRequest
+from bridge.model import ANN_BATCH_SCRIPT, TrainJob, load_trainjob
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import SchedulingOptions
+from slurm_adapter.dialects import V0_0_38, V0_0_41, UnsupportedOption
+from slurm_adapter.script import (
+    expand_output_pattern,
+    job_environment,
+    job_spec,
+    launch_command,
+    neutralise_directives,
+    render_script,
+    rest_job,
+    sbatch_args,
+)
+
+GOLDEN = Path(__file__).parent / "golden" / "slurm"
+UID = "00000000-0000-4000-8000-000000000001"
+ALICE = Owner(uid=1001, gid=1001, user="alice")
+HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `touch /tmp/pwned` ${HOME} ; rm -rf / # é✓"
+
+
+def golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"missing golden file {path}; run with UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8"), f"differs from golden file {path}"
+
+
+def golden_json(name: str, data: Any) -> None:
+    golden(name, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def trainjob(runtime: str, *, name: str = "train", nodes: int | None = None,
+             procs: int | str | None = None, command: list[str] | None = None,
+             args: list[str] | None = None, env: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None) -> TrainJob:
+    trainer: dict[str, Any] = {}
+    if nodes is not None:
+        trainer["numNodes"] = nodes
+    if procs is not None:
+        trainer["numProcPerNode"] = procs
+    if command is not None:
+        trainer["command"] = command
+    if args is not None:
+        trainer["args"] = args
+    if env:
+        trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return load_trainjob({
+        "metadata": {"name": name, "namespace": "team-a", "uid": UID,
+                     "annotations": annotations or {}},
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer},
+    })
+
+
+def request(job: TrainJob, options: SchedulingOptions | None = None) -> SubmitRequest:
+    return SubmitRequest(job_uid=UID, job_id=42, job=job, plan=RuntimeCatalog().resolve(job),
+                         options=options or SchedulingOptions(), owner=ALICE)
+
+
+def hostile_request() -> SubmitRequest:
+    job = trainjob("plain", command=["sh", "-c", HOSTILE], args=["a\nb", "ünïcødé", "'", ""],
+                   env={"SECRET": "s3cret value", "MULTI": "line1\nline2"})
+    options = SchedulingOptions(job_name=HOSTILE, output="/tmp/out dir/$(id)-%j.out",
+                                chdir="/tmp/work dir/`id`")
+    return request(job, options)
+
+
+def torch_request() -> SubmitRequest:
+    job = trainjob("torch-distributed", nodes=2, procs=4,
+                   command=["torchrun", "--nnodes=2", "--nproc-per-node=4", "train.py"],
+                   args=["--epochs", "3", "--lr=0.1"], env={"OMP_NUM_THREADS": "1"})
+    return request(job, SchedulingOptions(partition="gpu", time_limit_minutes=90,
+                                          gpus_per_node=4, output="logs/%x-%j.out"))
+
+
+ALL_OPTIONS = SchedulingOptions(
+    job_name="all-options", partition="debug", account="proj", qos="high",
+    time_limit_minutes=30, ntasks=8, ntasks_per_node=4, cpus_per_task=2, gpus_per_node=1,
+    mem_per_node_mb=4096, output="out-%j.log", error="err-%j.log", chdir="/scratch/alice",
+    exclusive=True, switches=1, switches_wait_minutes=5, nodelist="node[1-2]",
+    exclude="node4", constraint="fast&big",
+)
+
+
+# --- the batch script ----------------------------------------------------------------------
+
+
+def test_plain_script_with_hostile_strings() -> None:
+    req = hostile_request()
+    script = render_script(req)
+    golden("hostile_plain.sh", script)
+    assert "s3cret" not in script and "line1" not in script  # env never in the script
+
+
+def test_hostile_script_runs_the_exact_argv(tmp_path: Path) -> None:
+    """Bash sees exactly the user's argv: nothing is expanded or executed."""
+    marker = tmp_path / "pwned"
+    words = [f"$(touch {marker})", f"`touch {marker}`", "a\nb", "it's", '"', "\\", "é✓", "",
+             "*", "~", "$HOME", ";", "|", "&&", "#x", "-n"]
+    job = trainjob("plain", command=["printf", "%s\\0"], args=words)
+    script = render_script(request(job))
+    done = subprocess.run(["bash", "-c", script], capture_output=True, cwd=tmp_path, check=True)
+    assert done.stdout.decode().split("\0")[:-1] == words
+    assert not marker.exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(st.characters(exclude_characters="\x00",
+                                      exclude_categories=["Cs"]), max_size=20),
+                min_size=1, max_size=5))
+def test_any_argv_survives_the_script(words: list[str]) -> None:
+    job = trainjob("plain", command=["printf", "%s\\0"], args=words)
+    script = render_script(request(job))
+    done = subprocess.run(["bash", "-c", script], capture_output=True, check=True)
+    assert done.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1] == words
+
+
+def test_comment_line_stays_one_line_even_for_a_bad_name() -> None:
+    job = trainjob("plain", command=["true"])
+    job.metadata.name = "evil\nrm -rf /"
+    script = render_script(request(job))
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert lines[1].startswith("# hpc-bridge TrainJob ") and "\\x0a" in lines[1]
+    assert lines[2] == "exec true"
+    assert len(lines) == 3
+
+
+def test_torch_script_uses_srun() -> None:
+    req = torch_request()
+    golden("torch.sh", render_script(req))
+    assert launch_command(req.plan)[:5] == ["srun", "--nodes=2", "--ntasks-per-node=4",
+                                            "--kill-on-bad-exit=1", "--"]
+
+
+def test_torch_auto_procs_starts_one_launcher_per_node() -> None:
+    job = trainjob("torch-distributed", nodes=3, command=["torchrun", "t.py"])
+    assert launch_command(RuntimeCatalog().resolve(job))[:3] == [
+        "srun", "--nodes=3", "--ntasks-per-node=1"]
+
+
+TBATCH_SCRIPT = """#!/bin/bash
+#SBATCH --runtime=torch-distributed
+#SBATCH -N 2
+# a comment
+   #SBATCH --indented-is-a-comment
+##SBATCH --already-disabled
+
+#SBATCH --time=10
+srun hostname
+#SBATCH --after-the-first-command-is-not-a-directive
+"""
+
+
+def test_tbatch_script_is_kept_with_directives_neutralised() -> None:
+    job = trainjob("plain", annotations={ANN_BATCH_SCRIPT: TBATCH_SCRIPT})
+    script = render_script(request(job))
+    golden("tbatch.sh", script)
+    assert "\n#SBATCH" not in script.split("srun hostname")[0]
+    assert script.endswith("\n#SBATCH --after-the-first-command-is-not-a-directive\n")
+
+
+def test_neutralise_keeps_crlf_and_untouched_scripts() -> None:
+    assert neutralise_directives("#!/bin/sh\r\n#SBATCH -N1\r\necho\r\n") == \
+        "#!/bin/sh\r\n##SBATCH -N1\r\necho\r\n"
+    plain = "#!/bin/sh\necho hi\n"
+    assert neutralise_directives(plain) == plain
+
+
+# --- flags and REST body ---------------------------------------------------------------------
+
+
+def test_hostile_flags_and_rest_body() -> None:
+    req = hostile_request()
+    spec = job_spec(req, default_chdir="/home/alice")
+    golden("hostile_plain.sbatch", "\n".join(sbatch_args(spec)) + "\n")
+    golden_json("hostile_plain.v0.0.38.json",
+                rest_job(spec, job_environment(req.plan), V0_0_38))
+
+
+def test_torch_flags_and_rest_bodies() -> None:
+    req = torch_request()
+    spec = job_spec(req, default_chdir="/home/alice", default_partition="debug")
+    assert spec.partition == "gpu"  # the job's own choice wins over the default
+    golden("torch.sbatch", "\n".join(sbatch_args(spec)) + "\n")
+    env = job_environment(req.plan)
+    golden_json("torch.v0.0.38.json", V0_0_38.submit_body(render_script(req),
+                                                          rest_job(spec, env, V0_0_38)))
+    golden_json("torch.v0.0.41.json", V0_0_41.submit_body(render_script(req),
+                                                          rest_job(spec, env, V0_0_41)))
+
+
+def test_every_option_becomes_a_flag() -> None:
+    job = trainjob("mpi-distributed", nodes=2, command=["./app"])
+    spec = job_spec(request(job, ALL_OPTIONS), default_chdir="/home/alice")
+    golden("all_options.sbatch", "\n".join(sbatch_args(spec)) + "\n")
+    golden_json("all_options.v0.0.41.json", rest_job(spec, {"PATH": "/bin"}, V0_0_41))
+
+
+def test_v0_0_38_cannot_carry_switches_but_everything_else() -> None:
+    job = trainjob("mpi-distributed", nodes=2, command=["./app"])
+    spec = job_spec(request(job, ALL_OPTIONS), default_chdir="/home/alice")
+    with pytest.raises(UnsupportedOption, match="switches"):
+        rest_job(spec, {}, V0_0_38)
+    no_switch = job_spec(request(job, ALL_OPTIONS.model_copy(update={"switches": None})),
+                         default_chdir="/home/alice")
+    golden_json("all_options.v0.0.38.json", rest_job(no_switch, {"PATH": "/bin"}, V0_0_38))
+
+
+def test_defaults() -> None:
+    job = trainjob("plain", command=["true"])
+    spec = job_spec(request(job), default_chdir="/home/alice", default_partition="debug")
+    assert sbatch_args(spec) == [
+        "--job-name=train",
+        f"--comment=hpc-bridge:{UID}",
+        "--nodes=1",
+        "--chdir=/home/alice",
+        "--output=slurm-%j.out",
+        "--partition=debug",
+    ]
+
+
+def test_plain_jobs_get_no_tasks_per_node_from_the_runtime_default() -> None:
+    job = trainjob("plain", command=["true"])
+    assert job_spec(request(job), default_chdir="/").ntasks_per_node is None
+    mpi = trainjob("mpi-distributed", nodes=2, procs=3, command=["./app"])
+    assert job_spec(request(mpi), default_chdir="/").ntasks_per_node == 3
+    assert job_spec(request(mpi, SchedulingOptions(ntasks=5)),
+                    default_chdir="/").ntasks_per_node is None
+
+
+def test_environment_is_the_plan_plus_a_default_path() -> None:
+    job = trainjob("plain", command=["true"], env={"A": "1"})
+    assert job_environment(RuntimeCatalog().resolve(job)) == {
+        "A": "1", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    own = trainjob("plain", command=["true"], env={"PATH": "/opt/bin"})
+    assert job_environment(RuntimeCatalog().resolve(own)) == {"PATH": "/opt/bin"}
+
+
+# --- output patterns -------------------------------------------------------------------------
+
+# Expected names are those slurmd created on the 22.05 test bed.
+@pytest.mark.parametrize(
+    ("pattern", "kwargs", "expected"),
+    [
+        ("fx-%x-%j.out", {}, "/tmp/sx/fx/fx-fx-ok-63.out"),
+        ("/tmp/sx/fx/run-%4j-%u.out", {}, "/tmp/sx/fx/run-0063-alice.out"),
+        ("slurm-%A_%a.out", {"array_job_id": 71, "array_task_id": 2},
+         "/tmp/sx/fx/slurm-71_2.out"),
+        ("slurm-%j.out", {}, "/tmp/sx/fx/slurm-63.out"),
+        ("100%%-%j", {}, "/tmp/sx/fx/100%-63"),
+        ("%N-%n-%t-%s.log", {"node": "node3"}, "/tmp/sx/fx/node3-0-0-batch.log"),
+        ("%N.log", {}, "/tmp/sx/fx/%N.log"),
+        ("%q-%j", {}, "/tmp/sx/fx/%q-63"),
+        ("a\\%j", {}, "/tmp/sx/fx/a%j"),
+        ("%12j", {}, "/tmp/sx/fx/0000000063"),
+        ("%a", {}, "/tmp/sx/fx/4294967294"),
+        ("%3b", {"array_task_id": 17}, "/tmp/sx/fx/007"),
+        ("%A", {}, "/tmp/sx/fx/63"),
+        ("end%", {}, "/tmp/sx/fx/end"),
+    ],
+)
+def test_expand_output_pattern(pattern: str, kwargs: dict[str, Any], expected: str) -> None:
+    job_id = 63 if "array_job_id" not in kwargs else 71
+    assert expand_output_pattern(pattern, job_id, "fx-ok", "alice", "/tmp/sx/fx",
+                                 **kwargs) == expected

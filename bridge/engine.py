@@ -39,6 +39,7 @@ from bridge.backend import (
     BackendRejected,
     BackendState,
     BackendUnavailable,
+    Inventory,
     Owner,
     StatusBatch,
     SubmitRequest,
@@ -112,6 +113,7 @@ class Engine:
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
+        self._inventory: dict[str, Inventory] = {}
         self.ready = asyncio.Event()
 
     # -- front-door calls ----------------------------------------------------------
@@ -130,8 +132,9 @@ class Engine:
                 f"metadata.annotations[{ANN_BACKEND}]",
                 f"unknown back end {backend!r}; configured: {', '.join(sorted(self.backends))}",
             )])
-        self.catalog.resolve(job)
-        scheduling_of(job)
+        plan = self.catalog.resolve(job)
+        options = scheduling_of(job)
+        self._check_capacity(backend, plan.num_nodes, options.partition)
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
@@ -142,6 +145,21 @@ class Engine:
                  backend=backend, runtime=job.spec.runtime_ref.name)
         self._wake.set()
         return record
+
+    def _check_capacity(self, backend: str, num_nodes: int, partition: str | None) -> None:
+        """Refuse a job that asks for more nodes than the back end has at all (in the
+        partition, if named): Slurm would queue it forever (``PartitionNodeLimit``).
+        Unknown inventory (back end not reached yet) refuses nothing."""
+        inventory = self._inventory.get(backend)
+        if inventory is None or not inventory.nodes:
+            return
+        nodes = [n for n in inventory.nodes if partition is None or partition in n.partitions]
+        if num_nodes > len(nodes):
+            where = f"partition {partition!r} of back end {backend!r}" if partition else (
+                f"back end {backend!r}")
+            raise ValidationError([("spec.trainer.numNodes",
+                                    f"{num_nodes} nodes requested but {where} has "
+                                    f"{len(nodes)}")])
 
     def cancel(self, record: JobRecord, caller: Owner) -> JobRecord:
         """Ask for the job to stop. Only its owner or root may. Idempotent."""
@@ -184,12 +202,15 @@ class Engine:
         for name, backend in self.backends.items():
             try:
                 await backend.start()
-            except BackendUnavailable as exc:
+                self._inventory[name] = await asyncio.wait_for(backend.inventory(), 10)
+            except (BackendUnavailable, TimeoutError) as exc:
                 log.warning("back end not reachable at start; will retry", backend=name,
-                            error=str(exc))
+                            error=str(exc) or type(exc).__name__)
         for name, backend in self.backends.items():
             self._tasks.append(asyncio.create_task(self._track(name, backend),
                                                    name=f"track-{name}"))
+            self._tasks.append(asyncio.create_task(self._refresh_inventory(name, backend),
+                                                   name=f"inventory-{name}"))
         self.ready.set()
         try:
             while not self._stopping.is_set():
@@ -325,6 +346,21 @@ class Engine:
                 log.warning("cancel failed; will retry", job_id=rec.id, error=str(exc))
 
     # -- tracking --------------------------------------------------------------------
+
+    async def _refresh_inventory(self, name: str, backend: Backend,
+                                 interval: float = 60.0) -> None:
+        while True:
+            await asyncio.sleep(interval if name in self._inventory else 5.0)
+            try:
+                self._inventory[name] = await backend.inventory()
+            except BackendUnavailable as exc:
+                log.info("inventory not available", backend=name, error=str(exc))
+            except Exception:
+                log.exception("inventory failed", backend=name)
+
+    def inventory(self, backend: str) -> Inventory | None:
+        """The last inventory read from ``backend`` (None before the first)."""
+        return self._inventory.get(backend)
 
     async def _track(self, name: str, backend: Backend) -> None:
         async for batch in backend.watch(self.settings.poll_interval):

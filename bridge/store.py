@@ -293,8 +293,8 @@ class Store:
 
     _COLUMNS = frozenset({
         "state", "reason", "message", "backend_id", "exit_code", "nodes", "stdout_path",
-        "stderr_path", "queue", "attempts", "submitting_since", "next_attempt_at", "cancel_requested",
-        "updated_at", "started_at", "finished_at", "document",
+        "stderr_path", "queue", "attempts", "submitting_since", "next_attempt_at",
+        "cancel_requested", "updated_at", "started_at", "finished_at", "document",
     })
 
     def _update(self, db: sqlite3.Connection, job_id: int, **fields: Any) -> None:

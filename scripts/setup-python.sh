@@ -18,6 +18,6 @@ fi
 stamp=.venv/.hpc-bridge-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   .venv/bin/pip install --quiet --upgrade pip
-  .venv/bin/pip install --quiet -e '.[dev]'
+  .venv/bin/pip install --quiet -e '.[dev,runtimes]'
   touch "$stamp"
 fi

@@ -31,8 +31,10 @@ import os
 import pwd
 import re
 import stat
+import sys
 import time
 from collections.abc import AsyncGenerator, Collection, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from bridge.backend import (
@@ -278,14 +280,20 @@ class SlurmBackend:
     ``rest_user``
         the user the daemon lists jobs and nodes as over REST (default: the
         daemon's own user; it must see every user's jobs, e.g. root or SlurmUser).
+    ``mpi_launch``
+        path of the ``mpi-launch`` program as the compute nodes see it (default: the
+        one installed beside the daemon, which suits a shared install; else
+        ``mpi-launch`` on the job's PATH).
 
     The topology always comes from ``scontrol show topology`` (slurmrestd 0.0.38
     has no topology endpoint); without ``scontrol`` the inventory has no switches.
     """
 
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
-                 default_partition: str | None = None, rest_user: str | None = None):
+                 default_partition: str | None = None, rest_user: str | None = None,
+                 mpi_launch: str | None = None):
         self.name = name
+        self.mpi_launch = mpi_launch or default_mpi_launch()
         self.cli = cli
         self.rest = rest
         self.default_partition = default_partition
@@ -318,7 +326,7 @@ class SlurmBackend:
         """Submit as ``request.owner``; the Slurm job id. See the module docstring."""
         spec = job_spec(request, default_chdir=self._default_chdir(request.owner),
                         default_partition=self.default_partition)
-        script = render_script(request)
+        script = render_script(request, self.mpi_launch)
         env = job_environment(request.plan)
         # With --export-file, slurmd 22.05 expands %x in --output from the job's
         # SLURM_JOB_NAME variable, not from the job record: without it the file is
@@ -455,6 +463,12 @@ class SlurmBackend:
         return data, offset + len(data)
 
 
+def default_mpi_launch() -> str:
+    """``mpi-launch`` beside the running interpreter if it is there, else the bare name."""
+    beside = Path(sys.executable).parent / "mpi-launch"
+    return str(beside) if beside.exists() else "mpi-launch"
+
+
 def _user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
@@ -495,7 +509,7 @@ def create(name: str, settings: dict[str, Any]) -> SlurmBackend:
     """Entry point ``hpc_bridge.backends: slurm``: a :class:`SlurmBackend` from settings
     (see the class docstring). Raises ValueError for contradictory settings."""
     known = {"rest_socket", "rest_url", "rest_version", "jwt_key", "token_lifespan", "use_cli",
-             "default_partition", "request_timeout", "rest_user"}
+             "default_partition", "request_timeout", "rest_user", "mpi_launch"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ValueError(f"slurm back end {name!r}: unknown settings {', '.join(unknown)}; "
@@ -522,4 +536,5 @@ def create(name: str, settings: dict[str, Any]) -> SlurmBackend:
                                timeout=timeout)
     return SlurmBackend(name, cli=cli, rest=rest,
                         default_partition=settings.get("default_partition") or None,
-                        rest_user=settings.get("rest_user") or None)
+                        rest_user=settings.get("rest_user") or None,
+                        mpi_launch=settings.get("mpi_launch") or None)

@@ -29,6 +29,7 @@ from typing import Any
 
 from bridge.backend import SubmitRequest
 from bridge.runtimes import Framework, LaunchPlan
+from mpi_launch.plan import launch_invocation
 from slurm_adapter import hostlist
 from slurm_adapter.dialects import Dialect, UnsupportedOption
 
@@ -257,25 +258,26 @@ def _comment_word(value: str) -> str:
     return _quote(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value))
 
 
-def launch_command(plan: LaunchPlan) -> list[str]:
-    """The argv the batch script ``exec``\\ s: the user's command for ``plain``;
-    ``srun`` starting ``proc_per_node`` ranks on each node otherwise (one when the
-    launcher decides, e.g. torch ``auto``).
+#: ``mlPolicy.mpi.mpiImplementation`` (Kubeflow's names) -> ``mpi-launch --mpi``.
+MPI_FLAVOURS = {"OpenMPI": "openmpi", "MPICH": "mpich", "IntelMPI": "intel", "Intel": "intel"}
 
-    The one place that knows how ranks are started (to be replaced by the
-    ``mpi-launch`` entry point).
+
+def launch_command(plan: LaunchPlan, mpi_launch: str = "mpi-launch") -> list[str]:
+    """The argv the batch script runs: the user's command for ``plain``; for a
+    distributed framework, ``mpi-launch`` (started as :func:`mpi_launch.plan.
+    launch_invocation` says: once for MPI, once per node for torch, once per rank
+    for JAX/XGBoost), which reads the allocation, writes the hostfile, sets the rank
+    environment and execs the launcher. ``mpi_launch`` is the path of the
+    ``mpi-launch`` program as the compute nodes see it.
     """
     user = [*plan.command, *plan.args]
     if plan.framework is Framework.PLAIN:
         return user
-    return [
-        "srun",
-        f"--nodes={plan.num_nodes}",
-        f"--ntasks-per-node={plan.proc_per_node or 1}",
-        "--kill-on-bad-exit=1",
-        "--",
-        *user,
-    ]
+    flavour = MPI_FLAVOURS.get(plan.mpi_implementation or "OpenMPI", "openmpi")
+    prefix = launch_invocation(plan.framework.value, flavour if plan.framework is Framework.MPI
+                               else None, plan.num_nodes, plan.proc_per_node,
+                               executable=mpi_launch)
+    return [*prefix, "--", *user]
 
 
 def neutralise_directives(script: str) -> str:
@@ -295,20 +297,36 @@ def neutralise_directives(script: str) -> str:
     return "".join(lines)
 
 
-def render_script(request: SubmitRequest) -> str:
-    """The batch script for ``request`` (see the module docstring)."""
+def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch") -> str:
+    """The batch script for ``request`` (see the module docstring).
+
+    For MPI the launcher runs in the batch script itself and its hostfile goes in a
+    private directory removed when the script ends; other runtimes ``exec`` their
+    launch line.
+    """
     plan = request.plan
     if plan.batch_script:
         return neutralise_directives(plan.batch_script)
     meta = request.job.metadata
-    words = " ".join(_quote(w) for w in launch_command(plan))
-    return (
+    argv = launch_command(plan, mpi_launch)
+    head = (
         "#!/bin/bash\n"
         f"# hpc-bridge TrainJob {_comment_word(meta.namespace or 'default')}/"
         f"{_comment_word(meta.name)} uid={_comment_word(request.job_uid)} "
         f"runtime={_comment_word(plan.runtime)}\n"
-        f"exec {words}\n"
     )
+    if plan.framework is Framework.MPI:
+        cut = argv.index("--")
+        words = " ".join(_quote(w) for w in argv[:cut])
+        rest = " ".join(_quote(w) for w in argv[cut:])
+        return (
+            head
+            + 'hostfile_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpc-bridge.XXXXXXXX") || exit 1\n'
+            + "trap 'rm -rf -- \"$hostfile_dir\"' EXIT\n"
+            + f'{words} --hostfile-dir "$hostfile_dir" {rest}\n'
+        )
+    words = " ".join(_quote(w) for w in argv)
+    return head + f"exec {words}\n"
 
 
 # --- output file names -----------------------------------------------------------------

@@ -148,17 +148,33 @@ def test_comment_line_stays_one_line_even_for_a_bad_name() -> None:
     assert len(lines) == 3
 
 
-def test_torch_script_uses_srun() -> None:
+def test_torch_script_starts_mpi_launch_once_per_node() -> None:
     req = torch_request()
-    golden("torch.sh", render_script(req))
-    assert launch_command(req.plan)[:5] == ["srun", "--nodes=2", "--ntasks-per-node=4",
-                                            "--kill-on-bad-exit=1", "--"]
+    golden("torch.sh", render_script(req, "/opt/hpc-bridge/bin/mpi-launch"))
+    argv = launch_command(req.plan, "/opt/hpc-bridge/bin/mpi-launch")
+    assert argv[:4] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
+    cut = argv.index("--")
+    assert argv[cut - 5:cut] == ["/opt/hpc-bridge/bin/mpi-launch", "--runtime", "torch",
+                                 "--nproc-per-node", "4"]
+    assert argv[cut + 1:] == [*req.plan.command, *req.plan.args]
 
 
 def test_torch_auto_procs_starts_one_launcher_per_node() -> None:
     job = trainjob("torch-distributed", nodes=3, command=["torchrun", "t.py"])
-    assert launch_command(RuntimeCatalog().resolve(job))[:3] == [
-        "srun", "--nodes=3", "--ntasks-per-node=1"]
+    argv = launch_command(RuntimeCatalog().resolve(job))
+    assert argv[:4] == ["srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1"]
+    assert "--nproc-per-node" not in argv[:argv.index("--")]
+
+
+def test_mpi_script_runs_the_launcher_once_with_a_private_hostfile_dir() -> None:
+    job = trainjob("mpi-distributed", nodes=2, command=["python3", "allreduce.py", "$(x)"])
+    job.spec.trainer.num_proc_per_node = 2  # type: ignore[union-attr]
+    req = request(job)
+    script = render_script(req, "/opt/hpc-bridge/bin/mpi-launch")
+    golden("mpi.sh", script)
+    assert "exec" not in script  # the EXIT trap must run to remove the hostfile
+    assert ("/opt/hpc-bridge/bin/mpi-launch --runtime mpi --mpi openmpi --nproc-per-node 2"
+            ' --hostfile-dir "$hostfile_dir" -- python3 allreduce.py \'$(x)\'') in script
 
 
 TBATCH_SCRIPT = """#!/bin/bash

@@ -1,0 +1,107 @@
+"""Distributed runtimes through the daemon on the real Slurm: mpi_launch in the job.
+
+A TrainJob for ``mpi-distributed`` / ``torch-distributed`` is turned by the Slurm
+back end into a batch script that starts ``mpi-launch``, which reads the Slurm
+allocation, writes the hostfile, sets the rank environment and execs the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.integration.bed import Daemon
+
+pytestmark = pytest.mark.integration
+
+PYTHON = str(Path(sys.executable))
+BIN = Path(sys.executable).parent
+
+ALLREDUCE = """
+import socket
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.rank)
+print(f"rank={comm.rank} size={comm.size} sum={total} host={socket.gethostname()}", flush=True)
+"""
+
+DDP = """
+import os, socket
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(t)
+print(f"rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} "
+      f"local={os.environ['LOCAL_RANK']} node={os.environ.get('PET_NODE_RANK')} "
+      f"sum={int(t.item())} host={socket.gethostname()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def trainjob(outdir: Path, name: str, runtime: str, command: list[str], nodes: int,
+             procs: int) -> Path:
+    doc = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "annotations": {
+            "hpc-bridge.io/scheduling": json.dumps({"chdir": str(outdir),
+                                                    "output": f"{name}-%j.out",
+                                                    "time_limit_minutes": 10})}},
+        "spec": {"runtimeRef": {"name": runtime},
+                 "trainer": {"numNodes": nodes, "numProcPerNode": procs,
+                             "command": command}},
+    }
+    path = outdir / f"{name}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def run(d: Daemon, path: Path, outdir: Path) -> tuple[dict[str, object], list[str]]:
+    res = d.cli("alice", "tbatch", "--parsable", "-f", str(path), cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    job_id = int(res.stdout)
+    done = d.wait_state(job_id, ["Succeeded", "Failed", "Cancelled"], timeout=240)
+    log = d.cli("alice", "tlog", str(job_id)).stdout
+    assert done["state"] == "Succeeded", (done, log)
+    return done, log.splitlines()
+
+
+def test_mpi_allreduce_2_nodes_x_2_ranks_open_mpi(daemon: Daemon, outdir: Path) -> None:
+    prog = outdir / "allreduce.py"
+    prog.write_text(ALLREDUCE)
+    path = trainjob(outdir, "mpi-allreduce", "mpi-distributed", [PYTHON, str(prog)], 2, 2)
+    done, lines = run(daemon, path, outdir)
+    ranks = [dict(kv.split("=") for kv in line.split()) for line in lines
+             if line.startswith("rank=")]
+    assert sorted(int(r["rank"]) for r in ranks) == [0, 1, 2, 3], lines
+    assert {r["size"] for r in ranks} == {"4"} and {r["sum"] for r in ranks} == {"6"}
+    hosts = Counter(r["host"] for r in ranks)
+    assert sorted(hosts.values()) == [2, 2] and set(hosts) == set(done["nodes"]), hosts
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "python"])
+def test_torch_gloo_allreduce_2_nodes_x_2_procs(daemon: Daemon, outdir: Path,
+                                                launcher: str) -> None:
+    prog = outdir / "ddp.py"
+    prog.write_text(DDP)
+    # "torchrun train.py" as Kubeflow Trainer users write it (torchrun reads PET_*),
+    # or "python train.py", which mpi-launch runs under torch.distributed.run.
+    command = [str(BIN / "torchrun"), str(prog)] if launcher == "torchrun" else [
+        PYTHON, str(prog)]
+    path = trainjob(outdir, f"ddp-{launcher}", "torch-distributed", command, 2, 2)
+    done, lines = run(daemon, path, outdir)
+    ranks = [dict(kv.split("=") for kv in line.split()) for line in lines
+             if re.match(r"rank=\d", line)]
+    assert sorted(int(r["rank"]) for r in ranks) == [0, 1, 2, 3], lines
+    assert {r["world"] for r in ranks} == {"4"} and {r["sum"] for r in ranks} == {"6"}
+    assert sorted(r["local"] for r in ranks) == ["0", "0", "1", "1"]
+    by_node = {r["host"]: {r2["node"] for r2 in ranks if r2["host"] == r["host"]}
+               for r in ranks}
+    assert len(by_node) == 2 and all(len(v) == 1 for v in by_node.values()), by_node
+    assert set(by_node) == set(done["nodes"])

@@ -76,7 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hostfile-dir", metavar="DIR",
                    help="where to write the hostfile (default $TMPDIR/mpi-launch-UID-JOB)")
     p.add_argument("--launcher", choices=LAUNCHERS, default="auto",
-                   help="mpi: mpirun/mpiexec (auto) or srun --mpi=pmix|pmi2 (Slurm only)")
+                   help="mpi: mpirun/mpiexec (auto; a command that is itself mpirun, "
+                        "mpiexec, deepspeed ... runs as it is), srun --mpi=pmix|pmi2 (Slurm "
+                        "only), or none: write the hostfile, set the variables and exec the "
+                        "command as it is (torch: once per node with PET_* set)")
     p.add_argument("--mpirun", metavar="PROGRAM",
                    help="mpi: launcher program (default mpirun, or mpiexec for mpich/intel)")
     p.add_argument("--direct", action="store_true",

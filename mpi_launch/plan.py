@@ -55,7 +55,11 @@ __all__ = [
 
 RUNTIMES = ("plain", "torch", "mpi", "jax", "xgboost")
 MPIS = ("openmpi", "mpich", "intel")
-LAUNCHERS = ("auto", "mpirun", "srun")
+LAUNCHERS = ("auto", "mpirun", "srun", "none")
+#: Programs that start ranks themselves: a command beginning with one of these runs as
+#: it is (with the hostfile and variables set), as a Kubeflow MPI launcher runs it.
+USER_LAUNCHERS = frozenset({"mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun",
+                            "deepspeed", "horovodrun"})
 PER_NODE = ("torch",)
 """Runtimes started once per node (``torch`` without ``--direct``)."""
 PER_PROCESS = ("plain", "jax", "xgboost")
@@ -130,6 +134,9 @@ def plan_launch(alloc: Allocation, opts: LaunchOptions, hostfile_dir: str) -> La
         this = alloc.this_host
         nproc = opts.nproc_per_node or this.gpus or this.slots
         env.update(torch_node_env(alloc, nproc, port))
+        if opts.launcher == "none":
+            # Once per node with PET_* set: the command (a batch script) runs torchrun.
+            return LaunchPlan(argv=tuple(opts.command), env=env)
         argv = torch_argv(opts.command, nnodes=len(alloc.hosts), nproc_per_node=nproc,
                           node_rank=alloc.node_rank, master_addr=alloc.hosts[0].name,
                           port=port)
@@ -182,6 +189,12 @@ def _plan_mpi(alloc: Allocation, opts: LaunchOptions, env: dict[str, str],
     path = os.path.join(hostfile_dir, f"hostfile.{opts.mpi}")
     text = render_hostfile(opts.mpi, alloc.hosts)
     env.update(hostfile_env(opts.mpi, path, alloc.hosts))
+    if opts.launcher == "none" or (opts.launcher == "auto"
+                                   and os.path.basename(opts.command[0]) in USER_LAUNCHERS):
+        # The command starts the ranks itself (a batch script calling mpirun, or
+        # "mpirun ..." / "deepspeed ..." as the TrainJob command): hostfile + env only.
+        return LaunchPlan(argv=tuple(opts.command), env=env, hostfile_path=path,
+                          hostfile_text=text)
     program = opts.mpirun or _DEFAULT_MPIRUN[opts.mpi]
     if opts.mpi == "openmpi":
         argv = [program, "--hostfile", path, "-np", total]
@@ -234,7 +247,8 @@ def torch_argv(command: Sequence[str], *, nnodes: int, nproc_per_node: int, node
 
 
 def launch_invocation(runtime: str, mpi: str | None, nodes: int, nproc_per_node: int | None,
-                      *, executable: str = "mpi-launch") -> list[str]:
+                      *, executable: str = "mpi-launch",
+                      launcher: str | None = None) -> list[str]:
     """The argv prefix a Slurm batch script runs before ``-- COMMAND ARGS``.
 
     ``mpi``: ``mpi-launch`` once (the batch script runs on the first node), it starts
@@ -244,6 +258,7 @@ def launch_invocation(runtime: str, mpi: str | None, nodes: int, nproc_per_node:
     ``--cpu-bind=none`` so torchrun's workers may use every CPU of the node.
     ``jax``/``xgboost``/``plain``: one per rank through ``srun`` (``P`` per node when
     ``nproc_per_node`` is given, else the job's own task layout).
+    ``launcher`` adds ``--launcher`` (``none``: the command starts the ranks itself).
     Every element is one literal argument (quote it when writing a shell script).
     """
     if runtime not in RUNTIMES:
@@ -259,6 +274,10 @@ def launch_invocation(runtime: str, mpi: str | None, nodes: int, nproc_per_node:
         tail += ["--mpi", mpi or "openmpi"]
     if nproc_per_node is not None:
         tail += ["--nproc-per-node", str(nproc_per_node)]
+    if launcher is not None:
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
+        tail += ["--launcher", launcher]
     if runtime == "mpi":
         return tail
     if runtime == "torch":

@@ -21,6 +21,7 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from collections.abc import Mapping
@@ -139,7 +140,10 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         nodelist=o.nodelist,
         exclude=o.exclude,
         constraint=o.constraint,
-        script_args=request.plan.args if request.plan.batch_script is not None else (),
+        # A plain batch script gets its arguments from sbatch; a wrapped one (a
+        # distributed runtime, see render_script) carries them in the wrapper.
+        script_args=(request.plan.args if request.plan.batch_script is not None
+                     and request.plan.framework is Framework.PLAIN else ()),
     )
 
 
@@ -305,16 +309,18 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch") -> str
     launch line.
     """
     plan = request.plan
-    if plan.batch_script:
+    if plan.batch_script and plan.framework is Framework.PLAIN:
         return neutralise_directives(plan.batch_script)
     meta = request.job.metadata
-    argv = launch_command(plan, mpi_launch)
     head = (
         "#!/bin/bash\n"
         f"# hpc-bridge TrainJob {_comment_word(meta.namespace or 'default')}/"
         f"{_comment_word(meta.name)} uid={_comment_word(request.job_uid)} "
         f"runtime={_comment_word(plan.runtime)}\n"
     )
+    if plan.batch_script:
+        return head + _batch_script_through_mpi_launch(plan, plan.batch_script, mpi_launch)
+    argv = launch_command(plan, mpi_launch)
     if plan.framework is Framework.MPI:
         cut = argv.index("--")
         words = " ".join(_quote(w) for w in argv[:cut])
@@ -327,6 +333,50 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch") -> str
         )
     words = " ".join(_quote(w) for w in argv)
     return head + f"exec {words}\n"
+
+
+def _heredoc_delimiter(text: str) -> str:
+    """A heredoc end word that is not a line of ``text``: derived from the text's hash
+    (so the rendering is deterministic), with a counter in the unlikely case of a clash."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    lines = set(text.splitlines())
+    n = 0
+    while (word := f"HPC_BRIDGE_SCRIPT_{digest}" + (f"_{n}" if n else "")) in lines:
+        n += 1
+    return word
+
+
+def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: str) -> str:
+    """A ``tbatch`` script with a distributed runtime: the script is written, verbatim
+    (quoted heredoc: nothing expands), into the job's working directory, where every
+    node can read it, and run through ``mpi-launch``: once with the hostfile and MPI
+    variables set for ``mpi`` (the script calls ``mpirun`` itself, as Slurm MPI scripts
+    do); once per node with ``PET_*`` set for torch (the script calls ``torchrun``);
+    once per rank for JAX/XGBoost. Its arguments follow it, quoted."""
+    flavour = MPI_FLAVOURS.get(plan.mpi_implementation or "OpenMPI", "openmpi")
+    is_mpi = plan.framework is Framework.MPI
+    prefix = launch_invocation(
+        plan.framework.value, flavour if is_mpi else None, plan.num_nodes,
+        plan.proc_per_node, executable=mpi_launch,
+        launcher="none" if plan.framework in (Framework.MPI, Framework.TORCH) else None)
+    if not script.endswith("\n"):
+        script += "\n"
+    end = _heredoc_delimiter(script)
+    lines = ['user_script="$PWD/.hpc-bridge-$SLURM_JOB_ID.script"']
+    cleanup = '"$user_script"'
+    if is_mpi:
+        lines.append('hostfile_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpc-bridge.XXXXXXXX") || exit 1')
+        cleanup += ' "$hostfile_dir"'
+        prefix += ["--hostfile-dir"]
+    lines.append(f"trap 'rm -rf -- {cleanup}' EXIT")
+    lines.append(f"cat > \"$user_script\" <<'{end}' || exit 1\n{script}{end}")
+    lines.append('chmod 700 "$user_script"')
+    words = " ".join(_quote(w) for w in prefix)
+    if is_mpi:
+        words += ' "$hostfile_dir"'
+    args = " ".join(_quote(a) for a in plan.args)
+    lines.append(f'{words} -- "$user_script"{" " + args if args else ""}')
+    return "\n".join(lines) + "\n"
 
 
 # --- output file names -----------------------------------------------------------------

@@ -105,3 +105,37 @@ def test_torch_gloo_allreduce_2_nodes_x_2_procs(daemon: Daemon, outdir: Path,
                for r in ranks}
     assert len(by_node) == 2 and all(len(v) == 1 for v in by_node.values()), by_node
     assert set(by_node) == set(done["nodes"])
+
+
+def test_tbatch_scripts_with_distributed_runtimes(daemon: Daemon, outdir: Path) -> None:
+    """``tbatch --runtime R script.sh``: an ordinary #SBATCH script that calls mpirun
+    (MPI) or torchrun (torch) itself gets the hostfile / PET_* variables from mpi-launch."""
+    (outdir / "allreduce.py").write_text(ALLREDUCE)
+    (outdir / "ddp.py").write_text(DDP)
+    mpi = outdir / "mpi.sh"
+    mpi.write_text("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2\n#SBATCH -o mpi-%j.out\n"
+                   f'echo "hostfile: $(cat "$OMPI_MCA_orte_default_hostfile" | tr "\\n" ,)"\n'
+                   f"mpirun {PYTHON} allreduce.py\n")
+    torch = outdir / "torch.sh"
+    torch.write_text("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2\n#SBATCH -o torch-%j.out\n"
+                     f'[ "$PET_NODE_RANK" = 0 ] && echo "args: $*"\n'
+                     f"exec {BIN / 'torchrun'} ddp.py\n")
+    ids = {}
+    for runtime, script in (("mpi-distributed", mpi), ("torch-distributed", torch)):
+        res = daemon.cli("alice", "tbatch", "--parsable", "--runtime", runtime, str(script),
+                         "it's", "$(x)", cwd=outdir)
+        assert res.returncode == 0, res.stderr
+        ids[runtime] = int(res.stdout)
+    for runtime, job_id in ids.items():
+        done = daemon.wait_state(job_id, ["Succeeded", "Failed"], timeout=240)
+        log = daemon.cli("alice", "tlog", str(job_id)).stdout
+        assert done["state"] == "Succeeded", (done, log)
+        lines = log.splitlines()
+        if runtime == "mpi-distributed":
+            assert any(line.startswith("hostfile: ") and "slots=2" in line for line in lines)
+            sums = [line for line in lines if line.startswith("rank=")]
+            assert len(sums) == 4 and all("size=4 sum=6" in line for line in sums), log
+        else:
+            assert "args: it's $(x)" in lines, log
+            ranks = [line for line in lines if re.match(r"rank=\d", line)]
+            assert len(ranks) == 4 and all("world=4" in r and "sum=6" in r for r in ranks)

@@ -316,3 +316,38 @@ def test_mpi_launch_imports_only_the_standard_library() -> None:
                 top = name.split(".")[0]
                 assert top == "mpi_launch" or top in sys.stdlib_module_names or (
                     top == "__future__"), f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("first", ["mpirun", "/usr/bin/mpiexec", "deepspeed"])
+def test_a_command_that_is_itself_an_mpi_launcher_runs_as_it_is(first: str) -> None:
+    cmd = (first, "-np", "4", "python3", "x.py")
+    plan = plan_launch(alloc2(), LaunchOptions("mpi", cmd), "/d")
+    assert plan.argv == cmd
+    assert plan.env["OMPI_MCA_orte_default_hostfile"] == "/d/hostfile.openmpi"
+    assert plan.hostfile_text is not None
+
+
+def test_launcher_none_sets_everything_and_runs_the_command_once() -> None:
+    cmd = ("/job/script.sh", "a b")
+    mpi = plan_launch(alloc2(), LaunchOptions("mpi", cmd, launcher="none"), "/d")
+    assert mpi.argv == cmd and "HYDRA_HOST_FILE" not in mpi.env
+    assert mpi.env["PRTE_MCA_prte_default_hostfile"] == "/d/hostfile.openmpi"
+    torch = plan_launch(alloc2(), LaunchOptions("torch", cmd, launcher="none",
+                                                nproc_per_node=2), "/d")
+    assert torch.argv == cmd
+    assert torch.env["PET_NNODES"] == "2" and torch.env["PET_NPROC_PER_NODE"] == "2"
+
+
+def test_torchrun_commands_run_unchanged_with_pet_variables() -> None:
+    for cmd in (("torchrun", "train.py"), ("/venv/bin/torchrun", "--standalone", "t.py"),
+                ("python3", "-m", "torch.distributed.run", "t.py")):
+        plan = plan_launch(alloc2(), LaunchOptions("torch", cmd, nproc_per_node=2), "/d")
+        assert plan.argv == cmd
+        assert plan.env["PET_NODE_RANK"] == "0"
+
+
+def test_launch_invocation_passes_the_launcher() -> None:
+    assert launch_invocation("mpi", "openmpi", 2, None, launcher="none")[-2:] == [
+        "--launcher", "none"]
+    with pytest.raises(ValueError, match="unknown launcher"):
+        launch_invocation("mpi", "openmpi", 2, None, launcher="ssh")

@@ -302,3 +302,52 @@ def test_expand_output_pattern(pattern: str, kwargs: dict[str, Any], expected: s
     job_id = 63 if "array_job_id" not in kwargs else 71
     assert expand_output_pattern(pattern, job_id, "fx-ok", "alice", "/tmp/sx/fx",
                                  **kwargs) == expected
+
+
+HOSTILE_SCRIPT = """#!/bin/bash
+#SBATCH -N 2
+echo "$(touch /tmp/should-not-run-at-render) `id` $HOME"
+EOF
+HPC_BRIDGE_SCRIPT_x
+mpirun python3 allreduce.py "$@"
+"""
+
+
+def batch_request(runtime: str, args: list[str]) -> SubmitRequest:
+    job = trainjob(runtime, nodes=2, procs=2, args=args,
+                   annotations={ANN_BATCH_SCRIPT: HOSTILE_SCRIPT})
+    return request(job)
+
+
+@pytest.mark.parametrize("runtime", ["mpi-distributed", "torch-distributed"])
+def test_batch_script_with_a_distributed_runtime_goes_through_mpi_launch(
+        runtime: str, tmp_path: Path) -> None:
+    req = batch_request(runtime, ["one", "two words", "$(x)"])
+    golden(f"batch-{runtime}.sh", render_script(req, "/opt/hpc-bridge/bin/mpi-launch"))
+    assert job_spec(req, default_chdir="/tmp").script_args == ()  # they are in the wrapper
+    # Run the wrapper with stand-ins for srun and mpi-launch that record what they get:
+    # the user's script must arrive byte for byte, its arguments as separate words.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\n'
+                                 'exec "$@"\n')
+    (bindir / "mpi-launch").write_text(
+        '#!/bin/bash\nprintf "%s\\n" "$@" > args.txt\n'
+        'while [[ $1 != -- ]]; do shift; done; shift\ncp "$1" seen.sh\n')
+    for tool in bindir.iterdir():
+        tool.chmod(0o755)
+    wrapper = render_script(req, str(bindir / "mpi-launch"))
+    subprocess.run(["bash", "-c", wrapper], cwd=tmp_path, check=True,
+                   env={"PATH": f"{bindir}:/usr/bin:/bin", "SLURM_JOB_ID": "77"})
+    assert (tmp_path / "seen.sh").read_text() == HOSTILE_SCRIPT
+    args = (tmp_path / "args.txt").read_text().splitlines()
+    assert args[-3:] == ["one", "two words", "$(x)"]
+    assert args[args.index("--launcher") + 1] == "none"
+    assert not Path("/tmp/should-not-run-at-render").exists()
+    assert not (tmp_path / ".hpc-bridge-77.script").exists()  # removed on exit
+
+
+def test_plain_batch_script_keeps_its_arguments_for_sbatch() -> None:
+    req = batch_request("plain", ["a b"])
+    assert job_spec(req, default_chdir="/tmp").script_args == ("a b",)
+    assert render_script(req).startswith("#!/bin/bash\n##SBATCH -N 2\n")

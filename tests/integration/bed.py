@@ -65,6 +65,8 @@ class Daemon:
     workdir: Path
     backend_settings: dict[str, Any]
     engine_settings: dict[str, Any] = field(default_factory=dict)
+    daemon_settings: dict[str, Any] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -85,7 +87,9 @@ class Daemon:
 
         lines = ["[daemon]", f"state_dir = {toml(str(self.workdir / 'state'))}",
                  f"socket = {toml(str(self.socket))}", 'log_format = "json"',
-                 'log_level = "info"', "", "[engine]", 'default_backend = "slurm"']
+                 'log_level = "info"']
+        lines += [f"{k} = {toml(v)}" for k, v in self.daemon_settings.items()]
+        lines += ["", "[engine]", 'default_backend = "slurm"']
         engine = {"poll_interval": 1.0, "submit_timeout": 10.0, "retry_cap": 5.0,
                   **self.engine_settings}
         lines += [f"{k} = {toml(v)}" for k, v in engine.items()]
@@ -100,7 +104,8 @@ class Daemon:
         logf = self.log.open("ab")
         self.proc = subprocess.Popen([str(BIN / "hpc-bridge"), "serve", "--config",
                                       str(self.config)], stdout=logf, stderr=logf,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **self.extra_env})
         wait_for(self._healthy, 30, f"the daemon to serve (log: {self.log})", 0.2)
         self.socket.parent.chmod(0o755)
 

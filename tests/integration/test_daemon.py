@@ -1,0 +1,76 @@
+"""The daemon as an admin runs it: systemd notification, SIGTERM, TCP with tokens."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir
+from tests.integration.conftest import rest_settings
+
+pytestmark = pytest.mark.integration
+
+
+def test_ready_notification_and_clean_sigterm(testbed: dict[str, str]) -> None:
+    workdir = fresh_daemon_dir("notify")
+    notify = workdir / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(notify))
+    listener.settimeout(30)
+    d = Daemon(workdir, rest_settings(testbed), extra_env={"NOTIFY_SOCKET": str(notify)})
+    try:
+        d.start()
+        assert listener.recv(256) == b"READY=1"
+        # READY means serving: the API answers right away.
+        assert d.api("GET", "/v1/healthz").json()["ready"] is True
+        assert d.stop() == 0
+        assert listener.recv(256) == b"STOPPING=1"
+        assert not d.socket.exists() or not d.socket.is_socket() or _refused(d.socket)
+    finally:
+        listener.close()
+        d.stop()
+        cleanup(workdir)
+
+
+def _refused(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return True
+    return False
+
+
+def test_tcp_listener_needs_a_token_and_the_token_names_the_user(
+        testbed: dict[str, str], outdir: Path) -> None:
+    workdir = fresh_daemon_dir("tcp")
+    tokens = workdir / "tokens.csv"
+    tokens.write_text('# token,user,uid\ns3cr3t-bob,bob,1002\n')
+    tokens.chmod(0o600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = Daemon(workdir, rest_settings(testbed),
+               daemon_settings={"tcp": f"127.0.0.1:{port}", "token_file": str(tokens)})
+    d.start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{url}/v1/jobs").status_code == 401
+        bad = httpx.get(f"{url}/v1/jobs", headers={"Authorization": "Bearer nope"})
+        assert bad.status_code == 401
+        script = outdir / "who.sh"
+        script.write_text("#!/bin/bash\nid -un\n")
+        res = d.cli("root", "tbatch", "--parsable", str(script), cwd=outdir,
+                    env={"HPC_BRIDGE_URL": url, "HPC_BRIDGE_TOKEN": "s3cr3t-bob"})
+        assert res.returncode == 0, res.stderr
+        done = d.wait_state(int(res.stdout), ["Succeeded", "Failed"])
+        assert done["user"] == "bob" and done["state"] == "Succeeded", done
+        log = httpx.get(f"{url}/v1/jobs/{done['id']}/log",
+                        headers={"Authorization": "Bearer s3cr3t-bob"})
+        assert log.text == "bob\n"
+    finally:
+        d.stop()
+        cleanup(workdir)

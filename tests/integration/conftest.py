@@ -15,21 +15,18 @@ from tests.integration.bed import (
     Daemon,
     cleanup,
     fresh_daemon_dir,
-    in_ci,
     read_testbed_env,
     shared_dir,
 )
+from tests.requirements import require
 
 
 @pytest.fixture(scope="session")
 def testbed() -> dict[str, str]:
     env = read_testbed_env()
-    if env is None:
-        message = ("the Slurm test bed is not up (/run/hpc-bridge-testbed/testbed.env missing); "
-                   "start it with: bash testbed/slurm.sh up")
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
+    require(env is not None, "the Slurm test bed is not up (/run/hpc-bridge-testbed/"
+                             "testbed.env missing); start it with: bash testbed/slurm.sh up")
+    assert env is not None
     return env
 
 

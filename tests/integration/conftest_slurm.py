@@ -21,33 +21,19 @@ import pytest
 
 from bridge.backend import Owner
 from slurm_adapter.backend import SlurmBackend, create
-
-TESTBED_ENV = Path("/run/hpc-bridge-testbed/testbed.env")
-
-
-def read_bed() -> dict[str, str] | None:
-    """KEY=VALUE facts of the running bed, or None when it is not up."""
-    if not TESTBED_ENV.exists():
-        return None
-    facts: dict[str, str] = {}
-    for line in TESTBED_ENV.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not key.lstrip().startswith("#"):
-            facts[key.strip()] = value.strip().strip('"').strip("'")
-    return facts
+from tests.integration.bed import read_testbed_env
+from tests.requirements import require
 
 
 @pytest.fixture(scope="session", name="slurm_bed")
 def slurm_bed_fixture() -> dict[str, str]:
-    facts = read_bed()
-    if facts is None or shutil.which("sbatch") is None:
-        message = ("the Slurm test bed is not up (no /run/hpc-bridge-testbed/testbed.env or no "
-                   "sbatch); start it with: bash testbed/slurm.sh up")
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    if os.geteuid() != 0:
-        pytest.skip("slurm_adapter integration tests submit as alice: run them as root")
+    facts = read_testbed_env()
+    require(facts is not None and shutil.which("sbatch") is not None,
+            "the Slurm test bed is not up (no /run/hpc-bridge-testbed/testbed.env or no "
+            "sbatch); start it with: bash testbed/slurm.sh up")
+    require(os.geteuid() == 0, "slurm_adapter integration tests submit as alice: run them "
+                               "as root")
+    assert facts is not None
     return facts
 
 

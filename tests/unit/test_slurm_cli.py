@@ -20,6 +20,7 @@ import pytest
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from slurm_adapter.cli import SAFE_PATH, SlurmCli
+from tests.requirements import require
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 ME = Owner(uid=os.geteuid(), gid=os.getegid(), user=pwd.getpwuid(os.geteuid()).pw_name)
@@ -98,8 +99,7 @@ async def test_submit_hands_the_environment_through_a_memory_file(bindir: Path) 
 
 async def test_children_die_with_the_daemon(bindir: Path) -> None:
     record = fake(bindir, "sbatch", stdout="1\n")
-    if shutil.which("setpriv") is None:
-        pytest.skip("util-linux setpriv is not installed")
+    require(shutil.which("setpriv") is not None, "util-linux setpriv is not installed")
     await SlurmCli(path=f"{bindir}:/usr/bin:/bin").submit("S", [], {}, ME)
     assert json.loads(record.read_text())["pdeathsig"] == 9
 
@@ -200,12 +200,10 @@ async def test_other_owners_need_root(bindir: Path, monkeypatch: pytest.MonkeyPa
 
 
 async def test_runs_as_the_owner_when_root(bindir: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    try:
-        alice = pwd.getpwnam("alice")
-    except KeyError:
-        pytest.skip("no user alice on this machine")
+    require(os.geteuid() == 0, "needs root")
+    users = {p.pw_name: p for p in pwd.getpwall()}
+    require("alice" in users, "no user alice on this machine (testbed/install.sh)")
+    alice = users["alice"]
     out = bindir / "who"
     bindir.chmod(0o1777)
     fake_sh(bindir, "sbatch", f'cat >/dev/null; id -u > {out}; id -G >> {out}; echo 5\n')

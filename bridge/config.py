@@ -14,6 +14,9 @@ Example (every key optional except one back end)::
     default_backend = "slurm"
     poll_interval = 2.0
 
+    [runtimes]
+    paths = ["/etc/hpc-bridge/runtimes/*.yaml"]  # more ClusterTrainingRuntimes
+
     [backends.slurm]
     kind = "slurm"                           # entry point in hpc_bridge.backends
     rest_socket = "/run/slurmrestd/rest.sock"
@@ -61,6 +64,15 @@ class EngineSection(BaseModel):
     default_namespace: str = "default"
 
 
+class RuntimesSection(BaseModel):
+    """Training runtimes the admin adds to the built-in catalog: YAML files (globs
+    allowed) of ClusterTrainingRuntime / TrainingRuntime documents, as for Kubeflow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paths: list[str] = Field(default_factory=list)
+
+
 class BackendSection(BaseModel):
     """One back end: ``kind`` picks the adapter; other keys are the adapter's settings."""
 
@@ -77,6 +89,7 @@ class Config(BaseModel):
 
     daemon: DaemonSection = Field(default_factory=DaemonSection)
     engine: EngineSection = Field(default_factory=EngineSection)
+    runtimes: RuntimesSection = Field(default_factory=RuntimesSection)
     backends: dict[str, BackendSection]
 
     @pydantic.model_validator(mode="after")

@@ -25,7 +25,8 @@ from bridge.api import load_tokens, make_app, serve
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
-from bridge.runtimes import RuntimeCatalog
+from bridge.model import ValidationError
+from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.store import Store
 
 log = structlog.get_logger("hpc_bridge.daemon")
@@ -87,7 +88,8 @@ async def run_daemon(config: Config) -> None:
     backends = build_backends(config)
     e = config.engine
     assert e.default_backend is not None
-    engine = Engine(store, backends, RuntimeCatalog(), EngineSettings(
+    catalog = RuntimeCatalog(load_runtime_files(config.runtimes.paths))
+    engine = Engine(store, backends, catalog, EngineSettings(
         default_backend=e.default_backend, poll_interval=e.poll_interval,
         submit_timeout=e.submit_timeout, max_parallel_submits=e.max_parallel_submits,
         retry_base=e.retry_base, retry_cap=e.retry_cap,
@@ -126,12 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--config", "-c", required=True, help="TOML configuration file")
     p_check = sub.add_parser("check-config", help="validate a configuration file")
     p_check.add_argument("--config", "-c", required=True)
-    sub.add_parser("runtimes", help="list the built-in training runtimes")
+    p_rt = sub.add_parser("runtimes", help="list the training runtimes (built-in, and the "
+                                           "configuration's with --config)")
+    p_rt.add_argument("--config", "-c")
     args = parser.parse_args(argv)
 
     if args.command == "runtimes":
-        catalog = RuntimeCatalog()
-        for name in catalog.names():
+        try:
+            extra = load_runtime_files(load_config(args.config).runtimes.paths) if (
+                args.config) else []
+        except (ConfigError, ValidationError) as exc:
+            print(f"hpc-bridge: error: {exc}", file=sys.stderr)
+            return 2
+        for name in RuntimeCatalog(extra).names():
             print(name)
         return 0
     try:
@@ -141,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "check-config":
         try:
+            load_runtime_files(config.runtimes.paths)
             build_backends(config)
         except ValueError as exc:
             print(f"hpc-bridge: error: {exc}", file=sys.stderr)

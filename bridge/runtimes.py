@@ -12,9 +12,13 @@ runtime) or the field that makes the job impossible.
 
 from __future__ import annotations
 
+import glob
+import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+import yaml
 
 from bridge.model import (
     ANN_BATCH_SCRIPT,
@@ -25,6 +29,7 @@ from bridge.model import (
     TrainingRuntimeSpec,
     TrainJob,
     ValidationError,
+    load_document,
 )
 
 
@@ -85,6 +90,39 @@ class LaunchPlan:
     batch_script: str | None = None
     mpi_implementation: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_runtime_files(patterns: list[str]) -> list[ClusterTrainingRuntime | TrainingRuntime]:
+    """Every runtime document in the files matching ``patterns`` (YAML, several
+    documents per file allowed). Raises :class:`bridge.model.ValidationError` naming
+    the file for anything that is not a valid runtime, or for a pattern matching
+    nothing (a typo in the configuration must not pass silently)."""
+    found: list[ClusterTrainingRuntime | TrainingRuntime] = []
+    for pattern in patterns:
+        paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not paths or not all(os.path.isfile(p) for p in paths):
+            raise ValidationError([("runtimes.paths", f"no runtime file matches {pattern!r}")])
+        for path in paths:
+            with open(path) as fh:
+                text = fh.read()
+            try:
+                docs = [d for d in yaml.safe_load_all(text) if d is not None]
+            except yaml.YAMLError as exc:
+                raise ValidationError([("", f"{path}: malformed YAML: {exc}")]) from None
+            for i, data in enumerate(docs):
+                if not isinstance(data, dict):
+                    raise ValidationError([("", f"{path}: document {i + 1} is not a mapping")])
+                try:
+                    doc = load_document(data, path)
+                except ValidationError as exc:
+                    raise ValidationError([(f"{path}: {loc}" if loc else path, msg)
+                                           for loc, msg in exc.errors]) from None
+                if isinstance(doc, TrainJob):
+                    raise ValidationError([("kind", f"{path}: expected a runtime, got TrainJob")])
+                if not doc.metadata.name:
+                    raise ValidationError([(f"{path}: metadata.name", "required")])
+                found.append(doc)
+    return found
 
 
 class RuntimeCatalog:

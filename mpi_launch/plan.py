@@ -195,7 +195,15 @@ def _plan_mpi(alloc: Allocation, opts: LaunchOptions, env: dict[str, str],
         # "mpirun ..." / "deepspeed ..." as the TrainJob command): hostfile + env only.
         return LaunchPlan(argv=tuple(opts.command), env=env, hostfile_path=path,
                           hostfile_text=text)
-    program = opts.mpirun or _DEFAULT_MPIRUN[opts.mpi]
+    program = opts.mpirun or default_mpirun(opts.mpi, opts.command[0])
+    if opts.mpi in ("mpich", "intel") and alloc.world == "slurm":
+        # Hydra starts its proxies with srun inside an allocation (not ssh, which would
+        # silently crowd every rank onto this host where node names resolve locally).
+        # A choice the user made in the job's environment wins.
+        if "HYDRA_LAUNCHER" not in os.environ:
+            env["HYDRA_LAUNCHER"] = "slurm"
+        if opts.mpi == "intel" and "I_MPI_HYDRA_BOOTSTRAP" not in os.environ:
+            env["I_MPI_HYDRA_BOOTSTRAP"] = "slurm"
     if opts.mpi == "openmpi":
         argv = [program, "--hostfile", path, "-np", total]
     elif opts.mpi == "mpich":
@@ -206,6 +214,18 @@ def _plan_mpi(alloc: Allocation, opts: LaunchOptions, env: dict[str, str],
         argv = [program, "-machinefile", path, "-n", total]
     return LaunchPlan(argv=(*argv, *opts.command), env=env, hostfile_path=path,
                       hostfile_text=text)
+
+
+def default_mpirun(mpi: str, program: str) -> str:
+    """The launcher for ``mpi`` when ``--mpirun`` is not given: for MPICH and Intel MPI,
+    the ``mpiexec`` beside an absolute ``program`` (a venv or module tree that ships its
+    MPI, like the ``mpich`` wheel) if there is one, since the ``mpiexec`` on PATH is
+    often Open MPI's; else the flavour's usual name on PATH."""
+    if mpi in ("mpich", "intel") and os.path.isabs(program):
+        beside = os.path.join(os.path.dirname(program), "mpiexec")
+        if os.path.isfile(beside) and os.access(beside, os.X_OK):
+            return beside
+    return _DEFAULT_MPIRUN[mpi]
 
 
 def torch_argv(command: Sequence[str], *, nnodes: int, nproc_per_node: int, node_rank: int,

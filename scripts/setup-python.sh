@@ -21,3 +21,11 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   .venv/bin/pip install --quiet -e '.[dev,runtimes]'
   touch "$stamp"
 fi
+
+# A second environment with MPICH (the PyPI wheel ships libmpi and Hydra's mpiexec;
+# mpi4py's binary wheel picks the MPICH build when that libmpi sits beside it): the
+# integration tests run the same allreduce with Open MPI (.venv) and MPICH (here).
+if [[ ! -x .venv-mpich/bin/mpiexec ]]; then
+  "$PYTHON" -m venv .venv-mpich
+  .venv-mpich/bin/pip install --quiet 'mpich==5.0.2' 'mpi4py==4.1.2'
+fi

@@ -66,6 +66,7 @@ class Daemon:
     backend_settings: dict[str, Any]
     engine_settings: dict[str, Any] = field(default_factory=dict)
     daemon_settings: dict[str, Any] = field(default_factory=dict)
+    runtime_paths: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -89,6 +90,7 @@ class Daemon:
                  f"socket = {toml(str(self.socket))}", 'log_format = "json"',
                  'log_level = "info"']
         lines += [f"{k} = {toml(v)}" for k, v in self.daemon_settings.items()]
+        lines += ["", "[runtimes]", f"paths = {toml(self.runtime_paths)}"]
         lines += ["", "[engine]", 'default_backend = "slurm"']
         engine = {"poll_interval": 1.0, "submit_timeout": 10.0, "retry_cap": 5.0,
                   **self.engine_settings}

@@ -139,3 +139,49 @@ def test_tbatch_scripts_with_distributed_runtimes(daemon: Daemon, outdir: Path) 
             assert "args: it's $(x)" in lines, log
             ranks = [line for line in lines if re.match(r"rank=\d", line)]
             assert len(ranks) == 4 and all("world=4" in r and "sum=6" in r for r in ranks)
+
+
+MPICH_RUNTIME = """apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata:
+  name: mpich-distributed
+  labels:
+    trainer.kubeflow.org/framework: mpi
+spec:
+  mlPolicy:
+    numNodes: 1
+    mpi:
+      numProcPerNode: 1
+      mpiImplementation: MPICH
+"""
+
+
+def test_mpi_allreduce_2_nodes_x_2_ranks_mpich(testbed: dict[str, str], outdir: Path) -> None:
+    """The same allreduce with MPICH (PyPI wheel in .venv-mpich): an admin's runtime file
+    says MPICH; mpi-launch writes the Hydra hostfile and runs that venv's mpiexec."""
+    from tests.integration.bed import REPO, cleanup, fresh_daemon_dir
+    from tests.integration.conftest import rest_settings
+    from tests.requirements import require
+
+    mpich_python = REPO / ".venv-mpich" / "bin" / "python"
+    require(mpich_python.exists(), "no .venv-mpich: run bash scripts/setup-python.sh")
+    workdir = fresh_daemon_dir("mpich")
+    runtime = workdir / "mpich.yaml"
+    runtime.write_text(MPICH_RUNTIME)
+    d = Daemon(workdir, rest_settings(testbed), runtime_paths=[str(runtime)])
+    d.start()
+    try:
+        prog = outdir / "allreduce.py"
+        prog.write_text(ALLREDUCE.replace("print(", "from mpi4py import MPI as M\nprint("
+                                          "M.Get_library_version().split()[0], "))
+        path = trainjob(outdir, "mpich-allreduce", "mpich-distributed",
+                        [str(mpich_python), str(prog)], 2, 2)
+        done, lines = run(d, path, outdir)
+    finally:
+        d.stop()
+        cleanup(workdir)
+    ranks = [line for line in lines if line.startswith("MPICH rank=")]
+    assert len(ranks) == 4, lines
+    assert all("size=4 sum=6" in line for line in ranks), lines
+    hosts = Counter(line.rsplit("host=", 1)[1] for line in ranks)
+    assert sorted(hosts.values()) == [2, 2] and set(hosts) == set(done["nodes"]), hosts

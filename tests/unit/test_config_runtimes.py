@@ -78,3 +78,58 @@ def test_batch_script_needs_no_command() -> None:
     j = job("plain")
     j.metadata.annotations[ANN_BATCH_SCRIPT] = "#!/bin/sh\necho hi\n"  # type: ignore[attr-defined]
     assert RuntimeCatalog().resolve(j).batch_script == "#!/bin/sh\necho hi\n"  # type: ignore[arg-type]
+
+
+MPICH_RUNTIME = """apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata:
+  name: mpich-distributed
+  labels:
+    trainer.kubeflow.org/framework: mpi
+spec:
+  mlPolicy:
+    numNodes: 1
+    mpi:
+      numProcPerNode: 1
+      mpiImplementation: MPICH
+---
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata:
+  name: team-torch
+  namespace: research
+spec:
+  mlPolicy:
+    torch:
+      numProcPerNode: 4
+"""
+
+
+def test_runtime_files_extend_the_catalog(tmp_path: Path) -> None:
+    from bridge.runtimes import load_runtime_files
+
+    (tmp_path / "rt.yaml").write_text(MPICH_RUNTIME)
+    catalog = RuntimeCatalog(load_runtime_files([str(tmp_path / "*.yaml")]))
+    plan = catalog.resolve(job("mpich-distributed", command=["a.out"], numNodes=2))
+    assert plan.framework is Framework.MPI and plan.mpi_implementation == "MPICH"
+    team = job("team-torch", command=["t.py"])
+    team.spec.runtime_ref.kind = "TrainingRuntime"  # type: ignore[attr-defined]
+    team.metadata.namespace = "research"  # type: ignore[attr-defined]
+    assert catalog.resolve(team).proc_per_node == 4  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("kind: ClusterTrainingRuntime\nspec: [\n", "malformed YAML"),
+    ("kind: TrainJob\nspec: {runtimeRef: {name: x}}\n", "expected a runtime"),
+    ("kind: ClusterTrainingRuntime\nspec: {}\n", "metadata.name"),
+])
+def test_bad_runtime_files_name_the_file(tmp_path: Path, text: str, words: str) -> None:
+    from bridge.runtimes import load_runtime_files
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=words) as err:
+        load_runtime_files([str(path)])
+    assert str(path) in str(err.value)
+    with pytest.raises(ValueError, match="no runtime file matches"):
+        load_runtime_files([str(tmp_path / "nope-*.yaml")])

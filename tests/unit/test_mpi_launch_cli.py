@@ -351,3 +351,22 @@ def test_launch_invocation_passes_the_launcher() -> None:
         "--launcher", "none"]
     with pytest.raises(ValueError, match="unknown launcher"):
         launch_invocation("mpi", "openmpi", 2, None, launcher="ssh")
+
+
+def test_mpich_uses_the_mpiexec_beside_the_program_and_hydra_slurm(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch
+                                                                    ) -> None:
+    monkeypatch.delenv("HYDRA_LAUNCHER", raising=False)
+    (tmp_path / "python3").touch(mode=0o755)
+    (tmp_path / "mpiexec").touch(mode=0o755)
+    cmd = (str(tmp_path / "python3"), "x.py")
+    plan = plan_launch(alloc2(), LaunchOptions("mpi", cmd, mpi="mpich"), "/d")
+    assert plan.argv[0] == str(tmp_path / "mpiexec")
+    assert plan.env["HYDRA_LAUNCHER"] == "slurm"
+    # Open MPI keeps mpirun; a relative program keeps the PATH lookup.
+    assert plan_launch(alloc2(), LaunchOptions("mpi", cmd), "/d").argv[0] == "mpirun"
+    assert plan_launch(alloc2(), LaunchOptions("mpi", ("python3",), mpi="mpich"),
+                       "/d").argv[0] == "mpiexec"
+    monkeypatch.setenv("HYDRA_LAUNCHER", "ssh")
+    assert "HYDRA_LAUNCHER" not in plan_launch(
+        alloc2(), LaunchOptions("mpi", cmd, mpi="mpich"), "/d").env

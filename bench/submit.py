@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.bed import (  # noqa: E402 - the path is set just above
+from tests.integration.bed import (
     Daemon,
     cleanup,
     fresh_daemon_dir,

@@ -141,19 +141,6 @@ def test_tbatch_scripts_with_distributed_runtimes(daemon: Daemon, outdir: Path) 
             assert len(ranks) == 4 and all("world=4" in r and "sum=6" in r for r in ranks)
 
 
-MPICH_RUNTIME = """apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata:
-  name: mpich-distributed
-  labels:
-    trainer.kubeflow.org/framework: mpi
-spec:
-  mlPolicy:
-    numNodes: 1
-    mpi:
-      numProcPerNode: 1
-      mpiImplementation: MPICH
-"""
 
 
 def test_mpi_allreduce_2_nodes_x_2_ranks_mpich(testbed: dict[str, str], outdir: Path) -> None:
@@ -166,8 +153,7 @@ def test_mpi_allreduce_2_nodes_x_2_ranks_mpich(testbed: dict[str, str], outdir: 
     mpich_python = REPO / ".venv-mpich" / "bin" / "python"
     require(mpich_python.exists(), "no .venv-mpich: run bash scripts/setup-python.sh")
     workdir = fresh_daemon_dir("mpich")
-    runtime = workdir / "mpich.yaml"
-    runtime.write_text(MPICH_RUNTIME)
+    runtime = REPO / "examples" / "runtimes" / "mpich-distributed.yaml"
     d = Daemon(workdir, rest_settings(testbed), runtime_paths=[str(runtime)])
     d.start()
     try:

@@ -80,19 +80,8 @@ def test_batch_script_needs_no_command() -> None:
     assert RuntimeCatalog().resolve(j).batch_script == "#!/bin/sh\necho hi\n"  # type: ignore[arg-type]
 
 
-MPICH_RUNTIME = """apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata:
-  name: mpich-distributed
-  labels:
-    trainer.kubeflow.org/framework: mpi
-spec:
-  mlPolicy:
-    numNodes: 1
-    mpi:
-      numProcPerNode: 1
-      mpiImplementation: MPICH
----
+EXTRA_RUNTIMES = (Path(__file__).parents[2] / "examples" / "runtimes" /
+                  "mpich-distributed.yaml").read_text() + """---
 apiVersion: trainer.kubeflow.org/v1alpha1
 kind: TrainingRuntime
 metadata:
@@ -108,7 +97,7 @@ spec:
 def test_runtime_files_extend_the_catalog(tmp_path: Path) -> None:
     from bridge.runtimes import load_runtime_files
 
-    (tmp_path / "rt.yaml").write_text(MPICH_RUNTIME)
+    (tmp_path / "rt.yaml").write_text(EXTRA_RUNTIMES)
     catalog = RuntimeCatalog(load_runtime_files([str(tmp_path / "*.yaml")]))
     plan = catalog.resolve(job("mpich-distributed", command=["a.out"], numNodes=2))
     assert plan.framework is Framework.MPI and plan.mpi_implementation == "MPICH"

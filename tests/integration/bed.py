@@ -69,6 +69,7 @@ class Daemon:
     runtime_paths: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    _client: httpx.Client | None = None
 
     @property
     def socket(self) -> Path:
@@ -133,9 +134,16 @@ class Daemon:
         return self.proc.wait(30)
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        transport = httpx.HTTPTransport(uds=str(self.socket))
-        with httpx.Client(transport=transport, base_url="http://bridge", timeout=30) as c:
-            return c.request(method, path, **kwargs)
+        """One request to the daemon's API as the test process's user (root).
+
+        One client for the daemon's life (building an httpx client costs tens of ms:
+        it loads the CA bundle); ``Connection: close`` so that a killed and restarted
+        daemon never meets a stale pooled connection."""
+        if self._client is None:
+            self._client = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)),
+                                        base_url="http://bridge", timeout=30,
+                                        headers={"Connection": "close"})
+        return self._client.request(method, path, **kwargs)
 
     def job(self, ref: str | int) -> dict[str, Any]:
         resp = self.api("GET", f"/v1/jobs/{ref}")

@@ -1,0 +1,594 @@
+"""What the bridge hands Flux for one job: a jobspec version 1 (RFC 14 / RFC 25), built
+by pure functions of a :class:`bridge.backend.SubmitRequest`, without importing ``flux``.
+
+Contract (:func:`build_jobspec`):
+
+* The result is a canonical jobspec V1 dictionary: ``version: 1``; ``resources`` is ONE
+  ``node`` vertex (the bridge always knows the node count: ``plan.num_nodes``) holding
+  one ``slot`` labelled ``task`` per node, which holds ``core`` and, with GPUs, ``gpu``
+  (``node>slot>core[,gpu]``); ONE task ``{command, slot: task, count: {per_slot: 1}}``;
+  ``attributes.system.duration`` always present (seconds, ``0`` = unlimited).
+  One slot per node carries the node's whole share (tasks x cores per task, and the
+  GPUs per node), so ``--gpus-per-node`` never has to divide among tasks; the number
+  of tasks per node, when more than one, is the job shell option
+  ``per-resource: {type: node, count: N}`` (what ``flux run --tasks-per-node`` does).
+* Idempotency key: ``attributes.user.hpc_bridge_uid`` holds the TrainJob uid, and the
+  job name ends in ``.hpc-bridge-<uid>`` (:func:`flux_job_name`), because the name is
+  what Flux's job-list service returns for every job in one query.
+* Every user string is data: the command is an argv list, the environment a mapping,
+  the script a file in ``attributes.system.files`` (RFC 37). The job shell expands
+  ``{{...}}`` mustache templates in task arguments and output paths and has no escape,
+  so a user argument or path containing ``{{...}}`` is refused
+  (:class:`bridge.backend.BackendRejected`).
+* Options Flux has no equivalent for (``--qos``, ``--mem``, ``--switches``, Slurm
+  output patterns like ``%N``) are refused with a message that names the option and
+  says so. Everything else translates: see :data:`OPTION_MAP`.
+
+How each runtime launches (``M`` = ``mpi-launch --world flux``; docs/flux.md explains):
+
+==========================  =========================  ===================================
+plan                        tasks                      command
+==========================  =========================  ===================================
+plain, batch script         one per node (nested       ``flux broker {{tmpdir}}/script``
+                            Flux instance)             ARGS (``flux batch`` semantics)
+plain, command, 1 node      one                        the command
+plain, command, N nodes     one per node (nested)      ``flux broker`` COMMAND
+mpi, command                P per node (Flux starts    ``M --runtime plain --`` COMMAND
+                            every rank; PMI wire-up)
+mpi, command is mpirun/     one per node (node 0       ``M --runtime mpi --nproc-per-node
+deepspeed/...               runs it)                   P --hostfile-dir {{tmpdir}} --``
+mpi, batch script           one per node (node 0)      same with ``--launcher none``
+torch                       one per node               ``M --runtime torch [--nproc-per-
+                                                       node P] [--launcher none] --``
+jax, xgboost                P per node                 ``M --runtime jax|xgboost
+                                                       --nproc-per-node P --``
+==========================  =========================  ===================================
+"""
+
+from __future__ import annotations
+
+import math
+import os.path
+import re
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.backend import BackendRejected, SubmitRequest
+from bridge.runtimes import Framework, LaunchPlan
+from bridge.scheduling import SchedulingOptions
+from mpi_launch.hostlist import HostlistError, compress, expand
+from mpi_launch.plan import USER_LAUNCHERS
+
+__all__ = [
+    "DEFAULT_OUTPUT",
+    "DEFAULT_PATH",
+    "NAME_MARKER",
+    "OPTION_MAP",
+    "UID_ATTRIBUTE",
+    "JobspecInfo",
+    "Layout",
+    "TaskCommand",
+    "build_jobspec",
+    "constraints_for",
+    "f58",
+    "flux_job_name",
+    "job_environment",
+    "layout_for",
+    "output_template",
+    "parse_job_id",
+    "resolve_output",
+    "task_command",
+    "uid_from_name",
+]
+
+#: ``attributes.user`` key holding the TrainJob uid.
+UID_ATTRIBUTE = "hpc_bridge_uid"
+#: The job name is ``<name>`` + this + ``<TrainJob uid>``.
+NAME_MARKER = ".hpc-bridge-"
+#: stdout when the job names none (a Slurm pattern): like ``flux batch``'s
+#: ``flux-{{id}}.out``, but with the decimal id (``{{id.dec}}``), which is plain ASCII and
+#: the id the bridge reports.
+DEFAULT_OUTPUT = "flux-%j.out"
+#: PATH of a job whose plan sets none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Where the job shell puts RFC 37 files (``attributes.system.files``) on every node.
+SCRIPT_PATH = "{{tmpdir}}/script"
+#: ``mlPolicy.mpi.mpiImplementation`` (Kubeflow's names) -> ``mpi-launch --mpi``.
+MPI_FLAVOURS = {"OpenMPI": "openmpi", "MPICH": "mpich", "IntelMPI": "intel", "Intel": "intel"}
+
+#: How each scheduling option reaches Flux (docs/flux.md has the same table).
+OPTION_MAP: Mapping[str, str] = {
+    "job_name": "attributes.system.job.name (with the .hpc-bridge-<uid> suffix)",
+    "partition": "attributes.system.queue",
+    "account": "attributes.system.bank (flux-accounting)",
+    "time_limit_minutes": "attributes.system.duration (seconds)",
+    "ntasks": "slot size and per-resource task count (must divide over the nodes)",
+    "ntasks_per_node": "slot size and per-resource task count",
+    "cpus_per_task": "cores per task in the node's slot",
+    "gpus_per_node": "gpu vertex of the node's slot",
+    "output": "shell option output.stdout.path (%j %x %u %% translated)",
+    "error": "shell option output.stderr.path",
+    "chdir": "attributes.system.cwd",
+    "exclusive": "node vertex exclusive: true",
+    "nodelist": "RFC 31 constraint hostlist (Flux allocates only from these hosts)",
+    "exclude": "RFC 31 constraint not hostlist",
+    "constraint": "RFC 31 constraint properties (FEATURE, A&B, A|B)",
+    "export": "already applied by tbatch to the job's environment",
+}
+
+#: Options with no Flux equivalent: field -> (flag, why).
+_REFUSED: Mapping[str, tuple[str, str]] = {
+    "qos": ("--qos", "Flux has no equivalent of a Slurm QOS (flux-accounting limits come "
+                     "from the bank and the queue)"),
+    "mem_per_node_mb": ("--mem", "Flux has no equivalent: jobspec version 1 requests nodes, "
+                                 "cores and GPUs only, never memory"),
+    "switches": ("--switches", "Flux has no equivalent: jobspec version 1 cannot ask for a "
+                               "number of leaf switches"),
+}
+
+_TEMPLATE = re.compile(r"\{\{.*?\}\}", re.S)
+_PROPERTY = re.compile(r"[^\s&'\"`|()^!\[\]*,]+")
+
+
+class _Refusal(BackendRejected):
+    """A request the Flux back end cannot express (a :class:`BackendRejected`)."""
+
+
+def _refuse(message: str) -> _Refusal:
+    return _Refusal(f"flux back end: {message}")
+
+
+# --------------------------------------------------------------------------- names
+
+
+def flux_job_name(request: SubmitRequest) -> str:
+    """``<name>.hpc-bridge-<uid>``: ``--job-name``, else the TrainJob's name, else
+    ``hpc-bridge-<id>``, then the idempotency marker (see the module docstring)."""
+    return _display_name(request) + NAME_MARKER + request.job_uid
+
+
+def _display_name(request: SubmitRequest) -> str:
+    return (request.options.job_name or request.job.metadata.name
+            or f"hpc-bridge-{request.job_id}")
+
+
+def uid_from_name(name: object) -> str | None:
+    """The TrainJob uid in a Flux job name made by :func:`flux_job_name`, else None."""
+    if not isinstance(name, str) or NAME_MARKER not in name:
+        return None
+    uid = name.rpartition(NAME_MARKER)[2]
+    if not uid or len(uid) > 128 or any(c.isspace() or c == "/" for c in uid):
+        return None
+    return uid
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The resources of one job and how many tasks the shell starts on each node.
+
+    ``ranks_per_node``: processes per node the options or the plan ask for (None:
+    nothing says; one core's worth is allocated). ``tasks_per_node``: tasks the job
+    shell starts on each node (1 unless Flux itself starts every rank).
+    """
+
+    nodes: int
+    ranks_per_node: int | None
+    cores_per_task: int
+    gpus_per_node: int
+    tasks_per_node: int
+    exclusive: bool = False
+
+    @property
+    def cores_per_node(self) -> int:
+        return (self.ranks_per_node or 1) * self.cores_per_task
+
+
+def _ranks_per_node(request: SubmitRequest) -> int | None:
+    """Processes per node as the options and plan say (None: nothing says)."""
+    o, plan = request.options, request.plan
+    nodes = plan.num_nodes
+    if o.ntasks_per_node is not None:
+        if o.ntasks is not None and o.ntasks != o.ntasks_per_node * nodes:
+            raise _refuse(f"--ntasks={o.ntasks} and --ntasks-per-node={o.ntasks_per_node} "
+                          f"disagree over {nodes} node(s); give one of them")
+        return o.ntasks_per_node
+    if o.ntasks is not None:
+        if o.ntasks % nodes == 0:
+            return o.ntasks // nodes
+        if plan.framework is Framework.PLAIN:
+            # Only the allocation's size: the plain job starts one process itself.
+            return math.ceil(o.ntasks / nodes)
+        raise _refuse(f"--ntasks={o.ntasks} does not divide evenly over {nodes} nodes: "
+                      f"this back end starts the same number of ranks on every node "
+                      f"(use a multiple of {nodes} or --ntasks-per-node)")
+    if plan.framework is Framework.PLAIN:
+        return None
+    return plan.proc_per_node
+
+
+def layout_for(request: SubmitRequest) -> Layout:
+    """Nodes, cores and GPUs per node, and tasks per node (see the module docstring)."""
+    plan, o = request.plan, request.options
+    if plan.num_nodes < 1:
+        raise _refuse(f"numNodes must be at least 1, not {plan.num_nodes}")
+    ranks = _ranks_per_node(request)
+    tasks = 1
+    if (plan.framework in (Framework.JAX, Framework.XGBOOST)
+            or (plan.framework is Framework.MPI and _mpi_direct(plan))):
+        tasks = ranks or 1
+    return Layout(nodes=plan.num_nodes, ranks_per_node=ranks, cores_per_task=o.cpus_per_task or 1,
+                  gpus_per_node=o.gpus_per_node or 0, tasks_per_node=tasks,
+                  exclusive=o.exclusive)
+
+
+def _mpi_direct(plan: LaunchPlan) -> bool:
+    """MPI ranks started by Flux itself: a command that is not its own launcher."""
+    if plan.batch_script is not None or not plan.command:
+        return False
+    return os.path.basename(plan.command[0]) not in USER_LAUNCHERS
+
+
+def _resources(layout: Layout) -> list[dict[str, Any]]:
+    children: list[dict[str, Any]] = [{"type": "core", "count": layout.cores_per_node}]
+    if layout.gpus_per_node:
+        children.append({"type": "gpu", "count": layout.gpus_per_node})
+    node: dict[str, Any] = {
+        "type": "node",
+        "count": layout.nodes,
+        "with": [{"type": "slot", "count": 1, "label": "task", "with": children}],
+    }
+    if layout.exclusive:
+        node["exclusive"] = True
+    return [node]
+
+
+# --------------------------------------------------------------------------- command
+
+
+def _check_templates(words: Sequence[str], what: str) -> None:
+    for i, word in enumerate(words):
+        if _TEMPLATE.search(word):
+            raise _refuse(f"{what}[{i}] {word!r} contains a '{{{{...}}}}' template, which "
+                          f"the Flux job shell would expand (it has no escape)")
+
+
+@dataclass(frozen=True)
+class TaskCommand:
+    """The task's argv, the script file to ship (if any) and whether the job is a
+    nested Flux instance (``flux batch`` semantics)."""
+
+    argv: tuple[str, ...]
+    script: str | None = None
+    nested: bool = False
+    extra_shell_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def task_command(plan: LaunchPlan, layout: Layout, *, mpi_launch: str = "mpi-launch",
+                 flux_command: str = "flux") -> TaskCommand:
+    """What every task runs (see the table in the module docstring)."""
+    user = [*plan.command, *plan.args]
+    script = plan.batch_script
+    if script is not None:
+        if not script.startswith("#!"):
+            raise _refuse("the batch script must start with '#!' (Flux runs it as a "
+                          "program, as sbatch requires too)")
+        _check_templates(plan.args, "script argument")
+        user = [SCRIPT_PATH, *plan.args]
+    else:
+        if not user:
+            raise _refuse("the job has no command")
+        if user[0].startswith("-"):
+            raise _refuse(f"command {user[0]!r} starts with '-'")
+        _check_templates(user, "command")
+    fw = plan.framework
+    if fw is Framework.PLAIN:
+        if script is not None or layout.nodes > 1:
+            return TaskCommand(argv=(flux_command, "broker", *user), script=script,
+                               nested=True)
+        return TaskCommand(argv=tuple(user))
+    head = [mpi_launch, "--world", "flux", "--runtime"]
+    ppn = plan.proc_per_node
+    if fw is Framework.MPI:
+        if _mpi_direct(plan):
+            return TaskCommand(argv=(*head, "plain", "--", *user))
+        flavour = MPI_FLAVOURS.get(plan.mpi_implementation or "OpenMPI", "openmpi")
+        argv = [*head, "mpi", "--mpi", flavour]
+        argv += ["--nproc-per-node", str(layout.ranks_per_node or 1)]
+        argv += ["--hostfile-dir", "{{tmpdir}}"]
+        if script is not None:
+            argv += ["--launcher", "none"]
+        return TaskCommand(argv=(*argv, "--", *user), script=script)
+    if fw is Framework.TORCH:
+        argv = [*head, "torch"]
+        if ppn is not None:
+            argv += ["--nproc-per-node", str(ppn)]
+        if script is not None:
+            argv += ["--launcher", "none"]
+        return TaskCommand(argv=(*argv, "--", *user), script=script)
+    # jax, xgboost: one task per rank
+    return TaskCommand(argv=(*head, fw.value, "--nproc-per-node", str(layout.tasks_per_node),
+                             "--", *user), script=script)
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _refused_options(o: SchedulingOptions) -> list[str]:
+    found = []
+    for name, (flag, why) in _REFUSED.items():
+        value = getattr(o, name)
+        if value is not None:
+            found.append(f"{flag}={value}: {why}")
+    if o.switches_wait_minutes is not None and o.switches is None:
+        found.append(f"--switches=...@{o.switches_wait_minutes}: {_REFUSED['switches'][1]}")
+    return found
+
+
+def _hostlist(expr: str, flag: str) -> str:
+    try:
+        hosts = expand(expr, source=flag)
+        if not hosts:
+            raise _refuse(f"{flag}={expr!r} names no hosts")
+        return compress(hosts, source=flag)
+    except HostlistError as exc:
+        raise _refuse(str(exc)) from None
+
+
+def _properties(expr: str) -> dict[str, Any]:
+    """``--constraint`` (Slurm features) as an RFC 31 properties constraint."""
+    bad = (f"--constraint={expr!r}: only FEATURE, FEATURE&FEATURE... or FEATURE|FEATURE... "
+           f"translate to Flux (RFC 31 properties); brackets, counts, parentheses and "
+           f"mixed &/| have no Flux equivalent")
+    text = expr.strip()
+    if "&" in text and "|" in text:
+        raise _refuse(bad)
+    parts = [p.strip() for p in re.split(r"[&|]", text)]
+    if not parts or not all(_PROPERTY.fullmatch(p) for p in parts):
+        raise _refuse(bad)
+    if "|" in text:
+        return {"or": [{"properties": [p]} for p in parts]}
+    return {"properties": parts}
+
+
+def constraints_for(request: SubmitRequest) -> dict[str, Any] | None:
+    """RFC 31 constraints from ``--nodelist``, ``--exclude``, ``--constraint`` and the
+    engine's placement (``request.placement.hosts``), ANDed; None when there are none."""
+    o = request.options
+    terms: list[dict[str, Any]] = []
+    placement = getattr(request, "placement", None)
+    hosts = tuple(getattr(placement, "hosts", ()) or ())
+    if hosts:
+        try:
+            terms.append({"hostlist": [compress(hosts, source="placement")]})
+        except HostlistError as exc:
+            raise _refuse(str(exc)) from None
+    if o.nodelist:
+        terms.append({"hostlist": [_hostlist(o.nodelist, "--nodelist")]})
+    if o.exclude:
+        terms.append({"not": [{"hostlist": [_hostlist(o.exclude, "--exclude")]}]})
+    if o.constraint:
+        terms.append(_properties(o.constraint))
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else {"and": terms}
+
+
+_PATTERN = re.compile(r"%(%|[0-9]*[A-Za-z]?)")
+
+
+def output_template(pattern: str, *, job_name: str, user: str) -> str:
+    """A Slurm ``--output`` pattern as a Flux output path template.
+
+    ``%j`` -> ``{{id.dec}}``, ``%x`` -> the job name, ``%u`` -> the user name, ``%%`` ->
+    ``%``. Other patterns (``%N %n %t %s %A %a %J``, zero padding) name nodes, tasks,
+    steps or arrays, for which Flux writes no separate file: refused. So is a literal
+    ``{{...}}`` (the job shell would expand it).
+    """
+    if _TEMPLATE.search(pattern):
+        raise _refuse(f"output path {pattern!r} contains '{{{{...}}}}'; write Slurm "
+                      f"patterns (%j, %x, %u) instead")
+
+    def sub(m: re.Match[str]) -> str:
+        code = m.group(1)
+        if code == "%":
+            return "%"
+        if code == "j":
+            return "{{id.dec}}"
+        if code == "x":
+            return job_name
+        if code == "u":
+            return user
+        raise _refuse(f"output pattern %{code} in {pattern!r}: Flux has no equivalent "
+                      f"(it writes one output file per job; %j, %x, %u and %% translate)")
+
+    out = _PATTERN.sub(sub, pattern)
+    # Only the {{id.dec}} inserted here may reach the shell as a template.
+    rest = out.replace("{{id.dec}}", "\0")
+    if any(bad in rest for bad in ("{{", "}}", "{\0", "\0}")):
+        raise _refuse(f"output path {pattern!r} would contain a '{{{{' or '}}}}' the job "
+                      f"shell would misread (from the job name or user)")
+    return out
+
+
+def job_environment(plan: LaunchPlan, *, flux_command: str = "flux") -> dict[str, str]:
+    """The job's environment: exactly the plan's, plus ``PATH`` when it sets none (with
+    the directory of an absolute ``flux_command`` first, so ``mpi-launch`` and a nested
+    ``flux broker`` find ``flux`` on the compute nodes)."""
+    env = dict(plan.env)
+    if "PATH" not in env:
+        path = DEFAULT_PATH
+        if os.path.isabs(flux_command):
+            bindir = os.path.dirname(flux_command)
+            if bindir not in path.split(":"):
+                path = f"{bindir}:{path}"
+        env["PATH"] = path
+    return env
+
+
+# --------------------------------------------------------------------------- jobspec
+
+
+def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str = "mpi-launch",
+                  default_queue: str | None = None, flux_command: str = "flux") -> dict[str, Any]:
+    """The jobspec V1 dictionary for ``request`` (see the module docstring).
+
+    ``default_cwd`` is the working directory when ``--chdir`` is not given (the back end
+    passes the owner's home); ``mpi_launch`` the path of ``mpi-launch`` on the compute
+    nodes; ``default_queue`` the queue when ``--partition`` is not given; ``flux_command``
+    the ``flux`` program the nested instance and ``PATH`` use.
+    Raises :class:`bridge.backend.BackendRejected` for what Flux cannot express.
+    """
+    o, plan = request.options, request.plan
+    refused = _refused_options(o)
+    if refused:
+        raise _refuse("; ".join(refused))
+    layout = layout_for(request)
+    cmd = task_command(plan, layout, mpi_launch=mpi_launch, flux_command=flux_command)
+    display = _display_name(request)
+    cwd = o.chdir or default_cwd
+    _check_templates([cwd], "--chdir")
+    stdout = output_template(o.output or DEFAULT_OUTPUT, job_name=display,
+                             user=request.owner.user)
+    shell_options: dict[str, Any] = {"output": {"stdout": {"type": "file", "path": stdout}}}
+    if o.error:
+        shell_options["output"]["stderr"] = {
+            "type": "file",
+            "path": output_template(o.error, job_name=display, user=request.owner.user)}
+    if layout.tasks_per_node > 1:
+        shell_options["per-resource"] = {"type": "node", "count": layout.tasks_per_node}
+    if cmd.nested:
+        # As flux batch/alloc: brokers bootstrap through PMI, no MPI plugin for them, and
+        # the instance ends when its initial program does.
+        shell_options.update({"mpi": "none", "pmi": "simple", "exit-timeout": "none"})
+    elif plan.framework is not Framework.PLAIN:
+        # As srun --kill-on-bad-exit=1 under Slurm; and ranks/nodes may end at different
+        # times (node rank > 0 of an mpirun job ends at once), so no exit timer.
+        shell_options.update({"exit-timeout": "none", "exit-on-error": 1})
+    shell_options.update(cmd.extra_shell_options)
+    seconds = float(o.time_limit_minutes * 60) if o.time_limit_minutes else 0.0
+    system: dict[str, Any] = {
+        "duration": seconds,
+        "cwd": cwd,
+        "environment": job_environment(plan, flux_command=flux_command),
+        "job": {"name": flux_job_name(request)},
+        "shell": {"options": shell_options},
+    }
+    queue = o.partition or default_queue
+    if queue:
+        system["queue"] = queue
+    if o.account:
+        system["bank"] = o.account
+    constraints = constraints_for(request)
+    if constraints is not None:
+        system["constraints"] = constraints
+    if cmd.script is not None:
+        system["files"] = {"script": {"mode": stat.S_IFREG | 0o700, "data": cmd.script,
+                                      "encoding": "utf-8"}}
+    meta = request.job.metadata
+    return {
+        "version": 1,
+        "resources": _resources(layout),
+        "tasks": [{"command": list(cmd.argv), "slot": "task", "count": {"per_slot": 1}}],
+        "attributes": {
+            "system": system,
+            "user": {UID_ATTRIBUTE: request.job_uid,
+                     "hpc_bridge_trainjob": f"{meta.namespace or 'default'}/{meta.name}",
+                     "hpc_bridge_job_id": request.job_id},
+        },
+    }
+
+
+# --------------------------------------------------------------------------- reading back
+
+
+@dataclass(frozen=True)
+class JobspecInfo:
+    """What the back end reads back from a (redacted) jobspec of one of its jobs."""
+
+    uid: str | None
+    name: str | None
+    queue: str | None
+    cwd: str | None
+    stdout: str | None
+    stderr: str | None
+
+    @classmethod
+    def from_jobspec(cls, jobspec: object) -> JobspecInfo:
+        """Never raises: missing or malformed parts are None."""
+        spec = jobspec if isinstance(jobspec, Mapping) else {}
+        attrs = _mapping(spec.get("attributes"))
+        system = _mapping(attrs.get("system"))
+        user = _mapping(attrs.get("user"))
+        output = _mapping(_mapping(_mapping(system.get("shell")).get("options")).get("output"))
+
+        def path(stream: str) -> str | None:
+            value = _mapping(output.get(stream)).get("path")
+            return value if isinstance(value, str) else None
+
+        uid = user.get(UID_ATTRIBUTE)
+        name = _mapping(system.get("job")).get("name")
+        queue = system.get("queue")
+        cwd = system.get("cwd")
+        return cls(uid=uid if isinstance(uid, str) and uid else None,
+                   name=name if isinstance(name, str) else None,
+                   queue=queue if isinstance(queue, str) else None,
+                   cwd=cwd if isinstance(cwd, str) else None,
+                   stdout=path("stdout"), stderr=path("stderr"))
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+_F58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def f58(job_id: int) -> str:
+    """Flux's F58 job id encoding (``ƒ`` + base 58), as ``{{id}}`` renders it."""
+    if job_id < 0:
+        raise ValueError("job ids are not negative")
+    digits = ""
+    n = job_id
+    while True:
+        n, r = divmod(n, 58)
+        digits = _F58[r] + digits
+        if n == 0:
+            break
+    return "ƒ" + digits
+
+
+def parse_job_id(text: str) -> int:
+    """A job id as Flux prints it: decimal, ``ƒ``/``f`` + F58, or ``0x`` hex."""
+    s = text.strip()
+    if s.isdigit():
+        return int(s)
+    if s[:1] in ("ƒ", "f") and len(s) > 1 and all(c in _F58 for c in s[1:]):
+        n = 0
+        for c in s[1:]:
+            n = n * 58 + _F58.index(c)
+        return n
+    if s.lower().startswith("0x"):
+        return int(s, 16)
+    raise ValueError(f"not a Flux job id: {text!r}")
+
+
+def resolve_output(template: str | None, job_id: int, cwd: str | None) -> str | None:
+    """The file a job's output goes to: ``{{id}}``/``{{jobid}}`` (F58) and
+    ``{{id.dec}}`` filled in, relative paths taken from ``cwd``. None if unknown or if
+    the template holds another ``{{...}}`` (the bridge does not write those)."""
+    if not template:
+        return None
+    text = (template.replace("{{id.dec}}", str(job_id)).replace("{{jobid.dec}}", str(job_id))
+            .replace("{{id}}", f58(job_id)).replace("{{jobid}}", f58(job_id)))
+    if "{{" in text:
+        return None
+    if not os.path.isabs(text):
+        if not cwd:
+            return None
+        text = os.path.join(cwd, text)
+    return os.path.normpath(text)

@@ -1,0 +1,631 @@
+"""flux_adapter.jobspec: the jobspec V1 the Flux back end submits.
+
+Every generated jobspec is checked against the canonical rules of RFC 14 as RFC 25
+restricts them for version 1 (:func:`check_v1`, written from the RFCs here so the test
+needs no Flux): one ``node>slot>core[,gpu]`` (or ``slot>core[,gpu]``) resource graph,
+exactly one task whose count is ``per_slot: 1`` or a ``total`` between the node count and
+the slot count, ``attributes.system.duration`` present. It runs over every runtime and
+option, and over hypothesis-generated requests.
+
+Golden files live in tests/unit/golden/flux/; rewrite them after an intended change
+with ``UPDATE_GOLDEN=1 pytest tests/unit/test_flux_jobspec.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.backend import BackendRejected, Owner, SubmitRequest
+from bridge.model import ANN_BATCH_SCRIPT, TrainJob, load_trainjob
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import SchedulingOptions
+from flux_adapter.jobspec import (
+    DEFAULT_PATH,
+    OPTION_MAP,
+    UID_ATTRIBUTE,
+    JobspecInfo,
+    build_jobspec,
+    f58,
+    flux_job_name,
+    job_environment,
+    output_template,
+    parse_job_id,
+    resolve_output,
+    uid_from_name,
+)
+
+GOLDEN = Path(__file__).parent / "golden" / "flux"
+UID = "00000000-0000-4000-8000-000000000001"
+ALICE = Owner(uid=1001, gid=1001, user="alice")
+MPI_LAUNCH = "/opt/hpc-bridge/bin/mpi-launch"
+HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `touch /tmp/pwned` ${HOME} ; rm -rf / # é✓"
+RUNTIMES = ["plain", "torch-distributed", "mpi-distributed", "deepspeed-distributed",
+            "jax-distributed", "xgboost-distributed"]
+SCRIPT = "#!/bin/bash\n#SBATCH -N 2\nset -e\nsrun hostname\necho \"$@\"\n"
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def check_v1(js: Mapping[str, Any]) -> None:
+    """Assert that ``js`` is a canonical jobspec version 1 (RFC 14, RFC 25)."""
+    assert set(js) == {"version", "resources", "tasks", "attributes"}, set(js)
+    assert js["version"] == 1
+    assert json.loads(json.dumps(js)) == js, "jobspec must be plain JSON data"
+
+    def vertex(v: Any, types: set[str]) -> None:
+        assert isinstance(v, dict)
+        allowed = {"type", "count", "unit", "with", "label"}
+        if v.get("type") == "node":
+            allowed.add("exclusive")
+        assert set(v) <= allowed, f"vertex keys {set(v) - allowed} not allowed in V1"
+        assert v["type"] in types, f"{v['type']} where {types} expected"
+        count = v["count"]
+        assert isinstance(count, int) and not isinstance(count, bool) and count >= 1, v
+        if "exclusive" in v:
+            assert v["exclusive"] in (True, False)
+
+    resources = js["resources"]
+    assert isinstance(resources, list) and len(resources) == 1, "exactly one top resource"
+    top = resources[0]
+    vertex(top, {"node", "slot"})
+    nodes: int | None = None
+    if top["type"] == "node":
+        nodes = top["count"]
+        assert isinstance(top.get("with"), list) and len(top["with"]) == 1
+        slot = top["with"][0]
+    else:
+        slot = top
+    vertex(slot, {"slot"})
+    assert isinstance(slot.get("label"), str) and slot["label"], "a slot needs a label"
+    children = slot.get("with")
+    assert isinstance(children, list)
+    for child in children:
+        vertex(child, {"core", "gpu"})
+        assert "with" not in child, "core and gpu are leaves in V1"
+    assert sorted(c["type"] for c in children) in (["core"], ["core", "gpu"]), (
+        "V1 allows slot>core or slot>(core,gpu)")
+    slots_total = slot["count"] * (nodes or 1)
+
+    tasks = js["tasks"]
+    assert isinstance(tasks, list) and len(tasks) == 1, "V1 jobspec runs exactly one task"
+    task = tasks[0]
+    assert {"command", "slot", "count"} <= set(task)
+    command = task["command"]
+    assert isinstance(command, list) and command
+    assert all(isinstance(w, str) for w in command)
+    assert task["slot"] == slot["label"]
+    count = task["count"]
+    assert isinstance(count, dict) and len(count) == 1
+    if "per_slot" in count:
+        assert count["per_slot"] == 1, "V1: per_slot must be 1"
+    else:
+        total = count["total"]
+        assert isinstance(total, int) and (nodes or 1) <= total <= slots_total
+
+    attributes = js["attributes"]
+    assert set(attributes) <= {"system", "user"} and "system" in attributes
+    system = attributes["system"]
+    duration = system["duration"]
+    assert isinstance(duration, numbers.Real) and not isinstance(duration, bool)
+    assert float(duration) >= 0
+    env = system.get("environment", {})
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+    if "cwd" in system:
+        assert isinstance(system["cwd"], str)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def golden(name: str, data: Any) -> None:
+    path = GOLDEN / name
+    text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"missing golden file {path}; run with UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8"), f"differs from golden file {path}"
+
+
+def trainjob(runtime: str, *, nodes: int | None = None, procs: int | str | None = None,
+             command: list[str] | None = None, args: list[str] | None = None,
+             env: dict[str, str] | None = None, script: str | None = None,
+             name: str = "train") -> TrainJob:
+    trainer: dict[str, Any] = {}
+    if nodes is not None:
+        trainer["numNodes"] = nodes
+    if procs is not None:
+        trainer["numProcPerNode"] = procs
+    if command is not None:
+        trainer["command"] = command
+    if args is not None:
+        trainer["args"] = args
+    if env:
+        trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    annotations = {ANN_BATCH_SCRIPT: script} if script is not None else {}
+    return load_trainjob({
+        "metadata": {"name": name, "namespace": "team-a", "uid": UID,
+                     "annotations": annotations},
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer},
+    })
+
+
+def request(job: TrainJob, options: SchedulingOptions | None = None,
+            placement: Any = None) -> SubmitRequest:
+    req = SubmitRequest(job_uid=UID, job_id=42, job=job, plan=RuntimeCatalog().resolve(job),
+                        options=options or SchedulingOptions(), owner=ALICE)
+    if placement is not None:
+        object.__setattr__(req, "placement", placement)
+    return req
+
+
+def build(req: SubmitRequest, **kwargs: Any) -> dict[str, Any]:
+    kwargs.setdefault("default_cwd", "/home/alice")
+    kwargs.setdefault("mpi_launch", MPI_LAUNCH)
+    js = build_jobspec(req, **kwargs)
+    check_v1(js)
+    return js
+
+
+def command_of(js: Mapping[str, Any]) -> list[str]:
+    cmd: list[str] = js["tasks"][0]["command"]
+    return cmd
+
+
+def shell(js: Mapping[str, Any]) -> dict[str, Any]:
+    opts: dict[str, Any] = js["attributes"]["system"]["shell"]["options"]
+    return opts
+
+
+# --------------------------------------------------------------------------- goldens
+
+CASES: dict[str, tuple[TrainJob, SchedulingOptions]] = {
+    "plain.command": (trainjob("plain", command=["python", "train.py"], args=["--epochs", "3"]),
+                      SchedulingOptions()),
+    "plain.command-2nodes": (trainjob("plain", nodes=2, command=["./driver.sh"]),
+                             SchedulingOptions(ntasks=4, time_limit_minutes=30)),
+    "plain.script": (trainjob("plain", nodes=2, script=SCRIPT, args=["a b", "c"]),
+                     SchedulingOptions(job_name="batch", output="/scratch/%x-%j.out",
+                                       error="/scratch/%x-%j.err", partition="pbatch")),
+    "mpi-distributed.command": (trainjob("mpi-distributed", nodes=2, procs=4,
+                                         command=["python", "allreduce.py"]),
+                                SchedulingOptions(cpus_per_task=2)),
+    "mpi-distributed.mpirun": (trainjob("mpi-distributed", nodes=2, procs=2,
+                                        command=["mpirun", "--bind-to", "none", "./app"]),
+                               SchedulingOptions()),
+    "mpi-distributed.script": (trainjob("mpi-distributed", nodes=2, procs=2, script=SCRIPT),
+                               SchedulingOptions()),
+    "deepspeed-distributed.command": (trainjob("deepspeed-distributed", nodes=2,
+                                               command=["deepspeed", "train.py"]),
+                                      SchedulingOptions(gpus_per_node=4)),
+    "torch-distributed.command": (trainjob("torch-distributed", nodes=2, procs=4,
+                                           command=["torchrun", "train.py"]),
+                                  SchedulingOptions(gpus_per_node=4, exclusive=True)),
+    "torch-distributed.auto": (trainjob("torch-distributed", nodes=3,
+                                        command=["python", "train.py"]),
+                               SchedulingOptions()),
+    "torch-distributed.script": (trainjob("torch-distributed", nodes=2, procs=2,
+                                          script=SCRIPT),
+                                 SchedulingOptions()),
+    "jax-distributed.command": (trainjob("jax-distributed", nodes=2, procs=2,
+                                         command=["python", "jax_train.py"]),
+                                SchedulingOptions(gpus_per_node=2)),
+    "xgboost-distributed.command": (trainjob("xgboost-distributed", nodes=2,
+                                             command=["python", "xgb.py"]),
+                                    SchedulingOptions(ntasks=4)),
+    "all_options": (trainjob("mpi-distributed", nodes=4, procs=2, command=["./app"],
+                             env={"OMP_NUM_THREADS": "2", "PATH": "/opt/app/bin:/usr/bin"}),
+                    SchedulingOptions(
+                        job_name="big", partition="pbatch", account="physics",
+                        time_limit_minutes=90, ntasks_per_node=2, cpus_per_task=4,
+                        gpus_per_node=2, output="logs/%x.%j.%u.out", error="logs/%j.err",
+                        chdir="/scratch/alice/run", exclusive=True, export="ALL",
+                        nodelist="node[01-04]", exclude="node09", constraint="a100&ib")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name: str) -> None:
+    job, options = CASES[name]
+    golden(f"{name}.json", build(request(job, options)))
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+def test_plain_command_runs_once_as_itself() -> None:
+    js = build(request(trainjob("plain", command=["python", "t.py"], args=[HOSTILE])))
+    assert command_of(js) == ["python", "t.py", HOSTILE]  # data, not shell text
+    assert js["resources"][0]["count"] == 1
+    assert "per-resource" not in shell(js)
+    assert js["attributes"]["system"]["duration"] == 0.0
+
+
+def test_plain_on_several_nodes_is_a_nested_instance() -> None:
+    js = build(request(trainjob("plain", nodes=3, command=["./driver"])),
+               flux_command="/usr/bin/flux")
+    assert command_of(js) == ["/usr/bin/flux", "broker", "./driver"]
+    assert shell(js)["exit-timeout"] == "none"
+    assert shell(js)["pmi"] == "simple"
+    assert js["resources"][0]["count"] == 3
+
+
+def test_batch_script_is_a_file_run_by_a_nested_broker() -> None:
+    js = build(request(trainjob("plain", script=SCRIPT, args=[HOSTILE])))
+    assert command_of(js) == ["flux", "broker", "{{tmpdir}}/script", HOSTILE]
+    files = js["attributes"]["system"]["files"]
+    assert files["script"]["data"] == SCRIPT  # verbatim, directives and all
+    assert files["script"]["encoding"] == "utf-8"
+    assert files["script"]["mode"] == stat.S_IFREG | 0o700
+
+
+def test_mpi_ranks_are_flux_tasks() -> None:
+    js = build(request(trainjob("mpi-distributed", nodes=2, procs=3, command=["./a.out"]),
+                       SchedulingOptions(cpus_per_task=2)))
+    assert command_of(js) == [MPI_LAUNCH, "--world", "flux", "--runtime", "plain", "--",
+                              "./a.out"]
+    assert shell(js)["per-resource"] == {"type": "node", "count": 3}
+    slot = js["resources"][0]["with"][0]
+    assert slot["count"] == 1 and slot["with"][0] == {"type": "core", "count": 6}
+
+
+def test_mpi_user_launcher_runs_on_node_zero_with_the_hostfile() -> None:
+    js = build(request(trainjob("mpi-distributed", nodes=2, procs=2,
+                                command=["/usr/bin/mpiexec", "-n", "4", "./a.out"])))
+    argv = command_of(js)
+    assert argv[:argv.index("--")] == [MPI_LAUNCH, "--world", "flux", "--runtime", "mpi",
+                                       "--mpi", "openmpi", "--nproc-per-node", "2",
+                                       "--hostfile-dir", "{{tmpdir}}"]
+    assert "per-resource" not in shell(js)  # one mpi-launch per node; rank 0 runs it
+    assert shell(js)["exit-timeout"] == "none"
+
+
+def test_mpi_flavour_follows_the_runtime() -> None:
+    job = trainjob("mpi-distributed", nodes=1, command=["mpiexec", "./a"])
+    req = request(job)
+    plan = req.plan.__class__(**{**req.plan.__dict__, "mpi_implementation": "IntelMPI"})
+    js = build(SubmitRequest(job_uid=UID, job_id=1, job=job, plan=plan,
+                             options=SchedulingOptions(), owner=ALICE))
+    assert command_of(js)[command_of(js).index("--mpi") + 1] == "intel"
+
+
+def test_torch_is_one_task_per_node_with_its_gpus() -> None:
+    js = build(request(trainjob("torch-distributed", nodes=2, procs=4,
+                                command=["python", "t.py"]),
+                       SchedulingOptions(gpus_per_node=4)))
+    assert "per-resource" not in shell(js)
+    slot = js["resources"][0]["with"][0]
+    assert slot["with"] == [{"type": "core", "count": 4}, {"type": "gpu", "count": 4}]
+    assert command_of(js)[4:8] == ["torch", "--nproc-per-node", "4", "--"]
+
+
+@pytest.mark.parametrize("runtime", ["jax-distributed", "xgboost-distributed"])
+def test_per_rank_runtimes(runtime: str) -> None:
+    js = build(request(trainjob(runtime, nodes=2, procs=3, command=["python", "x.py"])))
+    assert shell(js)["per-resource"] == {"type": "node", "count": 3}
+    assert command_of(js)[4:8] == [runtime.split("-")[0], "--nproc-per-node", "3", "--"]
+
+
+def test_gpus_need_not_divide_among_tasks() -> None:
+    js = build(request(trainjob("mpi-distributed", nodes=2, procs=3, command=["./a"]),
+                       SchedulingOptions(gpus_per_node=2)))
+    assert js["resources"][0]["with"][0]["with"][1] == {"type": "gpu", "count": 2}
+
+
+def test_uneven_ntasks() -> None:
+    # plain: the count only sizes the allocation (rounded up per node)
+    js = build(request(trainjob("plain", nodes=2, command=["./x"]),
+                       SchedulingOptions(ntasks=5)))
+    assert js["resources"][0]["with"][0]["with"][0]["count"] == 3
+    # per-rank runtimes would need different counts per node: refused
+    with pytest.raises(BackendRejected, match=r"--ntasks=5 does not divide evenly over 2"):
+        build(request(trainjob("jax-distributed", nodes=2, command=["./x"]),
+                      SchedulingOptions(ntasks=5)))
+    with pytest.raises(BackendRejected, match="disagree"):
+        build(request(trainjob("mpi-distributed", nodes=2, command=["./x"]),
+                      SchedulingOptions(ntasks=6, ntasks_per_node=2)))
+
+
+# --------------------------------------------------------------------------- attributes
+
+
+def test_idempotency_key_in_attributes_and_name() -> None:
+    req = request(trainjob("plain", command=["true"]), SchedulingOptions(job_name="x.y"))
+    js = build(req)
+    assert js["attributes"]["user"][UID_ATTRIBUTE] == UID
+    name = js["attributes"]["system"]["job"]["name"]
+    assert name == flux_job_name(req) == f"x.y.hpc-bridge-{UID}"
+    assert uid_from_name(name) == UID
+    info = JobspecInfo.from_jobspec(js)
+    assert (info.uid, info.name, info.cwd) == (UID, name, "/home/alice")
+
+
+@pytest.mark.parametrize(("name", "uid"), [
+    ("train.hpc-bridge-abc", "abc"), ("a.hpc-bridge-b.hpc-bridge-c", "c"),
+    ("train", None), ("train.hpc-bridge-", None), ("x.hpc-bridge-a b", None), (None, None),
+    (42, None), ("x.hpc-bridge-a/b", None),
+])
+def test_uid_from_name(name: object, uid: str | None) -> None:
+    assert uid_from_name(name) == uid
+
+
+def test_time_limit_queue_bank_cwd() -> None:
+    js = build(request(trainjob("plain", command=["true"]),
+                       SchedulingOptions(time_limit_minutes=61, account="phys",
+                                         chdir="/work/a")), default_queue="debug")
+    system = js["attributes"]["system"]
+    assert system["duration"] == 3660.0
+    assert (system["queue"], system["bank"], system["cwd"]) == ("debug", "phys", "/work/a")
+    js = build(request(trainjob("plain", command=["true"]),
+                       SchedulingOptions(partition="gpu")), default_queue="debug")
+    assert js["attributes"]["system"]["queue"] == "gpu"
+
+
+def test_environment_is_the_plans_plus_path() -> None:
+    js = build(request(trainjob("plain", command=["true"], env={"A": HOSTILE})),
+               flux_command="/opt/flux/bin/flux")
+    assert js["attributes"]["system"]["environment"] == {
+        "A": HOSTILE, "PATH": "/opt/flux/bin:" + DEFAULT_PATH}
+    plan = request(trainjob("plain", command=["true"], env={"PATH": "/mine"})).plan
+    assert job_environment(plan) == {"PATH": "/mine"}
+
+
+def test_constraints() -> None:
+    js = build(request(trainjob("plain", command=["true"]),
+                       SchedulingOptions(nodelist="node1,node2,node3", exclude="node[7-8]",
+                                         constraint="a|b")))
+    assert js["attributes"]["system"]["constraints"] == {"and": [
+        {"hostlist": ["node[1-3]"]},
+        {"not": [{"hostlist": ["node[7-8]"]}]},
+        {"or": [{"properties": ["a"]}, {"properties": ["b"]}]},
+    ]}
+    js = build(request(trainjob("plain", command=["true"]), SchedulingOptions(constraint="x")))
+    assert js["attributes"]["system"]["constraints"] == {"properties": ["x"]}
+
+
+def test_engine_placement_becomes_a_hostlist_constraint() -> None:
+    class Placement:
+        hosts = ("n3", "n1", "n2")
+
+    js = build(request(trainjob("mpi-distributed", nodes=3, command=["./a"]),
+                       placement=Placement()))
+    assert js["attributes"]["system"]["constraints"] == {"hostlist": ["n[3,1-2]"]}
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("slurm-%j.out", "slurm-{{id.dec}}.out"),
+    ("/s/%u/%x-%j.log", "/s/alice/train-{{id.dec}}.log"),
+    ("100%%-%j", "100%-{{id.dec}}"),
+    ("plain.txt", "plain.txt"),
+])
+def test_output_patterns(pattern: str, expected: str) -> None:
+    assert output_template(pattern, job_name="train", user="alice") == expected
+
+
+@pytest.mark.parametrize("pattern", ["out-%N.log", "%A_%a.out", "%t", "%5j.out", "%s",
+                                     "x-{{id}}.out", "%J"])
+def test_output_patterns_flux_cannot_write_are_refused(pattern: str) -> None:
+    with pytest.raises(BackendRejected, match="output"):
+        output_template(pattern, job_name="train", user="alice")
+
+
+@pytest.mark.parametrize(("pattern", "name"), [("%x.out", "{{id}}"), ("%x{b}}", "a{"),
+                                               ("{%j", "x"), ("%j}", "x")])
+def test_a_job_name_that_looks_like_a_template_cannot_reach_a_path(pattern: str,
+                                                                    name: str) -> None:
+    with pytest.raises(BackendRejected, match="misread"):
+        output_template(pattern, job_name=name, user="alice")
+
+
+def test_default_output_is_resolvable() -> None:
+    js = build(request(trainjob("plain", command=["true"])))
+    info = JobspecInfo.from_jobspec(js)
+    assert info.stdout == "flux-{{id.dec}}.out" and info.stderr is None
+    assert resolve_output(info.stdout, 1234, info.cwd) == "/home/alice/flux-1234.out"
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(("options", "flag", "words"), [
+    (SchedulingOptions(qos="high"), "--qos=high", "Slurm QOS"),
+    (SchedulingOptions(mem_per_node_mb=4000), "--mem=4000", "memory"),
+    (SchedulingOptions(switches=1), "--switches=1", "leaf switches"),
+    (SchedulingOptions(switches=1, switches_wait_minutes=5), "--switches=1", "leaf switches"),
+    (SchedulingOptions(constraint="[a|b]"), "--constraint", "no Flux equivalent"),
+    (SchedulingOptions(constraint="a&b|c"), "--constraint", "mixed"),
+    (SchedulingOptions(constraint="a*2"), "--constraint", "counts"),
+    (SchedulingOptions(nodelist="n[1-"), "--nodelist", "bracket"),
+    (SchedulingOptions(output="x-%N"), "%N", "Flux has no equivalent"),
+])
+def test_refused_options_name_the_option(options: SchedulingOptions, flag: str,
+                                         words: str) -> None:
+    with pytest.raises(BackendRejected) as info:
+        build(request(trainjob("plain", command=["true"]), options))
+    message = str(info.value)
+    assert message.startswith("flux back end: ")
+    assert flag in message and words in message
+
+
+def test_several_refused_options_are_named_together() -> None:
+    with pytest.raises(BackendRejected) as info:
+        build(request(trainjob("plain", command=["true"]),
+                      SchedulingOptions(qos="q", mem_per_node_mb=1)))
+    assert "--qos=q" in str(info.value) and "--mem=1" in str(info.value)
+
+
+@pytest.mark.parametrize(("job", "options", "match"), [
+    (trainjob("plain", command=["echo", "{{id}}"]), SchedulingOptions(), r"command\[1\]"),
+    (trainjob("plain", script=SCRIPT, args=["{{tmpdir}}"]), SchedulingOptions(),
+     "script argument"),
+    (trainjob("plain", command=["true"]), SchedulingOptions(chdir="/x/{{name}}"), "--chdir"),
+    (trainjob("plain", script="echo no shebang\n"), SchedulingOptions(), "#!"),
+    (trainjob("plain", command=["-rf"]), SchedulingOptions(), "starts with '-'"),
+])
+def test_other_refusals(job: TrainJob, options: SchedulingOptions, match: str) -> None:
+    with pytest.raises(BackendRejected, match=match):
+        build(request(job, options))
+
+
+def test_every_option_is_mapped_or_refused() -> None:
+    fields = set(SchedulingOptions.model_fields)
+    refused = {"qos", "mem_per_node_mb", "switches", "switches_wait_minutes"}
+    assert fields == set(OPTION_MAP) | refused
+
+
+# --------------------------------------------------------------------------- every combination
+
+SUPPORTED: dict[str, Any] = {
+    "job_name": "jn", "partition": "pq", "account": "acct", "time_limit_minutes": 5,
+    "ntasks_per_node": 2, "cpus_per_task": 3, "gpus_per_node": 2, "output": "o-%j.%x",
+    "error": "e-%j", "chdir": "/tmp/w", "exclusive": True, "export": "NONE",
+    "nodelist": "c[1-4]", "exclude": "c9", "constraint": "ib",
+}
+
+
+@pytest.mark.parametrize("option", sorted(SUPPORTED))
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("mode", ["command", "script"])
+def test_every_runtime_and_option(runtime: str, option: str, mode: str) -> None:
+    script = SCRIPT if mode == "script" else None
+    command = None if script else (["deepspeed", "t.py"] if runtime.startswith("deepspeed")
+                                   else ["python", "t.py"])
+    job = trainjob(runtime, nodes=2, command=command, script=script)
+    js = build(request(job, SchedulingOptions(**{option: SUPPORTED[option]})))
+    assert js["resources"][0]["type"] == "node" and js["resources"][0]["count"] == 2
+
+
+def test_all_supported_options_at_once_on_every_runtime() -> None:
+    for runtime in RUNTIMES:
+        command = ["deepspeed", "t.py"] if runtime.startswith("deepspeed") else ["./t"]
+        js = build(request(trainjob(runtime, nodes=2, command=command),
+                           SchedulingOptions(**SUPPORTED)))
+        system = js["attributes"]["system"]
+        assert system["duration"] == 300.0 and system["queue"] == "pq"
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+_names = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), min_size=1,
+                 max_size=20)
+_words = st.lists(_names, min_size=1, max_size=4)
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[SubmitRequest, SchedulingOptions]:
+    runtime = draw(st.sampled_from(RUNTIMES))
+    nodes = draw(st.integers(1, 16))
+    procs = draw(st.one_of(st.none(), st.integers(1, 8), st.just("auto")))
+    mode = draw(st.sampled_from(["command", "launcher", "script"]))
+    script = None
+    command: list[str] | None = None
+    if mode == "script":
+        script = "#!/bin/sh\n" + draw(st.text(st.characters(codec="utf-8",
+                                                           exclude_characters="\x00"),
+                                             max_size=200))
+    elif mode == "launcher":
+        command = [draw(st.sampled_from(["mpirun", "mpiexec", "deepspeed"])), *draw(_words)]
+    else:
+        command = [draw(st.from_regex(r"[a-z./][a-z0-9./_]{0,15}", fullmatch=True)),
+                   *draw(st.lists(_names, max_size=3))]
+    job = trainjob(runtime, nodes=nodes, procs=procs, command=command, script=script,
+                   args=draw(st.lists(_names, max_size=3)),
+                   env=draw(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}",
+                                                          fullmatch=True), _names,
+                                            max_size=3)))
+    opts: dict[str, Any] = {}
+    if draw(st.booleans()):
+        opts["ntasks"] = draw(st.integers(1, 64))
+    if draw(st.booleans()):
+        opts["ntasks_per_node"] = draw(st.integers(1, 8))
+    for key, strategy in [
+        ("cpus_per_task", st.integers(1, 8)), ("gpus_per_node", st.integers(0, 8)),
+        ("time_limit_minutes", st.integers(1, 10_000)), ("partition", st.sampled_from(
+            ["batch", "debug"])), ("account", st.sampled_from(["a", "b"])),
+        ("job_name", st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True)),
+        ("output", st.sampled_from(["o-%j.out", "%x.%u.%j", "x%%y", "%N.out", "{{id}}"])),
+        ("error", st.sampled_from(["e-%j", "/abs/%x"])), ("exclusive", st.booleans()),
+        ("chdir", st.sampled_from(["/tmp", "/scratch/x"])),
+        ("nodelist", st.sampled_from(["n[1-4]", "a,b", "n[1-"])),
+        ("exclude", st.sampled_from(["n9", "x[1-2]"])),
+        ("constraint", st.sampled_from(["ib", "a&b", "a|b", "[a|b]", "a*2"])),
+        ("qos", st.just("high")), ("mem_per_node_mb", st.integers(1, 10_000)),
+        ("switches", st.integers(1, 4)),
+    ]:
+        if draw(st.integers(0, 3)) == 0:
+            opts[key] = draw(strategy)
+    options = SchedulingOptions(**opts)
+    return request(job, options), options
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests())
+def test_generated_requests_give_canonical_jobspecs_or_named_refusals(
+        case: tuple[SubmitRequest, SchedulingOptions]) -> None:
+    req, o = case
+    must_refuse = (o.qos is not None or o.mem_per_node_mb is not None
+                   or o.switches is not None)
+    try:
+        js = build_jobspec(req, default_cwd="/home/alice", mpi_launch=MPI_LAUNCH)
+    except BackendRejected as exc:
+        message = str(exc)
+        assert message.startswith("flux back end: ")
+        assert any(word in message for word in (
+            "--qos", "--mem", "--switches", "--constraint", "--nodelist", "output",
+            "--ntasks", "template", "'-'")), message
+        return
+    assert not must_refuse, "an option without a Flux equivalent was not refused"
+    check_v1(js)
+    system = js["attributes"]["system"]
+    assert js["resources"][0]["count"] == req.plan.num_nodes
+    assert system["duration"] == (o.time_limit_minutes or 0) * 60
+    assert js["attributes"]["user"][UID_ATTRIBUTE] == UID
+    assert uid_from_name(system["job"]["name"]) == UID
+    command = command_of(js)
+    if req.plan.batch_script is not None:
+        assert system["files"]["script"]["data"] == req.plan.batch_script
+        assert "{{tmpdir}}/script" in command
+    else:
+        user = [*req.plan.command, *req.plan.args]
+        assert command[-len(user):] == user  # the user's argv, untouched, at the end
+    tasks = shell(js).get("per-resource", {}).get("count", 1)
+    cores = js["resources"][0]["with"][0]["with"][0]["count"]
+    assert cores >= tasks * (o.cpus_per_task or 1) or tasks == 1
+
+
+# --------------------------------------------------------------------------- job ids
+
+
+@pytest.mark.parametrize("job_id", [0, 1, 57, 58, 2**20, 1234567890123, 2**63 - 1])
+def test_f58_roundtrip(job_id: int) -> None:
+    assert parse_job_id(f58(job_id)) == job_id
+    assert parse_job_id("f" + f58(job_id)[1:]) == job_id
+    assert parse_job_id(str(job_id)) == job_id
+
+
+def test_parse_job_id() -> None:
+    assert f58(0) == "ƒ1"
+    assert parse_job_id(" 0x10\n") == 16
+    with pytest.raises(ValueError):
+        parse_job_id("nope")
+    with pytest.raises(ValueError):
+        f58(-1)
+
+
+def test_resolve_output() -> None:
+    assert resolve_output("/a/{{id}}.out", 58, None) == "/a/ƒ21.out"
+    assert resolve_output("o-{{id.dec}}", 7, "/w/x/../y") == "/w/y/o-7"
+    assert resolve_output("rel", 7, None) is None
+    assert resolve_output("{{name}}.out", 7, "/w") is None
+    assert resolve_output(None, 7, "/w") is None

@@ -112,6 +112,7 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
         "stderr": rec.stderr_path,
         "cancelRequested": rec.cancel_requested,
         "attempts": rec.attempts,
+        "placement": rec.placement,
         "trainJob": doc,
     }
     if with_transitions:

@@ -24,6 +24,7 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from bridge.model import TrainJob
+from bridge.placement import Placement
 from bridge.runtimes import LaunchPlan
 from bridge.scheduling import SchedulingOptions
 
@@ -61,6 +62,9 @@ class SubmitRequest:
     plan: LaunchPlan
     options: SchedulingOptions
     owner: Owner
+    #: Hosts the back end must run the job on (the engine's placement, in placement mode
+    #: ``nodelist``). ``None``: the back end chooses (modes ``constraints`` and ``none``).
+    placement: Placement | None = None
 
 
 class BackendState(StrEnum):

@@ -19,6 +19,7 @@ Example (every key optional except one back end)::
 
     [backends.slurm]
     kind = "slurm"                           # entry point in hpc_bridge.backends
+    placement = "constraints"                # or "nodelist" / "none" (docs/placement.md)
     rest_socket = "/run/slurmrestd/rest.sock"
 
 Contract: :func:`load_config` returns a :class:`Config` or raises :class:`ConfigError`
@@ -62,6 +63,8 @@ class EngineSection(BaseModel):
     retry_cap: float = Field(default=60.0, gt=0)
     lost_after_seconds: float = Field(default=30.0, ge=0)
     default_namespace: str = "default"
+    #: An inventory older than this is read again before a job is placed (seconds).
+    placement_max_age: float = Field(default=5.0, ge=0)
 
 
 class RuntimesSection(BaseModel):
@@ -73,12 +76,17 @@ class RuntimesSection(BaseModel):
     paths: list[str] = Field(default_factory=list)
 
 
+PlacementMode = Literal["constraints", "nodelist", "none"]
+
+
 class BackendSection(BaseModel):
-    """One back end: ``kind`` picks the adapter; other keys are the adapter's settings."""
+    """One back end: ``kind`` picks the adapter; ``placement`` is the engine's placement
+    mode for it (docs/placement.md); other keys are the adapter's settings."""
 
     model_config = ConfigDict(extra="allow")
 
     kind: str
+    placement: PlacementMode = "constraints"
 
     def settings(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

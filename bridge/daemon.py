@@ -94,6 +94,8 @@ async def run_daemon(config: Config) -> None:
         submit_timeout=e.submit_timeout, max_parallel_submits=e.max_parallel_submits,
         retry_base=e.retry_base, retry_cap=e.retry_cap,
         lost_after_seconds=e.lost_after_seconds, default_namespace=e.default_namespace,
+        placement={name: section.placement for name, section in config.backends.items()},
+        placement_max_age=e.placement_max_age,
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
     app = make_app(engine, tokens)

@@ -19,6 +19,15 @@ backoff (state ``Pending``, reason ``BackendUnavailable``); nothing is dropped.
 
 Status comes from each back end's :meth:`Backend.watch` stream: one query per poll
 interval for all jobs, never one call per job.
+
+Placement (docs/placement.md): before a job is submitted, :func:`plan_placement`
+places it on the back end's topology (built from its inventory, read again when older
+than ``placement_max_age``). Per back end the mode is ``constraints`` (default: the
+prediction is recorded, the world chooses, ``--switches`` is passed on), ``nodelist``
+(the chosen hosts are pinned) or ``none``. A job with ``--switches=N@T`` that does not
+fit within N leaf switches now stays ``Pending`` with reason ``WaitingForTopology``
+and is placed again every pass until T has passed since admission; then it is
+submitted without the constraint. Jobs placed in one pass never share capacity.
 """
 
 from __future__ import annotations
@@ -29,7 +38,9 @@ import random
 import time
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 
@@ -51,10 +62,19 @@ from bridge.model import (
     ensure_identity,
     validate_trainjob,
 )
-from bridge.runtimes import RuntimeCatalog
-from bridge.scheduling import scheduling_of
+from bridge.placement import (
+    Placement,
+    PlacementRequest,
+    features_of,
+    request_from_job,
+    tree_best_fit,
+    within_switches,
+)
+from bridge.runtimes import LaunchPlan, RuntimeCatalog
+from bridge.scheduling import SchedulingOptions, scheduling_of
 from bridge.states import JobState
 from bridge.store import DuplicateJob, JobRecord, Store
+from bridge.topology import Topology, topology_from_inventory
 
 log = structlog.get_logger("hpc_bridge.engine")
 
@@ -92,6 +112,120 @@ class EngineSettings:
     #: ...and only once it has been missing for at least this many seconds.
     lost_after_seconds: float = 30.0
     default_namespace: str = "default"
+    #: Placement mode per back end name (``constraints`` when not named).
+    placement: Mapping[str, str] = field(default_factory=dict)
+    #: An inventory older than this (seconds) is read again before a job is placed.
+    placement_max_age: float = 5.0
+
+
+#: The placement mode of a back end its configuration does not name (docs/placement.md;
+#: the modes are :data:`bridge.config.PlacementMode`).
+DEFAULT_PLACEMENT_MODE = "constraints"
+#: Slurm's default ``max_switch_wait``: how long ``--switches=N`` without ``@T`` waits.
+DEFAULT_SWITCH_WAIT_SECONDS = 300.0
+#: Reason of a Pending job that waits for ``--switches``.
+WAITING_FOR_TOPOLOGY = "WaitingForTopology"
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class PlacementDecision:
+    """What the engine does about one job's placement before submitting it.
+
+    ``wait``: do not submit now (``--switches`` cannot be met yet). ``pin``: the back
+    end must use ``placement.hosts`` (mode ``nodelist``). ``options``: changes to the
+    job's scheduling options for this submission (``--switches`` dropped when pinned or
+    relaxed; its wait shortened to what is left). ``note`` says why, for messages.
+    """
+
+    mode: str
+    placement: Placement | None = None
+    request: PlacementRequest | None = None
+    pin: bool = False
+    wait: bool = False
+    relaxed: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def record(self, at: float) -> dict[str, Any]:
+        """The JSON stored on the job (``jobs.placement``) and shown by the API."""
+        data: dict[str, Any] = (self.placement.to_dict() if self.placement is not None
+                                else {"hosts": [], "levels": [], "score": "", "reason": ""})
+        data.update({"mode": self.mode, "pinned": self.pin, "waiting": self.wait,
+                     "relaxed": self.relaxed, "note": self.note, "at": _utc(at)})
+        return data
+
+
+def plan_placement(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions, mode: str,
+                   topology: Topology | None, admitted_at: float, now: float,
+                   backend: str = "the back end") -> PlacementDecision:
+    """The placement decision for one job (pure; docs/placement.md says it in prose).
+
+    * mode ``none``, a job naming its own nodes (``--nodelist``), or no inventory yet:
+      no placement; the back end chooses.
+    * Otherwise :func:`bridge.placement.tree_best_fit` on ``topology``. With
+      ``--switches=N@T`` (T defaults to 300 s, Slurm's ``max_switch_wait``):
+      :func:`bridge.placement.within_switches`; when that does not fit and ``now`` is
+      before ``admitted_at + T`` the decision is ``wait``; after it, the job goes
+      without the constraint (``relaxed``).
+    * ``nodelist`` pins the hosts when the placement fits now and the job's
+      ``--constraint`` could be evaluated (a plain conjunction of features); then
+      ``--switches`` is dropped (the pin enforces it). ``constraints`` keeps
+      ``--switches`` with the wait that is left, so that the world enforces it too.
+    * A job that does not fit anywhere now is submitted unpinned: the world queues it.
+    """
+    if mode == "none":
+        return PlacementDecision(mode, note="placement is off for this back end")
+    if options.nodelist:
+        return PlacementDecision(mode, note="the job names its nodes (--nodelist)")
+    if topology is None:
+        return PlacementDecision(mode, note=f"no inventory of {backend} yet; it chooses")
+    try:
+        request = request_from_job(job, plan, options)
+    except ValueError as exc:
+        return PlacementDecision(mode, note=f"not placed: {exc}")
+    best = tree_best_fit(topology, request)
+    placement, relaxed, note = best, False, ""
+    updates: dict[str, Any] = {}
+    if options.switches is not None:
+        n = options.switches
+        wait = (DEFAULT_SWITCH_WAIT_SECONDS if options.switches_wait_minutes is None
+                else options.switches_wait_minutes * 60.0)
+        deadline = admitted_at + wait
+        within = within_switches(topology, request, n)
+        if within.fits:
+            placement = within
+            if mode == "constraints":
+                updates["switches_wait_minutes"] = max(math.ceil((deadline - now) / 60.0), 0)
+        elif now < deadline:
+            spans = (f"; the best placement now uses {len(best.leaf_domains)} "
+                     f"({', '.join(best.leaf_domains)})" if best.fits else "")
+            return PlacementDecision(
+                mode, within, request, wait=True,
+                note=(f"--switches={n}: {within.reason}{spans}; waiting until "
+                      f"{_utc(deadline)}, then submitting without the constraint"))
+        else:
+            relaxed = True
+            updates.update(switches=None, switches_wait_minutes=None)
+            note = (f"waited {wait / 60:g} min for {n} leaf switch(es) (--switches); "
+                    f"submitted without the constraint")
+    pin = False
+    if mode == "nodelist" and placement.fits:
+        if features_of(options.constraint) is None:
+            note = (note + "; " if note else "") + (
+                f"--constraint={options.constraint!r} is not evaluated: not pinned")
+        else:
+            pin = True
+            updates.update(switches=None, switches_wait_minutes=None)
+    if not placement.fits and not relaxed:
+        note = f"no placement now ({placement.reason}); {backend} queues it"
+    elif not placement.fits:
+        note += f"; no placement now ({placement.reason})"
+    return PlacementDecision(mode, placement, request, pin=pin, relaxed=relaxed,
+                             options=updates, note=note)
 
 
 class Engine:
@@ -114,6 +248,9 @@ class Engine:
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
         self._inventory: dict[str, Inventory] = {}
+        #: When each inventory was read (monotonic); 0 marks it stale.
+        self._inventory_at: dict[str, float] = {}
+        self._topology: dict[str, tuple[Inventory, Topology]] = {}
         self.ready = asyncio.Event()
 
     # -- front-door calls ----------------------------------------------------------
@@ -153,7 +290,9 @@ class Engine:
         inventory = self._inventory.get(backend)
         if inventory is None or not inventory.nodes:
             return
-        nodes = [n for n in inventory.nodes if partition is None or partition in n.partitions]
+        # A node that names no partition (or queue) is taken to be in every one.
+        nodes = [n for n in inventory.nodes
+                 if partition is None or not n.partitions or partition in n.partitions]
         if num_nodes > len(nodes):
             where = f"partition {partition!r} of back end {backend!r}" if partition else (
                 f"back end {backend!r}")
@@ -202,7 +341,7 @@ class Engine:
         for name, backend in self.backends.items():
             try:
                 await backend.start()
-                self._inventory[name] = await asyncio.wait_for(backend.inventory(), 10)
+                self._set_inventory(name, await asyncio.wait_for(backend.inventory(), 10))
             except (BackendUnavailable, TimeoutError) as exc:
                 log.warning("back end not reachable at start; will retry", backend=name,
                             error=str(exc) or type(exc).__name__)
@@ -267,6 +406,9 @@ class Engine:
                 for rec in uncertain:
                     self._retry_later(rec, exc)
                 records = [r for r in records if r.attempts == 0]
+        mode = self.settings.placement.get(name, DEFAULT_PLACEMENT_MODE)
+        topology: Topology | None = None
+        topology_read = False
         for rec in records:
             bj = found.get(rec.uid)
             if bj is not None:
@@ -280,16 +422,77 @@ class Engine:
                 self.store.transition(rec.id, JobState.CANCELLED, "Cancelled",
                                       "cancelled before submission", submitting_since=None)
                 continue
-            self._inflight[rec.id] = asyncio.create_task(self._submit(name, backend, rec),
-                                                         name=f"submit-{rec.id}")
+            decision: PlacementDecision | None = None
+            if mode != "none":
+                if not topology_read:
+                    topology = await self._fresh_topology(name, backend)
+                    topology_read = True
+                decision = self._decide(name, rec, mode, topology)
+                if decision is not None and decision.wait:
+                    self._wait_for_topology(rec, decision)
+                    continue
+                if (topology is not None and decision is not None
+                        and decision.placement is not None and decision.placement.fits
+                        and decision.request is not None):
+                    # The next job of this pass must not be placed on these hosts.
+                    topology = decision.placement.apply(topology, decision.request)
+            self._inflight[rec.id] = asyncio.create_task(
+                self._submit(name, backend, rec, decision), name=f"submit-{rec.id}")
 
-    async def _submit(self, name: str, backend: Backend, rec: JobRecord) -> None:
+    def _decide(self, name: str, rec: JobRecord, mode: str,
+                topology: Topology | None) -> PlacementDecision | None:
+        """:func:`plan_placement` for a stored job (None if the job is invalid: the
+        submit path fails it with the reason)."""
+        try:
+            plan = self.catalog.resolve(rec.job)
+            options = scheduling_of(rec.job)
+        except ValidationError:
+            return None
+        return plan_placement(rec.job, plan, options, mode, topology, rec.created_at,
+                              time.time(), backend=name)
+
+    def _wait_for_topology(self, rec: JobRecord, decision: PlacementDecision) -> None:
+        if rec.reason == WAITING_FOR_TOPOLOGY and rec.message == decision.note:
+            return
+        self.store.transition(rec.id, JobState.PENDING, WAITING_FOR_TOPOLOGY, decision.note,
+                              placement=decision.record(time.time()))
+        log.info("job waits for its topology constraint", job_id=rec.id, note=decision.note)
+
+    def _set_inventory(self, name: str, inventory: Inventory) -> None:
+        self._inventory[name] = inventory
+        self._inventory_at[name] = time.monotonic()
+
+    async def _fresh_topology(self, name: str, backend: Backend) -> Topology | None:
+        """The topology of ``name``'s inventory, read again first when it is older than
+        ``placement_max_age`` (or stale after a submission). None without inventory."""
+        age = time.monotonic() - self._inventory_at.get(name, 0.0)
+        if name not in self._inventory or age > self.settings.placement_max_age:
+            try:
+                self._set_inventory(name, await asyncio.wait_for(backend.inventory(), 10))
+            except (BackendUnavailable, TimeoutError) as exc:
+                log.info("inventory not available for placement", backend=name,
+                         error=str(exc) or type(exc).__name__)
+            except Exception:
+                log.exception("inventory failed", backend=name)
+        inventory = self._inventory.get(name)
+        if inventory is None:
+            return None
+        cached = self._topology.get(name)
+        if cached is not None and cached[0] is inventory:
+            return cached[1]
+        topology = topology_from_inventory(inventory)
+        self._topology[name] = (inventory, topology)
+        return topology
+
+    async def _submit(self, name: str, backend: Backend, rec: JobRecord,
+                      decision: PlacementDecision | None = None) -> None:
         try:
             async with self._submit_slots:
-                rec = self.store.update(rec.id, attempts=rec.attempts + 1,
-                                        submitting_since=time.time())
+                now = time.time()
+                rec = self.store.update(rec.id, attempts=rec.attempts + 1, submitting_since=now,
+                                        placement=decision.record(now) if decision else None)
                 try:
-                    request = self._request(rec)
+                    request = self._request(rec, decision)
                 except ValidationError as exc:
                     self.store.transition(rec.id, JobState.FAILED, "InvalidJob", str(exc),
                                           submitting_since=None)
@@ -305,10 +508,17 @@ class Engine:
                 except (BackendUnavailable, TimeoutError) as exc:
                     self._retry_later(rec, exc)
                     return
-                self.store.transition(rec.id, JobState.SUBMITTED, "Submitted",
-                                      f"{name} job {backend_id}", backend_id=backend_id,
-                                      submitting_since=None)
-                log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id)
+                message = f"{name} job {backend_id}"
+                if decision is not None and decision.relaxed:
+                    message += f"; {decision.note}"
+                self.store.transition(rec.id, JobState.SUBMITTED, "Submitted", message,
+                                      backend_id=backend_id, submitting_since=None)
+                # The world changed: the next placement reads the inventory again.
+                self._inventory_at[name] = 0.0
+                log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id,
+                         placement=(",".join(decision.placement.hosts)
+                                    if decision and decision.placement else None),
+                         pinned=bool(decision and decision.pin))
         finally:
             self._inflight.pop(rec.id, None)
 
@@ -322,14 +532,18 @@ class Engine:
         log.warning("back end unavailable; will retry", job_id=rec.id, error=message,
                     delay=round(delay, 1))
 
-    def _request(self, rec: JobRecord) -> SubmitRequest:
+    def _request(self, rec: JobRecord,
+                 decision: PlacementDecision | None = None) -> SubmitRequest:
         plan = self.catalog.resolve(rec.job)
         options = scheduling_of(rec.job)
         deadline = rec.job.spec.active_deadline_seconds
         if options.time_limit_minutes is None and deadline:
             options = options.model_copy(update={"time_limit_minutes": math.ceil(deadline / 60)})
+        if decision is not None and decision.options:
+            options = options.model_copy(update=dict(decision.options))
+        pinned = decision.placement if decision is not None and decision.pin else None
         return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=plan,
-                             options=options, owner=rec.owner)
+                             options=options, owner=rec.owner, placement=pinned)
 
     async def _send_cancels(self, now: float) -> None:
         active = self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING])
@@ -344,6 +558,12 @@ class Engine:
                 log.info("cancel sent", job_id=rec.id, backend_id=rec.backend_id)
             except BackendUnavailable as exc:
                 log.warning("cancel failed; will retry", job_id=rec.id, error=str(exc))
+            except BackendRejected as exc:
+                # Refused (e.g. the world says the owner may not): try again later, but
+                # never let one job's refusal stop the pass for the others.
+                self._cancel_sent[rec.id] = now
+                log.error("back end refused the cancel; will ask again", job_id=rec.id,
+                          error=str(exc))
 
     # -- tracking --------------------------------------------------------------------
 
@@ -352,7 +572,7 @@ class Engine:
         while True:
             await asyncio.sleep(interval if name in self._inventory else 5.0)
             try:
-                self._inventory[name] = await backend.inventory()
+                self._set_inventory(name, await backend.inventory())
             except BackendUnavailable as exc:
                 log.info("inventory not available", backend=name, error=str(exc))
             except Exception:

@@ -5,6 +5,8 @@ Tables:
 * ``jobs`` — one row per TrainJob: the document, owner, back end, state, the back-end
   id, and the submission bookkeeping (attempts, ``submitting_since``, next attempt).
 * ``transitions`` — every state change with its reason and time.
+  ``placement`` is the engine's placement decision as JSON (hosts, domains per level,
+  mode; see :mod:`bridge.placement`), or NULL.
 * ``outbox`` — state changes not yet published (MQTT, Kubernetes status); a publisher
   reads :meth:`Store.pending_events` and marks them :meth:`Store.mark_published`.
 
@@ -32,7 +34,7 @@ from bridge.backend import Owner
 from bridge.model import TrainJob, load_document
 from bridge.states import JobState, check_transition
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,6 +66,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at        REAL NOT NULL,
     started_at        REAL,
     finished_at       REAL,
+    placement         TEXT,
     UNIQUE (namespace, name)
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
@@ -86,6 +89,16 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
 """
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
+    (version 2 added ``jobs.placement``). Idempotent."""
+    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "placement" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN placement TEXT")
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                 (str(SCHEMA_VERSION),))
 
 
 class DuplicateJob(ValueError):
@@ -125,6 +138,8 @@ class JobRecord:
     updated_at: float
     started_at: float | None
     finished_at: float | None
+    #: The engine's placement decision (JSON object), if it made one.
+    placement: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +189,7 @@ def _row_to_record(row: sqlite3.Row) -> JobRecord:
         updated_at=row["updated_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        placement=json.loads(row["placement"]) if row["placement"] else None,
     )
 
 
@@ -195,10 +211,7 @@ class Store:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
-        conn.execute(
-            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-            (str(SCHEMA_VERSION),),
-        )
+        _migrate(conn)
         return cls(conn)
 
     def close(self) -> None:
@@ -266,7 +279,8 @@ class Store:
         """Change state (checked against the state machine) and set ``fields`` atomically.
 
         ``fields`` may be any of: backend_id, exit_code, nodes, stdout_path, stderr_path,
-        queue, started_at, finished_at, attempts, submitting_since, next_attempt_at.
+        queue, started_at, finished_at, attempts, submitting_since, next_attempt_at,
+        placement (a JSON-able dict, or None).
         Staying in the same state only updates the fields (and reason/message if given).
         """
         now = time.time()
@@ -295,6 +309,7 @@ class Store:
         "state", "reason", "message", "backend_id", "exit_code", "nodes", "stdout_path",
         "stderr_path", "queue", "attempts", "submitting_since", "next_attempt_at",
         "cancel_requested", "updated_at", "started_at", "finished_at", "document",
+        "placement",
     })
 
     def _update(self, db: sqlite3.Connection, job_id: int, **fields: Any) -> None:
@@ -303,6 +318,8 @@ class Store:
             raise ValueError(f"unknown job fields {sorted(unknown)}")
         if "nodes" in fields:
             fields["nodes"] = json.dumps(list(fields["nodes"]))
+        if "placement" in fields and fields["placement"] is not None:
+            fields["placement"] = json.dumps(fields["placement"], sort_keys=True)
         if "cancel_requested" in fields:
             fields["cancel_requested"] = int(bool(fields["cancel_requested"]))
         cols = ", ".join(f"{k}=?" for k in fields)

@@ -115,7 +115,9 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
     ``plan.num_nodes``. Tasks per node: ``options.ntasks_per_node``, else the
     plan's processes per node for a distributed framework (unless ``ntasks`` is
     given). Working directory: ``options.chdir``, else ``default_chdir``. Output:
-    ``options.output``, else ``slurm-%j.out`` (as sbatch).
+    ``options.output``, else ``slurm-%j.out`` (as sbatch). Node list: ``options.nodelist``,
+    else the hosts of ``request.placement`` (the engine pins them in placement mode
+    ``nodelist``), compressed (``node[1-2]``).
     """
     o = request.options
     return JobSpec(
@@ -137,7 +139,9 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         exclusive=o.exclusive,
         switches=o.switches,
         switches_wait_minutes=o.switches_wait_minutes if o.switches else None,
-        nodelist=o.nodelist,
+        nodelist=o.nodelist or (hostlist.compress(request.placement.hosts)
+                                if request.placement is not None and request.placement.hosts
+                                else None),
         exclude=o.exclude,
         constraint=o.constraint,
         # A plain batch script gets its arguments from sbatch; a wrapped one (a

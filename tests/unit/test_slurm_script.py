@@ -351,3 +351,22 @@ def test_plain_batch_script_keeps_its_arguments_for_sbatch() -> None:
     req = batch_request("plain", ["a b"])
     assert job_spec(req, default_chdir="/tmp").script_args == ("a b",)
     assert render_script(req).startswith("#!/bin/bash\n##SBATCH -N 2\n")
+
+
+def test_a_pinned_placement_becomes_the_node_list() -> None:
+    from dataclasses import replace
+
+    from bridge.placement import Placement
+
+    job = trainjob("torch-distributed", nodes=2, command=["train"])
+    pinned = replace(request(job), placement=Placement("tree_best_fit", 2,
+                                                       ("node3", "node4"), (1, 1)))
+    spec = job_spec(pinned, default_chdir="/tmp")
+    assert spec.nodelist == "node[3-4]"
+    assert "--nodelist=node[3-4]" in sbatch_args(spec)
+    assert rest_job(spec, {"PATH": "/bin"}, V0_0_38)["nodelist"] == "node[3-4]"
+    assert rest_job(spec, {"PATH": "/bin"}, V0_0_41)["required_nodes"] == ["node3", "node4"]
+    # The user's own --nodelist wins (the engine never pins then anyway).
+    own = replace(pinned, options=SchedulingOptions(nodelist="node1"))
+    assert job_spec(own, default_chdir="/tmp").nodelist == "node1"
+    assert job_spec(request(job), default_chdir="/tmp").nodelist is None

@@ -88,3 +88,33 @@ def test_unknown_fields_are_refused(tmp_path: Path) -> None:
     rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown job fields"):
         store.update(rec.id, owner_uid=0)
+
+
+def test_placement_is_stored_as_json(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
+    assert rec.placement is None
+    placement = {"hosts": ["node1", "node2"], "score": "leaf:1,level1:1", "pinned": False}
+    store.transition(rec.id, JobState.PENDING, "WaitingForTopology", "x", placement=placement)
+    assert store.get(rec.id).placement == placement
+    store.update(rec.id, placement=None)
+    assert store.get(rec.id).placement is None
+
+
+def test_a_version_1_database_gains_the_placement_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    store = Store.open(path)
+    rec = store.add(job("old"), ALICE, "slurm")  # type: ignore[arg-type]
+    store.close()
+    # What the daemon of schema version 1 left behind: no placement column.
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE jobs DROP COLUMN placement")
+    conn.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    again = Store.open(path)
+    assert again.get(rec.id).placement is None
+    again.update(rec.id, placement={"hosts": ["n1"]})
+    assert again.get(rec.id).placement == {"hosts": ["n1"]}
+    version = again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    assert version[0] == "2"

@@ -1,0 +1,254 @@
+"""The engine places jobs before submitting them (docs/placement.md): the decision
+(:func:`bridge.engine.plan_placement`), the ``--switches`` wait, pinning, recording."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Collection
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.backend import (
+    BackendJob,
+    Inventory,
+    NodeInfo,
+    Owner,
+    StatusBatch,
+    SubmitRequest,
+)
+from bridge.engine import Engine, EngineSettings, plan_placement
+from bridge.model import ANN_SCHEDULING, TrainJob, ensure_identity, load_trainjob
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import SchedulingOptions
+from bridge.states import JobState
+from bridge.store import Store
+from bridge.topology import Topology, topology_from_inventory
+
+ALICE = Owner(uid=1001, gid=1001, user="alice")
+BED = {"leaf1": ((), ("node1", "node2")), "leaf2": ((), ("node3", "node4")),
+       "spine": (("leaf1", "leaf2"), ())}
+
+
+def inventory(busy: Collection[str] = ()) -> Inventory:
+    return Inventory(nodes=tuple(
+        NodeInfo(f"node{i}", "ALLOCATED" if f"node{i}" in busy else "IDLE", 2,
+                 0 if f"node{i}" in busy else 2, 2000, 2000, partitions=("debug",))
+        for i in range(1, 5)), switches=BED)
+
+
+def trainjob(nodes: int = 2, **options: Any) -> TrainJob:
+    doc = {"metadata": {"name": f"j{time.monotonic_ns()}",
+                        "annotations": {ANN_SCHEDULING: SchedulingOptions(
+                            **options).model_dump_json(exclude_defaults=True)}},
+           "spec": {"runtimeRef": {"name": "plain"},
+                    "trainer": {"numNodes": nodes, "command": ["hostname"]}}}
+    return ensure_identity(load_trainjob(doc))
+
+
+def decide(job: TrainJob, mode: str = "constraints", topo: Topology | None = None,
+           waited: float = 0.0) -> Any:
+    options = SchedulingOptions.model_validate_json(
+        job.metadata.annotations[ANN_SCHEDULING] or "{}")
+    plan = RuntimeCatalog().resolve(job)
+    topo = topo if topo is not None else topology_from_inventory(inventory())
+    return plan_placement(job, plan, options, mode, topo, admitted_at=1000.0,
+                          now=1000.0 + waited, backend="slurm")
+
+
+# --- the decision ------------------------------------------------------------------
+
+
+def test_constraints_mode_predicts_and_does_not_pin() -> None:
+    d = decide(trainjob())
+    assert d.placement.hosts == ("node1", "node2") and not d.pin and not d.wait
+    assert d.options == {}
+    rec = d.record(1000.0)
+    assert rec["mode"] == "constraints" and rec["hosts"] == ["node1", "node2"]
+    assert rec["score"] == "leaf:1,level1:1" and rec["pinned"] is False
+
+
+def test_nodelist_mode_pins() -> None:
+    d = decide(trainjob(switches=1), "nodelist")
+    assert d.pin and d.placement.hosts == ("node1", "node2")
+    # The pin enforces the switch count: --switches is not passed on.
+    assert d.options == {"switches": None, "switches_wait_minutes": None}
+
+
+def test_nodelist_mode_does_not_pin_what_it_cannot_evaluate() -> None:
+    d = decide(trainjob(constraint="a|b"), "nodelist")
+    assert not d.pin and "not evaluated" in d.note
+
+
+def test_switches_wait_then_relax() -> None:
+    busy = topology_from_inventory(inventory(busy=("node1", "node3")))
+    job = trainjob(switches=1, switches_wait_minutes=2)
+    d = decide(job, topo=busy, waited=60)
+    assert d.wait and not d.placement.fits
+    assert d.note.startswith("--switches=1: does not fit within 1 leaf switch(es) now")
+    assert "best placement now uses 2 (leaf1, leaf2)" in d.note
+    assert "waiting until 1970-01-01T00:18:40Z" in d.note  # admitted 1000 s + 120 s
+    d = decide(job, topo=busy, waited=120)
+    assert not d.wait and d.relaxed and d.placement.hosts == ("node2", "node4")
+    assert d.options == {"switches": None, "switches_wait_minutes": None}
+    assert "submitted without the constraint" in d.note
+
+
+def test_switches_default_wait_is_slurms_max_switch_wait() -> None:
+    busy = topology_from_inventory(inventory(busy=("node1", "node3")))
+    assert decide(trainjob(switches=1), topo=busy, waited=299).wait
+    assert decide(trainjob(switches=1), topo=busy, waited=300).relaxed
+
+
+def test_switches_that_fit_keep_the_wait_that_is_left_in_constraints_mode() -> None:
+    d = decide(trainjob(switches=1, switches_wait_minutes=5), waited=90)
+    assert not d.wait and d.placement.leaf_domains == ("leaf1",)
+    assert d.options == {"switches_wait_minutes": 4}
+
+
+@pytest.mark.parametrize(("mode", "options", "topo", "note"), [
+    ("none", {}, "bed", "placement is off"),
+    ("constraints", {"nodelist": "node3"}, "bed", "names its nodes"),
+    ("nodelist", {}, None, "no inventory of slurm yet"),
+])
+def test_no_placement(mode: str, options: dict[str, Any], topo: str | None, note: str) -> None:
+    job = trainjob(**options)
+    opts = SchedulingOptions(**options)
+    d = plan_placement(job, RuntimeCatalog().resolve(job), opts, mode,
+                       topology_from_inventory(inventory()) if topo else None, 0.0, 0.0,
+                       backend="slurm")
+    assert d.placement is None and not d.pin and note in d.note
+
+
+def test_a_job_that_fits_nowhere_now_goes_unpinned() -> None:
+    d = decide(trainjob(nodes=3), "nodelist",
+               topo=topology_from_inventory(inventory(busy=("node1", "node2"))))
+    assert not d.pin and not d.wait and "slurm queues it" in d.note
+
+
+# --- the engine with a fake back end -------------------------------------------------
+
+
+class FakeBackend:
+    name = "slurm"
+
+    def __init__(self, inv: Inventory) -> None:
+        self.inv = inv
+        self.submitted: list[SubmitRequest] = []
+        self.inventory_calls = 0
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def submit(self, request: SubmitRequest) -> str:
+        self.submitted.append(request)
+        return str(100 + len(self.submitted))
+
+    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
+        return {}
+
+    async def cancel(self, backend_id: str, owner: Owner) -> None:
+        pass
+
+    async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
+        while True:
+            await asyncio.sleep(3600)
+            yield StatusBatch((), False, 0.0)
+
+    async def inventory(self) -> Inventory:
+        self.inventory_calls += 1
+        return self.inv
+
+    async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
+        return b"", offset
+
+
+def engine(tmp_path: Path, backend: FakeBackend, mode: str = "constraints") -> Engine:
+    return Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+                  EngineSettings(default_backend="slurm", placement={"slurm": mode},
+                                 placement_max_age=0.0))
+
+
+async def settle(e: Engine) -> None:
+    await e.reconcile_once()
+    while e._inflight:
+        await asyncio.gather(*e._inflight.values())
+
+
+async def test_a_pass_places_jobs_without_double_booking(tmp_path: Path) -> None:
+    backend = FakeBackend(inventory())
+    e = engine(tmp_path, backend, "nodelist")
+    first = e.admit(trainjob(cpus_per_task=2), ALICE)  # each takes both CPUs of 2 nodes
+    second = e.admit(trainjob(cpus_per_task=2), ALICE)
+    third = e.admit(trainjob(nodes=1), ALICE)
+    await settle(e)
+    pins = [r.placement.hosts if r.placement else None for r in backend.submitted]
+    assert pins == [("node1", "node2"), ("node3", "node4"), None]
+    assert "queues it" in (e.store.get(third.id).placement or {})["note"]
+    rec = e.store.get(first.id)
+    assert rec.state is JobState.SUBMITTED and rec.placement is not None
+    assert rec.placement["pinned"] is True and rec.placement["hosts"] == ["node1", "node2"]
+    assert e.store.get(second.id).placement["levels"][0]["domains"] == ["leaf2"]  # type: ignore[index]
+
+
+async def test_switches_job_waits_then_goes_when_it_fits(tmp_path: Path) -> None:
+    backend = FakeBackend(inventory(busy=("node1", "node3")))
+    e = engine(tmp_path, backend)
+    rec = e.admit(trainjob(switches=1, switches_wait_minutes=10), ALICE)
+    await settle(e)
+    await settle(e)
+    waiting = e.store.get(rec.id)
+    assert waiting.state is JobState.PENDING and waiting.reason == "WaitingForTopology"
+    assert "--switches=1" in waiting.message and waiting.attempts == 0
+    assert waiting.placement is not None and waiting.placement["waiting"] is True
+    assert not backend.submitted
+    # Only the state change is a transition; waiting passes do not add history.
+    assert len(e.store.transitions(rec.id)) == 1
+    backend.inv = inventory(busy=("node1",))
+    await settle(e)
+    done = e.store.get(rec.id)
+    assert done.state is JobState.SUBMITTED
+    sent = backend.submitted[0]
+    assert sent.placement is None  # constraints mode: slurmctld chooses...
+    assert sent.options.switches == 1 and sent.options.switches_wait_minutes == 10  # ...within 1
+    assert done.placement is not None and done.placement["hosts"] == ["node3", "node4"]
+
+
+async def test_switches_job_relaxed_after_its_wait(tmp_path: Path) -> None:
+    backend = FakeBackend(inventory(busy=("node1", "node3")))
+    e = engine(tmp_path, backend)
+    rec = e.admit(trainjob(switches=1, switches_wait_minutes=0), ALICE)
+    await settle(e)
+    done = e.store.get(rec.id)
+    assert done.state is JobState.SUBMITTED
+    assert "submitted without the constraint" in done.message
+    assert backend.submitted[0].options.switches is None
+    assert done.placement is not None and done.placement["relaxed"] is True
+
+
+async def test_inventory_is_read_again_when_stale(tmp_path: Path) -> None:
+    backend = FakeBackend(inventory())
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+               EngineSettings(default_backend="slurm", placement_max_age=3600))
+    e.admit(trainjob(), ALICE)
+    await settle(e)
+    e.admit(trainjob(), ALICE)
+    await settle(e)
+    # Read once for the first job, again after the submission made it stale.
+    assert backend.inventory_calls == 2
+    await settle(e)  # nothing to place: nothing read
+    assert backend.inventory_calls == 2
+
+
+async def test_placement_none_mode_reads_nothing(tmp_path: Path) -> None:
+    backend = FakeBackend(inventory())
+    e = engine(tmp_path, backend, "none")
+    rec = e.admit(trainjob(), ALICE)
+    await settle(e)
+    assert backend.inventory_calls == 0 and backend.submitted[0].placement is None
+    assert e.store.get(rec.id).placement is None

@@ -15,6 +15,11 @@ quietly.
 * ``tshow REF``: ``scontrol show job``-like ``Key=Value`` lines (``--json``, ``--yaml``).
 * ``tcancel REF...``: cancel; one scancel-like error line per failure, exit 1 if any.
 * ``tlog [-f] [-e] REF``: the job's output (``-f`` follows until the job has ended).
+
+Start-up time matters (these commands run hundreds of times a day, in loops and
+``watch``): only ``tbatch`` imports the TrainJob model (pydantic) and the sbatch
+parser, ``tshow --yaml`` PyYAML, ``--version`` importlib.metadata, ``tqueue``/``tshow``
+python-hostlist -- each where it is needed. Keep new imports at module level light.
 """
 
 from __future__ import annotations
@@ -28,23 +33,9 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from importlib import metadata
 from typing import Any, NoReturn
 
-import hostlist
-import yaml
-
 from bridge.client import BridgeClient, BridgeClientError, JobView
-from bridge.model import ANN_BATCH_SCRIPT, ANN_SCHEDULING
-from bridge.sbatch import (
-    MAX_SCRIPT_BYTES,
-    SbatchError,
-    help_text,
-    parse_command_line,
-    parse_tbatch,
-    to_trainjob,
-    trainjob_from_file,
-)
 from bridge.slurmtime import format_minutes, format_seconds
 
 __all__ = [
@@ -89,6 +80,10 @@ _STATE_WORDS: dict[str, tuple[str, ...]] = {
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _LOG_RETRIES = 5
+#: bridge.model's ANN_BATCH_SCRIPT and ANN_SCHEDULING, copied so that tshow does not
+#: import the model (pydantic); tests/unit/test_cli.py checks that they are the same.
+_ANN_BATCH_SCRIPT = "hpc-bridge.io/batch-script"
+_ANN_SCHEDULING = "hpc-bridge.io/scheduling"
 
 
 class _UserError(Exception):
@@ -111,8 +106,6 @@ def _run(prog: str, body: Callable[[], int]) -> int:
     """Run a command body, turning user errors into messages and exit statuses."""
     try:
         return body()
-    except SbatchError as exc:
-        print(str(exc), file=sys.stderr)
     except (BridgeClientError, _UserError) as exc:
         _err(prog, str(exc))
     except KeyboardInterrupt:
@@ -137,6 +130,8 @@ def _client() -> BridgeClient:
 
 
 def _version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("hpc-bridge")
     except metadata.PackageNotFoundError:
@@ -158,6 +153,8 @@ def _find_script(path: str) -> str:
 
 
 def _read_limited(path: str | None) -> bytes:
+    from bridge.sbatch import MAX_SCRIPT_BYTES, SbatchError
+
     if path is None:
         if sys.stdin.isatty():
             print(
@@ -173,6 +170,8 @@ def _read_limited(path: str | None) -> bytes:
 
 
 def _read_script(path: str | None) -> str:
+    from bridge.sbatch import MAX_SCRIPT_BYTES, SbatchError
+
     data = _read_limited(None if path in (None, "-") else _find_script(str(path)))
     if len(data) > MAX_SCRIPT_BYTES:
         raise SbatchError(f"Batch script is too large (more than {MAX_SCRIPT_BYTES} bytes)")
@@ -185,6 +184,8 @@ def _read_script(path: str | None) -> str:
 
 
 def _getcwd() -> str:
+    from bridge.sbatch import SbatchError
+
     try:
         return os.getcwd()
     except OSError as exc:
@@ -192,6 +193,25 @@ def _getcwd() -> str:
 
 
 def _tbatch(argv: list[str]) -> int:
+    from bridge.sbatch import SbatchError
+
+    try:
+        return _submit(argv)
+    except SbatchError as exc:  # already worded "tbatch: error: ..."
+        print(str(exc), file=sys.stderr)
+        return 1
+
+
+def _submit(argv: list[str]) -> int:
+    from bridge.sbatch import (
+        SbatchError,
+        help_text,
+        parse_command_line,
+        parse_tbatch,
+        to_trainjob,
+        trainjob_from_file,
+    )
+
     cmd = parse_command_line(argv)
     if cmd.help:
         sys.stdout.write(help_text())
@@ -248,6 +268,8 @@ def _nodelist(nodes: Iterable[str] | None) -> str:
     names = [str(n) for n in nodes or [] if n]
     if not names:
         return ""
+    import hostlist  # python-hostlist: sorts and folds like Slurm's own hostlist
+
     try:
         return str(hostlist.collect_hostlist(names))
     except (hostlist.BadHostlist, ValueError):  # a name it cannot compress is still shown
@@ -387,7 +409,7 @@ def _local_time(value: str | None) -> str:
 def _scheduling(job: JobView) -> dict[str, Any]:
     annotations = (job.get("trainJob") or {}).get("metadata", {}).get("annotations") or {}
     try:
-        options = json.loads(annotations.get(ANN_SCHEDULING) or "{}")
+        options = json.loads(annotations.get(_ANN_SCHEDULING) or "{}")
     except (TypeError, ValueError):
         return {}
     return options if isinstance(options, dict) else {}
@@ -397,6 +419,32 @@ def _pairs(pairs: Sequence[tuple[str, object]]) -> str:
     return " ".join(f"{k}={_clean('None' if v is None or v == '' else v)}" for k, v in pairs)
 
 
+def _placement_lines(placement: Any) -> list[str]:
+    """``Placement=node[1-2] Switches=leaf1 Score=leaf:1,level1:1 Mode=constraints`` and,
+    when there is one, a ``PlacementNote=`` line (nothing for jobs never placed)."""
+    if not isinstance(placement, dict):
+        return []
+    levels = placement.get("levels") or []
+    leaves = levels[0].get("domains") if levels and isinstance(levels[0], dict) else None
+    mode = str(placement.get("mode") or "")
+    if placement.get("pinned"):
+        mode += "(pinned)"
+    elif placement.get("waiting"):
+        mode += "(waiting)"
+    elif placement.get("hosts") and mode == "constraints":
+        mode += "(predicted)"
+    lines = [_pairs([
+        ("Placement", _nodelist(placement.get("hosts")) or None),
+        ("Switches", ",".join(str(d) for d in leaves or []) or None),
+        ("Score", placement.get("score") or None),
+        ("Mode", mode or None),
+    ])]
+    note = placement.get("note") or placement.get("reason")
+    if note:
+        lines.append(_pairs([("PlacementNote", note)]))
+    return lines
+
+
 def format_show(job: JobView) -> str:
     """``scontrol show job``-like text: ``Key=Value`` lines, then the state transitions."""
     spec = (job.get("trainJob") or {}).get("spec") or {}
@@ -404,7 +452,7 @@ def format_show(job: JobView) -> str:
     sched = _scheduling(job)
     resources = (trainer.get("resourcesPerNode") or {}).get("requests") or {}
     script = ((job.get("trainJob") or {}).get("metadata", {}).get("annotations") or {}).get(
-        ANN_BATCH_SCRIPT
+        _ANN_BATCH_SCRIPT
     )
     limit = job.get("timeLimitMinutes")
     lines = [
@@ -461,6 +509,7 @@ def format_show(job: JobView) -> str:
         _pairs(
             [("NodeList", _nodelist(job.get("nodes")) or None), ("ExitCode", job.get("exitCode"))]
         ),
+        *_placement_lines(job.get("placement")),
         _pairs(
             [
                 ("Command", "(batch script)" if script else trainer.get("command")),
@@ -498,6 +547,8 @@ def _tshow(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(job, indent=2, ensure_ascii=False))
     elif args.yaml:
+        import yaml
+
         sys.stdout.write(yaml.safe_dump(dict(job), sort_keys=False, allow_unicode=True))
     else:
         sys.stdout.write(format_show(job))

@@ -22,21 +22,36 @@ Contract: every failure (daemon unreachable, HTTP error, garbage answer) raises
 :class:`BridgeClientError` with a message fit for a user and the HTTP status (``None``
 when there was no HTTP answer). Nothing else escapes, except errors raised by the
 caller's own code while it consumes :meth:`BridgeClient.stream_log`.
+
+Why the standard library (``http.client``) and no HTTP client package: this module is
+what ``tqueue``/``tbatch``/... import, commands that users and their scripts start
+hundreds of times a day (``watch tqueue``, loops of ``tbatch``) and that should start
+about as fast as ``squeue``. Importing httpx alone took ~130 ms (``httpx._main`` pulls
+in rich and click when they are installed); ``http.client`` takes ~30 ms and does all
+the client needs: one request per connection, JSON bodies, a socket timeout, chunked
+streaming. The daemon side keeps aiohttp. Keep this module's imports light (the model,
+pydantic, only for type checking).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import socket
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from http.client import (
+    HTTPConnection,
+    HTTPException,
+    HTTPResponse,
+    HTTPSConnection,
+    IncompleteRead,
+)
 from types import TracebackType
-from typing import Any, TypedDict, cast
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
+from urllib.parse import quote, urlencode, urlsplit
 
-import httpx
-
-from bridge.model import TrainJob
+if TYPE_CHECKING:
+    from bridge.model import TrainJob
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -56,6 +71,7 @@ ENV_URL = "HPC_BRIDGE_URL"
 ENV_TOKEN = "HPC_BRIDGE_TOKEN"  # noqa: S105 -- the name of a variable, not a secret
 _USER_AGENT = "hpc-bridge-client/1"
 _MAX_ERROR_TEXT = 2000
+_CHUNK = 64 * 1024
 
 
 class BridgeClientError(Exception):
@@ -100,13 +116,18 @@ class JobView(TypedDict, total=False):
     endTime: str | None
     stdout: str | None
     stderr: str | None
+    #: The engine's placement decision: hosts, levels, score, mode, pinned, note.
+    placement: dict[str, Any] | None
     trainJob: dict[str, Any]
     transitions: list[Transition]
 
 
-@dataclass(frozen=True)
-class SubmitResult:
-    """The daemon's answer to a submission."""
+class SubmitResult(NamedTuple):
+    """The daemon's answer to a submission.
+
+    (A NamedTuple, not a dataclass: importing :mod:`dataclasses` costs the commands
+    ~10 ms of start-up, through :mod:`inspect`.)
+    """
 
     id: int
     uid: str
@@ -122,8 +143,35 @@ def _ref(ref: str | int) -> str:
     return quote(text, safe="")
 
 
+def _header_safe(value: str) -> bool:
+    """Whether ``value`` can go into an HTTP header as it is (printable ASCII)."""
+    return value.isascii() and value.isprintable()
+
+
+class _UnixHTTPConnection(HTTPConnection):
+    """HTTP/1.1 over the daemon's unix socket (sent as ``Host: hpc-bridge``)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("hpc-bridge", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 class BridgeClient:
-    """Synchronous API client; use as a context manager or call :meth:`close`."""
+    """Synchronous API client; use as a context manager or call :meth:`close`.
+
+    Every call opens its own connection and closes it when the answer has been read
+    (a command makes one call, or a few; nothing is left open between calls).
+    """
 
     def __init__(
         self,
@@ -132,35 +180,56 @@ class BridgeClient:
         url: str | None = None,
         token: str | None = None,
         timeout: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
     ) -> None:
         """Talk to ``url`` (TCP, with ``token``) or else to the unix socket ``socket_path``.
 
-        ``transport`` replaces the network (tests).
+        ``timeout`` (seconds) bounds connecting and every wait for the daemon, except
+        while following a log (:meth:`stream_log` with ``follow``).
         """
-        headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
         self._timeout = timeout
+        self._headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
+        self._prefix = ""
+        self._new_connection: Callable[[], HTTPConnection]
         if url:
             self.where = url
             self._hint = ENV_URL
-            base = url.rstrip("/")
+            self._new_connection = self._tcp(url)
             if token:
-                headers["Authorization"] = f"Bearer {token}"
-            transport = transport or httpx.HTTPTransport()
+                if not _header_safe(token):
+                    raise BridgeClientError(
+                        f"invalid token in {ENV_TOKEN}: it must be printable ASCII"
+                    )
+                self._headers["Authorization"] = f"Bearer {token}"
         else:
             path = socket_path or DEFAULT_SOCKET
             self.where = path
             self._hint = ENV_SOCKET
-            base = "http://hpc-bridge"
-            transport = transport or httpx.HTTPTransport(uds=path)
+            if "\0" in path:
+                raise self._invalid("the path contains a NUL byte")
+            self._new_connection = lambda: _UnixHTTPConnection(path, timeout)
+
+    def _invalid(self, why: object) -> BridgeClientError:
+        return BridgeClientError(f"invalid address {self.where!r} ({self._hint}): {why}")
+
+    def _tcp(self, url: str) -> Callable[[], HTTPConnection]:
+        """Connections to ``http(s)://host[:port][/prefix]`` (the prefix goes before
+        every API path)."""
         try:
-            self._http = httpx.Client(
-                base_url=base, transport=transport, headers=headers, timeout=timeout
-            )
-        except (httpx.InvalidURL, ValueError, TypeError) as exc:
-            raise BridgeClientError(
-                f"invalid address {self.where!r} ({self._hint}): {exc}"
-            ) from None
+            parts = urlsplit(url.strip())
+            port = parts.port
+        except ValueError as exc:
+            raise self._invalid(exc) from None
+        scheme = parts.scheme.lower()
+        host = parts.hostname
+        if scheme not in ("http", "https"):
+            raise self._invalid("the URL must start with http:// or https://")
+        if not host:
+            raise self._invalid("no host name")
+        self._prefix = quote(parts.path.rstrip("/"), safe="/%")
+        timeout = self._timeout
+        if scheme == "https":
+            return lambda: HTTPSConnection(host, port, timeout=timeout)
+        return lambda: HTTPConnection(host, port, timeout=timeout)
 
     @classmethod
     def from_env(
@@ -174,8 +243,7 @@ class BridgeClient:
         return cls(socket_path=env.get(ENV_SOCKET) or DEFAULT_SOCKET, timeout=timeout)
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
+        """Release the client (no connection outlives a call, so there is nothing to do)."""
 
     def __enter__(self) -> BridgeClient:
         return self
@@ -190,54 +258,106 @@ class BridgeClient:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _transport_error(self, exc: Exception) -> BridgeClientError:
-        if isinstance(exc, httpx.TimeoutException):
-            return BridgeClientError(
-                f"hpc-bridge at {self.where} did not answer within {self._timeout:g} s"
-            )
-        if isinstance(exc, httpx.ConnectError):
-            if self._hint == ENV_SOCKET and "Permission denied" in str(exc):
-                return BridgeClientError(
-                    f"cannot reach hpc-bridge at {self.where}: permission denied"
-                )
-            detail = f" [{exc}]" if self._hint == ENV_URL else ""
-            return BridgeClientError(
-                f"cannot reach hpc-bridge at {self.where}: is the daemon running? "
-                f"(set {self._hint}){detail}"
-            )
-        return BridgeClientError(f"connection to hpc-bridge at {self.where} failed: {exc}")
+    def _timed_out(self) -> BridgeClientError:
+        return BridgeClientError(
+            f"hpc-bridge at {self.where} did not answer within {self._timeout:g} s"
+        )
+
+    def _connect_error(self, exc: OSError) -> BridgeClientError:
+        """No connection (no daemon, refused, no such host, TLS failure, ...)."""
+        if isinstance(exc, TimeoutError):
+            return self._timed_out()
+        if self._hint == ENV_SOCKET and isinstance(exc, PermissionError):
+            return BridgeClientError(f"cannot reach hpc-bridge at {self.where}: permission denied")
+        detail = f" [{exc}]" if self._hint == ENV_URL else ""
+        return BridgeClientError(
+            f"cannot reach hpc-bridge at {self.where}: is the daemon running? "
+            f"(set {self._hint}){detail}"
+        )
+
+    def _transport_error(self, exc: OSError | HTTPException) -> BridgeClientError:
+        """A failure once connected (timeout, connection reset, answer cut short)."""
+        if isinstance(exc, TimeoutError):
+            return self._timed_out()
+        detail = str(exc) or type(exc).__name__
+        return BridgeClientError(f"connection to hpc-bridge at {self.where} failed: {detail}")
 
     @staticmethod
-    def _http_error(response: httpx.Response) -> BridgeClientError:
-        status = response.status_code
+    def _http_error(response: HTTPResponse, data: bytes) -> BridgeClientError:
+        status = response.status
         message = ""
         try:
-            body = response.json()
+            body = json.loads(data)
             if isinstance(body, dict) and isinstance(body.get("error"), str):
                 message = body["error"]
         except ValueError:
             pass
         if not message:
-            message = response.text.strip()[:_MAX_ERROR_TEXT] or response.reason_phrase
+            message = data.decode("utf-8", "replace").strip()[:_MAX_ERROR_TEXT] or response.reason
         if status == 401:
             message += f" (set {ENV_TOKEN})"
         return BridgeClientError(message or f"HTTP {status}", status)
 
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        read_timeout: bool = True,
+    ) -> tuple[HTTPConnection, HTTPResponse]:
+        """Send one request and read the answer's head; the caller reads the body and
+        closes the connection. ``read_timeout=False``: wait for the daemon forever."""
+        target = self._prefix + path
+        if params:
+            target += "?" + urlencode(params)
+        headers = dict(self._headers)
+        payload = None
+        if body is not None:
+            # ASCII JSON: a string with lone surrogates (os.environ's way of keeping
+            # bytes that are not UTF-8) is escaped instead of failing to encode.
+            payload = json.dumps(body, separators=(",", ":")).encode("ascii")
+            headers["Content-Type"] = "application/json"
+        connection = self._new_connection()
+        try:
+            try:
+                connection.connect()
+            except OSError as exc:
+                raise self._connect_error(exc) from None
+            try:
+                connection.request(method, target, body=payload, headers=headers)
+                if not read_timeout and connection.sock is not None:
+                    connection.sock.settimeout(None)
+                return connection, connection.getresponse()
+            except (OSError, HTTPException) as exc:
+                raise self._transport_error(exc) from None
+        except BaseException:
+            connection.close()
+            raise
+
+    def _read(self, response: HTTPResponse) -> bytes:
+        try:
+            return response.read()
+        except (OSError, HTTPException) as exc:
+            raise self._transport_error(exc) from None
+
     def _call(
         self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: Any = None
     ) -> Any:
+        connection, response = self._request(method, path, params=params, body=body)
         try:
-            response = self._http.request(method, path, params=params, json=body)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc) from None
-        if response.status_code >= 400:
-            raise self._http_error(response)
+            data = self._read(response)
+        finally:
+            connection.close()
+        if response.status >= 400:
+            raise self._http_error(response, data)
         try:
-            return response.json()
+            return json.loads(data)
         except ValueError:
             raise BridgeClientError(
-                f"hpc-bridge sent an answer that is not JSON (HTTP {response.status_code})",
-                response.status_code,
+                f"hpc-bridge sent an answer that is not JSON (HTTP {response.status})",
+                response.status,
             ) from None
 
     @staticmethod
@@ -250,7 +370,9 @@ class BridgeClient:
 
     def submit(self, job: TrainJob | Mapping[str, Any]) -> SubmitResult:
         """Submit a TrainJob (model or camelCase document)."""
-        document = job.to_dict() if isinstance(job, TrainJob) else dict(job)
+        # A Mapping check, not isinstance(job, TrainJob): importing the model (pydantic)
+        # would double the start-up time of the commands that never submit.
+        document = dict(job) if isinstance(job, Mapping) else job.to_dict()
         data = self._object(self._call("POST", "/v1/jobs", body=document), "submit answer")
         try:
             return SubmitResult(
@@ -300,17 +422,23 @@ class BridgeClient:
         """The job's output from byte ``offset`` on, in chunks as they arrive.
 
         With ``follow`` the iterator ends when the job has finished and its output is
-        drained (no read timeout applies then).
+        drained (no read timeout applies then). An answer cut short (the daemon went
+        away) raises :class:`BridgeClientError` with status ``None``.
         """
         params = {"stream": stream, "offset": str(offset), "follow": "1" if follow else "0"}
-        timeout = httpx.Timeout(self._timeout, read=None) if follow else self._timeout
+        connection, response = self._request(
+            "GET", f"/v1/jobs/{_ref(ref)}/log", params=params, read_timeout=not follow
+        )
         try:
-            with self._http.stream(
-                "GET", f"/v1/jobs/{_ref(ref)}/log", params=params, timeout=timeout
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise self._http_error(response)
-                yield from response.iter_bytes()
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc) from None
+            if response.status >= 400:
+                raise self._http_error(response, self._read(response))
+            try:
+                # read1: what has arrived, at most one chunk of a chunked answer.
+                while chunk := response.read1(_CHUNK):
+                    yield chunk
+                if response.length:  # a Content-Length answer that ended early
+                    raise IncompleteRead(b"", response.length)
+            except (OSError, HTTPException) as exc:
+                raise self._transport_error(exc) from None
+        finally:
+            connection.close()

@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -66,6 +65,9 @@ class _Model(BaseModel):
         populate_by_name=True,
         extra="allow",
         validate_assignment=True,
+        # Build each class's validator on first use, not at import: ``tbatch`` imports
+        # this module on every run and needs a few of the classes only.
+        defer_build=True,
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -295,6 +297,8 @@ def _errors(exc: pydantic.ValidationError) -> ValidationError:
 
 def parse_text(text: str, source: str = "<input>") -> dict[str, Any]:
     """Parse YAML or JSON text holding one object. Errors name the source and line."""
+    import yaml  # here, not at the top: most importers (tbatch) never parse YAML
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -377,4 +381,6 @@ def now_rfc3339() -> str:
 
 def dump_yaml(doc: _Model) -> str:
     """The document as YAML (camelCase, no ``None`` fields)."""
+    import yaml
+
     return yaml.safe_dump(doc.to_dict(), sort_keys=False, allow_unicode=True)

@@ -1,6 +1,7 @@
 """The t* commands without a daemon: arguments, output formats, errors and exit codes.
 
-The daemon is replaced by an ``httpx.MockTransport`` behind the real client.
+The daemon is a scripted HTTP server on 127.0.0.1 (standard library, in a thread)
+behind the real client.
 """
 
 from __future__ import annotations
@@ -8,17 +9,21 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-import httpx
 import pytest
 import yaml
 
-from bridge import cli
+from bridge import cli, model
 from bridge.cli import (
     format_queue,
     format_show,
@@ -31,39 +36,116 @@ from bridge.cli import (
 from bridge.client import BridgeClient, JobView
 from bridge.model import ANN_BATCH_SCRIPT, ANN_SCHEDULING
 
-Handler = Callable[[httpx.Request], httpx.Response]
+
+@dataclass
+class Request:
+    """A request as the fake daemon saw it (``path`` decoded, ``params`` the query)."""
+
+    method: str
+    path: str
+    params: dict[str, str]
+    headers: dict[str, str]
+    content: bytes
+
+
+@dataclass
+class Reply:
+    """What the fake daemon answers: ``json`` or ``content`` with a Content-Length, or
+    ``chunks`` with chunked transfer encoding (``cut``: then the connection breaks)."""
+
+    status: int = 200
+    json: Any = None
+    content: bytes = b""
+    chunks: Sequence[bytes] | None = None
+    cut: bool = False
+
+
+Handler = Callable[[Request], Reply]
 
 
 class Daemon:
-    """A scripted daemon: routes -> responses, and the requests it saw."""
+    """A scripted daemon: routes -> replies, and the requests it saw."""
 
     def __init__(self) -> None:
-        self.requests: list[httpx.Request] = []
+        self.requests: list[Request] = []
         self.routes: dict[tuple[str, str], Handler] = {}
+        self.url = ""
 
     def on(self, method: str, path: str, handler: Handler) -> None:
         self.routes[(method, path)] = handler
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: Request) -> Reply:
         self.requests.append(request)
-        handler = self.routes.get((request.method, request.url.path))
+        handler = self.routes.get((request.method, request.path))
         if handler is None:
-            return httpx.Response(404, json={"error": f"job {request.url.path} not found"})
+            return Reply(404, json={"error": f"job {request.path} not found"})
         return handler(request)
 
     def body(self, i: int = -1) -> Any:
         return json.loads(self.requests[i].content)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: Daemon
+
+
+class _HTTPHandler(BaseHTTPRequestHandler):
+    """Hands each request to the server's :class:`Daemon` and writes its reply."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        content = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        request = Request(
+            self.command,
+            unquote(url.path),
+            dict(parse_qsl(url.query)),
+            dict(self.headers),
+            content,
+        )
+        reply = self.server.fake(request)
+        self.send_response(reply.status)
+        if reply.chunks is None:
+            body = reply.content if reply.json is None else json.dumps(reply.json).encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for chunk in reply.chunks:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        if reply.cut:
+            self.close_connection = True
+        else:
+            self.wfile.write(b"0\r\n\r\n")
+
+    do_POST = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture
-def daemon(monkeypatch: pytest.MonkeyPatch) -> Daemon:
+def daemon(monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
     fake = Daemon()
-    monkeypatch.setattr(
-        cli,
-        "_client",
-        lambda: BridgeClient(url="http://bridge.test", transport=httpx.MockTransport(fake)),
-    )
-    return fake
+    server = _Server(("127.0.0.1", 0), _HTTPHandler)
+    server.fake = fake
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setattr(cli, "_client", lambda: BridgeClient(url=fake.url, timeout=10))
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 @pytest.fixture(autouse=True)
@@ -77,8 +159,8 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-def _submitted(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(201, json={"id": 42, "uid": "u", "name": "tj-42", "state": "Pending"})
+def _submitted(request: Request) -> Reply:
+    return Reply(201, json={"id": 42, "uid": "u", "name": "tj-42", "state": "Pending"})
 
 
 # ----------------------------------------------------------------------- tbatch
@@ -333,7 +415,7 @@ def test_queue_escapes_terminal_control_characters() -> None:
 
 
 def _items(*jobs: JobView) -> Handler:
-    return lambda request: httpx.Response(200, json={"items": list(jobs)})
+    return lambda request: Reply(200, json={"items": list(jobs)})
 
 
 def test_tqueue_default(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
@@ -342,7 +424,7 @@ def test_tqueue_default(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out.splitlines()
     assert out[0] == HEADER
     assert [line.split()[0] for line in out[1:]] == ["1", "3"]  # sorted by id
-    assert dict(daemon.requests[0].url.params) == {}
+    assert daemon.requests[0].params == {}
 
 
 @pytest.mark.parametrize(
@@ -359,7 +441,7 @@ def test_tqueue_default(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> N
 def test_tqueue_filters(argv: list[str], params: dict[str, str], daemon: Daemon) -> None:
     daemon.on("GET", "/v1/jobs", _items())
     assert tqueue_main(argv) == 0
-    assert dict(daemon.requests[0].url.params) == params
+    assert daemon.requests[0].params == params
 
 
 def test_tqueue_client_side_filters(
@@ -379,7 +461,7 @@ def test_tqueue_client_side_filters(
     monkeypatch.setattr(cli, "_current_user", lambda: "bob")
     assert tqueue_main(["--noheader", "--me"]) == 0
     assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == ["2"]
-    assert dict(daemon.requests[-1].url.params) == {"user": "bob"}
+    assert daemon.requests[-1].params == {"user": "bob"}
 
 
 def test_tqueue_json(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
@@ -480,8 +562,26 @@ def test_show_minimal_job() -> None:
     assert "NodeList=None" in text
 
 
+def test_show_placement() -> None:
+    placement = {"hosts": ["node1", "node2"], "units": [1, 1], "score": "leaf:1,level1:1",
+                 "levels": [{"level": "leaf", "domains": ["leaf1"]},
+                            {"level": "level1", "domains": ["spine"]}],
+                 "mode": "constraints", "pinned": False, "waiting": False, "note": ""}
+    lines = format_show(view(placement=placement)).split("\n")
+    assert "   Placement=node[1-2] Switches=leaf1 Score=leaf:1,level1:1 "\
+        "Mode=constraints(predicted)" in lines
+    pinned = format_show(view(placement={**placement, "mode": "nodelist", "pinned": True}))
+    assert "Mode=nodelist(pinned)" in pinned
+    waiting = {**placement, "hosts": [], "levels": [], "score": "", "waiting": True,
+               "note": "--switches=1: does not fit"}
+    text = format_show(view(placement=waiting))
+    assert "   Placement=None Switches=None Score=None Mode=constraints(waiting)" in text
+    assert "   PlacementNote=--switches=1: does not fit" in text
+    assert "Placement=" not in format_show(view())
+
+
 def test_tshow(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
-    daemon.on("GET", "/v1/jobs/12", lambda r: httpx.Response(200, json=view()))
+    daemon.on("GET", "/v1/jobs/12", lambda r: Reply(200, json=view()))
     assert tshow_main(["12"]) == 0
     assert capsys.readouterr().out.startswith("JobId=12 JobName=train.sh\n")
     assert tshow_main(["12", "--json"]) == 0
@@ -498,14 +598,14 @@ def test_tshow(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_tcancel(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
-    daemon.on("POST", "/v1/jobs/12/cancel", lambda r: httpx.Response(202, json=view()))
+    daemon.on("POST", "/v1/jobs/12/cancel", lambda r: Reply(202, json=view()))
     daemon.on(
-        "POST", "/v1/jobs/13/cancel", lambda r: httpx.Response(403, json={"error": "not yours"})
+        "POST", "/v1/jobs/13/cancel", lambda r: Reply(403, json={"error": "not yours"})
     )
     daemon.on(
         "POST",
         "/v1/jobs/15/cancel",
-        lambda r: httpx.Response(409, json={"error": "job 15 has already finished"}),
+        lambda r: Reply(409, json={"error": "job 15 has already finished"}),
     )
     assert tcancel_main(["12"]) == 0
     assert capsys.readouterr() == ("", "")
@@ -515,7 +615,7 @@ def test_tcancel(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
         "tcancel: error: Kill job error on job id 14: Invalid job id specified\n"
         "tcancel: error: Kill job error on job id 15: job 15 has already finished\n"
     )
-    assert [r.url.path for r in daemon.requests] == [
+    assert [r.path for r in daemon.requests] == [
         "/v1/jobs/12/cancel",
         "/v1/jobs/12/cancel",
         "/v1/jobs/13/cancel",
@@ -542,23 +642,23 @@ def test_tcancel_daemon_down_is_one_message(
 
 
 def test_tlog(daemon: Daemon, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
-    daemon.on("GET", "/v1/jobs/12/log", lambda r: httpx.Response(200, content=b"out\n\xff\n"))
+    daemon.on("GET", "/v1/jobs/12/log", lambda r: Reply(chunks=[b"out\n", b"\xff\n"]))
     assert tlog_main(["12"]) == 0
     assert capfdbinary.readouterr().out == b"out\n\xff\n"
     assert tlog_main(["-f", "-e", "12"]) == 0
-    assert dict(daemon.requests[-1].url.params) == {
+    assert daemon.requests[-1].params == {
         "stream": "stderr",
         "offset": "0",
         "follow": "1",
     }
-    assert dict(daemon.requests[0].url.params) == {"stream": "stdout", "offset": "0", "follow": "0"}
+    assert daemon.requests[0].params == {"stream": "stdout", "offset": "0", "follow": "0"}
 
 
 def test_tlog_errors(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
     daemon.on(
         "GET",
         "/v1/jobs/12/log",
-        lambda r: httpx.Response(
+        lambda r: Reply(
             403,
             json={"error": "Access/permission denied: only the job's owner may read its output"},
         ),
@@ -569,17 +669,6 @@ def test_tlog_errors(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None
     )
 
 
-class _Dropping(httpx.SyncByteStream):
-    """Sends some bytes, then the connection breaks."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield self.data
-        raise httpx.ReadError("connection reset")
-
-
 def test_tlog_follow_resumes_after_a_dropped_connection(
     daemon: Daemon,
     monkeypatch: pytest.MonkeyPatch,
@@ -588,30 +677,63 @@ def test_tlog_follow_resumes_after_a_dropped_connection(
     monkeypatch.setattr("bridge.cli.time.sleep", lambda s: None)
     answers = iter(
         [
-            httpx.Response(200, stream=_Dropping(b"abc")),
-            httpx.Response(200, content=b"def"),
+            Reply(chunks=[b"abc"], cut=True),
+            Reply(content=b"def"),
         ]
     )
     daemon.on("GET", "/v1/jobs/12/log", lambda r: next(answers))
     assert tlog_main(["-f", "12"]) == 0
     assert capfdbinary.readouterr().out == b"abcdef"
-    assert [r.url.params["offset"] for r in daemon.requests] == ["0", "3"]
+    assert [r.params["offset"] for r in daemon.requests] == ["0", "3"]
 
 
 def test_tlog_without_follow_does_not_retry(
     daemon: Daemon, capfdbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    daemon.on("GET", "/v1/jobs/12/log", lambda r: httpx.Response(200, stream=_Dropping(b"abc")))
+    daemon.on("GET", "/v1/jobs/12/log", lambda r: Reply(chunks=[b"abc"], cut=True))
     assert tlog_main(["12"]) == 1
     captured = capfdbinary.readouterr()
     assert captured.out == b"abc"
-    assert b"tlog: error: connection to hpc-bridge at http://bridge.test failed" in captured.err
+    expected = f"tlog: error: connection to hpc-bridge at {daemon.url} failed"
+    assert expected.encode() in captured.err
 
 
-def test_ctrl_c_is_quiet(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
-    def interrupted(request: httpx.Request) -> httpx.Response:
+def test_ctrl_c_is_quiet(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(self: BridgeClient, **kwargs: Any) -> list[JobView]:
         raise KeyboardInterrupt
 
-    daemon.on("GET", "/v1/jobs", interrupted)
+    monkeypatch.setattr(BridgeClient, "list_jobs", interrupted)
     assert tqueue_main([]) == 130
     assert capsys.readouterr().err == ""
+
+
+# --------------------------------------------------------------------- start-up
+
+
+def test_annotation_names_match_the_model() -> None:
+    assert cli._ANN_BATCH_SCRIPT == model.ANN_BATCH_SCRIPT
+    assert cli._ANN_SCHEDULING == model.ANN_SCHEDULING
+
+
+def test_importing_the_commands_stays_light() -> None:
+    """tqueue/tshow/tcancel/tlog start in tens of ms: no pydantic, PyYAML, httpx ...
+
+    (tbatch imports the model when it runs; tshow --yaml PyYAML; --version metadata.)
+    """
+    heavy = [
+        "bridge.model",
+        "bridge.sbatch",
+        "pydantic",
+        "yaml",
+        "httpx",
+        "hostlist",
+        "importlib.metadata",
+        "dataclasses",
+    ]
+    code = f"import sys, bridge.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

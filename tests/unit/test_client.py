@@ -1,21 +1,28 @@
-"""The API client's wire format, against a tiny real aiohttp server on a unix socket."""
+"""The API client's wire format, against a tiny real aiohttp server.
+
+The server listens on a unix socket (the default way in) and on 127.0.0.1 (the
+``HPC_BRIDGE_URL`` way, with a bearer token).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from http.client import HTTPConnection, HTTPSConnection
 from typing import Any
 
-import httpx
 import pytest
 from aiohttp import web
 
+from bridge import client as client_module
 from bridge.client import (
     DEFAULT_SOCKET,
     BridgeClient,
@@ -52,12 +59,20 @@ JOB_VIEW: dict[str, Any] = {
 }
 
 
+Override = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
 @dataclass
 class FakeDaemon:
-    """Records requests; answers per the API contract."""
+    """Records requests; answers per the API contract, or with ``override`` when set.
+
+    ``url``: the same server over TCP (``http://127.0.0.1:PORT``).
+    """
 
     socket_path: str
     requests: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+    override: Override | None = None
 
     def record(self, request: web.Request, body: Any = None) -> None:
         self.requests.append(
@@ -73,6 +88,13 @@ class FakeDaemon:
 
 
 def _app(daemon: FakeDaemon) -> web.Application:
+    @web.middleware
+    async def override(request: web.Request, handler: Override) -> web.StreamResponse:
+        if daemon.override is None:
+            return await handler(request)
+        daemon.record(request, await request.read() or None)
+        return await daemon.override(request)
+
     async def submit(request: web.Request) -> web.Response:
         body = await request.json()
         daemon.record(request, body)
@@ -116,7 +138,7 @@ def _app(daemon: FakeDaemon) -> web.Application:
         await response.write_eof()
         return response
 
-    app = web.Application()
+    app = web.Application(middlewares=[override])
     app.router.add_post("/v1/jobs", submit)
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{ref}", show)
@@ -135,6 +157,10 @@ def daemon() -> Iterator[FakeDaemon]:
     async def start() -> None:
         await runner.setup()
         await web.UnixSite(runner, fake.socket_path).start()
+        tcp = web.TCPSite(runner, "127.0.0.1", 0)
+        await tcp.start()
+        (port,) = {address[1] for address in runner.addresses if isinstance(address, tuple)}
+        fake.url = f"http://127.0.0.1:{port}"
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -236,29 +262,131 @@ def test_default_socket() -> None:
         assert client.where == DEFAULT_SOCKET == "/run/hpc-bridge/bridge.sock"
 
 
-# ------------------------------------------------------- TCP (mock transport)
-
-
-def _mock(handler: Any, **env: str) -> BridgeClient:
-    client = BridgeClient(
-        url=env.get("url", "https://bridge.example:8443/"),
-        token=env.get("token"),
-        transport=httpx.MockTransport(handler),
+def test_socket_that_nobody_listens_on() -> None:
+    directory = tempfile.mkdtemp(prefix="hb-", dir="/tmp")
+    path = os.path.join(directory, "stale.sock")
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path)  # bound, never listening: connecting is refused
+            with BridgeClient(socket_path=path) as client, pytest.raises(BridgeClientError) as info:
+                client.cancel(1)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    assert info.value.message == (
+        f"cannot reach hpc-bridge at {path}: is the daemon running? (set HPC_BRIDGE_SOCKET)"
     )
-    return client
 
 
-def test_tcp_sends_the_bearer_token() -> None:
-    seen: list[httpx.Request] = []
+def test_socket_permission_denied(monkeypatch: pytest.MonkeyPatch) -> None:
+    def denied(self: HTTPConnection) -> None:
+        raise PermissionError(13, "Permission denied")
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={"items": []})
+    monkeypatch.setattr(client_module._UnixHTTPConnection, "connect", denied)
+    client = BridgeClient(socket_path="/run/x.sock")
+    with client, pytest.raises(BridgeClientError) as info:
+        client.get_job(1)
+    assert info.value.message == "cannot reach hpc-bridge at /run/x.sock: permission denied"
+    assert info.value.status is None
 
-    with _mock(handler, token="s3cret") as client:
-        assert client.list_jobs() == []
-    assert seen[0].headers["Authorization"] == "Bearer s3cret"
-    assert str(seen[0].url) == "https://bridge.example:8443/v1/jobs"
+
+def test_following_a_log_has_no_read_timeout(daemon: FakeDaemon) -> None:
+    async def slow_log(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for part in (b"a", b"b"):
+            await asyncio.sleep(0.3)
+            await response.write(part)
+        await response.write_eof()
+        return response
+
+    daemon.override = slow_log
+    client = BridgeClient(socket_path=daemon.socket_path, timeout=0.1)
+    assert b"".join(client.stream_log(1, follow=True)) == b"ab"
+    with pytest.raises(BridgeClientError) as info:
+        b"".join(client.stream_log(1))
+    assert info.value.message == (
+        f"hpc-bridge at {daemon.socket_path} did not answer within 0.1 s"
+    )
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_log_cut_short_is_an_error(daemon: FakeDaemon, chunked: bool) -> None:
+    """The daemon going away mid-answer (chunked, or before Content-Length bytes)."""
+
+    async def cut(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        if not chunked:
+            response.content_length = 100
+        await response.prepare(request)
+        await response.write(b"abc")
+        await asyncio.sleep(0.05)
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    daemon.override = cut
+    received: list[bytes] = []
+    with _client(daemon) as client, pytest.raises(BridgeClientError) as info:
+        for chunk in client.stream_log(1):
+            received.append(chunk)
+    assert b"".join(received) == b"abc"
+    assert info.value.message.startswith(
+        f"connection to hpc-bridge at {daemon.socket_path} failed: "
+    )
+    assert info.value.status is None
+
+
+# ------------------------------------------------------------------------ TCP
+
+
+def _tcp(daemon: FakeDaemon, **kwargs: Any) -> BridgeClient:
+    return BridgeClient(url=daemon.url + "/", **kwargs)
+
+
+def _answer(body: Any, status: int = 200) -> Override:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        return web.json_response(body, status=status)
+
+    return answer
+
+
+def test_tcp_sends_the_bearer_token(daemon: FakeDaemon) -> None:
+    with _tcp(daemon, token="s3cret") as client:
+        assert client.list_jobs() == [JOB_VIEW]
+    (seen,) = daemon.requests
+    assert (seen["method"], seen["raw_path"]) == ("GET", "/v1/jobs")
+    assert seen["headers"]["Authorization"] == "Bearer s3cret"
+    assert seen["headers"]["User-Agent"] == "hpc-bridge-client/1"
+    assert seen["headers"]["Accept"] == "application/json"
+
+
+def test_url_with_a_path_prefix(daemon: FakeDaemon) -> None:
+    daemon.override = _answer({"items": []})
+    with BridgeClient(url=daemon.url + "/bridge/") as client:
+        assert client.list_jobs(user="bob") == []
+    assert daemon.requests[0]["path"] == "/bridge/v1/jobs"
+    assert daemon.requests[0]["query"] == {"user": "bob"}
+
+
+def test_https_urls_use_tls() -> None:
+    connection = BridgeClient(url="https://bridge.example:8443/")._new_connection()
+    assert isinstance(connection, HTTPSConnection)
+    assert (connection.host, connection.port) == ("bridge.example", 8443)
+    plain = BridgeClient(url="http://[::1]:8080")._new_connection()
+    assert not isinstance(plain, HTTPSConnection)
+    assert (plain.host, plain.port) == ("::1", 8080)
+
+
+@pytest.mark.parametrize("url", ["ftp://h:1", "http://h:port", "http:///v1", "h:8080"])
+def test_invalid_url(url: str) -> None:
+    with pytest.raises(BridgeClientError) as info:
+        BridgeClient(url=url)
+    assert info.value.message.startswith(f"invalid address {url!r} (HPC_BRIDGE_URL): ")
+
+
+def test_a_token_must_fit_in_a_header() -> None:
+    with pytest.raises(BridgeClientError, match="HPC_BRIDGE_TOKEN"):
+        BridgeClient(url="http://h:1", token="abc\r\nX-Evil: 1")
 
 
 def test_from_env_prefers_the_url() -> None:
@@ -269,77 +397,68 @@ def test_from_env_prefers_the_url() -> None:
     client.close()
 
 
-def test_unauthorized_names_the_token_variable() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(401, json={"error": "missing or invalid bearer token"})
-
-    with _mock(handler) as client, pytest.raises(BridgeClientError) as info:
+def test_unauthorized_names_the_token_variable(daemon: FakeDaemon) -> None:
+    daemon.override = _answer({"error": "missing or invalid bearer token"}, 401)
+    with _tcp(daemon) as client, pytest.raises(BridgeClientError) as info:
         client.get_job(1)
     assert info.value.message == "missing or invalid bearer token (set HPC_BRIDGE_TOKEN)"
     assert info.value.status == 401
 
 
-def test_refs_are_one_path_segment() -> None:
-    paths: list[str] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        paths.append(request.url.raw_path.decode())
-        return httpx.Response(200, json=JOB_VIEW)
-
-    with _mock(handler) as client:
+def test_refs_are_one_path_segment(daemon: FakeDaemon) -> None:
+    daemon.override = _answer(JOB_VIEW)
+    with _tcp(daemon) as client:
         client.get_job("a/../b?c")
         for bad in ("..", ".", ""):
             with pytest.raises(BridgeClientError, match="invalid job reference"):
                 client.get_job(bad)
-    assert paths == ["/v1/jobs/a%2F..%2Fb%3Fc"]
+    assert [r["raw_path"] for r in daemon.requests] == ["/v1/jobs/a%2F..%2Fb%3Fc"]
 
 
-def test_timeouts_and_broken_answers() -> None:
-    def slow(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("slow", request=request)
+def test_timeouts_and_broken_answers(daemon: FakeDaemon) -> None:
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.5)
+        return web.json_response({"items": []})
 
-    with _mock(slow) as client, pytest.raises(BridgeClientError, match="did not answer within"):
+    daemon.override = slow
+    with _tcp(daemon, timeout=0.05) as client, pytest.raises(BridgeClientError) as info:
+        client.list_jobs()
+    assert info.value.message == f"hpc-bridge at {daemon.url}/ did not answer within 0.05 s"
+    assert info.value.status is None
+
+    daemon.override = _answer({"items": "nope"})
+    with _tcp(daemon) as client, pytest.raises(BridgeClientError, match="unexpected job list"):
         client.list_jobs()
 
-    def weird(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"items": "nope"})
-
-    with _mock(weird) as client, pytest.raises(BridgeClientError, match="unexpected job list"):
-        client.list_jobs()
-
-    def bad_submit(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(201, json={"id": "x"})
-
-    with _mock(bad_submit) as client, pytest.raises(BridgeClientError, match="unexpected submit"):
+    daemon.override = _answer({"id": "x"}, 201)
+    with _tcp(daemon) as client, pytest.raises(BridgeClientError, match="unexpected submit"):
         client.submit({"kind": "TrainJob"})
 
 
-def test_log_http_error_is_a_client_error() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(403, content=json.dumps({"error": "Access/permission denied"}))
-
-    with _mock(handler) as client, pytest.raises(BridgeClientError) as info:
+def test_log_http_error_is_a_client_error(daemon: FakeDaemon) -> None:
+    daemon.override = _answer({"error": "Access/permission denied"}, 403)
+    with _tcp(daemon) as client, pytest.raises(BridgeClientError) as info:
         list(client.stream_log(3))
     assert (info.value.message, info.value.status) == ("Access/permission denied", 403)
 
 
 def test_tcp_connect_error_names_the_url_and_reason() -> None:
-    def refused(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
-
-    with _mock(refused, url="http://h:8080") as client, pytest.raises(BridgeClientError) as info:
-        client.list_jobs()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # a port with no listener
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        with BridgeClient(url=url) as client, pytest.raises(BridgeClientError) as info:
+            client.list_jobs()
     assert info.value.message == (
-        "cannot reach hpc-bridge at http://h:8080: is the daemon running? (set HPC_BRIDGE_URL) "
+        f"cannot reach hpc-bridge at {url}: is the daemon running? (set HPC_BRIDGE_URL) "
         "[[Errno 111] Connection refused]"
     )
 
 
-def test_socket_permission_denied(tmp_path: Any) -> None:
-    def denied(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("[Errno 13] Permission denied", request=request)
-
-    client = BridgeClient(socket_path="/run/x.sock", transport=httpx.MockTransport(denied))
-    with client, pytest.raises(BridgeClientError) as info:
-        client.get_job(1)
-    assert info.value.message == "cannot reach hpc-bridge at /run/x.sock: permission denied"
+def test_importing_the_client_stays_light() -> None:
+    """The t* commands import this module on every run (see the module docstring)."""
+    heavy = ["bridge.model", "pydantic", "httpx", "yaml", "dataclasses"]
+    code = f"import sys, bridge.client; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -300,6 +300,9 @@ class SlurmBackend:
         self.rest_user = rest_user or _user_name(os.geteuid())
         #: Slurm job id -> uid of its owner, from the last listing (for read_log).
         self._owner_uids: dict[str, int] = {}
+        #: The last REST job listing and when it was asked for (for ``update_time``).
+        self._listing_cache: list[Any] | None = None
+        self._listed_at = 0
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -350,8 +353,19 @@ class SlurmBackend:
 
     async def _listing(self) -> tuple[list[Any], Dialect]:
         if self.rest is not None:
-            data = await self.rest.jobs(self.rest_user)
+            # Ask "anything changed since the last listing?" (a few seconds of margin
+            # for clock skew with slurmctld); 304 means the cached listing holds.
+            asked_at = int(time.time())
+            since = self._listed_at - 5 if self._listing_cache is not None else None
+            answer = await self.rest.jobs(self.rest_user, changed_since=since)
             dialect = self.rest.dialect
+            if answer is None and self._listing_cache is not None:
+                return self._listing_cache, dialect
+            data = answer or {}
+            jobs = data.get("jobs")
+            self._listing_cache = jobs if isinstance(jobs, list) else []
+            self._listed_at = asked_at
+            return self._listing_cache, dialect
         else:
             data = await self.cli.jobs()
             dialect = dialect_from_meta(data.get("meta"))

@@ -235,7 +235,7 @@ class SlurmRestClient:
             self.tokens.invalidate(user)
             raise BackendUnavailable(f"slurmrestd at {self.where} refused the credentials of "
                                      f"{user!r} (HTTP {status}: {text.strip()[:200]})")
-        if answer.body is None:
+        if answer.body is None and status != 304:  # 304: "not modified" has no body
             raise BackendUnavailable(f"slurmrestd at {self.where} answered {method} {path} with "
                                      f"HTTP {status} and no JSON: {text.strip()[:200]!r}")
         return answer
@@ -277,9 +277,18 @@ class SlurmRestClient:
                            context=f"slurmrestd at {self.where} cannot reach slurmctld",
                            read=True)
 
-    async def jobs(self, user: str) -> dict[str, Any]:
-        """``GET /jobs`` as ``user``: the whole answer (``meta``, ``jobs``)."""
-        answer = await self._request("GET", "/jobs", user)
+    async def jobs(self, user: str, *, changed_since: int | None = None
+                   ) -> dict[str, Any] | None:
+        """``GET /jobs`` as ``user``: the whole answer (``meta``, ``jobs``).
+
+        With ``changed_since`` (epoch seconds) slurmctld answers 304 and no data when no
+        job changed since then (its ``update_time`` filter is all-or-nothing): that
+        gives ``None``, and the caller's last listing still holds. The listing is
+        megabytes on a busy cluster; this keeps a quiet one from reparsing it."""
+        path = "/jobs" if changed_since is None else f"/jobs?update_time={changed_since}"
+        answer = await self._request("GET", path, user)
+        if answer.status == 304:
+            return None
         assert answer.body is not None
         if answer.status == 200 and isinstance(answer.body.get("jobs"), list):
             return answer.body

@@ -252,3 +252,15 @@ async def test_scontrol_tokens() -> None:
     assert calls == [["scontrol", "token", "username=alice", "lifespan=900"]]
     with pytest.raises(BackendUnavailable, match="Invalid user"):
         await tokens.token("nobody")
+
+
+async def test_jobs_not_modified_since(server: tuple[FakeRest, str], key_file: str) -> None:
+    """``update_time``: slurmctld answers 304 when no job changed; that is None."""
+    fake, sock = server
+    fake.answers[("GET", "/slurm/v0.0.38/jobs")] = (304, None)
+    rest = client(sock, key_file)
+    try:
+        assert await rest.jobs("root", changed_since=1_700_000_000) is None
+    finally:
+        await rest.close()
+    assert fake.requests[-1]["path"] == "/slurm/v0.0.38/jobs"

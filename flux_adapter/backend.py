@@ -46,7 +46,6 @@ import json
 import logging
 import os
 import pwd
-import stat
 import sys
 import threading
 import time
@@ -67,6 +66,7 @@ from bridge.backend import (
     StatusBatch,
     SubmitRequest,
 )
+from bridge.output import read_owned
 from flux_adapter.client import (
     CONNECTION_ERRNOS,
     FluxConnection,
@@ -101,7 +101,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: At most this much output per :meth:`FluxBackend.read_log` call.
-MAX_LOG_CHUNK = 1024 * 1024
 #: Seconds subtracted from the previous snapshot's time in a ``since`` query (clock
 #: skew between the daemon's host and the broker's).
 SINCE_MARGIN = 300.0
@@ -613,7 +612,7 @@ class FluxBackend:
             log.warning("read_log: owner of Flux job %s unknown; not reading %s",
                         job.backend_id, path)
             return b"", offset
-        data = await asyncio.to_thread(_read_owned, path, owner_uid, offset)
+        data = await asyncio.to_thread(read_owned, path, owner_uid, offset)
         return data, offset + len(data)
 
 
@@ -634,28 +633,6 @@ def _hostlist(value: object) -> tuple[str, ...]:
         return tuple(expand(value, source="nodelist"))
     except HostlistError:
         return ()
-
-
-def _read_owned(path: str, owner_uid: int, offset: int) -> bytes:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-            log.warning("read_log: cannot open %s: %s", path, exc.strerror)
-        return b""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            log.warning("read_log: %s is not a regular file", path)
-            return b""
-        if owner_uid != 0 and st.st_uid != owner_uid:
-            log.warning("read_log: %s belongs to uid %d, not to the job's user %d",
-                        path, st.st_uid, owner_uid)
-            return b""
-        return os.pread(fd, MAX_LOG_CHUNK, offset)
-    finally:
-        os.close(fd)
 
 
 _SETTINGS = {"uri", "queue", "mpi_launch", "request_timeout", "submit_as",

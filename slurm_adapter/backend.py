@@ -25,12 +25,10 @@ status, or ``128 + signal`` when a signal ended the script (``signal`` set too).
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import pwd
 import re
-import stat
 import sys
 import time
 from collections.abc import AsyncGenerator, Collection, Iterable, Mapping
@@ -48,6 +46,7 @@ from bridge.backend import (
     StatusBatch,
     SubmitRequest,
 )
+from bridge.output import read_owned
 from slurm_adapter import hostlist
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.dialects import Dialect, UnsupportedOption, dialect_for, dialect_from_meta
@@ -69,7 +68,6 @@ __all__ = ["SlurmBackend", "backend_state", "create", "job_from_slurm", "node_fr
 log = logging.getLogger(__name__)
 
 #: At most this much output per :meth:`SlurmBackend.read_log` call.
-MAX_LOG_CHUNK = 1024 * 1024
 
 _BASE_STATES: dict[str, BackendState] = {
     "PENDING": BackendState.PENDING,
@@ -473,7 +471,7 @@ class SlurmBackend:
             log.warning("read_log: owner of Slurm job %s unknown; not reading %s",
                         job.backend_id, path)
             return b"", offset
-        data = await asyncio.to_thread(_read_owned, path, owner_uid, offset)
+        data = await asyncio.to_thread(read_owned, path, owner_uid, offset)
         return data, offset + len(data)
 
 
@@ -488,28 +486,6 @@ def _user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return "root" if uid == 0 else str(uid)
-
-
-def _read_owned(path: str, owner_uid: int, offset: int) -> bytes:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-            log.warning("read_log: cannot open %s: %s", path, exc.strerror)
-        return b""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            log.warning("read_log: %s is not a regular file", path)
-            return b""
-        if owner_uid != 0 and st.st_uid != owner_uid:
-            log.warning("read_log: %s belongs to uid %d, not to the job's owner %d",
-                        path, st.st_uid, owner_uid)
-            return b""
-        return os.pread(fd, MAX_LOG_CHUNK, offset)
-    finally:
-        os.close(fd)
 
 
 def _flag(settings: Mapping[str, Any], key: str, default: bool) -> bool:

@@ -67,6 +67,9 @@ class Daemon:
     engine_settings: dict[str, Any] = field(default_factory=dict)
     daemon_settings: dict[str, Any] = field(default_factory=dict)
     runtime_paths: list[str] = field(default_factory=list)
+    #: The one back end configured: ``[backends.<backend_name>] kind = <backend_kind>``.
+    backend_name: str = "slurm"
+    backend_kind: str = "slurm"
     extra_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     _client: httpx.Client | None = None
@@ -92,11 +95,11 @@ class Daemon:
                  'log_level = "info"']
         lines += [f"{k} = {toml(v)}" for k, v in self.daemon_settings.items()]
         lines += ["", "[runtimes]", f"paths = {toml(self.runtime_paths)}"]
-        lines += ["", "[engine]", 'default_backend = "slurm"']
+        lines += ["", "[engine]", f"default_backend = {toml(self.backend_name)}"]
         engine = {"poll_interval": 1.0, "submit_timeout": 10.0, "retry_cap": 5.0,
                   **self.engine_settings}
         lines += [f"{k} = {toml(v)}" for k, v in engine.items()]
-        lines += ["", "[backends.slurm]", 'kind = "slurm"']
+        lines += ["", f"[backends.{self.backend_name}]", f"kind = {toml(self.backend_kind)}"]
         lines += [f"{k} = {toml(v)}" for k, v in self.backend_settings.items()]
         self.config.write_text("\n".join(lines) + "\n")
 
@@ -181,6 +184,22 @@ class Daemon:
             run_env = base_env
         return subprocess.run(argv, cwd=cwd, env=run_env, input=stdin, capture_output=True,
                               text=True, timeout=timeout, check=False)
+
+
+def trainjob_doc(outdir: Path, name: str, runtime: str, command: list[str], *,
+                 nodes: int = 1, procs: int = 1) -> dict[str, Any]:
+    """A TrainJob document running ``command`` in ``outdir`` (output ``NAME-%j.out``)."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "annotations": {
+            "hpc-bridge.io/scheduling": json.dumps({"chdir": str(outdir),
+                                                    "output": f"{name}-%j.out",
+                                                    "time_limit_minutes": 10})}},
+        "spec": {"runtimeRef": {"name": runtime},
+                 "trainer": {"numNodes": nodes, "numProcPerNode": procs,
+                             "command": command}},
+    }
 
 
 def squeue_bridge_jobs() -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import shlex
 import shutil
@@ -32,14 +31,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, shared_dir, wait_for
+from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, trainjob_doc, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -103,27 +101,8 @@ def flux_uri() -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@dataclass
-class FluxDaemon(Daemon):
-    """A daemon whose only back end is Flux (``[backends.flux] kind = "flux"``)."""
-
-    def write_config(self) -> None:
-        def toml(v: Any) -> str:
-            return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
-
-        lines = ["[daemon]", f"state_dir = {toml(str(self.workdir / 'state'))}",
-                 f"socket = {toml(str(self.socket))}", 'log_format = "json"',
-                 'log_level = "info"', "", "[engine]", 'default_backend = "flux"']
-        engine = {"poll_interval": 1.0, "submit_timeout": 10.0, "retry_cap": 5.0,
-                  **self.engine_settings}
-        lines += [f"{k} = {toml(v)}" for k, v in engine.items()]
-        lines += ["", "[backends.flux]", 'kind = "flux"']
-        lines += [f"{k} = {toml(v)}" for k, v in self.backend_settings.items()]
-        self.config.write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture
-def daemon(flux_uri: str) -> Iterator[FluxDaemon]:
+def daemon(flux_uri: str) -> Iterator[Daemon]:
     kinds = {ep.name for ep in entry_points(group="hpc_bridge.backends")}
     assert "flux" in kinds, ("the 'flux' entry point is not installed: pyproject.toml needs "
                              "flux = \"flux_adapter.backend:create\" under "
@@ -133,33 +112,16 @@ def daemon(flux_uri: str) -> Iterator[FluxDaemon]:
     flux_command = shutil.which("flux")
     if flux_command:  # so mpi-launch in the job finds `flux job info` on its PATH
         settings["flux_command"] = flux_command
-    d = FluxDaemon(workdir, settings)
+    d = Daemon(workdir, settings, backend_name="flux", backend_kind="flux")
     d.start()
     yield d
     d.stop()
     cleanup(workdir)
 
 
-@pytest.fixture
-def outdir() -> Iterator[Path]:
-    path = shared_dir("hpcb-flux-out-")
-    yield path
-    cleanup(path)
-
-
 def trainjob(name: str, runtime: str, command: list[str], outdir: Path, *, nodes: int = 1,
              procs: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "annotations": {
-            "hpc-bridge.io/scheduling": json.dumps({"chdir": str(outdir),
-                                                    "output": f"{name}-%j.out",
-                                                    "time_limit_minutes": 10})}},
-        "spec": {"runtimeRef": {"name": runtime},
-                 "trainer": {"numNodes": nodes, "numProcPerNode": procs,
-                             "command": command}},
-    }
+    return trainjob_doc(outdir, name, runtime, command, nodes=nodes, procs=procs)
 
 
 def submit(d: Daemon, doc: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +141,7 @@ def flux_jobs_with_uid(uri: str, uid: str) -> list[dict[str, Any]]:
     return [j for j in jobs if str(j.get("name", "")).endswith(f".hpc-bridge-{uid}")]
 
 
-def test_two_node_mpi_job_runs(daemon: FluxDaemon, outdir: Path, flux_uri: str) -> None:
+def test_two_node_mpi_job_runs(daemon: Daemon, outdir: Path, flux_uri: str) -> None:
     try:
         importlib.import_module("mpi4py")
         prog = outdir / "allreduce.py"
@@ -206,7 +168,7 @@ def test_two_node_mpi_job_runs(daemon: FluxDaemon, outdir: Path, flux_uri: str) 
     assert len(flux_jobs_with_uid(flux_uri, job["uid"])) == 1
 
 
-def test_cancel(daemon: FluxDaemon, outdir: Path, flux_uri: str) -> None:
+def test_cancel(daemon: Daemon, outdir: Path, flux_uri: str) -> None:
     job = submit(daemon, trainjob("sleeper", "plain", ["sleep", "300"], outdir))
     daemon.wait_state(job["id"], ["Running"], timeout=120)
     resp = daemon.api("POST", f"/v1/jobs/{job['id']}/cancel")
@@ -219,7 +181,7 @@ def test_cancel(daemon: FluxDaemon, outdir: Path, flux_uri: str) -> None:
              "Flux to report the job CANCELED")
 
 
-def test_daemon_killed_mid_run_finds_its_job_again(daemon: FluxDaemon, outdir: Path,
+def test_daemon_killed_mid_run_finds_its_job_again(daemon: Daemon, outdir: Path,
                                                    flux_uri: str) -> None:
     job = submit(daemon, trainjob("survivor", "plain", ["sh", "-c", "sleep 20; echo done"],
                                   outdir))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.bed import Daemon
+from tests.integration.bed import Daemon, trainjob_doc
 
 pytestmark = pytest.mark.integration
 
@@ -46,19 +46,9 @@ dist.destroy_process_group()
 
 def trainjob(outdir: Path, name: str, runtime: str, command: list[str], nodes: int,
              procs: int) -> Path:
-    doc = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "annotations": {
-            "hpc-bridge.io/scheduling": json.dumps({"chdir": str(outdir),
-                                                    "output": f"{name}-%j.out",
-                                                    "time_limit_minutes": 10})}},
-        "spec": {"runtimeRef": {"name": runtime},
-                 "trainer": {"numNodes": nodes, "numProcPerNode": procs,
-                             "command": command}},
-    }
     path = outdir / f"{name}.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(trainjob_doc(outdir, name, runtime, command, nodes=nodes,
+                                            procs=procs)))
     return path
 
 

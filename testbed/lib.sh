@@ -51,6 +51,9 @@ pidfile_pid() { # PIDFILE NAME
 # the background subshell is not a process-group leader in a script), so
 # DETACHED_PID is the pid of the command itself, as long as the command
 # itself execs (env, setpriv, unshare and `bash -c 'exec ...'` all do).
+# The daemon runs in / : a daemon started from a checkout that is later removed
+# (a CI clone, a test's temporary directory) must not lose its working directory
+# (slurmrestd exits with "getcwd failed" on the next job submission).
 DETACHED_PID=
 detach() { # LOGFILE CMD...
   local logfile=$1
@@ -60,6 +63,7 @@ detach() { # LOGFILE CMD...
       fd=${fd##*/}
       if ((fd > 2)); then eval "exec ${fd}>&-"; fi
     done
+    cd / || exit 1
     exec setsid "$@" </dev/null >>"$logfile" 2>&1
   ) &
   DETACHED_PID=$!

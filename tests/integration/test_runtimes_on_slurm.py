@@ -22,12 +22,16 @@ pytestmark = pytest.mark.integration
 PYTHON = str(Path(sys.executable))
 BIN = Path(sys.executable).parent
 
+# Each rank writes its line with ONE write(2): ranks on a node share the output file, and
+# print() may split text and newline into two writes (unbuffered under torchrun) that
+# interleave with another rank's.
 ALLREDUCE = """
-import socket
+import os, socket
 from mpi4py import MPI
 comm = MPI.COMM_WORLD
 total = comm.allreduce(comm.rank)
-print(f"rank={comm.rank} size={comm.size} sum={total} host={socket.gethostname()}", flush=True)
+os.write(1, f"rank={comm.rank} size={comm.size} sum={total} host={socket.gethostname()}\\n"
+         .encode())
 """
 
 DDP = """
@@ -37,9 +41,9 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank())])
 dist.all_reduce(t)
-print(f"rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} "
-      f"local={os.environ['LOCAL_RANK']} node={os.environ.get('PET_NODE_RANK')} "
-      f"sum={int(t.item())} host={socket.gethostname()}", flush=True)
+os.write(1, (f"rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} "
+             f"local={os.environ['LOCAL_RANK']} node={os.environ.get('PET_NODE_RANK')} "
+             f"sum={int(t.item())} host={socket.gethostname()}\\n").encode())
 dist.destroy_process_group()
 """
 
@@ -148,8 +152,9 @@ def test_mpi_allreduce_2_nodes_x_2_ranks_mpich(testbed: dict[str, str], outdir: 
     d.start()
     try:
         prog = outdir / "allreduce.py"
-        prog.write_text(ALLREDUCE.replace("print(", "from mpi4py import MPI as M\nprint("
-                                          "M.Get_library_version().split()[0], "))
+        prog.write_text(ALLREDUCE.replace(
+            'os.write(1, f"rank=',
+            'os.write(1, (MPI.Get_library_version().split()[0] + " ").encode() + f"rank='))
         path = trainjob(outdir, "mpich-allreduce", "mpich-distributed",
                         [str(mpich_python), str(prog)], 2, 2)
         done, lines = run(d, path, outdir)

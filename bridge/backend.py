@@ -17,6 +17,7 @@ so ``bridge`` never imports an adapter (see docs/architecture.md).
 
 from __future__ import annotations
 
+import pwd
 from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -48,6 +49,14 @@ class Owner:
     uid: int
     gid: int
     user: str
+
+    def home(self) -> str:
+        """The user's home directory (``/tmp`` when it has none): the working
+        directory of a job that names none, as for sbatch."""
+        try:
+            return pwd.getpwnam(self.user).pw_dir or "/tmp"  # noqa: S108 - a default cwd
+        except KeyError:
+            return "/tmp"  # noqa: S108
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,6 @@ import errno
 import json
 import logging
 import os
-import pwd
 import sys
 import threading
 import time
@@ -229,13 +228,6 @@ class FluxBackend:
 
     # --- jobs -------------------------------------------------------------------------
 
-    @staticmethod
-    def _default_cwd(owner: Owner) -> str:
-        try:
-            return pwd.getpwnam(owner.user).pw_dir or "/tmp"  # noqa: S108 - a default cwd
-        except KeyError:
-            return "/tmp"  # noqa: S108
-
     def _as_owner(self, owner: Owner) -> bool:
         """Must this job be submitted by a ``flux`` command run as its owner?"""
         return self.submit_as == "owner" and owner.uid != os.geteuid()
@@ -244,7 +236,7 @@ class FluxBackend:
         """Submit the jobspec of :func:`flux_adapter.jobspec.build_jobspec`; the decimal
         Flux job id. Refusals (unsupported options, a jobspec Flux rejects, a user the
         daemon cannot act for) are :class:`BackendRejected`."""
-        spec = build_jobspec(request, default_cwd=self._default_cwd(request.owner),
+        spec = build_jobspec(request, default_cwd=request.owner.home(),
                              mpi_launch=self.mpi_launch, default_queue=self.queue,
                              flux_command=self.flux_command)
         if self._as_owner(request.owner):

@@ -316,16 +316,9 @@ class SlurmBackend:
 
     # --- jobs -----------------------------------------------------------------------
 
-    @staticmethod
-    def _default_chdir(owner: Owner) -> str:
-        try:
-            return pwd.getpwnam(owner.user).pw_dir or "/tmp"  # noqa: S108 - a default cwd
-        except KeyError:
-            return "/tmp"  # noqa: S108
-
     async def submit(self, request: SubmitRequest) -> str:
         """Submit as ``request.owner``; the Slurm job id. See the module docstring."""
-        spec = job_spec(request, default_chdir=self._default_chdir(request.owner),
+        spec = job_spec(request, default_chdir=request.owner.home(),
                         default_partition=self.default_partition)
         script = render_script(request, self.mpi_launch)
         env = job_environment(request.plan)

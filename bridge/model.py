@@ -179,6 +179,9 @@ class TrainJobSpec(_Model):
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     pod_spec_overrides: list[dict[str, Any]] | None = None
+    #: Trainer >= v2.3: patches to the runtime's JobSet template (pod labels,
+    #: nodeSelector, tolerations, container env …), applied by the Kubernetes back end.
+    runtime_patches: list[dict[str, Any]] | None = None
     suspend: bool | None = None
     active_deadline_seconds: int | None = None
     managed_by: str | None = None

@@ -476,6 +476,64 @@ start_jobset() {
   jobset_webhooks | kubectl apply -f - >/dev/null
 }
 
+# --- Kubeflow Trainer CRDs -------------------------------------------------------
+# Only the CRDs (no Trainer controller: the bridge reconciles the TrainJobs it
+# manages). The upstream TrainJob CRD admits spec.managedBy only for Trainer's
+# own controller and MultiKueue (a CEL rule); the chart's JSON patch adds
+# hpc-bridge.io/controller to that rule (docs/operations.md). Its "test" op
+# makes the patch fail loudly when a new TRAINER_VERSION changes the rule.
+
+TRAINER_CRDS=(trainjobs.trainer.kubeflow.org trainingruntimes.trainer.kubeflow.org
+  clustertrainingruntimes.trainer.kubeflow.org)
+MANAGED_BY=hpc-bridge.io/controller
+MANAGED_BY_PATCH=$(cd "$HERE/../.." && pwd)/charts/hpc-bridge/files/trainjob-managedby-patch.json
+# Set on each Trainer CRD once it is applied (and the TrainJob one patched):
+# `up` re-applies nothing while every CRD carries the pinned version, since a
+# server-side re-apply would put the upstream rule back until patched again.
+TRAINER_PIN_ANNOTATION=testbed.hpc-bridge.io/trainer-version
+
+managedby_rule() {
+  kubectl get crd trainjobs.trainer.kubeflow.org -o \
+    jsonpath='{.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.managedBy.x-kubernetes-validations[0].rule}'
+}
+managedby_patched() { [[ $(managedby_rule 2>/dev/null) == *"'$MANAGED_BY'"* ]]; }
+
+trainer_crds_current() {
+  local crd
+  for crd in "${TRAINER_CRDS[@]}"; do
+    [[ $(kubectl get crd "$crd" -o jsonpath="{.metadata.annotations.${TRAINER_PIN_ANNOTATION//./\\.}}" 2>/dev/null) == "$TRAINER_VERSION" ]] &&
+      crd_established "$crd" || return 1
+  done
+  managedby_patched
+}
+
+install_trainer_crds() {
+  local src crd f
+  if trainer_crds_current; then
+    log "Kubeflow Trainer $TRAINER_VERSION CRDs already installed (managedBy admits $MANAGED_BY)"
+    return 0
+  fi
+  [[ -s $MANAGED_BY_PATCH ]] || die "$MANAGED_BY_PATCH missing"
+  src=$(module_dir github.com/kubeflow/trainer/v2 "$TRAINER_VERSION")/manifests/base/crds
+  for f in "$src"/trainer.kubeflow.org_*.yaml; do
+    kubectl apply --server-side --force-conflicts --field-manager=hpc-bridge-testbed -f "$f" >/dev/null
+  done
+  for crd in "${TRAINER_CRDS[@]}"; do
+    wait_for "$crd" "$UP_TIMEOUT" crd_established "$crd" || die "CRD $crd not Established"
+  done
+  if ! managedby_patched; then
+    kubectl patch crd trainjobs.trainer.kubeflow.org --type=json \
+      --patch-file "$MANAGED_BY_PATCH" --field-manager=hpc-bridge-testbed >/dev/null ||
+      die "patching the TrainJob managedBy rule failed (upstream rule now: $(managedby_rule)); update $MANAGED_BY_PATCH for Trainer $TRAINER_VERSION"
+    wait_for "patched trainjobs CRD" "$UP_TIMEOUT" crd_established trainjobs.trainer.kubeflow.org ||
+      die "CRD trainjobs.trainer.kubeflow.org not Established after the patch"
+  fi
+  for crd in "${TRAINER_CRDS[@]}"; do
+    kubectl annotate crd "$crd" --overwrite "$TRAINER_PIN_ANNOTATION=$TRAINER_VERSION" >/dev/null
+  done
+  log "Kubeflow Trainer $TRAINER_VERSION CRDs installed; managedBy rule: $(managedby_rule)"
+}
+
 write_env() {
   write_if_changed "$ENV_FILE" "$(
     cat <<EOF
@@ -485,6 +543,7 @@ K8S_APISERVER=$APISERVER_URL
 K8S_VERSION=$K8S_VERSION
 JOBSET_VERSION=$JOBSET_VERSION
 KWOK_VERSION=$KWOK_VERSION
+TRAINER_VERSION=$TRAINER_VERSION
 K8S_NODES=$(for n in "${KWOK_NODES[@]}"; do read -r n _ <<<"$n"; printf '%s,' "$n"; done | sed 's/,$//')
 K8S_TOPOLOGY_LABELS=$TOPOLOGY_LABEL_PREFIX/block,$TOPOLOGY_LABEL_PREFIX/rack,kubernetes.io/hostname
 EOF
@@ -495,12 +554,32 @@ EOF
 
 VERIFY_NS=testbed-verify
 
+trainjob_dry_run() { # MANAGED_BY
+  kubectl -n "$VERIFY_NS" apply --dry-run=server -f - <<EOF
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: verify-trainjob}
+spec:
+  managedBy: $1
+  runtimeRef: {name: torch-distributed}
+EOF
+}
+
 verify() {
   local t0=$SECONDS phase
   apiserver_ok || die "apiserver not ready"
   kubectl create namespace "$VERIFY_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   wait_for "default service account" 30 kubectl -n "$VERIFY_NS" get serviceaccount default ||
     die "no default service account in $VERIFY_NS (kube-controller-manager's serviceaccount controller)"
+
+  # 0. The patched TrainJob CRD: managedBy = the bridge is admitted, any
+  # other unknown value is still refused (server-side dry run, nothing stored).
+  trainjob_dry_run "$MANAGED_BY" >/dev/null ||
+    die "a TrainJob with spec.managedBy=$MANAGED_BY is refused (is the CRD patched?)"
+  if trainjob_dry_run someone/else >/dev/null 2>&1; then
+    die "a TrainJob with spec.managedBy=someone/else is admitted (managedBy rule lost?)"
+  fi
+  log "verify: TrainJob managedBy=$MANAGED_BY admitted, someone/else refused"
 
   # 1. A plain Pod pinned by nodeSelector to a kwok node: scheduled, Running.
   kubectl -n "$VERIFY_NS" delete pod verify-pod --ignore-not-found --wait=true >/dev/null
@@ -598,6 +677,7 @@ cmd_up() {
   start_kwok
   ensure_nodes
   start_jobset
+  install_trainer_crds
   write_env
   log "control plane up in $((SECONDS - t0))s; KUBECONFIG=$KUBECONFIG_ADMIN"
   [[ ${K8S_SKIP_VERIFY:-0} == 1 ]] || verify

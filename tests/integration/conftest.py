@@ -1,7 +1,8 @@
 """Fixtures for integration tests: the real test bed and a real daemon.
 
 Under ``CI=true`` a missing test bed FAILS the test (it never skips): CI must have
-started it with ``testbed/slurm.sh up``. Outside CI it skips with the reason.
+started it with ``testbed/slurm.sh up`` (and ``testbed/k8s/k8s.sh up`` for the
+``k8s`` fixtures of conftest_k8s.py, imported here). Outside CI it skips with the reason.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from tests.integration.bed import (
     fresh_daemon_dir,
     read_testbed_env,
     shared_dir,
+)
+from tests.integration.conftest_k8s import (  # noqa: F401 - registers the fixtures
+    k8s_fixture,
+    k8s_namespace_fixture,
 )
 from tests.requirements import require
 

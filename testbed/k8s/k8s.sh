@@ -15,7 +15,9 @@
 #   * kube-controller-manager (https 16257), kube-scheduler (https 16259);
 #   * kwok: 4 fake nodes kwok-node-1..4 with topology labels; pods on them go
 #     Running, pods owned by a Job go Succeeded (kwok's default "fast" stages);
-#   * the JobSet controller, its webhooks served on https://127.0.0.1:16444.
+#   * the JobSet controller, its webhooks served on https://127.0.0.1:16444;
+#   * the Kubeflow Trainer CRDs (TRAINER_VERSION, no Trainer controller), the
+#     TrainJob one patched to admit spec.managedBy=hpc-bridge.io/controller.
 # `up` writes /run/hpc-bridge-testbed/k8s/admin.kubeconfig and
 # /run/hpc-bridge-testbed/k8s/k8s.env (KEY=VALUE) for the tests.
 # Environment: K8S_UP_TIMEOUT (seconds to wait for each component, default 90),

@@ -95,11 +95,13 @@ def test_trainjob_managedby_admission(k8s: K8sBed, k8s_namespace: str, managed_b
 
 def test_trainjob_managedby_immutable_and_status_subresource(k8s: K8sBed,
                                                              k8s_namespace: str) -> None:
-    # Nothing reconciles TrainJobs in the bed (no Trainer controller): it just sits there.
-    k8s.kubectl("-n", k8s_namespace, "create", "-f", "-", input=trainjob("tj", MANAGED_BY))
+    # Managed by MultiKueue: nothing in the bed reconciles it (no Trainer controller, no
+    # Kueue, and a bridge daemon watching TrainJobs only takes its own), so it just sits.
+    other = "kueue.x-k8s.io/multikueue"
+    k8s.kubectl("-n", k8s_namespace, "create", "-f", "-", input=trainjob("tj", other))
     with pytest.raises(KubectlError, match="field is immutable"):
         k8s.kubectl("-n", k8s_namespace, "patch", TRAINJOBS, "tj", "--type=merge",
-                    "-p", '{"spec": {"managedBy": "trainer.kubeflow.org/trainjob-controller"}}')
+                    "-p", json.dumps({"spec": {"managedBy": MANAGED_BY}}))
     status = {"status": {"conditions": [{
         "type": "Complete", "status": "True", "reason": "JobsCompleted",
         "message": "set by the test", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
@@ -107,7 +109,7 @@ def test_trainjob_managedby_immutable_and_status_subresource(k8s: K8sBed,
                 "--type=merge", "-p", json.dumps(status))
     got = k8s.get_json("-n", k8s_namespace, TRAINJOBS, "tj")
     assert condition(got, "Complete") == "True"
-    assert got["spec"]["managedBy"] == MANAGED_BY
+    assert got["spec"]["managedBy"] == other
 
 
 def test_kwok_nodes_carry_topology_labels(k8s: K8sBed) -> None:

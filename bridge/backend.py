@@ -115,6 +115,9 @@ class BackendJob:
     owner_uid: int | None = None
     #: Where the world queued it: Slurm partition, Flux queue, Kueue LocalQueue.
     queue: str | None = None
+    #: Why it ended, in words, when the world says more than a state (the failing pod's
+    #: container status); appended to the job's message.
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,16 @@ class Backend(Protocol):
         """Output of the job from ``offset``: (data, new offset). ``stream`` is
         ``stdout`` or ``stderr``. Missing output, or a file that does not belong to
         ``job.owner_uid``, gives ``(b"", offset)``."""
+
+
+@runtime_checkable
+class Suspendable(Protocol):
+    """A back end that can suspend and resume a job it runs (Kubernetes: the JobSet's
+    ``spec.suspend``). The engine suspends jobs of other back ends only before they
+    are submitted."""
+
+    async def set_suspended(self, backend_id: str, suspend: bool) -> None:
+        """Suspend (``True``) or resume the job; idempotent."""
 
 
 ENTRY_POINT_GROUP = "hpc_bridge.backends"

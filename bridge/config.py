@@ -22,6 +22,10 @@ Example (every key optional except one back end)::
     placement = "constraints"                # or "nodelist" / "none" (docs/placement.md)
     rest_socket = "/run/slurmrestd/rest.sock"
 
+    [frontdoors.kubernetes]                  # optional: TrainJob CRs (docs/kubernetes.md)
+    kind = "kubernetes"
+    kubeconfig = "/etc/hpc-bridge/kubeconfig"
+
 Contract: :func:`load_config` returns a :class:`Config` or raises :class:`ConfigError`
 whose message names the file and the key.
 """
@@ -92,6 +96,18 @@ class BackendSection(BaseModel):
         return dict(self.model_extra or {})
 
 
+class FrontDoorSection(BaseModel):
+    """One front door (``kind`` picks it, e.g. ``kubernetes`` for TrainJob CRs); other
+    keys are its settings."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -99,6 +115,7 @@ class Config(BaseModel):
     engine: EngineSection = Field(default_factory=EngineSection)
     runtimes: RuntimesSection = Field(default_factory=RuntimesSection)
     backends: dict[str, BackendSection]
+    frontdoors: dict[str, FrontDoorSection] = Field(default_factory=dict)
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> Config:

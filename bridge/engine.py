@@ -54,6 +54,7 @@ from bridge.backend import (
     Owner,
     StatusBatch,
     SubmitRequest,
+    Suspendable,
 )
 from bridge.model import (
     ANN_BACKEND,
@@ -243,6 +244,8 @@ class Engine:
         self._stopping = asyncio.Event()
         self._inflight: dict[int, asyncio.Task[None]] = {}
         self._cancel_sent: dict[int, float] = {}
+        #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
+        self._suspend_sent: dict[int, bool] = {}
         self._missing: dict[int, tuple[int, float]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
@@ -316,10 +319,20 @@ class Engine:
         return updated
 
     def set_suspend(self, record: JobRecord, suspend: bool, caller: Owner) -> JobRecord:
-        """Suspend a job that has not reached a back end yet, or resume a suspended one."""
+        """Suspend a job, or resume a suspended one.
+
+        Before it reaches a back end the job just waits (state ``Suspended``). A job its
+        back end runs can be suspended only when that back end is
+        :class:`bridge.backend.Suspendable`: the request is recorded in the stored
+        document (``spec.suspend``) and sent by the loop; the job stays ``Running`` with
+        reason ``Suspended`` while the back end holds it.
+        """
         if caller.uid not in (0, record.owner.uid):
             raise EngineError("Access/permission denied", status=403)
         job = record.job
+        if bool(job.spec.suspend) == suspend and not (
+                not suspend and record.state == JobState.SUSPENDED):
+            return record
         job.spec.suspend = suspend
         if suspend and record.state == JobState.PENDING and record.attempts == 0:
             self.store.save_document(record.id, job)
@@ -331,8 +344,14 @@ class Engine:
                                         f"resumed by {caller.user}")
             self._wake.set()
             return rec
+        backend = self.backends.get(record.backend)
+        if record.state.active and isinstance(backend, Suspendable):
+            self.store.save_document(record.id, job)
+            self._suspend_sent.pop(record.id, None)
+            self._wake.set()
+            return self.store.get(record.id)
         raise EngineError(f"cannot {'suspend' if suspend else 'resume'} a job in state "
-                          f"{record.state}", status=409)
+                          f"{record.state} on back end {record.backend}", status=409)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -395,6 +414,26 @@ class Engine:
         for name, records in by_backend.items():
             await self._submit_due(name, self.backends[name], records)
         await self._send_cancels(now)
+        await self._send_suspends()
+
+    async def _send_suspends(self) -> None:
+        """Bring suspendable back ends in line with each active job's ``spec.suspend``."""
+        for rec in self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING]):
+            backend = self.backends.get(rec.backend)
+            if not isinstance(backend, Suspendable) or rec.backend_id is None:
+                continue
+            want = bool(rec.job.spec.suspend)
+            if self._suspend_sent.get(rec.id, False) == want or rec.cancel_requested:
+                continue
+            try:
+                await backend.set_suspended(rec.backend_id, want)
+            except (BackendUnavailable, BackendRejected) as exc:
+                log.warning("suspend/resume failed; will retry", job_id=rec.id,
+                            error=str(exc))
+                continue
+            self._suspend_sent[rec.id] = want
+            self.store.transition(rec.id, rec.state, "Suspended" if want else "Resumed",
+                                  f"{'suspended' if want else 'resumed'} in {rec.backend}")
 
     async def _submit_due(self, name: str, backend: Backend, records: list[JobRecord]) -> None:
         uncertain = [r for r in records if r.attempts > 0]
@@ -664,8 +703,10 @@ class Engine:
                 reason, message = "NonZeroExitCode", f"exit code {bj.exit_code}"
             else:
                 reason, message = "BackendFailed", bj.native_state
-            if bj.native_state and bj.native_state not in ("FAILED", "COMPLETED"):
+            if bj.native_state and bj.native_state not in ("FAILED", "COMPLETED", "Failed"):
                 message += f" ({bj.native_state})"
+            if bj.detail:
+                message += f": {bj.detail}"
             self.store.transition(rec.id, JobState.FAILED, reason, message, **fields)
         self._cancel_sent.pop(rec.id, None)
         log.info("job finished", job_id=rec.id, state=state.value, exit_code=bj.exit_code)

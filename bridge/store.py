@@ -34,7 +34,7 @@ from bridge.backend import Owner
 from bridge.model import TrainJob, load_document
 from bridge.states import JobState, check_transition
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -66,10 +66,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at        REAL NOT NULL,
     started_at        REAL,
     finished_at       REAL,
-    placement         TEXT,
-    UNIQUE (namespace, name)
+    placement         TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+-- A name is unique among unfinished jobs only: as in Kubernetes, a TrainJob deleted
+-- and created again under the same name is a new job (version 3).
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_name ON jobs (namespace, name)
+    WHERE state NOT IN ('Succeeded', 'Failed', 'Cancelled');
+CREATE INDEX IF NOT EXISTS jobs_origin_updated ON jobs (origin, updated_at);
 CREATE TABLE IF NOT EXISTS transitions (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id    INTEGER NOT NULL REFERENCES jobs (id),
@@ -93,10 +97,31 @@ CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at 
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
-    (version 2 added ``jobs.placement``). Idempotent."""
+    (version 2 added ``jobs.placement``; version 3 made names unique among unfinished
+    jobs only, which rebuilds the table without its ``UNIQUE (namespace, name)``).
+    Idempotent."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
     if "placement" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN placement TEXT")
+    table_sql = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type='table' AND name='jobs'").fetchone()[0]
+    if "UNIQUE (namespace, name)" in table_sql:
+        new_sql = table_sql.replace(",\n    UNIQUE (namespace, name)", "").replace(
+            "CREATE TABLE jobs", "CREATE TABLE jobs_v3", 1)
+        conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(new_sql)
+            conn.execute("INSERT INTO jobs_v3 SELECT * FROM jobs")
+            conn.execute("DROP TABLE jobs")
+            conn.execute("ALTER TABLE jobs_v3 RENAME TO jobs")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                  (str(SCHEMA_VERSION),))
 
@@ -358,10 +383,23 @@ class Store:
             raise JobNotFound(ref)
         return _row_to_record(row)
 
+    def get_by_uid(self, uid: str) -> JobRecord | None:
+        """The job with this uid (a TrainJob's ``metadata.uid``), or None."""
+        row = self._db.execute("SELECT * FROM jobs WHERE uid=?", (uid,)).fetchone()
+        return _row_to_record(row) if row is not None else None
+
     def list_jobs(self, states: Sequence[JobState] | None = None, user: str | None = None,
-             backend: str | None = None) -> list[JobRecord]:
+                  backend: str | None = None, origin: str | None = None,
+                  updated_after: float | None = None) -> list[JobRecord]:
+        """Jobs matching every filter given, oldest first."""
         sql = "SELECT * FROM jobs WHERE 1=1"
         args: list[Any] = []
+        if origin is not None:
+            sql += " AND origin=?"
+            args.append(origin)
+        if updated_after is not None:
+            sql += " AND updated_at>?"
+            args.append(updated_after)
         if states is not None:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args += [s.value for s in states]

@@ -117,4 +117,4 @@ def test_a_version_1_database_gains_the_placement_column(tmp_path: Path) -> None
     again.update(rec.id, placement={"hosts": ["n1"]})
     assert again.get(rec.id).placement == {"hosts": ["n1"]}
     version = again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    assert version[0] == "2"
+    assert version[0] == "3"

@@ -1,0 +1,47 @@
+"""Front doors: other ways than the API for jobs to come in (Kubernetes TrainJob CRs).
+
+A front door is built by an entry point of the ``hpc_bridge.frontdoors`` group
+(``(name, settings) -> FrontDoor``), configured as ``[frontdoors.NAME]`` with
+``kind = ...``, so that ``bridge`` never imports an adapter. The daemon starts it once
+the engine is ready; it admits jobs through :meth:`bridge.engine.Engine.admit` (and
+cancels / suspends through the engine too) and reports back to its world from the
+store. It must survive its world being down: :meth:`FrontDoor.run` returns only when
+cancelled.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from bridge.engine import Engine
+
+ENTRY_POINT_GROUP = "hpc_bridge.frontdoors"
+
+
+@runtime_checkable
+class FrontDoor(Protocol):
+    name: str
+
+    async def run(self, engine: Engine) -> None:
+        """Serve until cancelled (errors of the world are retried, never raised)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+
+def load_frontdoor(kind: str, name: str, settings: dict[str, Any]) -> FrontDoor:
+    """Build the front door registered as ``kind``; ValueError names the known kinds or
+    the adapter's complaint about its settings."""
+    eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if kind not in eps:
+        raise ValueError(f"unknown front-door kind {kind!r}; known: {', '.join(sorted(eps))}")
+    try:
+        factory = eps[kind].load()
+    except ImportError as exc:
+        raise ValueError(f"front door {kind!r} cannot be loaded: {exc}") from exc
+    door = factory(name, settings)
+    if not isinstance(door, FrontDoor):
+        raise ValueError(f"entry point {kind!r} did not build a FrontDoor")
+    return door

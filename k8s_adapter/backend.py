@@ -1,0 +1,343 @@
+"""The Kubernetes back end: TrainJobs run as JobSets (``jobset.x-k8s.io/v1alpha2``).
+
+* ``submit`` creates the JobSet laid out by :func:`k8s_adapter.jobset.render_jobset`.
+  It is idempotent: the JobSet carries the job uid as a label, and an existing JobSet
+  of the same name and uid (a retry after a crash) is adopted, not an error. A JobSet
+  of that name that belongs to another job is a refusal.
+* Status is watched, not polled: one list-then-watch of the bridge's JobSets and one
+  of their pods (label ``app.kubernetes.io/managed-by=hpc-bridge``), resumed from the
+  last resourceVersion and re-listed after ``410 Gone`` (:meth:`Kube.list_watch`).
+  Every re-list is a complete snapshot; a JobSet deleted behind the bridge's back
+  reports ``CANCELLED``.
+* ``cancel`` deletes the JobSet with ``propagationPolicy: Foreground`` (its Jobs and
+  pods go first); ``set_suspended`` patches ``spec.suspend``.
+* ``inventory`` is nodes' allocatable minus the requests of the pods on them, with
+  the topology from the configured node labels (:mod:`k8s_adapter.inventory`).
+
+Settings (``[backends.NAME]``, ``kind = "kubernetes"``): ``kubeconfig`` (absent: the
+in-cluster service account), ``context``, ``default_image``, ``service_account``,
+``scheduler_name``, ``topology_labels`` (top level first), ``request_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bridge.backend import (
+    BackendJob,
+    BackendRejected,
+    BackendState,
+    Inventory,
+    Owner,
+    StatusBatch,
+    SubmitRequest,
+)
+from bridge.model import GROUP as TRAINER_GROUP
+from bridge.model import VERSION as TRAINER_VERSION
+from k8s_adapter.inventory import inventory_from_nodes
+from k8s_adapter.jobset import (
+    GROUP,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    PLURAL,
+    UID_LABEL,
+    VERSION,
+    JobSetOptions,
+    backend_job_from_jobset,
+    hostfile_configmap,
+    jobset_name,
+    needs_hostfile,
+    render_jobset,
+    replicated_jobs_status,
+    split_id,
+)
+from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status
+
+__all__ = ["ANN_ORIGIN", "KubernetesBackend", "create"]
+
+log = logging.getLogger(__name__)
+
+#: Annotation the TrainJob front door puts on the bridge's copy of a TrainJob that
+#: exists in this cluster: the JobSet is then owned by it (garbage-collected with it).
+ANN_ORIGIN = "hpc-bridge.io/origin"
+ORIGIN_KUBERNETES = "kubernetes"
+DEFAULT_TOPOLOGY_LABELS = ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
+SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+MAX_LOG_BYTES = 1 << 20
+
+
+@dataclass
+class _Pods:
+    """What the pod watch knows of one job's pods (by pod name)."""
+
+    nodes: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, tuple[int | None, str]] = field(default_factory=dict)
+    namespace: str = ""
+    first: str | None = None
+
+
+class KubernetesBackend:
+    """:class:`bridge.backend.Backend` on a kube-apiserver with the JobSet controller."""
+
+    def __init__(self, name: str, kube: KubeSettings, options: JobSetOptions):
+        self.name = name
+        self.kube = Kube(kube)
+        self.options = options
+        self._jobsets: dict[str, dict[str, Any]] = {}
+        self._pods: dict[str, _Pods] = {}
+
+    # -- life cycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.kube.connect()
+
+    async def close(self) -> None:
+        await self.kube.close()
+
+    # -- jobs ------------------------------------------------------------------------
+
+    async def submit(self, request: SubmitRequest) -> str:
+        job = request.job
+        owner_ref = None
+        if job.metadata.annotations.get(ANN_ORIGIN) == ORIGIN_KUBERNETES and job.metadata.uid:
+            owner_ref = {"apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}",
+                         "kind": "TrainJob", "name": job.metadata.name,
+                         "uid": job.metadata.uid, "controller": True,
+                         "blockOwnerDeletion": True}
+        body = render_jobset(request, self.options, owner_ref)
+        namespace = body["metadata"]["namespace"]
+        name = jobset_name(request)
+        try:
+            created = await self.kube.call(
+                f"create JobSet {namespace}/{name}",
+                self.kube.custom.create_namespaced_custom_object,
+                GROUP, VERSION, namespace, PLURAL, body)
+        except BackendRejected as exc:
+            if not is_status(exc, 409):
+                raise
+            created = await self.kube.call(
+                f"get JobSet {namespace}/{name}", self.kube.custom.get_namespaced_custom_object,
+                GROUP, VERSION, namespace, PLURAL, name)
+            labels = (created.get("metadata") or {}).get("labels") or {}
+            if labels.get(UID_LABEL) != request.job_uid:
+                raise BackendRejected(
+                    f"a JobSet named {namespace}/{name} exists and is not this job's "
+                    f"(its {UID_LABEL} is {labels.get(UID_LABEL)!r})") from None
+            log.info("JobSet %s/%s already exists for this job; adopted", namespace, name)
+        if needs_hostfile(request):
+            cm = hostfile_configmap(name, namespace, request, created["metadata"].get("uid"))
+            try:
+                await self.kube.call(f"create ConfigMap {namespace}/{cm['metadata']['name']}",
+                                     self.kube.core.create_namespaced_config_map, namespace, cm)
+            except BackendRejected as exc:
+                if not is_status(exc, 409):
+                    raise
+        return f"{namespace}/{name}"
+
+    async def _list_jobsets(self) -> list[dict[str, Any]]:
+        listing = await self.kube.call(
+            "list JobSets", self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+            label_selector=SELECTOR)
+        return list(listing.get("items") or [])
+
+    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
+        wanted = set(job_uids)
+        found: dict[str, BackendJob] = {}
+        for obj in await self._list_jobsets():
+            bj = self._backend_job(obj)
+            if bj is not None and bj.job_uid in wanted:
+                found[bj.job_uid] = bj
+        return found
+
+    async def cancel(self, backend_id: str, owner: Owner) -> None:
+        namespace, name = split_id(backend_id)
+        try:
+            await self.kube.call(
+                f"delete JobSet {backend_id}", self.kube.custom.delete_namespaced_custom_object,
+                GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Foreground")
+        except BackendRejected as exc:
+            if not is_status(exc, 404):
+                raise
+
+    async def set_suspended(self, backend_id: str, suspend: bool) -> None:
+        """Suspend (pods deleted, Jobs kept) or resume the JobSet through ``spec.suspend``."""
+        namespace, name = split_id(backend_id)
+        await self.kube.call(
+            f"patch JobSet {backend_id}", self.kube.custom.patch_namespaced_custom_object,
+            GROUP, VERSION, namespace, PLURAL, name, {"spec": {"suspend": suspend}},
+            _content_type=MERGE_PATCH)
+
+    def jobs_status(self, job_uid: str) -> list[dict[str, Any]] | None:
+        """The JobSet's ``replicatedJobsStatus`` as a TrainJob ``jobsStatus`` (None when
+        the watch has not seen the JobSet)."""
+        obj = self._jobsets.get(job_uid)
+        return replicated_jobs_status(obj) if obj is not None else None
+
+    # -- status ----------------------------------------------------------------------
+
+    def _backend_job(self, obj: Mapping[str, Any], deleted: bool = False) -> BackendJob | None:
+        bj = backend_job_from_jobset(obj, deleted=deleted)
+        if bj is None:
+            return None
+        pods = self._pods.get(bj.job_uid)
+        if pods is None:
+            return bj
+        nodes = tuple(sorted(set(pods.nodes.values())))
+        changes: dict[str, Any] = {"nodes": nodes}
+        if bj.state is BackendState.FAILED and pods.failed:
+            pod, (code, why) = sorted(pods.failed.items())[0]
+            changes.update(exit_code=code, detail=f"pod {pod}: {why}")
+        if bj.state is BackendState.RUNNING and not nodes:
+            changes["state"] = BackendState.PENDING
+            changes["reason"] = "PodsNotScheduled"
+        return replace(bj, **changes)
+
+    def _note_pod(self, obj: Mapping[str, Any], deleted: bool) -> str | None:
+        meta = obj.get("metadata") or {}
+        uid = str((meta.get("labels") or {}).get(UID_LABEL) or "")
+        if not uid:
+            return None
+        name = str(meta.get("name"))
+        pods = self._pods.setdefault(uid, _Pods(namespace=str(meta.get("namespace") or "")))
+        if deleted:
+            pods.nodes.pop(name, None)
+            return uid
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node:
+            pods.nodes[name] = str(node)
+        status = obj.get("status") or {}
+        if status.get("phase") == "Failed":
+            for cs in status.get("containerStatuses") or []:
+                term = (cs.get("state") or {}).get("terminated") or {}
+                if term:
+                    why = f"container {cs.get('name')} {term.get('reason') or 'Error'}, " \
+                          f"exit code {term.get('exitCode')}"
+                    if term.get("message"):
+                        why += f": {term['message']}"
+                    pods.failed[name] = (term.get("exitCode"), why)
+                    break
+            else:
+                pods.failed[name] = (None, status.get("reason") or status.get("message")
+                                     or "pod failed")
+        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+        rjob = (meta.get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name")
+        if index == "0" and (pods.first is None or rjob == "launcher"):
+            pods.first = name
+        return uid
+
+    async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
+        queue: asyncio.Queue[StatusBatch] = asyncio.Queue()
+
+        async def jobsets() -> None:
+            async for kind, payload in self.kube.list_watch(
+                    "JobSets", self.kube.custom.list_cluster_custom_object, GROUP, VERSION,
+                    PLURAL, label_selector=SELECTOR):
+                now = time.time()
+                if kind == "SYNC":
+                    self._jobsets = {}
+                    jobs = []
+                    for obj in payload:
+                        bj = self._backend_job(obj)
+                        if bj is not None:
+                            self._jobsets[bj.job_uid] = obj
+                            jobs.append(bj)
+                    queue.put_nowait(StatusBatch(tuple(jobs), complete=True, at=now))
+                    continue
+                bj = self._backend_job(payload, deleted=kind == "DELETED")
+                if bj is None:
+                    continue
+                if kind == "DELETED":
+                    self._jobsets.pop(bj.job_uid, None)
+                    self._pods.pop(bj.job_uid, None)
+                else:
+                    self._jobsets[bj.job_uid] = payload
+                queue.put_nowait(StatusBatch((bj,), complete=False, at=now))
+
+        async def pods() -> None:
+            async for kind, payload in self.kube.list_watch(
+                    "pods", self.kube.core.list_pod_for_all_namespaces,
+                    label_selector=SELECTOR):
+                items = payload if kind == "SYNC" else [payload]
+                if kind == "SYNC":
+                    self._pods = {}
+                touched = {u for obj in items
+                           if (u := self._note_pod(obj, kind == "DELETED")) is not None}
+                jobs = [bj for u in touched if u in self._jobsets
+                        and (bj := self._backend_job(self._jobsets[u])) is not None]
+                if jobs:
+                    queue.put_nowait(StatusBatch(tuple(jobs), complete=False, at=time.time()))
+
+        tasks = [asyncio.create_task(jobsets(), name=f"{self.name}-watch-jobsets"),
+                 asyncio.create_task(pods(), name=f"{self.name}-watch-pods")]
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- capacity and output ---------------------------------------------------------
+
+    async def inventory(self) -> Inventory:
+        nodes = await self.kube.raw("list nodes", self.kube.core.list_node)
+        pods = await self.kube.raw(
+            "list pods", self.kube.core.list_pod_for_all_namespaces,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed")
+        return inventory_from_nodes(nodes.get("items") or [], pods.get("items") or [],
+                                    self.options.topology_labels)
+
+    async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
+        """The log of the job's first pod (the launcher for MPI). Kubernetes keeps one
+        stream per container, so ``stderr`` is empty: it is in ``stdout``."""
+        pods = self._pods.get(job.job_uid)
+        if stream != "stdout" or pods is None or pods.first is None:
+            return b"", offset
+        try:
+            text = await self.kube.call(
+                f"read the log of pod {pods.first}", self.kube.core.read_namespaced_pod_log,
+                pods.first, pods.namespace, container="node", limit_bytes=offset + MAX_LOG_BYTES)
+        except BackendRejected as exc:
+            if is_status(exc, 400, 404):
+                return b"", offset
+            raise
+        data = str(text or "").encode()
+        return data[offset:], max(offset, len(data))
+
+
+def _topology_labels(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return DEFAULT_TOPOLOGY_LABELS
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(f"topology_labels must be a list of node label keys, got {value!r}")
+
+
+KNOWN_SETTINGS = frozenset({"kubeconfig", "context", "default_image", "service_account",
+                            "scheduler_name", "topology_labels", "request_timeout",
+                            "watch_timeout"})
+
+
+def create(name: str, settings: Mapping[str, Any]) -> KubernetesBackend:
+    """Entry point ``hpc_bridge.backends: kubernetes``. Raises ValueError naming an
+    unknown or malformed setting."""
+    unknown = set(settings) - KNOWN_SETTINGS
+    if unknown:
+        raise ValueError(f"backends.{name}: unknown setting(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted(KNOWN_SETTINGS))}")
+    kube = KubeSettings(kubeconfig=settings.get("kubeconfig"), context=settings.get("context"),
+                        request_timeout=float(settings.get("request_timeout", 10.0)),
+                        watch_timeout=int(settings.get("watch_timeout", 240)))
+    options = JobSetOptions(default_image=settings.get("default_image"),
+                            service_account=settings.get("service_account"),
+                            scheduler_name=settings.get("scheduler_name"),
+                            topology_labels=_topology_labels(settings.get("topology_labels")))
+    return KubernetesBackend(name, kube, options)

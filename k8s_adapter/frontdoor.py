@@ -1,0 +1,397 @@
+"""TrainJob CRs as a front door: ``kubectl apply`` a TrainJob, the bridge runs it.
+
+The door watches ``trainer.kubeflow.org/v1alpha1`` TrainJobs in all namespaces (one
+list-then-watch, resumed after restarts of either side) and takes those whose
+``spec.managedBy`` is one of its ``managed_by`` values (default
+``hpc-bridge.io/controller``), so a Kubeflow Trainer controller in the same cluster
+leaves them alone and the bridge leaves Trainer's alone.
+
+For each of its TrainJobs:
+
+1. It adds the finalizer ``hpc-bridge.io/finalizer`` *before* admitting, so a delete
+   can never get ahead of the cancel.
+2. It admits the job into the engine (origin ``kubernetes``, the CR's uid as the job's
+   uid: a restarted bridge finds the job it already has and admits nothing twice).
+   The back end is the door's ``backend`` setting, or the ``hpc-bridge.io/backend``
+   annotation when it names one of ``allowed_backends``. The job runs as the Unix user
+   ``namespace_users[namespace]`` or ``run_as`` (Slurm needs one).
+3. A TrainJob the bridge refuses (bad field, unknown runtime, numNodes 0, no image for
+   Kubernetes, a back end not allowed) gets ``Failed=True`` with the message; it is
+   not retried until its spec changes (``metadata.generation``).
+4. ``spec.suspend`` changes suspend or resume the job.
+5. Deleting the TrainJob cancels the job wherever it runs; the finalizer is removed
+   once the job is finished (for Kubernetes the JobSet and its pods are gone).
+6. Status is written back (``/status`` subresource, merge patch) whenever the stored
+   job changes: :mod:`k8s_adapter.status`.
+
+Settings (``[frontdoors.NAME]``, ``kind = "kubernetes"``): ``kubeconfig``, ``context``,
+``managed_by`` (list), ``backend``, ``allowed_backends`` (list), ``run_as``,
+``namespace_users`` (table), ``status_interval`` (seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import pwd
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bridge.backend import BackendRejected, BackendUnavailable, Owner
+from bridge.model import ANN_BACKEND, MANAGED_BY, ValidationError, load_trainjob
+from bridge.model import GROUP as TRAINER_GROUP
+from bridge.model import VERSION as TRAINER_VERSION
+from bridge.store import JobRecord
+from k8s_adapter.backend import ANN_ORIGIN, ORIGIN_KUBERNETES, KubernetesBackend
+from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.status import desired_status, failed_status, same_status
+
+if TYPE_CHECKING:
+    from bridge.engine import Engine
+
+__all__ = ["FINALIZER", "TrainJobFrontDoor", "create"]
+
+log = logging.getLogger(__name__)
+
+PLURAL = "trainjobs"
+FINALIZER = "hpc-bridge.io/finalizer"
+ORIGIN = "kubernetes"
+ROOT = Owner(uid=0, gid=0, user="root")
+#: Annotation on a refused TrainJob: the generation that was refused.
+ANN_REFUSED = "hpc-bridge.io/refused-generation"
+
+
+@dataclass(frozen=True)
+class FrontDoorSettings:
+    kube: KubeSettings
+    managed_by: tuple[str, ...] = (MANAGED_BY,)
+    #: Back end of a TrainJob that names none (None: the engine's default).
+    backend: str | None = None
+    #: Back ends the ``hpc-bridge.io/backend`` annotation may choose (empty: only
+    #: ``backend``).
+    allowed_backends: tuple[str, ...] = ()
+    run_as: str = "nobody"
+    namespace_users: Mapping[str, str] = field(default_factory=dict)
+    status_interval: float = 0.5
+
+
+class TrainJobFrontDoor:
+    """See the module docstring."""
+
+    def __init__(self, name: str, settings: FrontDoorSettings):
+        self.name = name
+        self.settings = settings
+        self.kube = Kube(settings.kube)
+        #: uid -> the last TrainJob object seen (ours only).
+        self._objects: dict[str, dict[str, Any]] = {}
+        #: uid -> the status last written (or read), to write only changes.
+        self._written: dict[str, dict[str, Any]] = {}
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._engine: Engine | None = None
+
+    # -- life cycle ------------------------------------------------------------------
+
+    async def run(self, engine: Engine) -> None:
+        self._engine = engine
+        delay = 1.0
+        while True:
+            try:
+                await self.kube.connect()
+                break
+            except (BackendUnavailable, BackendRejected) as exc:
+                log.warning("TrainJob front door cannot reach Kubernetes: %s", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        writer = asyncio.create_task(self._status_loop(), name=f"{self.name}-status")
+        try:
+            async for kind, payload in self.kube.list_watch(
+                    "TrainJobs", self.kube.custom.list_cluster_custom_object, TRAINER_GROUP,
+                    TRAINER_VERSION, PLURAL):
+                items = payload if kind == "SYNC" else [payload]
+                if kind == "SYNC":
+                    seen = {str((o.get("metadata") or {}).get("uid")) for o in items}
+                    for gone in set(self._objects) - seen:
+                        self._objects.pop(gone, None)
+                for obj in items:
+                    try:
+                        await self._handle(obj, deleted=kind == "DELETED")
+                    except (BackendUnavailable, BackendRejected) as exc:
+                        log.warning("TrainJob %s: %s (will retry)", _ref(obj), exc)
+                        self._dirty.add(str((obj.get("metadata") or {}).get("uid")))
+                    except Exception:
+                        log.exception("TrainJob %s: handling failed", _ref(obj))
+                self._wake.set()
+        finally:
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.kube.close()
+
+    # -- one TrainJob ----------------------------------------------------------------
+
+    def _ours(self, obj: Mapping[str, Any]) -> bool:
+        return (obj.get("spec") or {}).get("managedBy") in self.settings.managed_by
+
+    async def _handle(self, obj: dict[str, Any], deleted: bool) -> None:
+        assert self._engine is not None
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        if not self._ours(obj):
+            return
+        if deleted:
+            self._objects.pop(uid, None)
+            self._written.pop(uid, None)
+            rec = self._engine.store.get_by_uid(uid)
+            if rec is not None and not rec.state.terminal and not rec.cancel_requested:
+                # Deleted without our finalizer (removed by hand): still stop the job.
+                self._engine.cancel(rec, ROOT)
+            return
+        self._objects[uid] = obj
+        self._dirty.add(uid)
+        rec = self._engine.store.get_by_uid(uid)
+        if meta.get("deletionTimestamp"):
+            await self._deleting(obj, rec)
+            return
+        if rec is None:
+            await self._admit(obj)
+            return
+        want = bool((obj.get("spec") or {}).get("suspend"))
+        if not rec.state.terminal and want != bool(rec.job.spec.suspend):
+            from bridge.engine import EngineError
+
+            try:
+                self._engine.set_suspend(rec, want, ROOT)
+                log.info("TrainJob %s %s", _ref(obj), "suspended" if want else "resumed")
+            except EngineError as exc:
+                log.warning("TrainJob %s: %s", _ref(obj), exc)
+
+    async def _deleting(self, obj: dict[str, Any], rec: JobRecord | None) -> None:
+        assert self._engine is not None
+        if rec is not None and not rec.state.terminal:
+            if not rec.cancel_requested:
+                from bridge.engine import EngineError
+
+                try:
+                    self._engine.cancel(rec, ROOT)
+                    log.info("TrainJob %s deleted: cancelling job %d", _ref(obj), rec.id)
+                except EngineError as exc:
+                    log.warning("TrainJob %s: %s", _ref(obj), exc)
+            rec = self._engine.store.get(rec.id)
+            if not rec.state.terminal:
+                return  # the status loop removes the finalizer once it is finished
+        await self._remove_finalizer(obj)
+
+    def _owner(self, namespace: str) -> Owner:
+        user = self.settings.namespace_users.get(namespace, self.settings.run_as)
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError:
+            raise ValidationError([("", f"namespace {namespace!r} maps to Unix user "
+                                        f"{user!r}, which does not exist here")]) from None
+        return Owner(uid=pw.pw_uid, gid=pw.pw_gid, user=user)
+
+    async def _admit(self, obj: dict[str, Any]) -> None:
+        assert self._engine is not None
+        meta = obj.get("metadata") or {}
+        generation = str(meta.get("generation") or "")
+        if (meta.get("annotations") or {}).get(ANN_REFUSED) == generation and generation:
+            return  # refused before and unchanged since
+        if FINALIZER not in (meta.get("finalizers") or []):
+            obj = await self._add_finalizer(obj)
+            meta = obj.get("metadata") or {}
+        from bridge.engine import EngineError
+
+        try:
+            job = load_trainjob(_document(obj), f"TrainJob {_ref(obj)}")
+            annotations = job.metadata.annotations
+            chosen = annotations.get(ANN_BACKEND)
+            allowed = set(self.settings.allowed_backends)
+            if self.settings.backend:
+                allowed.add(self.settings.backend)
+            if chosen is not None and chosen not in allowed:
+                raise ValidationError([(f"metadata.annotations[{ANN_BACKEND}]",
+                                        f"back end {chosen!r} is not allowed for TrainJobs; "
+                                        f"allowed: {', '.join(sorted(allowed)) or '(none)'}")])
+            if chosen is None and self.settings.backend:
+                annotations[ANN_BACKEND] = self.settings.backend
+            annotations[ANN_ORIGIN] = ORIGIN_KUBERNETES
+            rec = self._engine.admit(job, self._owner(str(meta.get("namespace"))),
+                                     origin=ORIGIN)
+        except (ValidationError, EngineError) as exc:
+            await self._refuse(obj, str(exc))
+            return
+        log.info("TrainJob %s admitted as job %d on %s", _ref(obj), rec.id, rec.backend)
+
+    async def _refuse(self, obj: dict[str, Any], message: str) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        log.warning("TrainJob %s refused: %s", _ref(obj), message)
+        status = failed_status(message, "InvalidTrainJob", obj.get("status"))
+        await self._patch_status(obj, status)
+        self._written[uid] = status
+        # Remember the refusal on the object (survives a restart), and let it go.
+        await self.kube.call(
+            f"annotate TrainJob {_ref(obj)}", self.kube.custom.patch_namespaced_custom_object,
+            TRAINER_GROUP, TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"),
+            {"metadata": {"annotations": {ANN_REFUSED: str(meta.get("generation") or "")}}},
+            _content_type=MERGE_PATCH)
+        await self._remove_finalizer(obj)
+
+    async def _add_finalizer(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": meta.get("resourceVersion")}]
+        if finalizers:
+            ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
+        else:
+            ops.append({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
+        result: dict[str, Any] = await self.kube.call(
+            f"add the finalizer to TrainJob {_ref(obj)}",
+            self.kube.custom.patch_namespaced_custom_object, TRAINER_GROUP, TRAINER_VERSION,
+            meta.get("namespace"), PLURAL, meta.get("name"), ops, _content_type=JSON_PATCH)
+        return result
+
+    async def _remove_finalizer(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER not in finalizers:
+            return
+        index = finalizers.index(FINALIZER)
+        ops = [{"op": "test", "path": f"/metadata/finalizers/{index}", "value": FINALIZER},
+               {"op": "remove", "path": f"/metadata/finalizers/{index}"}]
+        try:
+            await self.kube.call(
+                f"remove the finalizer of TrainJob {_ref(obj)}",
+                self.kube.custom.patch_namespaced_custom_object, TRAINER_GROUP,
+                TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"), ops,
+                _content_type=JSON_PATCH)
+            log.info("TrainJob %s: finalizer removed", _ref(obj))
+        except BackendRejected as exc:
+            if not is_status(exc, 404, 422, 409):
+                raise
+            # 422: the test failed (the list changed); the next event retries.
+
+    # -- status write-back -----------------------------------------------------------
+
+    async def _status_loop(self) -> None:
+        assert self._engine is not None
+        store = self._engine.store
+        watermark = 0.0
+        while True:
+            with_margin = watermark - 2.0
+            watermark = time.time()
+            changed = store.list_jobs(origin=ORIGIN, updated_after=with_margin)
+            records = {r.uid: r for r in changed}
+            for uid in list(self._dirty):
+                if uid not in records and (rec := store.get_by_uid(uid)) is not None:
+                    records[uid] = rec
+            self._dirty.clear()
+            for uid, rec in records.items():
+                obj = self._objects.get(uid)
+                if obj is None:
+                    continue
+                try:
+                    await self._sync(obj, rec)
+                except (BackendUnavailable, BackendRejected) as exc:
+                    log.warning("TrainJob %s: status not written: %s", _ref(obj), exc)
+                    self._dirty.add(uid)
+                except Exception:
+                    log.exception("TrainJob %s: status write failed", _ref(obj))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.status_interval)
+
+    def _jobs_status(self, rec: JobRecord) -> list[dict[str, Any]] | None:
+        assert self._engine is not None
+        backend = self._engine.backends.get(rec.backend)
+        if isinstance(backend, KubernetesBackend):
+            return backend.jobs_status(rec.uid)
+        return None
+
+    async def _sync(self, obj: dict[str, Any], rec: JobRecord) -> None:
+        uid = rec.uid
+        meta = obj.get("metadata") or {}
+        previous = self._written.get(uid) or obj.get("status")
+        status = desired_status(rec, self._jobs_status(rec), previous)
+        if not same_status(status, previous) and not same_status(status, obj.get("status")):
+            await self._patch_status(obj, status)
+            self._written[uid] = status
+        if meta.get("deletionTimestamp") and rec.state.terminal:
+            await self._remove_finalizer(obj)
+
+    async def _patch_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        try:
+            await self.kube.call(
+                f"write the status of TrainJob {_ref(obj)}",
+                self.kube.custom.patch_namespaced_custom_object_status, TRAINER_GROUP,
+                TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"),
+                {"status": status}, _content_type=MERGE_PATCH)
+        except BackendRejected as exc:
+            if not is_status(exc, 404):
+                raise
+
+
+def _ref(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _document(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainJob as the bridge stores it: no status, no server-managed fields."""
+    doc = copy.deepcopy(dict(obj))
+    doc.pop("status", None)
+    meta = doc.setdefault("metadata", {})
+    for key in ("managedFields", "resourceVersion", "generation", "finalizers",
+                "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+        meta.pop(key, None)
+    annotations = meta.get("annotations") or {}
+    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    annotations.pop(ANN_REFUSED, None)
+    return doc
+
+
+def _strings(value: Any, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(f"{key} must be a list of strings, got {value!r}")
+
+
+KNOWN_SETTINGS = frozenset({"kubeconfig", "context", "managed_by", "backend",
+                            "allowed_backends", "run_as", "namespace_users",
+                            "status_interval", "request_timeout", "watch_timeout"})
+
+
+def create(name: str, settings: Mapping[str, Any]) -> TrainJobFrontDoor:
+    """Entry point ``hpc_bridge.frontdoors: kubernetes``; ValueError for bad settings."""
+    unknown = set(settings) - KNOWN_SETTINGS
+    if unknown:
+        raise ValueError(f"frontdoors.{name}: unknown setting(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted(KNOWN_SETTINGS))}")
+    users = settings.get("namespace_users") or {}
+    if not isinstance(users, Mapping) or not all(isinstance(v, str) for v in users.values()):
+        raise ValueError(f"frontdoors.{name}.namespace_users must map namespaces to users")
+    kube = KubeSettings(kubeconfig=settings.get("kubeconfig"), context=settings.get("context"),
+                        request_timeout=float(settings.get("request_timeout", 10.0)),
+                        watch_timeout=int(settings.get("watch_timeout", 240)))
+    return TrainJobFrontDoor(name, FrontDoorSettings(
+        kube=kube,
+        managed_by=_strings(settings.get("managed_by"), "managed_by") or (MANAGED_BY,),
+        backend=settings.get("backend"),
+        allowed_backends=_strings(settings.get("allowed_backends"), "allowed_backends"),
+        run_as=str(settings.get("run_as", "nobody")),
+        namespace_users=dict(users),
+        status_interval=float(settings.get("status_interval", 0.5)),
+    ))

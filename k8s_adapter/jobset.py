@@ -1,0 +1,436 @@
+"""TrainJob → JobSet, as Kubeflow Trainer lays it out (pure functions).
+
+Layout (``jobset.x-k8s.io/v1alpha2``), one JobSet per TrainJob, named like it:
+
+* replicatedJob ``node`` (1 Job, ``parallelism = completions = numNodes``,
+  ``completionMode: Indexed``, ``backoffLimit: 0``), container ``node``;
+* ``network.subdomain`` = the JobSet name with ``enableDNSHostnames`` and
+  ``publishNotReadyAddresses``, so pod ``i`` is ``<name>-node-0-<i>.<name>`` — the
+  names :func:`mpi_launch.allocation.jobset_allocation` gives, so every rank sees the
+  same hosts in the same order as on Slurm or Flux;
+* the rank environment Trainer sets (``PET_NNODES``, ``PET_NPROC_PER_NODE``,
+  ``PET_NODE_RANK`` from the pod's completion index, ``PET_MASTER_ADDR``,
+  ``PET_MASTER_PORT``; ``JAX_*`` / ``DMLC_*`` for those runtimes) plus the
+  ``JOBSET_*`` variables ``mpi-launch`` reads inside a pod;
+* MPI runtimes: replicatedJob ``launcher`` (1 pod, runs the command: ``mpirun …``)
+  before ``node`` (the other pods run ``sshd``, Trainer's image convention); the
+  hostfile (from :mod:`mpi_launch.hostfile`) is a ConfigMap ``<name>-mpi-hostfile``
+  mounted at ``/etc/mpi`` and named by the launcher's variables;
+* ``spec.runtimePatches`` (Trainer ≥ 2.3) are merged last: maps merge, lists of named
+  items (replicatedJobs, containers, env, volumes …) merge by ``name``.
+
+Labels ``app.kubernetes.io/managed-by=hpc-bridge`` and ``hpc-bridge.io/job-uid``
+(the idempotency key) are on the JobSet and on every pod.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.backend import BackendJob, BackendRejected, BackendState, SubmitRequest
+from bridge.runtimes import Framework
+from mpi_launch.allocation import jobset_allocation
+from mpi_launch.hostfile import hostfile_env, render_hostfile
+
+GROUP = "jobset.x-k8s.io"
+VERSION = "v1alpha2"
+PLURAL = "jobsets"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "hpc-bridge"
+UID_LABEL = "hpc-bridge.io/job-uid"
+JOB_ID_LABEL = "hpc-bridge.io/job-id"
+#: Trainer's own labels, so tools written for Trainer find the pods.
+TRAINJOB_NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+NODE = "node"
+LAUNCHER = "launcher"
+#: Trainer's torch rendezvous port (each pod has its own IP, so one fixed port serves).
+TORCH_PORT = 29400
+#: Coordinator / tracker port of JAX and XGBoost pods.
+COORDINATOR_PORT = 29500
+HOSTFILE_DIR = "/etc/mpi"
+HOSTFILE_KEY = "hostfile"
+SSHD_COMMAND = ("/usr/sbin/sshd", "-De")
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+#: The longest pod hostname part is ``<name>-launcher-0-<index>``; a label is ≤ 63.
+_MAX_NAME = 63 - len("-launcher-0-") - 5
+
+
+@dataclass(frozen=True)
+class JobSetOptions:
+    """What the back end's configuration adds to every JobSet."""
+
+    #: Image of a job that names none (``None``: such a job is refused).
+    default_image: str | None = None
+    service_account: str | None = None
+    #: Node label keys of the topology levels, top first (for pinned placements).
+    topology_labels: tuple[str, ...] = ()
+    #: Pod-level ``schedulerName`` (e.g. a gang scheduler), if any.
+    scheduler_name: str | None = None
+
+
+def jobset_name(request: SubmitRequest) -> str:
+    """The JobSet's name: the TrainJob's when it makes valid pod hostnames, else a
+    cleaned, shortened form with a hash of the uid (stable across retries)."""
+    name = request.job.metadata.name or ""
+    if _DNS1035.match(name) and len(name) <= _MAX_NAME:
+        return name
+    clean = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    clean = re.sub(r"^[^a-z]+", "", clean) or "tj"
+    suffix = hashlib.sha256(request.job_uid.encode()).hexdigest()[:8]
+    return f"{clean[:_MAX_NAME - 9].rstrip('-')}-{suffix}"
+
+
+def hostfile_configmap_name(name: str) -> str:
+    return f"{name}-mpi-hostfile"
+
+
+def _quantities(values: Mapping[str, Any] | None) -> dict[str, str]:
+    return {k: str(v) for k, v in (values or {}).items()}
+
+
+def _env(items: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in items.items()]
+
+
+def _index_env(name: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}}
+
+
+def _is_mpi(request: SubmitRequest) -> bool:
+    return request.plan.framework is Framework.MPI and request.plan.batch_script is None
+
+
+def _hosts(name: str, request: SubmitRequest) -> list[str]:
+    """Pod DNS names in rank order (launcher first for MPI with runLauncherAsNode)."""
+    plan = request.plan
+    slots = plan.proc_per_node or 1
+    if _is_mpi(request):
+        workers = jobset_allocation(name, nodes=max(plan.num_nodes - 1, 1), slots=slots,
+                                    pod_index=0).names
+        launcher = jobset_allocation(name, nodes=1, slots=slots, pod_index=0,
+                                     replicated_job=LAUNCHER).names
+        return [*launcher, *workers[: plan.num_nodes - 1]]
+    return jobset_allocation(name, nodes=plan.num_nodes, slots=slots, pod_index=0).names
+
+
+def hostfile_text(name: str, request: SubmitRequest) -> str:
+    """The MPI hostfile of the job's pods (``mpi_launch`` renders it)."""
+    from mpi_launch.allocation import Host
+
+    slots = request.plan.proc_per_node or 1
+    flavour = _mpi_flavour(request)
+    return render_hostfile(flavour, [Host(h, slots) for h in _hosts(name, request)])
+
+
+def _mpi_flavour(request: SubmitRequest) -> str:
+    impl = (request.plan.mpi_implementation or "OpenMPI").lower()
+    return {"openmpi": "openmpi", "mpich": "mpich", "intel": "intel"}.get(impl, "openmpi")
+
+
+def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
+    """The launcher environment of a node pod (static values and downward-API rank)."""
+    plan = request.plan
+    hosts = _hosts(name, request)
+    nodes = plan.num_nodes
+    procs = plan.proc_per_node
+    env: list[dict[str, Any]] = _env({
+        "JOBSET_NAME": name, "JOBSET_NNODES": str(nodes),
+        "JOBSET_NPROC_PER_NODE": str(procs or 1), "HPC_BRIDGE_JOB_ID": str(request.job_id),
+        "HPC_BRIDGE_JOB_UID": request.job_uid,
+    })
+    fw = plan.framework
+    if fw is Framework.TORCH:
+        env += _env({"PET_NNODES": str(nodes),
+                     "PET_NPROC_PER_NODE": str(procs) if procs else "auto",
+                     "PET_MASTER_ADDR": hosts[0], "PET_MASTER_PORT": str(TORCH_PORT)})
+        env.append(_index_env("PET_NODE_RANK"))
+    elif fw is Framework.JAX:
+        env += _env({"JAX_NUM_PROCESSES": str(nodes),
+                     "JAX_COORDINATOR_ADDRESS": f"{hosts[0]}:{COORDINATOR_PORT}",
+                     "JAX_COORDINATOR_PORT": str(COORDINATOR_PORT)})
+        env.append(_index_env("JAX_PROCESS_ID"))
+    elif fw is Framework.XGBOOST:
+        env += _env({"DMLC_TRACKER_URI": hosts[0], "DMLC_TRACKER_PORT": str(COORDINATOR_PORT),
+                     "DMLC_NUM_WORKER": str(nodes)})
+        env.append(_index_env("DMLC_TASK_ID"))
+    elif _is_mpi(request):
+        from mpi_launch.allocation import Host
+
+        path = f"{HOSTFILE_DIR}/{HOSTFILE_KEY}"
+        env += _env(hostfile_env(_mpi_flavour(request), path,
+                                 [Host(h, procs or 1) for h in hosts]))
+    return env
+
+
+def _command(request: SubmitRequest) -> tuple[list[str], list[str]]:
+    plan = request.plan
+    if plan.batch_script is not None:
+        # The script is one argv element of bash, never pasted into another string.
+        return ["/bin/bash", "-c", plan.batch_script, "tbatch-script"], list(plan.args)
+    return list(plan.command), list(plan.args)
+
+
+def _affinity(request: SubmitRequest, options: JobSetOptions) -> dict[str, Any] | None:
+    placement = request.placement
+    if placement is None or not placement.hosts:
+        return None
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{
+            "key": HOSTNAME_LABEL, "operator": "In", "values": sorted(set(placement.hosts)),
+        }]}]}}}
+
+
+def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, labels: dict[str, str],
+                  image: str, command: list[str], args: list[str],
+                  env: list[dict[str, Any]], mpi: bool) -> dict[str, Any]:
+    resources = request.job.spec.trainer.resources_per_node if request.job.spec.trainer else None
+    container: dict[str, Any] = {"name": NODE, "image": image, "env": env}
+    if command:
+        container["command"] = command
+    if args:
+        container["args"] = args
+    if resources is not None and (resources.requests or resources.limits):
+        container["resources"] = {k: v for k, v in (
+            ("requests", _quantities(resources.requests)),
+            ("limits", _quantities(resources.limits))) if v}
+    if request.plan.framework is Framework.TORCH:
+        container["ports"] = [{"containerPort": TORCH_PORT, "name": "rendezvous"}]
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if mpi:
+        container["volumeMounts"] = [{"name": "mpi-hostfile", "mountPath": HOSTFILE_DIR}]
+        spec["volumes"] = [{"name": "mpi-hostfile", "configMap": {
+            "name": hostfile_configmap_name(name),
+            "items": [{"key": HOSTFILE_KEY, "path": HOSTFILE_KEY}]}}]
+    affinity = _affinity(request, options)
+    if affinity is not None:
+        spec["affinity"] = affinity
+    if options.service_account:
+        spec["serviceAccountName"] = options.service_account
+    if options.scheduler_name:
+        spec["schedulerName"] = options.scheduler_name
+    return {"metadata": {"labels": dict(labels)}, "spec": spec}
+
+
+def _replicated_job(rjob: str, count: int, pod: dict[str, Any],
+                    deadline: int | None) -> dict[str, Any]:
+    job_spec: dict[str, Any] = {"parallelism": count, "completions": count,
+                                "completionMode": "Indexed", "backoffLimit": 0,
+                                "template": pod}
+    if deadline:
+        job_spec["activeDeadlineSeconds"] = deadline
+    return {"name": rjob, "replicas": 1,
+            "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+                         "spec": job_spec}}
+
+
+def render_jobset(request: SubmitRequest, options: JobSetOptions,
+                  owner_reference: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JobSet for ``request``. Raises :class:`BackendRejected` for a job that
+    cannot run on Kubernetes (no image, a runtime patch that is not a mapping)."""
+    job = request.job
+    plan = request.plan
+    image = plan.image or options.default_image
+    if not image:
+        raise BackendRejected("spec.trainer.image: required by the Kubernetes back end "
+                              "(the job names no image and the back end has no default_image)")
+    name = jobset_name(request)
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, UID_LABEL: request.job_uid,
+              JOB_ID_LABEL: str(request.job_id), TRAINJOB_NAME_LABEL: job.metadata.name}
+    command, args = _command(request)
+    env = [*_env(dict(plan.env)), *rank_env(name, request)]
+    mpi = _is_mpi(request)
+    deadline = job.spec.active_deadline_seconds
+    replicated: list[dict[str, Any]] = []
+    target = NODE
+    if mpi:
+        launcher_pod = _pod_template(name, request, options, labels, image, command, args,
+                                     env, mpi=True)
+        replicated.append(_replicated_job(LAUNCHER, 1, launcher_pod, deadline))
+        if plan.num_nodes > 1:
+            node_pod = _pod_template(name, request, options, labels, image,
+                                     list(SSHD_COMMAND), [], env, mpi=True)
+            replicated.append(_replicated_job(NODE, plan.num_nodes - 1, node_pod, deadline))
+        target = LAUNCHER
+    else:
+        pod = _pod_template(name, request, options, labels, image, command, args, env,
+                            mpi=False)
+        replicated.append(_replicated_job(NODE, plan.num_nodes, pod, deadline))
+    metadata: dict[str, Any] = {"name": name, "namespace": job.metadata.namespace,
+                                "labels": dict(labels),
+                                "annotations": {UID_LABEL: request.job_uid}}
+    if owner_reference is not None:
+        metadata["ownerReferences"] = [dict(owner_reference)]
+    body: dict[str, Any] = {
+        "apiVersion": API_VERSION, "kind": "JobSet", "metadata": metadata,
+        "spec": {
+            "suspend": bool(job.spec.suspend),
+            "network": {"enableDNSHostnames": True, "subdomain": name,
+                        "publishNotReadyAddresses": True},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [target]},
+            "failurePolicy": {"maxRestarts": 0},
+            "replicatedJobs": replicated,
+        },
+    }
+    for i, patch in enumerate(job.spec.runtime_patches or []):
+        if not isinstance(patch, Mapping):
+            raise BackendRejected(f"spec.runtimePatches[{i}]: must be a mapping")
+        template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        if not isinstance(template, Mapping):
+            raise BackendRejected(
+                f"spec.runtimePatches[{i}].trainingRuntimeSpec.template: must be a mapping")
+        body = _apply_template_patch(body, template)
+    # Whatever the patches said, the bridge's identity labels stay.
+    for rj in body["spec"]["replicatedJobs"]:
+        pod_meta = rj["template"]["spec"]["template"].setdefault("metadata", {})
+        pod_meta.setdefault("labels", {}).update(labels)
+    body["metadata"]["labels"].update(labels)
+    return body
+
+
+def _apply_template_patch(body: dict[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge a Trainer ``JobSetTemplatePatch`` (metadata + spec.replicatedJobs[…]) in."""
+    out = dict(body)
+    if "metadata" in template:
+        meta = dict(out["metadata"])
+        for key in ("labels", "annotations"):
+            if key in template["metadata"]:
+                meta[key] = {**meta.get(key, {}), **template["metadata"][key]}
+        out["metadata"] = meta
+    spec_patch = template.get("spec") or {}
+    if spec_patch:
+        out["spec"] = merge(out["spec"], spec_patch)
+    return out
+
+
+_NAMED_LISTS = frozenset({"replicatedJobs", "containers", "initContainers", "env", "volumes",
+                          "volumeMounts", "ports"})
+
+
+def merge(base: Any, patch: Any, key: str = "") -> Any:
+    """Strategic-merge-like: maps merge recursively; lists of named items (by ``name``)
+    merge item by item (new names appended); other values are replaced."""
+    if isinstance(base, Mapping) and isinstance(patch, Mapping):
+        out = dict(base)
+        for k, v in patch.items():
+            out[k] = merge(base[k], v, k) if k in base else v
+        return out
+    if (key in _NAMED_LISTS and isinstance(base, list) and isinstance(patch, list)
+            and all(isinstance(i, Mapping) and "name" in i for i in [*base, *patch])):
+        merged = [dict(i) for i in base]
+        index = {i["name"]: n for n, i in enumerate(merged)}
+        for item in patch:
+            if item["name"] in index:
+                merged[index[item["name"]]] = merge(merged[index[item["name"]]], item)
+            else:
+                merged.append(dict(item))
+        return merged
+    return patch
+
+
+def hostfile_configmap(name: str, namespace: str, request: SubmitRequest,
+                       owner_uid: str | None) -> dict[str, Any]:
+    """The ConfigMap with the MPI hostfile, owned by the JobSet (garbage-collected with it)."""
+    meta: dict[str, Any] = {"name": hostfile_configmap_name(name), "namespace": namespace,
+                            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                                       UID_LABEL: request.job_uid}}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "JobSet", "name": name,
+                                    "uid": owner_uid, "controller": True,
+                                    "blockOwnerDeletion": True}]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": {HOSTFILE_KEY: hostfile_text(name, request)}}
+
+
+def needs_hostfile(request: SubmitRequest) -> bool:
+    return _is_mpi(request)
+
+
+# --------------------------------------------------------------------------- status
+
+
+def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {str(c.get("type")): c for c in (obj.get("status") or {}).get("conditions") or []
+            if c.get("status") == "True"}
+
+
+def replicated_jobs_status(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JobSet ``status.replicatedJobsStatus`` in the shape of a TrainJob's ``jobsStatus``
+    (name, ready, succeeded, failed, active, suspended: counts of child Jobs)."""
+    out = []
+    for item in (obj.get("status") or {}).get("replicatedJobsStatus") or []:
+        out.append({"name": str(item.get("name", "")),
+                    **{k: int(item.get(k) or 0)
+                       for k in ("ready", "succeeded", "failed", "active", "suspended")}})
+    return out
+
+
+def backend_job_from_jobset(obj: Mapping[str, Any], deleted: bool = False) -> BackendJob | None:
+    """The engine's view of one JobSet (None if it is not one of the bridge's)."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    uid = labels.get(UID_LABEL)
+    if not uid:
+        return None
+    backend_id = f"{meta.get('namespace')}/{meta.get('name')}"
+    conds = _conditions(obj)
+    status = obj.get("status") or {}
+    reason: str | None = None
+    exit_code: int | None = None
+    native = "Created"
+    if "Completed" in conds:
+        state, native, exit_code = BackendState.COMPLETED, "Completed", 0
+    elif "Failed" in conds:
+        c = conds["Failed"]
+        state, native = BackendState.FAILED, "Failed"
+        reason = f"{c.get('reason') or 'Failed'}: {c.get('message') or ''}".rstrip(": ")
+    elif deleted or meta.get("deletionTimestamp"):
+        state, native = BackendState.CANCELLED, "Deleted"
+    elif "Suspended" in conds or (obj.get("spec") or {}).get("suspend"):
+        state, native = BackendState.SUSPENDED, "Suspended"
+    else:
+        rjs = replicated_jobs_status(obj)
+        if any(r["active"] or r["ready"] for r in rjs):
+            state, native = BackendState.RUNNING, "Running"
+        else:
+            state, native, reason = BackendState.PENDING, "Pending", "JobSetCreated"
+    return BackendJob(backend_id=backend_id, job_uid=uid, state=state, native_state=native,
+                      exit_code=exit_code, reason=reason,
+                      queue=str(meta.get("namespace") or "") or None,
+                      start_time=None, end_time=None,
+                      nodes=tuple(str(n) for n in status.get("hpcBridgeNodes") or ()))
+
+
+def split_id(backend_id: str) -> tuple[str, str]:
+    """``namespace/name`` → (namespace, name); raises BackendRejected when malformed."""
+    namespace, sep, name = backend_id.partition("/")
+    if not sep or not namespace or not name:
+        raise BackendRejected(f"not a JobSet id (namespace/name): {backend_id!r}")
+    return namespace, name
+
+
+def failure_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the first failed pod failed (container exit code, reason), for messages."""
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") != "Failed":
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term:
+                code = term.get("exitCode")
+                why = term.get("reason") or "Error"
+                msg = term.get("message") or ""
+                name = (pod.get("metadata") or {}).get("name")
+                return f"pod {name}: container {cs.get('name')} {why}, exit code {code}" + (
+                    f": {msg}" if msg else "")
+    return None

@@ -1,0 +1,205 @@
+"""The connection to a kube-apiserver: client set-up, error classification and a
+resumable list-then-watch (the informer pattern, without a cache library).
+
+Built on ``kubernetes_asyncio`` (the asyncio flavour of the Kubernetes client); it is
+imported here only, so ``bridge`` and the other adapters never load it.
+
+Contracts:
+
+* :func:`classify` turns a client error into the bridge's back-end errors: 5xx, 429,
+  connection and timeout errors are :class:`BackendUnavailable` (retry); 4xx refusals
+  (validation, forbidden, conflict) are :class:`BackendRejected` with the apiserver's
+  message.
+* :meth:`Kube.list_watch` yields ``("SYNC", items)`` after every (re)list — a complete
+  snapshot — then ``(TYPE, object)`` for ``ADDED``/``MODIFIED``/``DELETED``. A watch
+  that ends (server timeout) is resumed from the last resourceVersion (bookmarks keep
+  it fresh); ``410 Gone`` (history compacted, apiserver restarted) re-lists; an
+  unreachable apiserver is retried with capped backoff. It never raises for those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.backend import BackendRejected, BackendUnavailable
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """Where the apiserver is: a kubeconfig (and context), or the in-cluster service
+    account when ``kubeconfig`` is ``None`` and the pod has one."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    request_timeout: float = 10.0
+    #: Server-side timeout of one watch request (it is resumed after).
+    watch_timeout: int = 240
+
+
+def api_status(exc: BaseException) -> int | None:
+    """The HTTP status of a client ``ApiException`` (None for other errors)."""
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def api_message(exc: BaseException) -> str:
+    """The apiserver's ``Status.message`` if the body carries one, else the reason."""
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            data = json.loads(body)
+            if isinstance(data, dict) and data.get("message"):
+                return str(data["message"])
+        except (ValueError, TypeError):
+            pass
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc or type(exc).__name__)
+
+
+class KubeRejected(BackendRejected):
+    """A 4xx answer; ``status`` is its HTTP status (404, 409 …)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def classify(exc: BaseException, what: str) -> BackendUnavailable | KubeRejected:
+    """The back-end error for a failed call (``what`` says what was being done)."""
+    status = api_status(exc)
+    if status is None or status >= 500 or status == 429:
+        text = api_message(exc) if status else (str(exc) or type(exc).__name__)
+        return BackendUnavailable(f"Kubernetes API: {what}: {text}")
+    return KubeRejected(f"Kubernetes API refused to {what} ({status}): {api_message(exc)}",
+                        status)
+
+
+def is_status(exc: BaseException, *statuses: int) -> bool:
+    """Whether ``exc`` is a :class:`KubeRejected` with one of ``statuses``."""
+    return isinstance(exc, KubeRejected) and exc.status in statuses
+
+
+class Kube:
+    """A connected client: ``core`` (CoreV1Api) and ``custom`` (CustomObjectsApi)."""
+
+    def __init__(self, settings: KubeSettings):
+        self.settings = settings
+        self._api: Any = None
+        self.core: Any = None
+        self.custom: Any = None
+
+    async def connect(self) -> None:
+        """Load credentials and check that the apiserver answers (``/version``).
+        Raises :class:`BackendUnavailable` with the reason when it cannot."""
+        try:
+            from kubernetes_asyncio import client, config
+        except ImportError as exc:  # pragma: no cover - a packaging error
+            raise BackendUnavailable(f"kubernetes_asyncio is not installed: {exc}") from exc
+        if self._api is None:
+            cfg = client.Configuration()
+            try:
+                if self.settings.kubeconfig is None:
+                    config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+                else:
+                    await config.load_kube_config(config_file=self.settings.kubeconfig,
+                                                  context=self.settings.context,
+                                                  client_configuration=cfg,
+                                                  persist_config=False)
+            except (config.ConfigException, OSError) as exc:
+                raise BackendUnavailable(f"Kubernetes credentials: {exc}") from exc
+            self._api = client.ApiClient(cfg)
+            self.core = client.CoreV1Api(self._api)
+            self.custom = client.CustomObjectsApi(self._api)
+            self._version = client.VersionApi(self._api)
+        try:
+            await asyncio.wait_for(self._version.get_code(), self.settings.request_timeout)
+        except Exception as exc:
+            raise classify(exc, "reach the apiserver") from exc
+
+    async def close(self) -> None:
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    async def call(self, what: str, fn: Callable[..., Awaitable[Any]], *args: Any,
+                   **kwargs: Any) -> Any:
+        """``await fn(*args, **kwargs)`` with the request timeout; errors classified."""
+        try:
+            return await asyncio.wait_for(fn(*args, **kwargs), self.settings.request_timeout)
+        except (BackendRejected, BackendUnavailable):
+            raise
+        except Exception as exc:
+            raise classify(exc, what) from exc
+
+    async def raw(self, what: str, fn: Callable[..., Awaitable[Any]], *args: Any,
+                  **kwargs: Any) -> Any:
+        """Like :meth:`call` but returns the decoded JSON body (no model classes: lists
+        of pods or nodes are decoded many times faster this way)."""
+        async def go() -> Any:
+            resp = await fn(*args, _preload_content=False, **kwargs)
+            try:
+                return json.loads(await resp.read())
+            finally:
+                resp.release()
+        return await self.call(what, go)
+
+    async def list_watch(self, what: str, list_fn: Callable[..., Awaitable[Any]],
+                         *args: Any, **kwargs: Any,
+                         ) -> AsyncIterator[tuple[str, Any]]:
+        """See the module docstring. ``list_fn`` is a raw-JSON list call (a
+        ``list_*`` of the client); ``args``/``kwargs`` select (label selector …)."""
+        from kubernetes_asyncio import watch
+
+        delay = 0.5
+        rv: str | None = None
+        while True:
+            try:
+                if rv is None:
+                    listing = await self.raw(f"list {what}", list_fn, *args, **kwargs)
+                    rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+                    delay = 0.5
+                    yield "SYNC", list(listing.get("items") or [])
+                w = watch.Watch()
+                async with w:
+                    stream = w.stream(list_fn, *args, resource_version=rv,
+                                      timeout_seconds=self.settings.watch_timeout,
+                                      allow_watch_bookmarks=True, **kwargs)
+                    async for event in stream:
+                        kind = event.get("type", "")
+                        obj = event.get("raw_object")
+                        if w.resource_version:
+                            rv = str(w.resource_version)
+                        if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
+                            yield kind, obj
+                        delay = 0.5
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                status = exc.status if isinstance(exc, KubeRejected) else api_status(exc)
+                if status == 410:
+                    log.info("watch of %s expired (410 Gone); listing again", what)
+                    rv = None
+                    continue
+                if isinstance(exc, BackendRejected):
+                    log.error("cannot list %s: %s", what, exc)
+                else:
+                    log.warning("watch of %s failed: %s", what, api_message(exc))
+                if status is not None and 400 <= status < 500:
+                    rv = None  # e.g. 403 after an RBAC change: start over
+                await asyncio.sleep(delay + random.uniform(0, delay / 2))  # noqa: S311
+                delay = min(delay * 2, 15.0)
+
+
+def label_selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items())

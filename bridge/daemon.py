@@ -133,8 +133,24 @@ def main(argv: list[str] | None = None) -> int:
     p_rt = sub.add_parser("runtimes", help="list the training runtimes (built-in, and the "
                                            "configuration's with --config)")
     p_rt.add_argument("--config", "-c")
+    p_crds = sub.add_parser("crds", help="print the TrainJob, TrainingRuntime and "
+                                         "ClusterTrainingRuntime CRDs (YAML)")
+    p_crds.add_argument("--output", "-o", metavar="DIR",
+                        help="write one file per CRD into DIR instead (charts/hpc-bridge/crds)")
+    p_crds.add_argument("--group", help="API group (default trainer.kubeflow.org; another "
+                                        "lets them sit beside Kubeflow Trainer's)")
     args = parser.parse_args(argv)
 
+    if args.command == "crds":
+        from bridge import crds  # YAML and the JSON schemas: only this command needs them
+        from bridge.model import GROUP
+
+        group = args.group or GROUP
+        if args.output:
+            crds.write_crds(args.output, group, log=print)
+        else:
+            sys.stdout.write(crds.render_crds(group))
+        return 0
     if args.command == "runtimes":
         try:
             extra = load_runtime_files(load_config(args.config).runtimes.paths) if (

@@ -26,7 +26,8 @@ For each of its TrainJobs:
 
 Settings (``[frontdoors.NAME]``, ``kind = "kubernetes"``): ``kubeconfig``, ``context``,
 ``managed_by`` (list), ``backend``, ``allowed_backends`` (list), ``run_as``,
-``namespace_users`` (table), ``status_interval`` (seconds).
+``namespace_users`` (table), ``status_interval`` (seconds), ``namespaces`` (list to
+watch; default all).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class FrontDoorSettings:
     run_as: str = "nobody"
     namespace_users: Mapping[str, str] = field(default_factory=dict)
     status_interval: float = 0.5
+    #: Namespaces to watch (empty: all; then the bridge needs cluster-wide RBAC).
+    namespaces: tuple[str, ...] = ()
 
 
 class TrainJobFrontDoor:
@@ -108,27 +111,43 @@ class TrainJobFrontDoor:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
         writer = asyncio.create_task(self._status_loop(), name=f"{self.name}-status")
+        namespaces = self.settings.namespaces or (None,)
+        watchers = [asyncio.create_task(self._watch(ns), name=f"{self.name}-watch-{ns or 'all'}")
+                    for ns in namespaces]
         try:
-            async for kind, payload in self.kube.list_watch(
-                    "TrainJobs", self.kube.custom.list_cluster_custom_object, TRAINER_GROUP,
-                    TRAINER_VERSION, PLURAL):
-                items = payload if kind == "SYNC" else [payload]
-                if kind == "SYNC":
-                    seen = {str((o.get("metadata") or {}).get("uid")) for o in items}
-                    for gone in set(self._objects) - seen:
-                        self._objects.pop(gone, None)
-                for obj in items:
-                    try:
-                        await self._handle(obj, deleted=kind == "DELETED")
-                    except (BackendUnavailable, BackendRejected) as exc:
-                        log.warning("TrainJob %s: %s (will retry)", _ref(obj), exc)
-                        self._dirty.add(str((obj.get("metadata") or {}).get("uid")))
-                    except Exception:
-                        log.exception("TrainJob %s: handling failed", _ref(obj))
-                self._wake.set()
+            await asyncio.gather(*watchers)
         finally:
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
+            for task in [*watchers, writer]:
+                task.cancel()
+            await asyncio.gather(*watchers, writer, return_exceptions=True)
+
+    async def _watch(self, namespace: str | None) -> None:
+        """Follow the TrainJobs of one namespace (None: all)."""
+        if namespace is None:
+            stream = self.kube.list_watch(
+                "TrainJobs", self.kube.custom.list_cluster_custom_object, TRAINER_GROUP,
+                TRAINER_VERSION, PLURAL)
+        else:
+            stream = self.kube.list_watch(
+                f"TrainJobs in {namespace}", self.kube.custom.list_namespaced_custom_object,
+                TRAINER_GROUP, TRAINER_VERSION, namespace, PLURAL)
+        async for kind, payload in stream:
+            items = payload if kind == "SYNC" else [payload]
+            if kind == "SYNC":
+                seen = {str((o.get("metadata") or {}).get("uid")) for o in items}
+                for gone in [u for u, o in self._objects.items() if u not in seen and (
+                        namespace is None
+                        or (o.get("metadata") or {}).get("namespace") == namespace)]:
+                    self._objects.pop(gone, None)
+            for obj in items:
+                try:
+                    await self._handle(obj, deleted=kind == "DELETED")
+                except (BackendUnavailable, BackendRejected) as exc:
+                    log.warning("TrainJob %s: %s (will retry)", _ref(obj), exc)
+                    self._dirty.add(str((obj.get("metadata") or {}).get("uid")))
+                except Exception:
+                    log.exception("TrainJob %s: handling failed", _ref(obj))
+            self._wake.set()
 
     async def close(self) -> None:
         await self.kube.close()
@@ -371,7 +390,8 @@ def _strings(value: Any, key: str) -> tuple[str, ...]:
 
 KNOWN_SETTINGS = frozenset({"kubeconfig", "context", "managed_by", "backend",
                             "allowed_backends", "run_as", "namespace_users",
-                            "status_interval", "request_timeout", "watch_timeout"})
+                            "status_interval", "request_timeout", "watch_timeout",
+                            "namespaces"})
 
 
 def create(name: str, settings: Mapping[str, Any]) -> TrainJobFrontDoor:
@@ -394,4 +414,5 @@ def create(name: str, settings: Mapping[str, Any]) -> TrainJobFrontDoor:
         run_as=str(settings.get("run_as", "nobody")),
         namespace_users=dict(users),
         status_interval=float(settings.get("status_interval", 0.5)),
+        namespaces=_strings(settings.get("namespaces"), "namespaces"),
     ))

@@ -164,6 +164,8 @@ class Backend(Protocol):
     """A world that runs jobs. All methods may raise :class:`BackendUnavailable`."""
 
     #: Name the back end is configured under (``slurm``, ``flux``, ``kubernetes`` …).
+    #: A back end may also set ``packs_units = True`` when a node of a job is a pod that
+    #: may share a host with others (the engine then places pods, not whole hosts).
     name: str
 
     async def start(self) -> None:

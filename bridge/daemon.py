@@ -25,6 +25,7 @@ from bridge.api import load_tokens, make_app, serve
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
+from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.store import Store
@@ -80,12 +81,18 @@ def build_backends(config: Config) -> dict[str, Backend]:
             for name, section in config.backends.items()}
 
 
+def build_frontdoors(config: Config) -> dict[str, FrontDoor]:
+    return {name: load_frontdoor(section.kind, name, section.settings())
+            for name, section in config.frontdoors.items()}
+
+
 async def run_daemon(config: Config) -> None:
     """Serve until SIGTERM/SIGINT."""
     state_dir = config.daemon.state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
     backends = build_backends(config)
+    frontdoors = build_frontdoors(config)
     e = config.engine
     assert e.default_backend is not None
     catalog = RuntimeCatalog(load_runtime_files(config.runtimes.paths))
@@ -106,13 +113,22 @@ async def run_daemon(config: Config) -> None:
     engine_task = asyncio.create_task(engine.run(), name="engine")
     runner = await serve(app, config.daemon.socket, config.daemon.tcp)
     await engine.ready.wait()
+    door_tasks = [asyncio.create_task(door.run(engine), name=f"frontdoor-{name}")
+                  for name, door in frontdoors.items()]
     sd_notify("READY=1")
     log.info("serving", socket=config.daemon.socket, tcp=config.daemon.tcp,
-             backends=sorted(backends), store=str(state_dir / "bridge.sqlite"))
+             backends=sorted(backends), frontdoors=sorted(frontdoors),
+             store=str(state_dir / "bridge.sqlite"))
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({stopped, engine_task}, return_when=asyncio.FIRST_COMPLETED)
     sd_notify("STOPPING=1")
     log.info("shutting down")
+    for task in door_tasks:
+        task.cancel()
+    await asyncio.gather(*door_tasks, return_exceptions=True)
+    for door in frontdoors.values():
+        with suppress(Exception):
+            await door.close()
     await engine.stop()
     with suppress(asyncio.CancelledError):
         await engine_task
@@ -170,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             load_runtime_files(config.runtimes.paths)
             build_backends(config)
+            build_frontdoors(config)
         except ValueError as exc:
             print(f"hpc-bridge: error: {exc}", file=sys.stderr)
             return 2

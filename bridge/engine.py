@@ -38,7 +38,7 @@ import random
 import time
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -162,7 +162,8 @@ class PlacementDecision:
 
 def plan_placement(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions, mode: str,
                    topology: Topology | None, admitted_at: float, now: float,
-                   backend: str = "the back end") -> PlacementDecision:
+                   backend: str = "the back end", pack_units: bool = False,
+                   ) -> PlacementDecision:
     """The placement decision for one job (pure; docs/placement.md says it in prose).
 
     * mode ``none``, a job naming its own nodes (``--nodelist``), or no inventory yet:
@@ -177,6 +178,8 @@ def plan_placement(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions, 
       ``--switches`` is dropped (the pin enforces it). ``constraints`` keeps
       ``--switches`` with the wait that is left, so that the world enforces it too.
     * A job that does not fit anywhere now is submitted unpinned: the world queues it.
+    * ``pack_units``: a node of the job is a pod, and several may share a host
+      (Kubernetes); otherwise each needs a host of its own (Slurm, Flux).
     """
     if mode == "none":
         return PlacementDecision(mode, note="placement is off for this back end")
@@ -188,6 +191,8 @@ def plan_placement(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions, 
         request = request_from_job(job, plan, options)
     except ValueError as exc:
         return PlacementDecision(mode, note=f"not placed: {exc}")
+    if pack_units:
+        request = replace(request, one_per_host=False)
     best = tree_best_fit(topology, request)
     placement, relaxed, note = best, False, ""
     updates: dict[str, Any] = {}
@@ -488,7 +493,9 @@ class Engine:
         except ValidationError:
             return None
         return plan_placement(rec.job, plan, options, mode, topology, rec.created_at,
-                              time.time(), backend=name)
+                              time.time(), backend=name,
+                              pack_units=bool(getattr(self.backends[name], "packs_units",
+                                                      False)))
 
     def _wait_for_topology(self, rec: JobRecord, decision: PlacementDecision) -> None:
         if rec.reason == WAITING_FOR_TOPOLOGY and rec.message == decision.note:

@@ -85,6 +85,9 @@ class _Pods:
 class KubernetesBackend:
     """:class:`bridge.backend.Backend` on a kube-apiserver with the JobSet controller."""
 
+    #: A TrainJob node is a pod; several may share a Kubernetes node.
+    packs_units = True
+
     def __init__(self, name: str, kube: KubeSettings, options: JobSetOptions):
         self.name = name
         self.kube = Kube(kube)

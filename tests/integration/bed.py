@@ -71,6 +71,8 @@ class Daemon:
     backend_name: str = "slurm"
     backend_kind: str = "slurm"
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: More TOML appended to the configuration (other back ends, front doors).
+    extra_toml: str = ""
     proc: subprocess.Popen[bytes] | None = None
     _client: httpx.Client | None = None
 
@@ -101,7 +103,7 @@ class Daemon:
         lines += [f"{k} = {toml(v)}" for k, v in engine.items()]
         lines += ["", f"[backends.{self.backend_name}]", f"kind = {toml(self.backend_kind)}"]
         lines += [f"{k} = {toml(v)}" for k, v in self.backend_settings.items()]
-        self.config.write_text("\n".join(lines) + "\n")
+        self.config.write_text("\n".join(lines) + "\n\n" + self.extra_toml)
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

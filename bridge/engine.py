@@ -352,7 +352,6 @@ class Engine:
         backend = self.backends.get(record.backend)
         if record.state.active and isinstance(backend, Suspendable):
             self.store.save_document(record.id, job)
-            self._suspend_sent.pop(record.id, None)
             self._wake.set()
             return self.store.get(record.id)
         raise EngineError(f"cannot {'suspend' if suspend else 'resume'} a job in state "
@@ -428,7 +427,10 @@ class Engine:
             if not isinstance(backend, Suspendable) or rec.backend_id is None:
                 continue
             want = bool(rec.job.spec.suspend)
-            if self._suspend_sent.get(rec.id, False) == want or rec.cancel_requested:
+            sent = self._suspend_sent.get(rec.id)
+            if sent is None:  # not sent by this process: what the world last showed
+                sent = rec.reason in ("Suspended", "BackendSuspended")
+            if sent == want or rec.cancel_requested:
                 continue
             try:
                 await backend.set_suspended(rec.backend_id, want)

@@ -203,15 +203,19 @@ class Condition(_Model):
     observed_generation: int | None = None
 
 
-class TrainerStatus(_Model):
-    """Bridge view of the trainer: where it runs and how far it got."""
+class Metric(_Model):
+    name: str
+    value: str
 
-    backend: str | None = None
-    backend_job_id: str | None = None
-    nodes: list[str] | None = None
-    exit_code: int | None = None
-    start_time: str | None = None
-    completion_time: str | None = None
+
+class TrainerStatus(_Model):
+    """Trainer v2.3's ``trainerStatus``: how far the trainer got (the bridge writes
+    ``progressPercentage`` 100 and ``lastUpdatedTime`` once a job completes)."""
+
+    progress_percentage: int | None = None
+    estimated_remaining_seconds: int | None = None
+    metrics: list[Metric] | None = None
+    last_updated_time: str | None = None
 
 
 class TrainJobStatus(_Model):
@@ -344,7 +348,7 @@ def validate_trainjob(job: TrainJob) -> None:
     """Checks that need the whole object; raise :class:`ValidationError` naming fields."""
     errors: list[tuple[str, str]] = []
     name = job.metadata.name
-    if name and (len(name) > 63 or not _DNS1123_LABEL.match(name)):
+    if name and (len(name) > 63 or not _DNS1123_LABEL.fullmatch(name)):
         errors.append(("metadata.name", f"must be a DNS-1123 label (a-z, 0-9, '-', at most 63 "
                                         f"characters), got {name!r}"))
     if job.spec.runtime_ref.api_group != GROUP:

@@ -56,7 +56,7 @@ from k8s_adapter.jobset import (
     replicated_jobs_status,
     split_id,
 )
-from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status, kube_settings
 
 __all__ = ["ANN_ORIGIN", "KubernetesBackend", "create"]
 
@@ -336,9 +336,7 @@ def create(name: str, settings: Mapping[str, Any]) -> KubernetesBackend:
     if unknown:
         raise ValueError(f"backends.{name}: unknown setting(s) {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(sorted(KNOWN_SETTINGS))}")
-    kube = KubeSettings(kubeconfig=settings.get("kubeconfig"), context=settings.get("context"),
-                        request_timeout=float(settings.get("request_timeout", 10.0)),
-                        watch_timeout=int(settings.get("watch_timeout", 240)))
+    kube = kube_settings(f"backends.{name}", settings)
     options = JobSetOptions(default_image=settings.get("default_image"),
                             service_account=settings.get("service_account"),
                             scheduler_name=settings.get("scheduler_name"),

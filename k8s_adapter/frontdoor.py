@@ -48,7 +48,7 @@ from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
 from bridge.store import JobRecord
 from k8s_adapter.backend import ANN_ORIGIN, ORIGIN_KUBERNETES, KubernetesBackend
-from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status, kube_settings
 from k8s_adapter.status import desired_status, failed_status, same_status
 
 if TYPE_CHECKING:
@@ -403,9 +403,7 @@ def create(name: str, settings: Mapping[str, Any]) -> TrainJobFrontDoor:
     users = settings.get("namespace_users") or {}
     if not isinstance(users, Mapping) or not all(isinstance(v, str) for v in users.values()):
         raise ValueError(f"frontdoors.{name}.namespace_users must map namespaces to users")
-    kube = KubeSettings(kubeconfig=settings.get("kubeconfig"), context=settings.get("context"),
-                        request_timeout=float(settings.get("request_timeout", 10.0)),
-                        watch_timeout=int(settings.get("watch_timeout", 240)))
+    kube = kube_settings(f"frontdoors.{name}", settings)
     return TrainJobFrontDoor(name, FrontDoorSettings(
         kube=kube,
         managed_by=_strings(settings.get("managed_by"), "managed_by") or (MANAGED_BY,),

@@ -25,6 +25,7 @@ Labels ``app.kubernetes.io/managed-by=hpc-bridge`` and ``hpc-bridge.io/job-uid``
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -83,7 +84,7 @@ def jobset_name(request: SubmitRequest) -> str:
     """The JobSet's name: the TrainJob's when it makes valid pod hostnames, else a
     cleaned, shortened form with a hash of the uid (stable across retries)."""
     name = request.job.metadata.name or ""
-    if _DNS1035.match(name) and len(name) <= _MAX_NAME:
+    if _DNS1035.fullmatch(name) and len(name) <= _MAX_NAME:
         return name
     clean = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
     clean = re.sub(r"^[^a-z]+", "", clean) or "tj"
@@ -108,7 +109,9 @@ def _index_env(name: str) -> dict[str, Any]:
 
 
 def _is_mpi(request: SubmitRequest) -> bool:
-    return request.plan.framework is Framework.MPI and request.plan.batch_script is None
+    """MPI layout (launcher + sshd nodes + hostfile), for a command or a tbatch script
+    alike: as on Slurm, the script runs once, on the first node, with the hostfile."""
+    return request.plan.framework is Framework.MPI
 
 
 def _hosts(name: str, request: SubmitRequest) -> list[str]:
@@ -308,6 +311,13 @@ def _apply_template_patch(body: dict[str, Any], template: Mapping[str, Any]) -> 
                 meta[key] = {**meta.get(key, {}), **template["metadata"][key]}
         out["metadata"] = meta
     spec_patch = template.get("spec") or {}
+    known = {rj["name"] for rj in out["spec"]["replicatedJobs"]}
+    for i, rj in enumerate(spec_patch.get("replicatedJobs") or []):
+        if not isinstance(rj, Mapping) or rj.get("name") not in known:
+            name = rj.get("name") if isinstance(rj, Mapping) else rj
+            raise BackendRejected(
+                f"spec.runtimePatches: replicatedJobs[{i}] names {name!r}; this runtime's "
+                f"JobSet has {', '.join(sorted(known))}")
     if spec_patch:
         out["spec"] = merge(out["spec"], spec_patch)
     return out
@@ -323,7 +333,7 @@ def merge(base: Any, patch: Any, key: str = "") -> Any:
     if isinstance(base, Mapping) and isinstance(patch, Mapping):
         out = dict(base)
         for k, v in patch.items():
-            out[k] = merge(base[k], v, k) if k in base else v
+            out[k] = merge(base[k], v, k) if k in base else copy.deepcopy(v)
         return out
     if (key in _NAMED_LISTS and isinstance(base, list) and isinstance(patch, list)
             and all(isinstance(i, Mapping) and "name" in i for i in [*base, *patch])):
@@ -333,9 +343,9 @@ def merge(base: Any, patch: Any, key: str = "") -> Any:
             if item["name"] in index:
                 merged[index[item["name"]]] = merge(merged[index[item["name"]]], item)
             else:
-                merged.append(dict(item))
+                merged.append(copy.deepcopy(dict(item)))
         return merged
-    return patch
+    return copy.deepcopy(patch)
 
 
 def hostfile_configmap(name: str, namespace: str, request: SubmitRequest,

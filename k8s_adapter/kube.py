@@ -47,6 +47,22 @@ class KubeSettings:
     watch_timeout: int = 240
 
 
+def kube_settings(section: str, settings: Mapping[str, Any]) -> KubeSettings:
+    """:class:`KubeSettings` from a configuration section; ValueError names a bad key."""
+    def number(key: str, default: float) -> float:
+        value = settings.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError(f"{section}.{key} must be a positive number, got {value!r}")
+        return float(value)
+
+    for key in ("kubeconfig", "context"):
+        if settings.get(key) is not None and not isinstance(settings.get(key), str):
+            raise ValueError(f"{section}.{key} must be a string, got {settings.get(key)!r}")
+    return KubeSettings(kubeconfig=settings.get("kubeconfig"), context=settings.get("context"),
+                        request_timeout=number("request_timeout", 10.0),
+                        watch_timeout=int(number("watch_timeout", 240)))
+
+
 def api_status(exc: BaseException) -> int | None:
     """The HTTP status of a client ``ApiException`` (None for other errors)."""
     status = getattr(exc, "status", None)

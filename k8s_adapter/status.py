@@ -9,7 +9,7 @@ job state      conditions
 Pending        Created=True (reason: why it waits, e.g. BackendUnavailable)
 Suspended      Created=True, Suspended=True
 Submitted      Created=True, Running=False (reason: Submitted / queued)
-Running        Created=True, Running=True  (Suspended=True while held)
+Running        Created=True, Running=True  (held: Running=False, Suspended=True)
 Succeeded      Created=True, Running=False, Complete=True
 Failed         Created=True, Running=False, Failed=True (reason, message)
 Cancelled      Created=True, Running=False, Failed=True (reason Cancelled)

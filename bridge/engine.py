@@ -294,10 +294,13 @@ class Engine:
     def _check_capacity(self, backend: str, num_nodes: int, partition: str | None) -> None:
         """Refuse a job that asks for more nodes than the back end has at all (in the
         partition, if named): Slurm would queue it forever (``PartitionNodeLimit``).
-        Unknown inventory (back end not reached yet) refuses nothing."""
+        Unknown inventory (back end not reached yet), and back ends whose job nodes are
+        pods sharing hosts (Kubernetes), refuse nothing."""
         inventory = self._inventory.get(backend)
         if inventory is None or not inventory.nodes:
             return
+        if getattr(self.backends[backend], "packs_units", False):
+            return  # pods share hosts: any count may fit (the scheduler queues the rest)
         # A node that names no partition (or queue) is taken to be in every one.
         nodes = [n for n in inventory.nodes
                  if partition is None or not n.partitions or partition in n.partitions]

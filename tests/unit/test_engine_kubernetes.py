@@ -1,0 +1,120 @@
+"""What the engine does differently for a back end whose job nodes are pods
+(``packs_units``) and that can suspend running jobs (:class:`Suspendable`)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bridge.backend import Inventory, NodeInfo, Suspendable
+from bridge.engine import Engine, EngineError, EngineSettings, plan_placement
+from bridge.model import ValidationError
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import SchedulingOptions
+from bridge.states import JobState
+from bridge.store import Store
+from bridge.topology import topology_from_inventory
+from tests.unit.test_engine_placement import ALICE, FakeBackend, settle, trainjob
+
+RACKS = {"rack-1": ((), ("n1", "n2")), "rack-2": ((), ("n3", "n4")),
+         "block": (("rack-1", "rack-2"), ())}
+
+
+def pods_inventory() -> Inventory:
+    return Inventory(nodes=tuple(NodeInfo(f"n{i}", "IDLE", 32, 32, 256_000, 256_000)
+                                 for i in range(1, 5)), switches=RACKS)
+
+
+class PodBackend(FakeBackend):
+    """Packs pods; suspends running jobs."""
+
+    packs_units = True
+
+    def __init__(self, inv: Inventory) -> None:
+        super().__init__(inv)
+        self.suspends: list[tuple[str, bool]] = []
+
+    async def set_suspended(self, backend_id: str, suspend: bool) -> None:
+        self.suspends.append((backend_id, suspend))
+
+
+def _engine(tmp_path: Path, backend: FakeBackend, mode: str = "nodelist") -> Engine:
+    return Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+                  EngineSettings(default_backend="slurm", placement={"slurm": mode},
+                                 placement_max_age=0.0))
+
+
+def test_packing_places_four_pods_in_one_rack_where_hosts_would_take_two_racks() -> None:
+    job = trainjob(nodes=4)
+    job.spec.trainer.resources_per_node = {"requests": {"cpu": "16"}}  # type: ignore[union-attr,assignment]
+    plan = RuntimeCatalog().resolve(job)
+    topo = topology_from_inventory(pods_inventory())
+    packed = plan_placement(job, plan, SchedulingOptions(), "nodelist", topo, 0.0, 0.0,
+                            pack_units=True)
+    hosts = plan_placement(job, plan, SchedulingOptions(), "nodelist", topo, 0.0, 0.0)
+    assert packed.placement is not None and packed.placement.leaf_domains == ("rack-1",)
+    assert sorted(packed.placement.hosts) == ["n1", "n2"]
+    assert packed.placement.units == (2, 2)
+    assert hosts.placement is not None and len(hosts.placement.leaf_domains) == 2
+
+
+async def test_more_nodes_than_hosts_is_refused_only_when_nodes_are_hosts(
+        tmp_path: Path) -> None:
+    for backend, refused in ((FakeBackend(pods_inventory()), True),
+                             (PodBackend(pods_inventory()), False)):
+        e = _engine(tmp_path / type(backend).__name__, backend)
+        e._set_inventory("slurm", pods_inventory())
+        if refused:
+            with pytest.raises(ValidationError, match="8 nodes requested"):
+                e.admit(trainjob(nodes=8), ALICE)
+        else:
+            assert e.admit(trainjob(nodes=8), ALICE).state is JobState.PENDING
+
+
+async def test_a_running_job_is_suspended_and_resumed_through_a_suspendable_back_end(
+        tmp_path: Path) -> None:
+    backend = PodBackend(pods_inventory())
+    assert isinstance(backend, Suspendable)
+    e = _engine(tmp_path, backend)
+    rec = e.admit(trainjob(nodes=1), ALICE)
+    await settle(e)
+    rec = e.store.get(rec.id)
+    assert rec.state is JobState.SUBMITTED and rec.backend_id
+
+    rec = e.set_suspend(rec, True, ALICE)
+    assert rec.job.spec.suspend is True
+    await e.reconcile_once()
+    assert backend.suspends == [(rec.backend_id, True)]
+    await e.reconcile_once()  # sent once, not every pass
+    assert len(backend.suspends) == 1
+    assert e.store.get(rec.id).reason == "Suspended"
+
+    e.set_suspend(e.store.get(rec.id), False, ALICE)
+    await e.reconcile_once()
+    assert backend.suspends[-1] == (rec.backend_id, False)
+    assert e.store.get(rec.id).reason == "Resumed"
+
+
+async def test_a_restarted_engine_sends_a_suspend_the_world_has_not_applied(
+        tmp_path: Path) -> None:
+    backend = PodBackend(pods_inventory())
+    e = _engine(tmp_path, backend)
+    rec = e.admit(trainjob(nodes=1), ALICE)
+    await settle(e)
+    e.set_suspend(e.store.get(rec.id), True, ALICE)  # the daemon dies before sending it
+    again = Engine(e.store, {"slurm": backend}, RuntimeCatalog(), e.settings)
+    await again.reconcile_once()
+    assert backend.suspends == [(e.store.get(rec.id).backend_id, True)]
+
+
+async def test_a_running_job_of_a_back_end_that_cannot_suspend_is_refused(
+        tmp_path: Path) -> None:
+    backend = FakeBackend(pods_inventory())
+    e = _engine(tmp_path, backend)
+    rec = e.admit(trainjob(nodes=1), ALICE)
+    await settle(e)
+    with pytest.raises(EngineError, match="cannot suspend"):
+        e.set_suspend(e.store.get(rec.id), True, ALICE)
+    await asyncio.sleep(0)

@@ -39,6 +39,7 @@ from bridge.backend import (
 )
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
+from k8s_adapter import sshauth
 from k8s_adapter.inventory import inventory_from_nodes
 from k8s_adapter.jobset import (
     GROUP,
@@ -134,12 +135,22 @@ class KubernetesBackend:
                     f"(its {UID_LABEL} is {labels.get(UID_LABEL)!r})") from None
             log.info("JobSet %s/%s already exists for this job; adopted", namespace, name)
         if needs_hostfile(request):
-            cm = hostfile_configmap(name, namespace, request, created["metadata"].get("uid"))
+            owner_uid = created["metadata"].get("uid")
+            cm = hostfile_configmap(name, namespace, request, owner_uid)
             try:
                 await self.kube.call(f"create ConfigMap {namespace}/{cm['metadata']['name']}",
                                      self.kube.core.create_namespaced_config_map, namespace, cm)
             except BackendRejected as exc:
                 if not is_status(exc, 409):
+                    raise
+            private, public = await sshauth.keypair()
+            secret = sshauth.secret(name, namespace, dict(cm["metadata"]["labels"]), owner_uid,
+                                    private, public)
+            try:
+                await self.kube.call(f"create Secret {namespace}/{secret['metadata']['name']}",
+                                     self.kube.core.create_namespaced_secret, namespace, secret)
+            except BackendRejected as exc:
+                if not is_status(exc, 409):  # made by an earlier attempt: keys are immutable
                     raise
         return f"{namespace}/{name}"
 

@@ -15,7 +15,8 @@ Layout (``jobset.x-k8s.io/v1alpha2``), one JobSet per TrainJob, named like it:
 * MPI runtimes: replicatedJob ``launcher`` (1 pod, runs the command: ``mpirun …``)
   before ``node`` (the other pods run ``sshd``, Trainer's image convention); the
   hostfile (from :mod:`mpi_launch.hostfile`) is a ConfigMap ``<name>-mpi-hostfile``
-  mounted at ``/etc/mpi`` and named by the launcher's variables;
+  mounted at ``/etc/mpi`` and named by the launcher's variables; the SSH keys are the
+  Secret ``<name>-mpi-ssh-auth`` at ``/root/.ssh`` (:mod:`k8s_adapter.sshauth`);
 * ``spec.runtimePatches`` (Trainer ≥ 2.3) are merged last: maps merge, lists of named
   items (replicatedJobs, containers, env, volumes …) merge by ``name``.
 
@@ -34,6 +35,7 @@ from typing import Any
 
 from bridge.backend import BackendJob, BackendRejected, BackendState, SubmitRequest
 from bridge.runtimes import Framework
+from k8s_adapter import sshauth
 from mpi_launch.allocation import jobset_allocation
 from mpi_launch.hostfile import hostfile_env, render_hostfile
 
@@ -211,10 +213,12 @@ def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, lab
         container["ports"] = [{"containerPort": TORCH_PORT, "name": "rendezvous"}]
     spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
     if mpi:
-        container["volumeMounts"] = [{"name": "mpi-hostfile", "mountPath": HOSTFILE_DIR}]
+        container["volumeMounts"] = [{"name": "mpi-hostfile", "mountPath": HOSTFILE_DIR},
+                                     sshauth.volume_mount()]
         spec["volumes"] = [{"name": "mpi-hostfile", "configMap": {
             "name": hostfile_configmap_name(name),
-            "items": [{"key": HOSTFILE_KEY, "path": HOSTFILE_KEY}]}}]
+            "items": [{"key": HOSTFILE_KEY, "path": HOSTFILE_KEY, "mode": 0o444}]}},
+            sshauth.volume(name)]
     affinity = _affinity(request, options)
     if affinity is not None:
         spec["affinity"] = affinity

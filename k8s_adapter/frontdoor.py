@@ -43,9 +43,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
+from bridge.engine import EngineError
 from bridge.model import ANN_BACKEND, MANAGED_BY, ValidationError, load_trainjob
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
+from bridge.states import JobState
 from bridge.store import JobRecord
 from k8s_adapter.backend import ANN_ORIGIN, ORIGIN_KUBERNETES, KubernetesBackend
 from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status, kube_settings
@@ -139,6 +141,9 @@ class TrainJobFrontDoor:
                         namespace is None
                         or (o.get("metadata") or {}).get("namespace") == namespace)]:
                     self._objects.pop(gone, None)
+            if kind == "SYNC":
+                self._cancel_orphans(namespace, {str((o.get("metadata") or {}).get("uid"))
+                                                 for o in items})
             for obj in items:
                 try:
                     await self._handle(obj, deleted=kind == "DELETED")
@@ -151,6 +156,22 @@ class TrainJobFrontDoor:
 
     async def close(self) -> None:
         await self.kube.close()
+
+    def _cancel_orphans(self, namespace: str | None, listed: set[str]) -> None:
+        """Cancel unfinished jobs whose TrainJob is gone from a full listing (deleted
+        while the bridge was away, with its finalizer removed by hand)."""
+        assert self._engine is not None
+        live = [JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobState.RUNNING]
+        for rec in self._engine.store.list_jobs(live, origin=ORIGIN):
+            if rec.uid in listed or rec.cancel_requested or (
+                    namespace is not None and rec.namespace != namespace):
+                continue
+            log.warning("TrainJob %s/%s is gone: cancelling job %d", rec.namespace, rec.name,
+                        rec.id)
+            try:
+                self._engine.cancel(rec, ROOT)
+            except EngineError as exc:
+                log.warning("job %d: %s", rec.id, exc)
 
     # -- one TrainJob ----------------------------------------------------------------
 
@@ -182,8 +203,6 @@ class TrainJobFrontDoor:
             return
         want = bool((obj.get("spec") or {}).get("suspend"))
         if not rec.state.terminal and want != bool(rec.job.spec.suspend):
-            from bridge.engine import EngineError
-
             try:
                 self._engine.set_suspend(rec, want, ROOT)
                 log.info("TrainJob %s %s", _ref(obj), "suspended" if want else "resumed")
@@ -194,8 +213,6 @@ class TrainJobFrontDoor:
         assert self._engine is not None
         if rec is not None and not rec.state.terminal:
             if not rec.cancel_requested:
-                from bridge.engine import EngineError
-
                 try:
                     self._engine.cancel(rec, ROOT)
                     log.info("TrainJob %s deleted: cancelling job %d", _ref(obj), rec.id)
@@ -224,8 +241,6 @@ class TrainJobFrontDoor:
         if FINALIZER not in (meta.get("finalizers") or []):
             obj = await self._add_finalizer(obj)
             meta = obj.get("metadata") or {}
-        from bridge.engine import EngineError
-
         try:
             job = load_trainjob(_document(obj), f"TrainJob {_ref(obj)}")
             annotations = job.metadata.annotations

@@ -66,6 +66,8 @@ ORIGIN = "kubernetes"
 ROOT = Owner(uid=0, gid=0, user="root")
 #: Annotation on a refused TrainJob: the generation that was refused.
 ANN_REFUSED = "hpc-bridge.io/refused-generation"
+#: Seconds before a TrainJob whose handling failed is handled again.
+RETRY_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class TrainJobFrontDoor:
         #: uid -> the status last written (or read), to write only changes.
         self._written: dict[str, dict[str, Any]] = {}
         self._dirty: set[str] = set()
+        #: uid -> when to handle the TrainJob again (its last handling failed).
+        self._retry: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._engine: Engine | None = None
 
@@ -149,7 +153,8 @@ class TrainJobFrontDoor:
                     await self._handle(obj, deleted=kind == "DELETED")
                 except (BackendUnavailable, BackendRejected) as exc:
                     log.warning("TrainJob %s: %s (will retry)", _ref(obj), exc)
-                    self._dirty.add(str((obj.get("metadata") or {}).get("uid")))
+                    self._retry[str((obj.get("metadata") or {}).get("uid"))] = (
+                        time.monotonic() + RETRY_SECONDS)
                 except Exception:
                     log.exception("TrainJob %s: handling failed", _ref(obj))
             self._wake.set()
@@ -277,7 +282,7 @@ class TrainJobFrontDoor:
             _content_type=MERGE_PATCH)
         await self._remove_finalizer(obj)
 
-    async def _add_finalizer(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def _add_finalizer(self, obj: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
         meta = obj.get("metadata") or {}
         finalizers = list(meta.get("finalizers") or [])
         ops: list[dict[str, Any]] = [
@@ -287,10 +292,22 @@ class TrainJobFrontDoor:
             ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
         else:
             ops.append({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
-        result: dict[str, Any] = await self.kube.call(
-            f"add the finalizer to TrainJob {_ref(obj)}",
-            self.kube.custom.patch_namespaced_custom_object, TRAINER_GROUP, TRAINER_VERSION,
-            meta.get("namespace"), PLURAL, meta.get("name"), ops, _content_type=JSON_PATCH)
+        try:
+            result: dict[str, Any] = await self.kube.call(
+                f"add the finalizer to TrainJob {_ref(obj)}",
+                self.kube.custom.patch_namespaced_custom_object, TRAINER_GROUP,
+                TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"), ops,
+                _content_type=JSON_PATCH)
+        except BackendRejected as exc:
+            if not is_status(exc, 422) or fresh:
+                raise
+            # Changed since this copy was read: read it again and try once more.
+            latest: dict[str, Any] = await self.kube.call(
+                f"get TrainJob {_ref(obj)}", self.kube.custom.get_namespaced_custom_object,
+                TRAINER_GROUP, TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"))
+            if FINALIZER in ((latest.get("metadata") or {}).get("finalizers") or []):
+                return latest
+            return await self._add_finalizer(latest, fresh=True)
         return result
 
     async def _remove_finalizer(self, obj: Mapping[str, Any]) -> None:
@@ -320,6 +337,7 @@ class TrainJobFrontDoor:
         store = self._engine.store
         watermark = 0.0
         while True:
+            await self._retry_due()
             with_margin = watermark - 2.0
             watermark = time.time()
             changed = store.list_jobs(origin=ORIGIN, updated_after=with_margin)
@@ -342,6 +360,25 @@ class TrainJobFrontDoor:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.status_interval)
+
+    async def _retry_due(self) -> None:
+        """Handle again the TrainJobs whose last handling failed (apiserver down,
+        a conflict): their next watch event may be long in coming."""
+        now = time.monotonic()
+        for uid, at in list(self._retry.items()):
+            if at > now:
+                continue
+            del self._retry[uid]
+            obj = self._objects.get(uid)
+            if obj is None:
+                continue
+            try:
+                await self._handle(obj, deleted=False)
+            except (BackendUnavailable, BackendRejected) as exc:
+                log.warning("TrainJob %s: %s (will retry)", _ref(obj), exc)
+                self._retry[uid] = now + RETRY_SECONDS
+            except Exception:
+                log.exception("TrainJob %s: handling failed", _ref(obj))
 
     def _jobs_status(self, rec: JobRecord) -> list[dict[str, Any]] | None:
         assert self._engine is not None

@@ -22,6 +22,7 @@ The store is synchronous on purpose: every call is a few small indexed statement
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -105,9 +106,10 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE jobs ADD COLUMN placement TEXT")
     table_sql = conn.execute(
         "SELECT sql FROM sqlite_master WHERE type='table' AND name='jobs'").fetchone()[0]
-    if "UNIQUE (namespace, name)" in table_sql:
-        new_sql = table_sql.replace(",\n    UNIQUE (namespace, name)", "").replace(
-            "CREATE TABLE jobs", "CREATE TABLE jobs_v3", 1)
+    unique = re.compile(r",\s*UNIQUE\s*\(\s*namespace\s*,\s*name\s*\)")
+    if unique.search(table_sql):
+        new_sql = re.sub(r"^CREATE TABLE\s+\"?jobs\"?", "CREATE TABLE jobs_v3",
+                         unique.sub("", table_sql), count=1)
         conn.execute("PRAGMA foreign_keys=OFF")
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -387,6 +389,20 @@ class Store:
         """The job with this uid (a TrainJob's ``metadata.uid``), or None."""
         row = self._db.execute("SELECT * FROM jobs WHERE uid=?", (uid,)).fetchone()
         return _row_to_record(row) if row is not None else None
+
+    def by_uids(self, uids: Sequence[str], states: Sequence[JobState] | None = None,
+                ) -> list[JobRecord]:
+        """The jobs with these uids (in these states, if given), oldest first."""
+        found: list[JobRecord] = []
+        for start in range(0, len(uids), 500):  # SQLite's bound-parameter limit
+            chunk = list(uids[start:start + 500])
+            sql = f"SELECT * FROM jobs WHERE uid IN ({','.join('?' * len(chunk))})"
+            args: list[Any] = chunk
+            if states is not None:
+                sql += f" AND state IN ({','.join('?' * len(states))})"
+                args = [*chunk, *(s.value for s in states)]
+            found += [_row_to_record(r) for r in self._db.execute(sql + " ORDER BY id", args)]
+        return sorted(found, key=lambda r: r.id)
 
     def list_jobs(self, states: Sequence[JobState] | None = None, user: str | None = None,
                   backend: str | None = None, origin: str | None = None,

@@ -118,3 +118,48 @@ def test_a_version_1_database_gains_the_placement_column(tmp_path: Path) -> None
     assert again.get(rec.id).placement == {"hosts": ["n1"]}
     version = again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     assert version[0] == "3"
+
+
+def test_a_name_is_free_again_once_its_job_has_finished(tmp_path: Path) -> None:
+    """As in Kubernetes: a TrainJob deleted and created again under its name."""
+    store = Store.open(tmp_path / "s.sqlite")
+    first = store.add(job("again"), ALICE, "slurm")  # type: ignore[arg-type]
+    with pytest.raises(DuplicateJob):
+        store.add(job("again"), ALICE, "slurm")  # type: ignore[arg-type]
+    store.transition(first.id, JobState.CANCELLED, "Cancelled")
+    second = store.add(job("again"), ALICE, "slurm")  # type: ignore[arg-type]
+    assert second.id != first.id
+    assert store.find("again").id == second.id
+
+
+def test_a_version_2_database_drops_its_table_wide_name_constraint(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite"
+    store = Store.open(path)
+    done = store.add(job("kept"), ALICE, "slurm")  # type: ignore[arg-type]
+    store.transition(done.id, JobState.FAILED, "X", "kept message")
+    store.close()
+    # Rebuild the table as version 2 had it: UNIQUE (namespace, name) on every row.
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA foreign_keys=OFF")
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name='jobs'").fetchone()[0]
+    conn.execute(sql.replace("CREATE TABLE jobs", "CREATE TABLE old_jobs").replace(
+        "placement         TEXT\n)", "placement         TEXT,\n    UNIQUE (namespace, name)\n)"))
+    conn.execute("INSERT INTO old_jobs SELECT * FROM jobs")
+    conn.execute("DROP TABLE jobs")
+    conn.execute("ALTER TABLE old_jobs RENAME TO jobs")
+    conn.commit()
+    conn.close()
+    again = Store.open(path)
+    assert again.get(done.id).message == "kept message"
+    assert len(again.transitions(done.id)) == 2
+    assert again.add(job("kept"), ALICE, "slurm").name == "kept"  # type: ignore[arg-type]
+
+
+def test_by_uids_reads_just_those_jobs_in_chunks(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    recs = [store.add(job(f"j{i}"), ALICE, "slurm") for i in range(3)]  # type: ignore[arg-type]
+    store.transition(recs[1].id, JobState.SUBMITTED, "Submitted")
+    uids = [recs[2].uid, recs[0].uid, *(f"missing-{i}" for i in range(1200))]
+    assert [r.id for r in store.by_uids(uids)] == [recs[0].id, recs[2].id]
+    assert [r.id for r in store.by_uids([r.uid for r in recs], [JobState.SUBMITTED])] == [
+        recs[1].id]

@@ -643,7 +643,11 @@ class Engine:
     def apply_status(self, name: str, batch: StatusBatch) -> None:
         """Move tracked jobs of back end ``name`` according to one status batch."""
         seen = {bj.job_uid: bj for bj in batch.jobs}
-        tracked = self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING], backend=name)
+        active = [JobState.SUBMITTED, JobState.RUNNING]
+        # A change batch concerns its own jobs only: read just those (a watch sends a
+        # batch per event; reading every tracked job each time costs jobs x events).
+        tracked = (self.store.list_jobs(active, backend=name) if batch.complete
+                   else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
         for rec in tracked:
             bj = seen.get(rec.uid)
             if bj is None or bj.backend_id != rec.backend_id:

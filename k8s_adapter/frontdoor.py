@@ -68,6 +68,8 @@ ROOT = Owner(uid=0, gid=0, user="root")
 ANN_REFUSED = "hpc-bridge.io/refused-generation"
 #: Seconds before a TrainJob whose handling failed is handled again.
 RETRY_SECONDS = 2.0
+#: TrainJobs handled at once (their finalizer and status calls overlap).
+HANDLE_CONCURRENCY = 16
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,10 @@ class TrainJobFrontDoor:
         self._dirty: set[str] = set()
         #: uid -> when to handle the TrainJob again (its last handling failed).
         self._retry: dict[str, float] = {}
+        #: uid -> the newest event not handled yet; uid -> the task handling its events.
+        self._latest: dict[str, tuple[dict[str, Any], bool]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
         self._wake = asyncio.Event()
         self._engine: Engine | None = None
 
@@ -123,9 +129,10 @@ class TrainJobFrontDoor:
         try:
             await asyncio.gather(*watchers)
         finally:
-            for task in [*watchers, writer]:
+            tasks = [*watchers, writer, *self._workers.values()]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*watchers, writer, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch(self, namespace: str | None) -> None:
         """Follow the TrainJobs of one namespace (None: all)."""
@@ -149,15 +156,32 @@ class TrainJobFrontDoor:
                 self._cancel_orphans(namespace, {str((o.get("metadata") or {}).get("uid"))
                                                  for o in items})
             for obj in items:
-                try:
-                    await self._handle(obj, deleted=kind == "DELETED")
-                except (BackendUnavailable, BackendRejected) as exc:
-                    log.warning("TrainJob %s: %s (will retry)", _ref(obj), exc)
-                    self._retry[str((obj.get("metadata") or {}).get("uid"))] = (
-                        time.monotonic() + RETRY_SECONDS)
-                except Exception:
-                    log.exception("TrainJob %s: handling failed", _ref(obj))
-            self._wake.set()
+                self._enqueue(obj, deleted=kind == "DELETED")
+
+    def _enqueue(self, obj: dict[str, Any], deleted: bool) -> None:
+        """Handle ``obj`` soon: TrainJobs are handled concurrently (their API calls
+        overlap, at most ``HANDLE_CONCURRENCY`` at once), one TrainJob's events in
+        order, a burst of them for one TrainJob coalesced into its latest."""
+        uid = str((obj.get("metadata") or {}).get("uid"))
+        self._latest[uid] = (obj, deleted)
+        if uid not in self._workers:
+            self._workers[uid] = asyncio.create_task(self._work(uid), name=f"trainjob-{uid}")
+
+    async def _work(self, uid: str) -> None:
+        try:
+            while uid in self._latest:
+                obj, deleted = self._latest.pop(uid)
+                async with self._slots:
+                    try:
+                        await self._handle(obj, deleted=deleted)
+                    except (BackendUnavailable, BackendRejected) as exc:
+                        log.warning("TrainJob %s: %s (will retry)", _ref(obj), exc)
+                        self._retry[uid] = time.monotonic() + RETRY_SECONDS
+                    except Exception:
+                        log.exception("TrainJob %s: handling failed", _ref(obj))
+                self._wake.set()
+        finally:
+            self._workers.pop(uid, None)
 
     async def close(self) -> None:
         await self.kube.close()
@@ -370,15 +394,8 @@ class TrainJobFrontDoor:
                 continue
             del self._retry[uid]
             obj = self._objects.get(uid)
-            if obj is None:
-                continue
-            try:
-                await self._handle(obj, deleted=False)
-            except (BackendUnavailable, BackendRejected) as exc:
-                log.warning("TrainJob %s: %s (will retry)", _ref(obj), exc)
-                self._retry[uid] = now + RETRY_SECONDS
-            except Exception:
-                log.exception("TrainJob %s: handling failed", _ref(obj))
+            if obj is not None and uid not in self._latest:
+                self._enqueue(obj, deleted=False)
 
     def _jobs_status(self, rec: JobRecord) -> list[dict[str, Any]] | None:
         assert self._engine is not None

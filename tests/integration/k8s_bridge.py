@@ -21,7 +21,7 @@ KWOK_FAIL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 
 
 def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
-               **door: Any) -> Daemon:
+               parallel_submits: int = 16, **door: Any) -> Daemon:
     """A daemon (not started) for ``namespace``; ``door`` overrides front-door settings."""
     labels = k8s.env.get("K8S_TOPOLOGY_LABELS", "kubernetes.io/hostname").split(",")
     settings: dict[str, Any] = {"kind": "kubernetes", "kubeconfig": k8s.kubeconfig,
@@ -38,7 +38,7 @@ def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
                   {"kubeconfig": k8s.kubeconfig, "placement": "nodelist",
                    "topology_labels": labels},
                   backend_name="kubernetes", backend_kind="kubernetes",
-                  engine_settings={"max_parallel_submits": 16},
+                  engine_settings={"max_parallel_submits": parallel_submits},
                   extra_toml="\n".join(extra) + "\n")
 
 

@@ -4,6 +4,7 @@ restarted mid-run. Nothing is lost, nothing is submitted twice.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections import Counter
@@ -53,12 +54,21 @@ def test_bridge_killed_in_the_middle_of_100_trainjobs_loses_none_and_doubles_non
                        command=["true"]) for i in range(80)]
     on_slurm = [trainjob(f"s-{i:03d}", runtime="plain", nodes=1, image=None, backend="slurm",
                          command=["true"]) for i in range(20)]
-    apply(k8s, ns, *[d for pair in zip(on_k8s[::4], on_slurm, strict=True) for d in pair],
-          *[d for i, d in enumerate(on_k8s) if i % 4])
+    docs = [*[d for pair in zip(on_k8s[::4], on_slurm, strict=True) for d in pair],
+            *[d for i, d in enumerate(on_k8s) if i % 4]]
+    # kubectl creates them one by one (seconds for 100); the bridge works meanwhile.
+    applying = subprocess.Popen(
+        [k8s.kubectl_path, "--kubeconfig", k8s.kubeconfig, "-n", ns, "create", "-f", "-"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert applying.stdin is not None
+    applying.stdin.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    applying.stdin.close()
 
-    # Kill -9 once some, not all, are in their worlds.
-    k8s.wait_for(lambda: len(jobsets(k8s, ns)) >= 20, 60, "20 JobSets")
+    # Kill -9 as soon as the first are in their worlds (the rest follow within seconds).
+    k8s.wait_for(lambda: k8s.kubectl("-n", ns, "get", "jobsets.jobset.x-k8s.io", "-o", "name"
+                                     ).stdout.strip(), 60, "the first JobSet")
     bridge.kill()
+    assert applying.wait(120) == 0
     made_before = len(jobsets(k8s, ns))
     assert made_before < 80, "the bridge finished before it was killed: kill sooner"
     time.sleep(1)

@@ -124,6 +124,8 @@ class EngineSettings:
 DEFAULT_PLACEMENT_MODE = "constraints"
 #: Slurm's default ``max_switch_wait``: how long ``--switches=N`` without ``@T`` waits.
 DEFAULT_SWITCH_WAIT_SECONDS = 300.0
+#: At most this many statuses of not-yet-recorded submissions are kept.
+EARLY_STATUS_LIMIT = 10_000
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
 
@@ -251,6 +253,8 @@ class Engine:
         self._cancel_sent: dict[int, float] = {}
         #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
         self._suspend_sent: dict[int, bool] = {}
+        #: uid -> status a back end reported while the job was still Pending here.
+        self._early: dict[str, BackendJob] = {}
         self._missing: dict[int, tuple[int, float]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
@@ -461,11 +465,16 @@ class Engine:
         for rec in records:
             bj = found.get(rec.uid)
             if bj is not None:
-                self.store.transition(rec.id, JobState.SUBMITTED, "Adopted",
-                                      f"found {name} job {bj.backend_id} after restart",
-                                      backend_id=bj.backend_id, submitting_since=None)
+                adopted = self.store.transition(
+                    rec.id, JobState.SUBMITTED, "Adopted",
+                    f"found {name} job {bj.backend_id} after restart",
+                    backend_id=bj.backend_id, submitting_since=None)
                 log.info("adopted job found in back end", job_id=rec.id,
                          backend_id=bj.backend_id)
+                # The lookup is the world's word now; a watch may never mention it again
+                # (a job that finished while the daemon was away).
+                self._early.pop(rec.uid, None)
+                self._apply_one(adopted, bj)
                 continue
             if rec.cancel_requested:
                 self.store.transition(rec.id, JobState.CANCELLED, "Cancelled",
@@ -562,8 +571,12 @@ class Engine:
                 message = f"{name} job {backend_id}"
                 if decision is not None and decision.relaxed:
                     message += f"; {decision.note}"
-                self.store.transition(rec.id, JobState.SUBMITTED, "Submitted", message,
-                                      backend_id=backend_id, submitting_since=None)
+                submitted = self.store.transition(rec.id, JobState.SUBMITTED, "Submitted",
+                                                  message, backend_id=backend_id,
+                                                  submitting_since=None)
+                early = self._early.pop(rec.uid, None)
+                if early is not None and early.backend_id == backend_id:
+                    self._apply_one(submitted, early)
                 # The world changed: the next placement reads the inventory again.
                 self._inventory_at[name] = 0.0
                 log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id,
@@ -648,6 +661,15 @@ class Engine:
         # batch per event; reading every tracked job each time costs jobs x events).
         tracked = (self.store.list_jobs(active, backend=name) if batch.complete
                    else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
+        # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
+        # before the submit call has returned. Kept, and applied once it is recorded.
+        untracked = [u for u in seen if u not in {r.uid for r in tracked}]
+        if untracked:
+            for rec in self.store.by_uids(untracked, [JobState.PENDING]):
+                if rec.backend == name:
+                    self._early[rec.uid] = seen[rec.uid]
+                    while len(self._early) > EARLY_STATUS_LIMIT:
+                        self._early.pop(next(iter(self._early)))
         for rec in tracked:
             bj = seen.get(rec.uid)
             if bj is None or bj.backend_id != rec.backend_id:

@@ -4,11 +4,20 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
 
-from bridge.backend import Inventory, NodeInfo, Suspendable
+from bridge.backend import (
+    BackendJob,
+    BackendState,
+    Inventory,
+    NodeInfo,
+    StatusBatch,
+    Suspendable,
+)
 from bridge.engine import Engine, EngineError, EngineSettings, plan_placement
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog
@@ -118,3 +127,45 @@ async def test_a_running_job_of_a_back_end_that_cannot_suspend_is_refused(
     with pytest.raises(EngineError, match="cannot suspend"):
         e.set_suspend(e.store.get(rec.id), True, ALICE)
     await asyncio.sleep(0)
+
+
+async def test_a_status_seen_before_the_submit_is_recorded_is_applied_after_it(
+        tmp_path: Path) -> None:
+    """A watch can report a job before the submit call returns; a JobSet that finishes at
+    once is never reported again, so that early word must not be lost."""
+    backend = PodBackend(pods_inventory())
+    e = _engine(tmp_path, backend)
+    rec = e.admit(trainjob(nodes=1), ALICE)
+    done = BackendJob(backend_id="101", job_uid=rec.uid, state=BackendState.COMPLETED,
+                      native_state="Completed", exit_code=0)
+    e.apply_status("slurm", StatusBatch((done,), complete=False, at=time.time()))
+    assert e.store.get(rec.id).state is JobState.PENDING
+    await settle(e)  # the submit returns "101"
+    assert e.store.get(rec.id).state is JobState.SUCCEEDED
+
+
+class AdoptingBackend(PodBackend):
+    """Knows a finished job carrying the uid (the daemon died after submitting it)."""
+
+    def __init__(self, inv: Inventory, found: dict[str, BackendJob]) -> None:
+        super().__init__(inv)
+        self.found = found
+
+    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
+        return {u: bj for u, bj in self.found.items() if u in job_uids}
+
+
+async def test_an_adopted_job_takes_the_state_the_lookup_found(tmp_path: Path) -> None:
+    found: dict[str, BackendJob] = {}
+    backend = AdoptingBackend(pods_inventory(), found)
+    e = _engine(tmp_path, backend)
+    rec = e.admit(trainjob(nodes=1), ALICE)
+    # A submit was attempted by a daemon that died: attempts 1, not recorded.
+    e.store.update(rec.id, attempts=1, submitting_since=time.time() - 3600)
+    found[rec.uid] = BackendJob(backend_id="ns/j", job_uid=rec.uid,
+                                state=BackendState.COMPLETED, native_state="Completed",
+                                exit_code=0)
+    await settle(e)
+    after = e.store.get(rec.id)
+    assert after.state is JobState.SUCCEEDED and after.backend_id == "ns/j"
+    assert backend.submitted == []

@@ -32,6 +32,7 @@ from bridge.backend import (
     BackendJob,
     BackendRejected,
     BackendState,
+    BackendUnavailable,
     Inventory,
     Owner,
     StatusBatch,
@@ -107,6 +108,10 @@ class KubernetesBackend:
     # -- jobs ------------------------------------------------------------------------
 
     async def submit(self, request: SubmitRequest) -> str:
+        """Create the JobSet (see the module docstring). An MPI job's ConfigMap and
+        SSH Secret are created *first* (a retry finds them: 409 is fine), so that the
+        JobSet never exists without them; once it exists they are handed to it as
+        owner (garbage-collected with it)."""
         job = request.job
         owner_ref = None
         if job.metadata.annotations.get(ANN_ORIGIN) == ORIGIN_KUBERNETES and job.metadata.uid:
@@ -117,6 +122,24 @@ class KubernetesBackend:
         body = render_jobset(request, self.options, owner_ref)
         namespace = body["metadata"]["namespace"]
         name = jobset_name(request)
+        dependents: list[tuple[str, Any, Any, dict[str, Any]]] = []
+        if needs_hostfile(request):
+            cm = hostfile_configmap(name, namespace, request, None)
+            private, public = await sshauth.keypair()
+            secret = sshauth.secret(name, namespace, dict(cm["metadata"]["labels"]), None,
+                                    private, public)
+            dependents = [
+                ("ConfigMap", self.kube.core.create_namespaced_config_map,
+                 self.kube.core.patch_namespaced_config_map, cm),
+                ("Secret", self.kube.core.create_namespaced_secret,
+                 self.kube.core.patch_namespaced_secret, secret)]
+            for kind, create_fn, _, obj in dependents:
+                try:
+                    await self.kube.call(f"create {kind} {namespace}/{obj['metadata']['name']}",
+                                         create_fn, namespace, obj)
+                except BackendRejected as exc:
+                    if not is_status(exc, 409):  # made by an earlier attempt: keep it
+                        raise
         try:
             created = await self.kube.call(
                 f"create JobSet {namespace}/{name}",
@@ -134,24 +157,18 @@ class KubernetesBackend:
                     f"a JobSet named {namespace}/{name} exists and is not this job's "
                     f"(its {UID_LABEL} is {labels.get(UID_LABEL)!r})") from None
             log.info("JobSet %s/%s already exists for this job; adopted", namespace, name)
-        if needs_hostfile(request):
-            owner_uid = created["metadata"].get("uid")
-            cm = hostfile_configmap(name, namespace, request, owner_uid)
+        owned = {"metadata": {"ownerReferences": [{
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "JobSet", "name": name,
+            "uid": created["metadata"].get("uid"), "controller": True,
+            "blockOwnerDeletion": True}]}}
+        for kind, _, patch_fn, obj in dependents:
             try:
-                await self.kube.call(f"create ConfigMap {namespace}/{cm['metadata']['name']}",
-                                     self.kube.core.create_namespaced_config_map, namespace, cm)
-            except BackendRejected as exc:
-                if not is_status(exc, 409):
-                    raise
-            private, public = await sshauth.keypair()
-            secret = sshauth.secret(name, namespace, dict(cm["metadata"]["labels"]), owner_uid,
-                                    private, public)
-            try:
-                await self.kube.call(f"create Secret {namespace}/{secret['metadata']['name']}",
-                                     self.kube.core.create_namespaced_secret, namespace, secret)
-            except BackendRejected as exc:
-                if not is_status(exc, 409):  # made by an earlier attempt: keys are immutable
-                    raise
+                await self.kube.call(f"hand {kind} {obj['metadata']['name']} to its JobSet",
+                                     patch_fn, obj["metadata"]["name"], namespace, owned)
+            except (BackendRejected, BackendUnavailable) as exc:
+                # The job runs; only the clean-up of this object is at stake.
+                log.error("%s %s/%s is not owned by its JobSet (delete it by hand after "
+                          "the job): %s", kind, namespace, obj["metadata"]["name"], exc)
         return f"{namespace}/{name}"
 
     async def _list_jobsets(self) -> list[dict[str, Any]]:

@@ -7,9 +7,10 @@ imported here only, so ``bridge`` and the other adapters never load it.
 Contracts:
 
 * :func:`classify` turns a client error into the bridge's back-end errors: 5xx, 429,
-  connection and timeout errors are :class:`BackendUnavailable` (retry); 4xx refusals
-  (validation, forbidden, conflict) are :class:`BackendRejected` with the apiserver's
-  message.
+  401/403 (the bridge's credentials or RBAC: an admin fixes them, no job should fail
+  for it), connection and timeout errors are :class:`BackendUnavailable` (retry);
+  other 4xx refusals (validation, conflict, not found) are :class:`KubeRejected` with
+  the apiserver's message and status.
 * :meth:`Kube.list_watch` yields ``("SYNC", items)`` after every (re)list — a complete
   snapshot — then ``(TYPE, object)`` for ``ADDED``/``MODIFIED``/``DELETED``. A watch
   that ends (server timeout) is resumed from the last resourceVersion (bookmarks keep
@@ -97,6 +98,12 @@ def classify(exc: BaseException, what: str) -> BackendUnavailable | KubeRejected
     if status is None or status >= 500 or status == 429:
         text = api_message(exc) if status else (str(exc) or type(exc).__name__)
         return BackendUnavailable(f"Kubernetes API: {what}: {text}")
+    if status in (401, 403):
+        # The bridge's own credentials or RBAC, not the job: retried (with backoff)
+        # until an admin fixes them, so that no job is failed for it.
+        return BackendUnavailable(f"Kubernetes API refused to {what} ({status}): "
+                                  f"{api_message(exc)} (check the bridge's credentials and "
+                                  f"RBAC: charts/hpc-bridge/files/rbac.yaml)")
     return KubeRejected(f"Kubernetes API refused to {what} ({status}): {api_message(exc)}",
                         status)
 

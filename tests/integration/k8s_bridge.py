@@ -21,10 +21,13 @@ KWOK_FAIL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 
 
 def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
-               parallel_submits: int = 16, **door: Any) -> Daemon:
-    """A daemon (not started) for ``namespace``; ``door`` overrides front-door settings."""
+               parallel_submits: int = 16, kubeconfig: str | None = None,
+               **door: Any) -> Daemon:
+    """A daemon (not started) for ``namespace``; ``door`` overrides front-door settings;
+    ``kubeconfig`` replaces the bed's admin one (e.g. a service account's)."""
+    kubeconfig = kubeconfig or k8s.kubeconfig
     labels = k8s.env.get("K8S_TOPOLOGY_LABELS", "kubernetes.io/hostname").split(",")
-    settings: dict[str, Any] = {"kind": "kubernetes", "kubeconfig": k8s.kubeconfig,
+    settings: dict[str, Any] = {"kind": "kubernetes", "kubeconfig": kubeconfig,
                                 "namespaces": [namespace], "backend": "kubernetes",
                                 "allowed_backends": ["slurm"] if slurm else [],
                                 "run_as": "alice", "status_interval": 0.3, **door}
@@ -35,7 +38,7 @@ def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
                   f"rest_version = {json.dumps(slurm.get('SLURM_REST_VERSION', 'v0.0.38'))}",
                   f"jwt_key = {json.dumps(slurm['SLURM_JWT_KEY'])}"]
     return Daemon(fresh_daemon_dir("k8s"),
-                  {"kubeconfig": k8s.kubeconfig, "placement": "nodelist",
+                  {"kubeconfig": kubeconfig, "placement": "nodelist",
                    "topology_labels": labels},
                   backend_name="kubernetes", backend_kind="kubernetes",
                   engine_settings={"max_parallel_submits": parallel_submits},

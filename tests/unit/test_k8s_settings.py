@@ -175,7 +175,17 @@ def test_errors_without_status_are_unavailable(exc: BaseException) -> None:
     assert str(err).rstrip() != "Kubernetes API: list nodes:"  # says something
 
 
-@pytest.mark.parametrize("status", [400, 403, 404, 409, 422])
+@pytest.mark.parametrize("status", [401, 403])
+def test_credentials_and_rbac_refusals_are_retried_not_fatal(status: int) -> None:
+    """A job must not fail because the bridge's RBAC lacks a verb: an admin fixes it."""
+    err = classify(api_error(status, "Forbidden", status_body(
+        'secrets is forbidden: User "system:serviceaccount:x:hpc-bridge" cannot create', status)),
+        "create Secret team-a/train-mpi-ssh-auth")
+    assert isinstance(err, BackendUnavailable)
+    assert "cannot create" in str(err) and "RBAC" in str(err)
+
+
+@pytest.mark.parametrize("status", [400, 404, 409, 422])
 def test_client_errors_are_rejections_with_the_apiserver_message(status: int) -> None:
     message = 'JobSet.jobset.x-k8s.io "train" is invalid: spec.replicatedJobs[0].name: ...'
     err = classify(api_error(status, "Unprocessable Entity", status_body(message, status)),

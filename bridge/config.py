@@ -127,6 +127,15 @@ class Config(BaseModel):
         elif default not in self.backends:
             raise ValueError(f"engine.default_backend {default!r} is not a configured back end "
                              f"({', '.join(self.backends)})")
+        # A front door's back ends (where its jobs go) must exist.
+        for name, door in self.frontdoors.items():
+            extra = door.settings()
+            named = [("backend", extra.get("backend"))] + [
+                ("allowed_backends", b) for b in extra.get("allowed_backends") or []]
+            for key, backend in named:
+                if backend is not None and backend not in self.backends:
+                    raise ValueError(f"frontdoors.{name}.{key}: {backend!r} is not a configured "
+                                     f"back end ({', '.join(self.backends)})")
         return self
 
 

@@ -31,10 +31,25 @@ def test_minimal_config_defaults(tmp_path: Path) -> None:
     ("[daemon\n", "malformed TOML"),
     ("[engine]\npoll_interval = -1\n[backends.s]\nkind='slurm'\n", "engine.poll_interval"),
     ("[daemon]\nsokcet = '/x'\n[backends.s]\nkind='slurm'\n", "daemon.sokcet"),
+    ("[backends.s]\nkind='slurm'\n[frontdoors.k]\nkind='kubernetes'\nbackend='k8s'\n",
+     "frontdoors.k.backend: 'k8s' is not a configured"),
+    ("[backends.s]\nkind='slurm'\n[frontdoors.k]\nkind='kubernetes'\n"
+     "allowed_backends=['s', 'flux']\n", "frontdoors.k.allowed_backends: 'flux'"),
+    ("[backends.s]\nkind='slurm'\n[frontdoors.k]\nbackend='s'\n", "frontdoors.k.kind"),
 ])
 def test_bad_config_names_the_key(tmp_path: Path, text: str, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         load_config(write(tmp_path, text))
+
+
+def test_front_doors_are_configured_beside_back_ends(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "[backends.slurm]\nkind='slurm'\n"
+                                      "[backends.k8s]\nkind='kubernetes'\n"
+                                      "[frontdoors.trainjobs]\nkind='kubernetes'\n"
+                                      "backend='k8s'\nallowed_backends=['slurm']\n"))
+    assert cfg.frontdoors["trainjobs"].kind == "kubernetes"
+    assert cfg.frontdoors["trainjobs"].settings() == {"backend": "k8s",
+                                                      "allowed_backends": ["slurm"]}
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"hpc-bridge: error: {exc}", file=sys.stderr)
             return 2
-        print(f"{args.config}: OK ({', '.join(config.backends)})")
+        doors = f"; front doors: {', '.join(config.frontdoors)}" if config.frontdoors else ""
+        print(f"{args.config}: OK ({', '.join(config.backends)}{doors})")
         return 0
     configure_logging(config.daemon.log_format, config.daemon.log_level)
     try:

@@ -12,7 +12,9 @@
 * ``cancel`` deletes the JobSet with ``propagationPolicy: Foreground`` (its Jobs and
   pods go first); ``set_suspended`` patches ``spec.suspend``.
 * ``inventory`` is nodes' allocatable minus the requests of the pods on them, with
-  the topology from the configured node labels (:mod:`k8s_adapter.inventory`).
+  the topology from the configured node labels (:mod:`k8s_adapter.inventory`), kept
+  from a watch of the nodes and of the bound, unfinished pods (no API call per
+  placement).
 
 Settings (``[backends.NAME]``, ``kind = "kubernetes"``): ``kubeconfig`` (absent: the
 in-cluster service account), ``context``, ``default_image``, ``service_account``,
@@ -74,6 +76,47 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 MAX_LOG_BYTES = 1 << 20
 
 
+#: Pods that hold capacity: bound to a node and not finished.
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclass
+class _Capacity:
+    """Nodes and bound pods as the watches last showed them (by namespace/name)."""
+
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    synced: set[str] = field(default_factory=set)
+    version: int = 0
+    cached: tuple[int, Inventory] | None = None
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
+
+
+def _trim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the inventory reads of a node or pod (a pod's manifest can be large)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+
+    def resources(cs: Any) -> list[dict[str, Any]]:
+        return [{"resources": c.get("resources") or {}} for c in cs or []]
+
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "labels": meta.get("labels") or {}},
+            "spec": {"nodeName": spec.get("nodeName"), "unschedulable": spec.get("unschedulable"),
+                     "taints": spec.get("taints") or [],
+                     "containers": resources(spec.get("containers")),
+                     "initContainers": resources(spec.get("initContainers"))},
+            "status": {"phase": status.get("phase"),
+                       "allocatable": status.get("allocatable") or {},
+                       "conditions": [{"type": c.get("type"), "status": c.get("status")}
+                                      for c in status.get("conditions") or []]}}
+
+
 @dataclass
 class _Pods:
     """What the pod watch knows of one job's pods (by pod name)."""
@@ -96,6 +139,7 @@ class KubernetesBackend:
         self.options = options
         self._jobsets: dict[str, dict[str, Any]] = {}
         self._pods: dict[str, _Pods] = {}
+        self._capacity = _Capacity()
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -305,7 +349,12 @@ class KubernetesBackend:
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=False, at=time.time()))
 
         tasks = [asyncio.create_task(jobsets(), name=f"{self.name}-watch-jobsets"),
-                 asyncio.create_task(pods(), name=f"{self.name}-watch-pods")]
+                 asyncio.create_task(pods(), name=f"{self.name}-watch-pods"),
+                 asyncio.create_task(self._follow_capacity("nodes", self.kube.core.list_node),
+                                     name=f"{self.name}-watch-nodes"),
+                 asyncio.create_task(self._follow_capacity(
+                     "bound pods", self.kube.core.list_pod_for_all_namespaces,
+                     field_selector=BOUND_PODS), name=f"{self.name}-watch-bound-pods")]
         try:
             while True:
                 yield await queue.get()
@@ -316,11 +365,34 @@ class KubernetesBackend:
 
     # -- capacity and output ---------------------------------------------------------
 
+    async def _follow_capacity(self, what: str, list_fn: Any, **selector: Any) -> None:
+        """Keep the nodes (or the pods bound to them) the inventory is computed from,
+        as an informer does: a placement then costs no API call."""
+        cache = self._capacity.nodes if what == "nodes" else self._capacity.pods
+        async for kind, payload in self.kube.list_watch(what, list_fn, **selector):
+            if kind == "SYNC":
+                cache.clear()
+                cache.update({_key(o): _trim(o) for o in payload})
+                self._capacity.synced.add(what)
+            elif kind == "DELETED":  # also: a pod that finished left the selection
+                cache.pop(_key(payload), None)
+            else:
+                cache[_key(payload)] = _trim(payload)
+            self._capacity.version += 1
+
     async def inventory(self) -> Inventory:
+        """From the watched nodes and bound pods once both are listed; before that (and
+        when the status watch is not running) from one list of each."""
+        cap = self._capacity
+        if cap.synced >= {"nodes", "bound pods"}:
+            if cap.cached is None or cap.cached[0] != cap.version:
+                cap.cached = (cap.version, inventory_from_nodes(
+                    list(cap.nodes.values()), list(cap.pods.values()),
+                    self.options.topology_labels))
+            return cap.cached[1]
         nodes = await self.kube.raw("list nodes", self.kube.core.list_node)
-        pods = await self.kube.raw(
-            "list pods", self.kube.core.list_pod_for_all_namespaces,
-            field_selector="status.phase!=Succeeded,status.phase!=Failed")
+        pods = await self.kube.raw("list pods", self.kube.core.list_pod_for_all_namespaces,
+                                   field_selector=BOUND_PODS)
         return inventory_from_nodes(nodes.get("items") or [], pods.get("items") or [],
                                     self.options.topology_labels)
 

@@ -215,3 +215,20 @@ def test_placement_on_the_test_bed_stays_in_one_rack() -> None:
     topo = topology_from_inventory(inventory_from_nodes(bed_nodes(), [], LEVELS))
     placed = tree_best_fit(topo, PlacementRequest(count=3, cpu_millis=16000))
     assert placed.fits and sorted(placed.leaf_domains) == ["rack-1", "rack-2"]
+
+
+@pytest.mark.parametrize("changes", [{}, {"unschedulable": True},
+                                     {"taints": [{"key": "k", "effect": "NoExecute"}]},
+                                     {"ready": "False"}])
+def test_the_watch_cache_keeps_what_the_inventory_reads(changes: dict[str, Any]) -> None:
+    """The back end keeps trimmed nodes and pods from its watches: the inventory of the
+    trimmed objects is the inventory of the full ones."""
+    from k8s_adapter.backend import _trim
+
+    nodes = bed_nodes(**{"kwok-node-2": changes})
+    pods = [pod("kwok-node-1", container("1500m", "1Gi", 2)),
+            pod("kwok-node-2", container("1", "1Gi"), init=[container("4", "2Gi", 1)]),
+            pod("kwok-node-3", container("8", "8Gi", 4), phase="Pending")]
+    full = inventory_from_nodes(nodes, pods, LEVELS)
+    trimmed = inventory_from_nodes([_trim(n) for n in nodes], [_trim(p) for p in pods], LEVELS)
+    assert trimmed == full

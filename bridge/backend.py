@@ -211,21 +211,27 @@ class Suspendable(Protocol):
 ENTRY_POINT_GROUP = "hpc_bridge.backends"
 
 
-def load_backend(kind: str, name: str, settings: dict[str, Any]) -> Backend:
-    """Build the back end registered as ``kind`` in the ``hpc_bridge.backends`` group.
+def load_plugin(group: str, noun: str, kind: str, name: str, settings: dict[str, Any]) -> Any:
+    """Call the entry point ``kind`` of ``group`` with ``(name, settings)``.
 
-    The entry point is a callable ``(name, settings) -> Backend``. Raises ``ValueError``
-    naming the known kinds if ``kind`` is not registered, or with the import error if
-    the adapter cannot be loaded (e.g. the ``flux`` module is missing).
+    Raises ``ValueError`` naming the known kinds if ``kind`` is not registered, or with
+    the import error if the adapter cannot be loaded (e.g. the ``flux`` module is
+    missing); ``noun`` ("back end", "front door") words the messages.
     """
-    eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    eps = {ep.name: ep for ep in entry_points(group=group)}
     if kind not in eps:
-        raise ValueError(f"unknown back-end kind {kind!r}; known: {', '.join(sorted(eps))}")
+        raise ValueError(f"unknown {noun} kind {kind!r}; known: {', '.join(sorted(eps))}")
     try:
         factory = eps[kind].load()
     except ImportError as exc:
-        raise ValueError(f"back end {kind!r} cannot be loaded: {exc}") from exc
-    backend = factory(name, settings)
+        raise ValueError(f"{noun} {kind!r} cannot be loaded: {exc}") from exc
+    return factory(name, settings)
+
+
+def load_backend(kind: str, name: str, settings: dict[str, Any]) -> Backend:
+    """Build the back end registered as ``kind`` in the ``hpc_bridge.backends`` group
+    (a callable ``(name, settings) -> Backend``); ValueError as :func:`load_plugin`."""
+    backend = load_plugin(ENTRY_POINT_GROUP, "back-end", kind, name, settings)
     if not isinstance(backend, Backend):
         raise ValueError(f"entry point {kind!r} did not build a Backend")
     return backend

@@ -11,8 +11,9 @@ cancelled.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from bridge.backend import load_plugin
 
 if TYPE_CHECKING:
     from bridge.engine import Engine
@@ -34,14 +35,7 @@ class FrontDoor(Protocol):
 def load_frontdoor(kind: str, name: str, settings: dict[str, Any]) -> FrontDoor:
     """Build the front door registered as ``kind``; ValueError names the known kinds or
     the adapter's complaint about its settings."""
-    eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    if kind not in eps:
-        raise ValueError(f"unknown front-door kind {kind!r}; known: {', '.join(sorted(eps))}")
-    try:
-        factory = eps[kind].load()
-    except ImportError as exc:
-        raise ValueError(f"front door {kind!r} cannot be loaded: {exc}") from exc
-    door = factory(name, settings)
+    door = load_plugin(ENTRY_POINT_GROUP, "front-door", kind, name, settings)
     if not isinstance(door, FrontDoor):
         raise ValueError(f"entry point {kind!r} did not build a FrontDoor")
     return door

@@ -53,6 +53,8 @@ from k8s_adapter.jobset import (
     VERSION,
     JobSetOptions,
     backend_job_from_jobset,
+    container_failure,
+    controller_reference,
     hostfile_configmap,
     jobset_name,
     needs_hostfile,
@@ -72,7 +74,6 @@ ANN_ORIGIN = "hpc-bridge.io/origin"
 ORIGIN_KUBERNETES = "kubernetes"
 DEFAULT_TOPOLOGY_LABELS = ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 MAX_LOG_BYTES = 1 << 20
 
 
@@ -159,10 +160,8 @@ class KubernetesBackend:
         job = request.job
         owner_ref = None
         if job.metadata.annotations.get(ANN_ORIGIN) == ORIGIN_KUBERNETES and job.metadata.uid:
-            owner_ref = {"apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}",
-                         "kind": "TrainJob", "name": job.metadata.name,
-                         "uid": job.metadata.uid, "controller": True,
-                         "blockOwnerDeletion": True}
+            owner_ref = controller_reference(f"{TRAINER_GROUP}/{TRAINER_VERSION}", "TrainJob",
+                                             job.metadata.name, job.metadata.uid)
         body = render_jobset(request, self.options, owner_ref)
         namespace = body["metadata"]["namespace"]
         name = jobset_name(request)
@@ -170,7 +169,7 @@ class KubernetesBackend:
         if needs_hostfile(request):
             cm = hostfile_configmap(name, namespace, request, None)
             private, public = await sshauth.keypair()
-            secret = sshauth.secret(name, namespace, dict(cm["metadata"]["labels"]), None,
+            secret = sshauth.secret(name, namespace, dict(cm["metadata"]["labels"]),
                                     private, public)
             dependents = [
                 ("ConfigMap", self.kube.core.create_namespaced_config_map,
@@ -201,10 +200,8 @@ class KubernetesBackend:
                     f"a JobSet named {namespace}/{name} exists and is not this job's "
                     f"(its {UID_LABEL} is {labels.get(UID_LABEL)!r})") from None
             log.info("JobSet %s/%s already exists for this job; adopted", namespace, name)
-        owned = {"metadata": {"ownerReferences": [{
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "JobSet", "name": name,
-            "uid": created["metadata"].get("uid"), "controller": True,
-            "blockOwnerDeletion": True}]}}
+        owned = {"metadata": {"ownerReferences": [controller_reference(
+            f"{GROUP}/{VERSION}", "JobSet", name, created["metadata"].get("uid"))]}}
         for kind, _, patch_fn, obj in dependents:
             try:
                 await self.kube.call(f"hand {kind} {obj['metadata']['name']} to its JobSet",
@@ -288,18 +285,8 @@ class KubernetesBackend:
             pods.nodes[name] = str(node)
         status = obj.get("status") or {}
         if status.get("phase") == "Failed":
-            for cs in status.get("containerStatuses") or []:
-                term = (cs.get("state") or {}).get("terminated") or {}
-                if term:
-                    why = f"container {cs.get('name')} {term.get('reason') or 'Error'}, " \
-                          f"exit code {term.get('exitCode')}"
-                    if term.get("message"):
-                        why += f": {term['message']}"
-                    pods.failed[name] = (term.get("exitCode"), why)
-                    break
-            else:
-                pods.failed[name] = (None, status.get("reason") or status.get("message")
-                                     or "pod failed")
+            pods.failed[name] = container_failure(obj) or (
+                None, status.get("reason") or status.get("message") or "pod failed")
         index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
         rjob = (meta.get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name")
         if index == "0" and (pods.first is None or rjob == "launcher"):

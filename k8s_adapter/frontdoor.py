@@ -105,6 +105,9 @@ class TrainJobFrontDoor:
         #: uid -> the newest event not handled yet; uid -> the task handling its events.
         self._latest: dict[str, tuple[dict[str, Any], bool]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        #: uid -> the ``metadata.generation`` whose spec was handled (admitted, suspend
+        #: followed): later events of that generation are echoes of status writes.
+        self._handled: dict[str, Any] = {}
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
         self._wake = asyncio.Event()
         self._engine: Engine | None = None
@@ -216,6 +219,7 @@ class TrainJobFrontDoor:
         if deleted:
             self._objects.pop(uid, None)
             self._written.pop(uid, None)
+            self._handled.pop(uid, None)
             rec = self._engine.store.get_by_uid(uid)
             if rec is not None and not rec.state.terminal and not rec.cancel_requested:
                 # Deleted without our finalizer (removed by hand): still stop the job.
@@ -223,12 +227,17 @@ class TrainJobFrontDoor:
             return
         self._objects[uid] = obj
         self._dirty.add(uid)
+        generation = meta.get("generation")
+        if (not meta.get("deletionTimestamp") and generation is not None
+                and self._handled.get(uid) == generation):
+            return  # a status or metadata echo (our own writes): the spec is as handled
         rec = self._engine.store.get_by_uid(uid)
         if meta.get("deletionTimestamp"):
             await self._deleting(obj, rec)
             return
         if rec is None:
-            await self._admit(obj)
+            if await self._admit(obj):
+                self._handled[uid] = generation
             return
         want = bool((obj.get("spec") or {}).get("suspend"))
         if not rec.state.terminal and want != bool(rec.job.spec.suspend):
@@ -237,6 +246,7 @@ class TrainJobFrontDoor:
                 log.info("TrainJob %s %s", _ref(obj), "suspended" if want else "resumed")
             except EngineError as exc:
                 log.warning("TrainJob %s: %s", _ref(obj), exc)
+        self._handled[uid] = generation
 
     async def _deleting(self, obj: dict[str, Any], rec: JobRecord | None) -> None:
         assert self._engine is not None
@@ -261,12 +271,14 @@ class TrainJobFrontDoor:
                                         f"{user!r}, which does not exist here")]) from None
         return Owner(uid=pw.pw_uid, gid=pw.pw_gid, user=user)
 
-    async def _admit(self, obj: dict[str, Any]) -> None:
+    async def _admit(self, obj: dict[str, Any]) -> bool:
+        """Admit the TrainJob, or refuse it with a Failed condition (True: this
+        generation is dealt with; API errors propagate, to be retried)."""
         assert self._engine is not None
         meta = obj.get("metadata") or {}
         generation = str(meta.get("generation") or "")
         if (meta.get("annotations") or {}).get(ANN_REFUSED) == generation and generation:
-            return  # refused before and unchanged since
+            return True  # refused before and unchanged since
         if FINALIZER not in (meta.get("finalizers") or []):
             obj = await self._add_finalizer(obj)
             meta = obj.get("metadata") or {}
@@ -288,8 +300,9 @@ class TrainJobFrontDoor:
                                      origin=ORIGIN)
         except (ValidationError, EngineError) as exc:
             await self._refuse(obj, str(exc))
-            return
+            return True
         log.info("TrainJob %s admitted as job %d on %s", _ref(obj), rec.id, rec.backend)
+        return True
 
     async def _refuse(self, obj: dict[str, Any], message: str) -> None:
         meta = obj.get("metadata") or {}

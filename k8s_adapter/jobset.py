@@ -36,7 +36,7 @@ from typing import Any
 from bridge.backend import BackendJob, BackendRejected, BackendState, SubmitRequest
 from bridge.runtimes import Framework
 from k8s_adapter import sshauth
-from mpi_launch.allocation import jobset_allocation
+from mpi_launch.allocation import Host, jobset_allocation
 from mpi_launch.hostfile import hostfile_env, render_hostfile
 
 GROUP = "jobset.x-k8s.io"
@@ -131,8 +131,6 @@ def _hosts(name: str, request: SubmitRequest) -> list[str]:
 
 def hostfile_text(name: str, request: SubmitRequest) -> str:
     """The MPI hostfile of the job's pods (``mpi_launch`` renders it)."""
-    from mpi_launch.allocation import Host
-
     slots = request.plan.proc_per_node or 1
     flavour = _mpi_flavour(request)
     return render_hostfile(flavour, [Host(h, slots) for h in _hosts(name, request)])
@@ -170,8 +168,6 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
                      "DMLC_NUM_WORKER": str(nodes)})
         env.append(_index_env("DMLC_TASK_ID"))
     elif _is_mpi(request):
-        from mpi_launch.allocation import Host
-
         path = f"{HOSTFILE_DIR}/{HOSTFILE_KEY}"
         env += _env(hostfile_env(_mpi_flavour(request), path,
                                  [Host(h, procs or 1) for h in hosts]))
@@ -186,7 +182,7 @@ def _command(request: SubmitRequest) -> tuple[list[str], list[str]]:
     return list(plan.command), list(plan.args)
 
 
-def _affinity(request: SubmitRequest, options: JobSetOptions) -> dict[str, Any] | None:
+def _affinity(request: SubmitRequest) -> dict[str, Any] | None:
     placement = request.placement
     if placement is None or not placement.hosts:
         return None
@@ -219,7 +215,7 @@ def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, lab
             "name": hostfile_configmap_name(name),
             "items": [{"key": HOSTFILE_KEY, "path": HOSTFILE_KEY, "mode": 0o444}]}},
             sshauth.volume(name)]
-    affinity = _affinity(request, options)
+    affinity = _affinity(request)
     if affinity is not None:
         spec["affinity"] = affinity
     if options.service_account:
@@ -352,6 +348,13 @@ def merge(base: Any, patch: Any, key: str = "") -> Any:
     return copy.deepcopy(patch)
 
 
+def controller_reference(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    """An ``ownerReferences`` entry making ``name`` the object's controller (the object
+    is garbage-collected with it, and cannot outlive a foreground delete)."""
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
 def hostfile_configmap(name: str, namespace: str, request: SubmitRequest,
                        owner_uid: str | None) -> dict[str, Any]:
     """The ConfigMap with the MPI hostfile, owned by the JobSet (garbage-collected with it)."""
@@ -359,9 +362,7 @@ def hostfile_configmap(name: str, namespace: str, request: SubmitRequest,
                             "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE,
                                        UID_LABEL: request.job_uid}}
     if owner_uid:
-        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "JobSet", "name": name,
-                                    "uid": owner_uid, "controller": True,
-                                    "blockOwnerDeletion": True}]
+        meta["ownerReferences"] = [controller_reference(API_VERSION, "JobSet", name, owner_uid)]
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
             "data": {HOSTFILE_KEY: hostfile_text(name, request)}}
 
@@ -433,18 +434,26 @@ def split_id(backend_id: str) -> tuple[str, str]:
     return namespace, name
 
 
+def container_failure(pod: Mapping[str, Any]) -> tuple[int | None, str] | None:
+    """(exit code, "container NAME REASON, exit code N[: message]") of a Failed pod's
+    first terminated container; None for a pod that did not fail that way."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Failed":
+        return None
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term:
+            code = term.get("exitCode")
+            why = f"container {cs.get('name')} {term.get('reason') or 'Error'}, exit code {code}"
+            msg = term.get("message") or ""
+            return code, why + (f": {msg}" if msg else "")
+    return None
+
+
 def failure_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """Why the first failed pod failed (container exit code, reason), for messages."""
     for pod in pods:
-        if (pod.get("status") or {}).get("phase") != "Failed":
-            continue
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            term = (cs.get("state") or {}).get("terminated") or {}
-            if term:
-                code = term.get("exitCode")
-                why = term.get("reason") or "Error"
-                msg = term.get("message") or ""
-                name = (pod.get("metadata") or {}).get("name")
-                return f"pod {name}: container {cs.get('name')} {why}, exit code {code}" + (
-                    f": {msg}" if msg else "")
+        failure = container_failure(pod)
+        if failure is not None:
+            return f"pod {(pod.get('metadata') or {}).get('name')}: {failure[1]}"
     return None

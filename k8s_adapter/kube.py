@@ -229,7 +229,3 @@ class Kube:
                     rv = None  # e.g. 403 after an RBAC change: start over
                 await asyncio.sleep(delay + random.uniform(0, delay / 2))  # noqa: S311
                 delay = min(delay * 2, 15.0)
-
-
-def label_selector(labels: Mapping[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in labels.items())

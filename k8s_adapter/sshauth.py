@@ -65,15 +65,11 @@ async def keypair() -> tuple[bytes, bytes]:
     return private, public
 
 
-def secret(jobset: str, namespace: str, labels: dict[str, str], owner_uid: str | None,
+def secret(jobset: str, namespace: str, labels: dict[str, str],
            private: bytes, public: bytes) -> dict[str, Any]:
-    """The Secret, owned by the JobSet (garbage-collected with it)."""
+    """The Secret (made before its JobSet; the back end hands it to the JobSet after)."""
     meta: dict[str, Any] = {"name": secret_name(jobset), "namespace": namespace,
                             "labels": dict(labels)}
-    if owner_uid:
-        meta["ownerReferences"] = [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                                    "name": jobset, "uid": owner_uid, "controller": True,
-                                    "blockOwnerDeletion": True}]
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth",
             "metadata": meta, "immutable": True,
             "data": {PRIVATE_KEY: base64.b64encode(private).decode(),

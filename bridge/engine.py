@@ -424,12 +424,14 @@ class Engine:
             by_backend.setdefault(rec.backend, []).append(rec)
         for name, records in by_backend.items():
             await self._submit_due(name, self.backends[name], records)
-        await self._send_cancels(now)
-        await self._send_suspends()
+        active = self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING])
+        await self._send_cancels(now, active)
+        if any(isinstance(b, Suspendable) for b in self.backends.values()):
+            await self._send_suspends(active)
 
-    async def _send_suspends(self) -> None:
+    async def _send_suspends(self, active: list[JobRecord]) -> None:
         """Bring suspendable back ends in line with each active job's ``spec.suspend``."""
-        for rec in self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING]):
+        for rec in active:
             backend = self.backends.get(rec.backend)
             if not isinstance(backend, Suspendable) or rec.backend_id is None:
                 continue
@@ -609,8 +611,7 @@ class Engine:
         return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=plan,
                              options=options, owner=rec.owner, placement=pinned)
 
-    async def _send_cancels(self, now: float) -> None:
-        active = self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING])
+    async def _send_cancels(self, now: float, active: list[JobRecord]) -> None:
         for rec in active:
             if not rec.cancel_requested or rec.backend_id is None:
                 continue

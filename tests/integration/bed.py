@@ -26,16 +26,21 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
-def read_testbed_env() -> dict[str, str] | None:
-    """The bed's facts, or None when it is not up."""
-    if not TESTBED_ENV.exists():
+def read_env_file(path: Path) -> dict[str, str] | None:
+    """``KEY=VALUE`` lines of a bed's env file (quotes stripped), or None when absent."""
+    if not path.exists():
         return None
     env: dict[str, str] = {}
-    for line in TESTBED_ENV.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if "=" in line and not line.lstrip().startswith("#"):
             key, _, value = line.partition("=")
             env[key.strip()] = value.strip().strip('"').strip("'")
     return env
+
+
+def read_testbed_env() -> dict[str, str] | None:
+    """The bed's facts, or None when it is not up."""
+    return read_env_file(TESTBED_ENV)
 
 
 def shared_dir(prefix: str) -> Path:

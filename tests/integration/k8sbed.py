@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration.bed import read_env_file
+
 K8S_ENV = Path("/run/hpc-bridge-testbed/k8s/k8s.env")
 #: What the bridge writes in ``spec.managedBy``; the bed's TrainJob CRD admits it.
 MANAGED_BY = "hpc-bridge.io/controller"
@@ -29,14 +31,7 @@ TEST_NAMESPACE_LABEL = "hpc-bridge.io/test"
 
 def read_k8s_env(path: Path = K8S_ENV) -> dict[str, str] | None:
     """The bed's facts (``KEY=VALUE`` lines), or None when it is not up."""
-    if not path.exists():
-        return None
-    env: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        if "=" in line and not line.lstrip().startswith("#"):
-            key, _, value = line.partition("=")
-            env[key.strip()] = value.strip().strip('"').strip("'")
-    return env
+    return read_env_file(path)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import secrets
 import subprocess
 import time
@@ -25,25 +24,12 @@ import yaml
 
 from bridge.crds import crd_documents
 from bridge.model import API_VERSION, MANAGED_BY, load_document
-from tests.requirements import require
+from tests.integration.k8sbed import K8sBed
 
 pytestmark = pytest.mark.integration
 
-K8S_ENV = Path("/run/hpc-bridge-testbed/k8s/k8s.env")
 REPO = Path(__file__).resolve().parents[2]
-START = "start it with: bash testbed/k8s/k8s.sh up"
 NAMESPACE = "default"
-
-
-def read_env() -> dict[str, str] | None:
-    if not K8S_ENV.exists():
-        return None
-    env: dict[str, str] = {}
-    for line in K8S_ENV.read_text().splitlines():
-        if "=" in line and not line.lstrip().startswith("#"):
-            key, _, value = line.partition("=")
-            env[key.strip()] = value.strip().strip('"').strip("'")
-    return env
 
 
 @dataclass(frozen=True)
@@ -94,17 +80,10 @@ def established(cluster: Cluster, crd: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    env = read_env()
-    require(env is not None, f"the Kubernetes test bed is not up ({K8S_ENV} missing); {START}")
-    assert env is not None
-    require("KUBECONFIG" in env and "K8S_BIN_DIR" in env,
-            f"{K8S_ENV} lacks KUBECONFIG or K8S_BIN_DIR; {START}")
-    kubectl = str(Path(env["K8S_BIN_DIR"]) / "kubectl")
-    require(os.access(kubectl, os.X_OK), f"no {kubectl}; {START}")
-    c = Cluster(kubectl, env["KUBECONFIG"], f"t{secrets.token_hex(4)}.crd-test.hpc-bridge.io")
-    ready = c.kubectl("get", "--raw", "/readyz", check=False)
-    require(ready.stdout.strip() == "ok", f"the test bed's apiserver is not ready; {START}")
+def cluster(k8s: K8sBed) -> Iterator[Cluster]:
+    # The k8s fixture checks the bed (fails under CI=true when it is missing).
+    c = Cluster(k8s.kubectl_path, k8s.kubeconfig,
+                f"t{secrets.token_hex(4)}.crd-test.hpc-bridge.io")
     docs = crd_documents(c.group)
     names = [d["metadata"]["name"] for d in docs]
     c.kubectl("create", "-f", "-", input="".join("---\n" + json.dumps(d) + "\n" for d in docs))

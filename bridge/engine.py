@@ -126,6 +126,8 @@ DEFAULT_PLACEMENT_MODE = "constraints"
 DEFAULT_SWITCH_WAIT_SECONDS = 300.0
 #: At most this many statuses of not-yet-recorded submissions are kept.
 EARLY_STATUS_LIMIT = 10_000
+#: The read time of an inventory that must be read again before the next placement.
+STALE = float("-inf")
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
 
@@ -260,7 +262,9 @@ class Engine:
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
         self._inventory: dict[str, Inventory] = {}
-        #: When each inventory was read (monotonic); 0 marks it stale.
+        #: When each inventory was read (monotonic); ``-inf`` marks it stale. (Not 0: the
+        #: monotonic clock counts from boot, so on a machine up for less than
+        #: ``placement_max_age`` a 0 would still look fresh.)
         self._inventory_at: dict[str, float] = {}
         self._topology: dict[str, tuple[Inventory, Topology]] = {}
         self.ready = asyncio.Event()
@@ -527,7 +531,7 @@ class Engine:
     async def _fresh_topology(self, name: str, backend: Backend) -> Topology | None:
         """The topology of ``name``'s inventory, read again first when it is older than
         ``placement_max_age`` (or stale after a submission). None without inventory."""
-        age = time.monotonic() - self._inventory_at.get(name, 0.0)
+        age = time.monotonic() - self._inventory_at.get(name, STALE)
         if name not in self._inventory or age > self.settings.placement_max_age:
             try:
                 self._set_inventory(name, await asyncio.wait_for(backend.inventory(), 10))
@@ -580,7 +584,7 @@ class Engine:
                 if early is not None and early.backend_id == backend_id:
                     self._apply_one(submitted, early)
                 # The world changed: the next placement reads the inventory again.
-                self._inventory_at[name] = 0.0
+                self._inventory_at[name] = STALE
                 log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id,
                          placement=(",".join(decision.placement.hosts)
                                     if decision and decision.placement else None),

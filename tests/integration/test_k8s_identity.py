@@ -1,0 +1,224 @@
+"""Kubernetes identity (issue 11, part 1), against the real apiserver and a real daemon,
+submitted as the Unix user alice over the socket.
+
+The attack: a local user picked the back end, ``metadata.namespace`` and
+``spec.runtimePatches``, and the bridge created a privileged, hostPID, hostNetwork,
+hostPath ``/``, uid 0 pod in kube-system with its own credentials. Now alice's jobs
+go only to the namespace an admin mapped her to, are created impersonating her
+service account (so that account's RBAC and the namespace's Pod Security
+``restricted`` decide), and her pods run as her uid.
+"""
+
+from __future__ import annotations
+
+import json
+import pwd
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.bed import BIN, REPO, Daemon, cleanup
+from tests.integration.k8s_bridge import JOBSETS, jobsets, k8s_daemon
+from tests.integration.k8sbed import K8sBed
+
+pytestmark = pytest.mark.integration
+RBAC = REPO / "charts" / "hpc-bridge" / "files" / "rbac.yaml"
+ALICE = pwd.getpwnam("alice")
+SUBMITTER = "hpc-bridge-job-submitter"
+#: Post a TrainJob over the socket with the project's client; print status and message.
+SUBMIT = """
+import json, sys
+from bridge.client import BridgeClient, BridgeClientError
+client = BridgeClient(socket_path=sys.argv[1])
+try:
+    result = client.submit(json.loads(sys.stdin.read()))
+    print(json.dumps({"status": 201, "id": result.id}))
+except BridgeClientError as exc:
+    print(json.dumps({"status": exc.status, "error": exc.message}))
+"""
+
+
+def submit_as(daemon: Daemon, user: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """Submit ``doc`` as ``user`` (runuser: SO_PEERCRED says who) → {status, id|error}."""
+    proc = subprocess.run(
+        ["runuser", "-u", user, "--", "env", "-i", f"PYTHONPATH={REPO}",
+         str(BIN / "python"), "-c", SUBMIT, str(daemon.socket)],
+        input=json.dumps(doc), capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    answer: dict[str, Any] = json.loads(proc.stdout)
+    return answer
+
+
+def torch_job(name: str, namespace: str | None, nodes: int = 1,
+              pod_spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "annotations": {"hpc-bridge.io/backend": "kubernetes"}}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"},
+                            "trainer": {"numNodes": nodes, "image": "busybox:1.36",
+                                        "command": ["torchrun", "t.py"],
+                                        "resourcesPerNode": {"requests": {"cpu": "100m"}}}}
+    if pod_spec is not None:
+        spec["runtimePatches"] = [{"manager": "alice", "trainingRuntimeSpec": {"template": {
+            "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+                "template": {"spec": pod_spec}}}}]}}}}]
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": meta, "spec": spec}
+
+
+#: The exact attack of issue 11.
+ATTACK = {"hostPID": True, "hostNetwork": True,
+          "securityContext": {"runAsUser": 0},
+          "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+          "containers": [{"name": "node", "securityContext": {"privileged": True},
+                          "volumeMounts": [{"name": "host", "mountPath": "/host"}]}]}
+
+
+def users_namespace(k8s: K8sBed, ns: str) -> None:
+    """What an admin sets up for alice: Pod Security restricted enforced on her
+    namespace, her service account, the submitter role bound to it, and (for a bridge
+    that is not cluster-admin) the right to impersonate accounts of this namespace."""
+    k8s.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                "pod-security.kubernetes.io/enforce-version=latest", "--overwrite")
+    docs = [d for d in yaml.safe_load_all(RBAC.read_text())
+            if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == SUBMITTER]
+    k8s.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                     "items": docs}))
+    k8s.kubectl("-n", ns, "create", "serviceaccount", "alice")
+    k8s.kubectl("-n", ns, "create", "rolebinding", "alice-submits",
+                f"--clusterrole={SUBMITTER}", f"--serviceaccount={ns}:alice")
+
+
+def start_bridge(k8s: K8sBed, ns: str, **backend: Any) -> Daemon:
+    daemon = k8s_daemon(k8s, ns)
+    daemon.backend_settings.update(backend)
+    daemon.start()
+    return daemon
+
+
+@pytest.fixture
+def mapped(k8s: K8sBed, k8s_namespace: str) -> Iterator[Daemon]:
+    """A daemon mapping alice to ``k8s_namespace`` as its service account ``alice``."""
+    users_namespace(k8s, k8s_namespace)
+    daemon = start_bridge(k8s, k8s_namespace, **{
+        "users.alice.namespace": k8s_namespace, "users.alice.service_account": "alice"})
+    yield daemon
+    daemon.stop()
+    cleanup(daemon.workdir)
+
+
+def test_the_privileged_kube_system_attack_is_refused_and_creates_nothing(
+        k8s: K8sBed, mapped: Daemon) -> None:
+    before = {j["metadata"]["name"] for j in jobsets(k8s, "kube-system")}
+    answer = submit_as(mapped, "alice", torch_job("pwn", "kube-system", pod_spec=ATTACK))
+    assert answer["status"] == 403, answer
+    assert "backends.kubernetes.allow_privileges" in answer["error"]
+    assert "spec.runtimePatches[0]" in answer["error"]
+    # Without the patches, kube-system is still not hers.
+    answer = submit_as(mapped, "alice", torch_job("pwn2", "kube-system"))
+    assert answer["status"] == 403, answer
+    assert "metadata.namespace" in answer["error"]
+    assert "backends.kubernetes.users.alice" in answer["error"]
+    # In her own namespace, each privilege alone is refused, naming its field.
+    for field, pod_spec in [("hostPID", {"hostPID": True}),
+                            ("hostNetwork", {"hostNetwork": True}),
+                            ("volumes[0].hostPath", {"volumes": ATTACK["volumes"]}),
+                            ("securityContext", {"securityContext": {"runAsUser": 0}}),
+                            ("containers[0].securityContext",
+                             {"containers": ATTACK["containers"]})]:
+        answer = submit_as(mapped, "alice", torch_job("pwn3", None, pod_spec=pod_spec))
+        assert answer["status"] == 403 and f"spec.{field}: not allowed" in answer["error"], (
+            field, answer)
+    assert mapped.api("GET", "/v1/jobs").json()["items"] == []
+    assert {j["metadata"]["name"] for j in jobsets(k8s, "kube-system")} == before
+
+
+def test_a_user_without_a_mapping_is_refused_naming_the_setting(
+        k8s: K8sBed, k8s_namespace: str) -> None:
+    daemon = start_bridge(k8s, k8s_namespace)  # no users table: default deny
+    try:
+        answer = submit_as(daemon, "alice", torch_job("nomap", k8s_namespace))
+        assert answer["status"] == 403, answer
+        assert "backends.kubernetes.users" in answer["error"] and "'alice'" in answer["error"]
+        assert not jobsets(k8s, k8s_namespace)
+    finally:
+        daemon.stop()
+        cleanup(daemon.workdir)
+
+
+def test_a_mapped_user_runs_as_her_uid_created_by_her_service_account(
+        k8s: K8sBed, k8s_namespace: str, mapped: Daemon) -> None:
+    ns = k8s_namespace
+    answer = submit_as(mapped, "alice", torch_job("mine", None, nodes=2,
+                                                  pod_spec={"nodeSelector": {}}))
+    assert answer["status"] == 201, answer
+    done = mapped.wait_state(answer["id"], ["Succeeded", "Failed"], timeout=120)
+    assert done["state"] == "Succeeded", done
+    js = k8s.get_json("-n", ns, JOBSETS, "mine")
+    assert js["metadata"]["annotations"]["hpc-bridge.io/identity"] == f"{ns}/alice"
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsUser": ALICE.pw_uid, "runAsGroup": ALICE.pw_gid,
+                                      "runAsNonRoot": True,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True}
+    # Pod Security restricted admitted the pods (the namespace enforces it).
+    labels = k8s.get_json("namespace", ns)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_the_service_accounts_rbac_decides_not_the_bridges(
+        k8s: K8sBed, k8s_namespace: str, mapped: Daemon) -> None:
+    ns = k8s_namespace
+    k8s.kubectl("-n", ns, "delete", "rolebinding", "alice-submits")
+    answer = submit_as(mapped, "alice", torch_job("norights", None))
+    assert answer["status"] == 201, answer
+
+    def refused() -> dict[str, Any] | None:
+        job = mapped.job(answer["id"])
+        text = json.dumps(job)
+        return job if f"system:serviceaccount:{ns}:alice" in text and "forbidden" in text \
+            else None
+    k8s.wait_for(refused, 60, "the job to wait with the apiserver's 403 for alice's account")
+    assert not jobsets(k8s, ns)  # the bridge itself could create it: it did not
+    k8s.kubectl("-n", ns, "create", "rolebinding", "alice-submits",
+                f"--clusterrole={SUBMITTER}", f"--serviceaccount={ns}:alice")
+    done = mapped.wait_state(answer["id"], ["Succeeded", "Failed"], timeout=120)
+    assert done["state"] == "Succeeded", done
+
+
+def test_an_admin_allowed_privilege_is_still_refused_by_pod_security(
+        k8s: K8sBed, k8s_namespace: str) -> None:
+    ns = k8s_namespace
+    users_namespace(k8s, ns)
+    daemon = start_bridge(k8s, ns, **{"users.alice.namespace": ns,
+                                      "users.alice.service_account": "alice",
+                                      "allow_privileges": ["hostNetwork"]})
+    try:
+        answer = submit_as(daemon, "alice", torch_job("hostnet", None,
+                                                      pod_spec={"hostNetwork": True}))
+        assert answer["status"] == 201, answer  # the bridge let it through …
+        done = daemon.wait_state(answer["id"], ["Failed", "Succeeded"], timeout=60)
+        assert done["state"] == "Failed", done  # … the apiserver did not
+        text = json.dumps(done)
+        assert "violates PodSecurity" in text and "hostNetwork" in text, text
+        assert not jobsets(k8s, ns)
+    finally:
+        daemon.stop()
+        cleanup(daemon.workdir)
+
+
+def test_the_daemon_refuses_a_bad_mapping_at_start(tmp_path: Path) -> None:
+    """A malformed table is a configuration error naming the key, not a silent deny."""
+    cfg = tmp_path / "bridge.toml"
+    cfg.write_text('[backends.kubernetes]\nkind = "kubernetes"\n'
+                   '[backends.kubernetes.users]\nalice = "team-a"\n')
+    proc = subprocess.run([str(BIN / "hpc-bridge"), "check-config", "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode != 0
+    assert "backends.kubernetes.users.alice" in proc.stdout + proc.stderr

@@ -114,9 +114,10 @@ def classify(exc: BaseException, what: str,
     if status in (401, 403):
         # Credentials or RBAC, not the job: retried (with backoff) until an admin fixes
         # them, so that no job is failed for it.
-        whose = (f"the RBAC of {acting_as}, whom the bridge impersonates for this job"
-                 if acting_as else "the bridge's credentials and RBAC: "
-                 "charts/hpc-bridge/files/rbac.yaml")
+        if acting_as and "cannot impersonate" not in api_message(exc):
+            whose = f"the RBAC of {acting_as}, whom the bridge impersonates for this job"
+        else:
+            whose = "the bridge's credentials and RBAC: charts/hpc-bridge/files/rbac.yaml"
         return BackendUnavailable(f"Kubernetes API refused to {what} ({status}): "
                                   f"{api_message(exc)} (check {whose})")
     return KubeRejected(f"Kubernetes API refused to {what} ({status}): {api_message(exc)}",

@@ -19,85 +19,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.integration.bed import BIN, REPO, Daemon, cleanup
-from tests.integration.k8s_bridge import JOBSETS, jobsets, k8s_daemon
+from tests.integration.bed import BIN, Daemon, cleanup
+from tests.integration.k8s_bridge import JOBSETS, jobsets
+from tests.integration.k8s_users import (
+    SUBMITTER,
+    start_bridge,
+    submit_as,
+    torch_job,
+    users_namespace,
+)
 from tests.integration.k8sbed import K8sBed
 
 pytestmark = pytest.mark.integration
-RBAC = REPO / "charts" / "hpc-bridge" / "files" / "rbac.yaml"
-ALICE = pwd.getpwnam("alice")
-SUBMITTER = "hpc-bridge-job-submitter"
-#: Post a TrainJob over the socket with the project's client; print status and message.
-SUBMIT = """
-import json, sys
-from bridge.client import BridgeClient, BridgeClientError
-client = BridgeClient(socket_path=sys.argv[1])
-try:
-    result = client.submit(json.loads(sys.stdin.read()))
-    print(json.dumps({"status": 201, "id": result.id}))
-except BridgeClientError as exc:
-    print(json.dumps({"status": exc.status, "error": exc.message}))
-"""
-
-
-def submit_as(daemon: Daemon, user: str, doc: dict[str, Any]) -> dict[str, Any]:
-    """Submit ``doc`` as ``user`` (runuser: SO_PEERCRED says who) → {status, id|error}."""
-    proc = subprocess.run(
-        ["runuser", "-u", user, "--", "env", "-i", f"PYTHONPATH={REPO}",
-         str(BIN / "python"), "-c", SUBMIT, str(daemon.socket)],
-        input=json.dumps(doc), capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
-    answer: dict[str, Any] = json.loads(proc.stdout)
-    return answer
-
-
-def torch_job(name: str, namespace: str | None, nodes: int = 1,
-              pod_spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "annotations": {"hpc-bridge.io/backend": "kubernetes"}}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"},
-                            "trainer": {"numNodes": nodes, "image": "busybox:1.36",
-                                        "command": ["torchrun", "t.py"],
-                                        "resourcesPerNode": {"requests": {"cpu": "100m"}}}}
-    if pod_spec is not None:
-        spec["runtimePatches"] = [{"manager": "alice", "trainingRuntimeSpec": {"template": {
-            "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
-                "template": {"spec": pod_spec}}}}]}}}}]
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": meta, "spec": spec}
-
-
 #: The exact attack of issue 11.
 ATTACK = {"hostPID": True, "hostNetwork": True,
           "securityContext": {"runAsUser": 0},
           "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
           "containers": [{"name": "node", "securityContext": {"privileged": True},
                           "volumeMounts": [{"name": "host", "mountPath": "/host"}]}]}
-
-
-def users_namespace(k8s: K8sBed, ns: str) -> None:
-    """What an admin sets up for alice: Pod Security restricted enforced on her
-    namespace, her service account, the submitter role bound to it, and (for a bridge
-    that is not cluster-admin) the right to impersonate accounts of this namespace."""
-    k8s.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
-                "pod-security.kubernetes.io/enforce-version=latest", "--overwrite")
-    docs = [d for d in yaml.safe_load_all(RBAC.read_text())
-            if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == SUBMITTER]
-    k8s.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                     "items": docs}))
-    k8s.kubectl("-n", ns, "create", "serviceaccount", "alice")
-    k8s.kubectl("-n", ns, "create", "rolebinding", "alice-submits",
-                f"--clusterrole={SUBMITTER}", f"--serviceaccount={ns}:alice")
-
-
-def start_bridge(k8s: K8sBed, ns: str, **backend: Any) -> Daemon:
-    daemon = k8s_daemon(k8s, ns)
-    daemon.backend_settings.update(backend)
-    daemon.start()
-    return daemon
 
 
 @pytest.fixture
@@ -158,10 +98,11 @@ def test_a_mapped_user_runs_as_her_uid_created_by_her_service_account(
     assert answer["status"] == 201, answer
     done = mapped.wait_state(answer["id"], ["Succeeded", "Failed"], timeout=120)
     assert done["state"] == "Succeeded", done
+    alice = pwd.getpwnam("alice")
     js = k8s.get_json("-n", ns, JOBSETS, "mine")
     assert js["metadata"]["annotations"]["hpc-bridge.io/identity"] == f"{ns}/alice"
     pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    assert pod["securityContext"] == {"runAsUser": ALICE.pw_uid, "runAsGroup": ALICE.pw_gid,
+    assert pod["securityContext"] == {"runAsUser": alice.pw_uid, "runAsGroup": alice.pw_gid,
                                       "runAsNonRoot": True,
                                       "seccompProfile": {"type": "RuntimeDefault"}}
     assert pod["containers"][0]["securityContext"] == {

@@ -9,19 +9,27 @@ uid and ``restricted``'s security context whatever the patches said.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.backend import AdmissionDenied, BackendRejected, Owner, SubmitRequest
+from bridge.backend import (
+    AdmissionDenied,
+    BackendRejected,
+    BackendUnavailable,
+    Owner,
+    SubmitRequest,
+)
 from bridge.model import TrainJob, load_trainjob
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from k8s_adapter.access import ANN_ORIGIN, AccessPolicy, access_policy
 from k8s_adapter.identity import Identity
 from k8s_adapter.jobset import JobSetOptions, render_jobset
+from k8s_adapter.kube import KubeRejected, classify
 from k8s_adapter.podsecurity import (
     PRIVILEGES,
     Forbidden,
@@ -278,3 +286,30 @@ def test_cr_door_pods_keep_the_images_user() -> None:
     body = render_secured(job("team-b", annotations={ANN_ORIGIN: "kubernetes"}), BOB)
     pod = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert "securityContext" not in pod
+
+
+# -- the apiserver's refusals ---------------------------------------------------------
+
+class ApiError(Exception):
+    """What kubernetes_asyncio raises: an HTTP status and a Status body."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.body = json.dumps({"kind": "Status", "message": message})
+
+
+def test_a_pod_security_refusal_fails_the_job_other_403s_make_it_wait() -> None:
+    psa = classify(ApiError(403, 'pods "x" is forbidden: violates PodSecurity '
+                                 '"restricted:latest": host namespaces (hostNetwork=true)'),
+                   "create pods (dry run)", "system:serviceaccount:a:alice")
+    assert isinstance(psa, KubeRejected) and "hostNetwork=true" in str(psa)
+    rbac = classify(ApiError(403, 'jobsets is forbidden: User "system:serviceaccount:a:alice" '
+                                  'cannot create resource "jobsets"'),
+                    "create JobSet", "system:serviceaccount:a:alice")
+    assert isinstance(rbac, BackendUnavailable)
+    assert "the RBAC of system:serviceaccount:a:alice" in str(rbac)
+    bridge = classify(ApiError(403, 'serviceaccounts "alice" is forbidden: User "x" cannot '
+                                    'impersonate resource "serviceaccounts"'),
+                      "create JobSet", "system:serviceaccount:a:alice")
+    assert isinstance(bridge, BackendUnavailable) and "rbac.yaml" in str(bridge)

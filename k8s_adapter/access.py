@@ -14,7 +14,8 @@ Ties :mod:`k8s_adapter.identity` (user → namespace and service account) and
   has no ``namespace_accounts`` entry). A mapping removed since admission refuses.
 * :meth:`AccessPolicy.secure` — on the rendered JobSet: the privilege check again on
   the merged pod templates, then the user's uid/gid and Pod Security ``restricted``'s
-  security context on every pod of a local, non-root user.
+  security context on every pod of a local, non-root user (a TrainJob CR created as
+  its namespace's account: the same context without a uid).
 """
 
 from __future__ import annotations
@@ -106,10 +107,14 @@ class AccessPolicy:
         return identity
 
     def secure(self, body: dict[str, Any], job: TrainJob, owner: Owner,
-               admin_account: str | None = None) -> None:
+               admin_account: str | None = None, impersonated: bool = False) -> None:
         """Check and harden the rendered JobSet ``body`` in place (BackendRejected).
-        ``admin_account`` is the back end's own ``service_account`` setting (allowed)."""
-        local_user = not from_cr_door(job) and owner.uid != 0
+        ``admin_account`` is the back end's own ``service_account`` setting (allowed).
+        A local user's pods get their uid/gid; a TrainJob CR's pods created as its
+        namespace's account (``impersonated``) get the restricted context without a
+        uid (the image's non-root user); other pods are left as rendered."""
+        cr_door = from_cr_door(job)
+        local_user = not cr_door and owner.uid != 0
         for rj in body["spec"]["replicatedJobs"]:
             pod = rj["template"]["spec"]["template"]["spec"]
             where = f"spec.runtimePatches: replicatedJob {rj.get('name')!r}: pod spec."
@@ -120,9 +125,11 @@ class AccessPolicy:
                 check_pod(checked, self.allow_privileges, self._allow_setting, where)
             except Forbidden as exc:
                 raise BackendRejected(str(exc)) from None
+            keep = "securityContext" in self.allow_privileges
             if local_user:
-                harden(pod, owner.uid, owner.gid,
-                       keep_user_values="securityContext" in self.allow_privileges)
+                harden(pod, owner.uid, owner.gid, keep_user_values=keep)
+            elif cr_door and impersonated:
+                harden(pod, None, None, keep_user_values=keep)
 
 
 def access_policy(section: str, settings: Mapping[str, Any]) -> AccessPolicy:

@@ -189,7 +189,8 @@ class KubernetesBackend:
             owner_ref = controller_reference(f"{TRAINER_GROUP}/{TRAINER_VERSION}", "TrainJob",
                                              job.metadata.name, job.metadata.uid)
         body = render_jobset(request, self.options, owner_ref)
-        self.access.secure(body, job, request.owner, self.options.service_account)
+        self.access.secure(body, job, request.owner, self.options.service_account,
+                           impersonated=identity is not None)
         annotations = body["metadata"].setdefault("annotations", {})
         annotations.pop(ANN_IDENTITY, None)
         if identity is not None:

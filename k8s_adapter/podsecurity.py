@@ -108,9 +108,11 @@ def check_pod(pod_spec: Any, allowed: Collection[str], setting: str, where: str 
                             f"as their own uid under Pod Security 'restricted')")
 
 
-def harden(pod_spec: dict[str, Any], uid: int, gid: int, keep_user_values: bool) -> None:
-    """Set the user's uid/gid and the ``restricted`` security context on ``pod_spec``
-    and each of its containers, in place (see the module docstring)."""
+def harden(pod_spec: dict[str, Any], uid: int | None, gid: int | None,
+           keep_user_values: bool) -> None:
+    """Set the user's uid/gid (when given; else the image's user, which must not be
+    root) and the ``restricted`` security context on ``pod_spec`` and each of its
+    containers, in place (see the module docstring)."""
     def put(target: dict[str, Any], key: str, value: Any) -> None:
         if keep_user_values:
             target.setdefault(key, value)
@@ -121,8 +123,10 @@ def harden(pod_spec: dict[str, Any], uid: int, gid: int, keep_user_values: bool)
     if not isinstance(pod_ctx, dict) or not keep_user_values:
         pod_ctx = {}
     pod_spec["securityContext"] = pod_ctx
-    put(pod_ctx, "runAsUser", uid)
-    put(pod_ctx, "runAsGroup", gid)
+    if uid is not None:
+        put(pod_ctx, "runAsUser", uid)
+    if gid is not None:
+        put(pod_ctx, "runAsGroup", gid)
     put(pod_ctx, "runAsNonRoot", True)
     put(pod_ctx, "seccompProfile", {"type": "RuntimeDefault"})
     for list_key in _CONTAINER_LISTS:

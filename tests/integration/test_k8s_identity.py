@@ -21,7 +21,14 @@ from typing import Any
 import pytest
 
 from tests.integration.bed import BIN, Daemon, cleanup
-from tests.integration.k8s_bridge import JOBSETS, jobsets
+from tests.integration.k8s_bridge import (
+    JOBSETS,
+    apply,
+    conditions,
+    is_true,
+    jobsets,
+    trainjob,
+)
 from tests.integration.k8s_users import (
     SUBMITTER,
     start_bridge,
@@ -30,6 +37,7 @@ from tests.integration.k8s_users import (
     users_namespace,
 )
 from tests.integration.k8sbed import K8sBed
+from tests.integration.test_k8s_trainjobs import release
 
 pytestmark = pytest.mark.integration
 #: The exact attack of issue 11.
@@ -163,3 +171,29 @@ def test_the_daemon_refuses_a_bad_mapping_at_start(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode != 0
     assert "backends.kubernetes.users.alice" in proc.stdout + proc.stderr
+
+
+def test_trainjob_crs_run_as_their_namespaces_account_when_one_is_configured(
+        k8s: K8sBed, k8s_namespace: str) -> None:
+    """The CR door: ``namespace_accounts`` makes the bridge impersonate the namespace's
+    account for its TrainJobs, so the namespace's rights (RBAC, Pod Security) apply;
+    runtimePatches privileges are refused there too."""
+    ns = k8s_namespace
+    users_namespace(k8s, ns)  # restricted, and the account "alice" may submit
+    daemon = start_bridge(k8s, ns, **{f"namespace_accounts.{ns}": "alice"})
+    try:
+        pwn = trainjob("cr-pwn", nodes=1)
+        pwn["spec"]["runtimePatches"] = torch_job("x", None, pod_spec={"volumes": [
+            {"name": "host", "hostPath": {"path": "/"}}]})[
+            "spec"]["runtimePatches"]
+        apply(k8s, ns, trainjob("cr-job", nodes=1), pwn)
+        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "cr-job"), "Complete"), 90,
+                     "the TrainJob to complete as the namespace's account")
+        js = k8s.get_json("-n", ns, JOBSETS, "cr-job")
+        assert js["metadata"]["annotations"]["hpc-bridge.io/identity"] == f"{ns}/alice"
+        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "cr-pwn"), "Failed"), 60,
+                     "the privileged TrainJob to be refused")
+        assert "hostPath" in conditions(k8s, ns, "cr-pwn")["Failed"]["message"]
+        assert "cr-pwn" not in {j["metadata"]["name"] for j in jobsets(k8s, ns)}
+    finally:
+        release(k8s, ns, daemon)

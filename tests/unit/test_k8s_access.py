@@ -313,3 +313,15 @@ def test_a_pod_security_refusal_fails_the_job_other_403s_make_it_wait() -> None:
                                     'impersonate resource "serviceaccounts"'),
                       "create JobSet", "system:serviceaccount:a:alice")
     assert isinstance(bridge, BackendUnavailable) and "rbac.yaml" in str(bridge)
+
+
+def test_cr_door_pods_created_as_the_namespaces_account_get_the_restricted_context() -> None:
+    tj = job("team-b", annotations={ANN_ORIGIN: "kubernetes"})
+    request = SubmitRequest(job_uid=UID, job_id=7, job=tj, plan=RuntimeCatalog().resolve(tj),
+                            options=SchedulingOptions(), owner=BOB)
+    body = render_jobset(request, OPTIONS)
+    POLICY.secure(body, tj, BOB, impersonated=True)
+    pod = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False

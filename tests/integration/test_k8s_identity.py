@@ -92,6 +92,11 @@ def test_a_user_without_a_mapping_is_refused_naming_the_setting(
         answer = submit_as(daemon, "alice", torch_job("nomap", k8s_namespace))
         assert answer["status"] == 403, answer
         assert "backends.kubernetes.users" in answer["error"] and "'alice'" in answer["error"]
+        # tbatch says the same, and fails.
+        doc = daemon.workdir / "nomap.yaml"
+        doc.write_text(json.dumps(torch_job("nomap", None)))
+        res = daemon.cli("alice", "tbatch", "-f", str(doc), cwd=daemon.workdir)
+        assert res.returncode != 0 and "backends.kubernetes.users" in res.stderr, res
         assert not jobsets(k8s, k8s_namespace)
     finally:
         daemon.stop()

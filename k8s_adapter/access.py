@@ -28,7 +28,13 @@ from bridge.backend import AdmissionDenied, BackendRejected, Owner
 from bridge.model import TrainJob
 from bridge.runtimes import Framework, LaunchPlan
 from k8s_adapter.identity import Denied, Identity, IdentityMap, identity_settings
-from k8s_adapter.podsecurity import PRIVILEGES, Forbidden, check_patches, check_pod, harden
+from k8s_adapter.podsecurity import (
+    PRIVILEGES,
+    Forbidden,
+    check_patches,
+    check_template,
+    harden,
+)
 
 #: Annotation the TrainJob front door puts on the bridge's copy of a TrainJob CR.
 ANN_ORIGIN = "hpc-bridge.io/origin"
@@ -116,13 +122,15 @@ class AccessPolicy:
         cr_door = from_cr_door(job)
         local_user = not cr_door and owner.uid != 0
         for rj in body["spec"]["replicatedJobs"]:
-            pod = rj["template"]["spec"]["template"]["spec"]
-            where = f"spec.runtimePatches: replicatedJob {rj.get('name')!r}: pod spec."
+            template = rj["template"]["spec"]["template"]
+            pod = template["spec"]
+            where = f"spec.runtimePatches: replicatedJob {rj.get('name')!r}: pod template "
             checked = dict(pod)
             if admin_account and checked.get("serviceAccountName") == admin_account:
                 del checked["serviceAccountName"]
             try:
-                check_pod(checked, self.allow_privileges, self._allow_setting, where)
+                check_template({**template, "spec": checked}, self.allow_privileges,
+                               self._allow_setting, where)
             except Forbidden as exc:
                 raise BackendRejected(str(exc)) from None
             keep = "securityContext" in self.allow_privileges

@@ -3,7 +3,8 @@
 Defence in depth beside the apiserver (impersonation + Pod Security ``restricted``):
 
 * :func:`privileges_in` lists every privilege a pod spec asks for, as ``(path,
-  privilege)`` pairs — host namespaces, ``hostUsers: false``, volumes other than the
+  privilege)`` pairs (:func:`privileges_in_template` adds the AppArmor and seccomp
+  annotations of a pod template) — host namespaces, ``hostUsers: false``, volumes other than the
   ones ``restricted`` allows (``hostPath`` …), ``hostPort``, any ``securityContext``
   (pod or container: ``privileged``, added capabilities, ``runAsUser: 0`` …), another
   ``serviceAccountName``, ephemeral containers. :func:`check_patches` applies it to
@@ -69,8 +70,25 @@ def privileges_in(pod_spec: Any, where: str = "") -> Iterator[tuple[str, str]]:
                     yield f"{at}ports[{j}].hostPort", "hostPort"
 
 
+#: Pod annotations that loosen a container's confinement (the pre-field forms).
+SECURITY_ANNOTATIONS = ("container.apparmor.security.beta.kubernetes.io/",
+                        "seccomp.security.alpha.kubernetes.io/")
+
+
+def privileges_in_template(template: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """As :func:`privileges_in` for a pod template (its spec and its annotations)."""
+    if not isinstance(template, Mapping):
+        return
+    meta = template.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    for key in annotations if isinstance(annotations, Mapping) else {}:
+        if str(key).startswith(SECURITY_ANNOTATIONS):
+            yield f"{where}metadata.annotations[{key}]", "securityContext"
+    yield from privileges_in(template.get("spec"), f"{where}spec.")
+
+
 def patch_pod_specs(patches: Any) -> Iterator[tuple[str, Any]]:
-    """``(path, pod spec)`` of every pod template in Trainer ``runtimePatches``."""
+    """``(path, pod template)`` of every pod template in Trainer ``runtimePatches``."""
     for i, patch in enumerate(patches if isinstance(patches, list) else []):
         base = f"spec.runtimePatches[{i}].trainingRuntimeSpec.template.spec"
         template = ((patch.get("trainingRuntimeSpec") or {}) if isinstance(patch, Mapping)
@@ -79,9 +97,9 @@ def patch_pod_specs(patches: Any) -> Iterator[tuple[str, Any]]:
         spec = template.get("spec") if isinstance(template, Mapping) else None
         rjobs = spec.get("replicatedJobs") if isinstance(spec, Mapping) else None
         for j, rj in enumerate(rjobs if isinstance(rjobs, list) else []):
-            pod = _dig(rj, "template", "spec", "template", "spec")
+            pod = _dig(rj, "template", "spec", "template")
             if pod is not None:
-                yield f"{base}.replicatedJobs[{j}].template.spec.template.spec.", pod
+                yield f"{base}.replicatedJobs[{j}].template.spec.template.", pod
 
 
 def _dig(obj: Any, *keys: str) -> Any:
@@ -95,13 +113,14 @@ def _dig(obj: Any, *keys: str) -> Any:
 def check_patches(patches: Any, allowed: Collection[str], setting: str) -> None:
     """Raise :class:`Forbidden` for the first privilege in ``patches`` not in
     ``allowed``; ``setting`` names the allow-list in the message."""
-    for where, pod in patch_pod_specs(patches):
-        check_pod(pod, allowed, setting, where)
+    for where, template in patch_pod_specs(patches):
+        check_template(template, allowed, setting, where)
 
 
-def check_pod(pod_spec: Any, allowed: Collection[str], setting: str, where: str = "") -> None:
-    """As :func:`check_patches`, for one pod spec."""
-    for path, privilege in privileges_in(pod_spec, where):
+def check_template(template: Any, allowed: Collection[str], setting: str,
+                   where: str = "") -> None:
+    """As :func:`check_patches`, for one pod template (``metadata`` and ``spec``)."""
+    for path, privilege in privileges_in_template(template, where):
         if privilege not in allowed:
             raise Forbidden(f"{path}: not allowed: it asks for the privilege {privilege!r}, "
                             f"which {setting} does not grant (jobs of local users run "

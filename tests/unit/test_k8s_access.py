@@ -34,7 +34,7 @@ from k8s_adapter.podsecurity import (
     PRIVILEGES,
     Forbidden,
     check_patches,
-    check_pod,
+    check_template,
     harden,
     privileges_in,
 )
@@ -114,6 +114,15 @@ def test_each_privilege_is_refused_naming_its_field(pod_spec: dict[str, Any],
     assert f"template.spec.{field}: not allowed" in str(err.value)
 
 
+def test_confinement_annotations_are_a_security_context() -> None:
+    patch = [{"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"metadata": {"annotations": {
+            "container.apparmor.security.beta.kubernetes.io/node": "unconfined"}}}}}}]}}}}]
+    with pytest.raises(Forbidden, match=r"metadata.annotations\[container.apparmor"):
+        check_patches(patch, (), "S")
+    check_patches(patch, ("securityContext",), "S")
+
+
 def test_an_admin_may_allow_a_privilege() -> None:
     policy = access_policy(SECTION, {"users": {"alice": {"namespace": "team-a"}},
                                      "allow_privileges": ["hostNetwork"]})
@@ -153,14 +162,14 @@ PRIVILEGE = st.sampled_from([
 @given(SAFE_POD, PRIVILEGE)
 def test_a_restricted_pod_passes_and_any_added_privilege_is_refused(
         pod: dict[str, Any], privilege: tuple[str, Any]) -> None:
-    check_pod(pod, (), "S")
+    check_template({"spec": pod}, (), "S")
     name, add = privilege
     bad = copy.deepcopy(pod)
     add(bad)
     assert name in {p for _, p in privileges_in(bad)}
     with pytest.raises(Forbidden, match=name):
-        check_pod(bad, set(PRIVILEGES) - {name}, "S")
-    check_pod(bad, {name}, "S")
+        check_template({"spec": bad}, set(PRIVILEGES) - {name}, "S")
+    check_template({"spec": bad}, {name}, "S")
 
 
 @settings(max_examples=200)

@@ -130,6 +130,9 @@ def test_the_service_accounts_rbac_decides_not_the_bridges(
         k8s: K8sBed, k8s_namespace: str, mapped: Daemon) -> None:
     ns = k8s_namespace
     k8s.kubectl("-n", ns, "delete", "rolebinding", "alice-submits")
+    k8s.wait_for(lambda: k8s.kubectl(
+        "-n", ns, "auth", "can-i", "create", JOBSETS, f"--as=system:serviceaccount:{ns}:alice",
+        check=False).stdout.strip() == "no", 30, "the apiserver to see the revoked binding")
     answer = submit_as(mapped, "alice", torch_job("norights", None))
     assert answer["status"] == 201, answer
 

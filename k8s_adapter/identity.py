@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import grp
-import pwd
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,7 +98,7 @@ class IdentityMap:
         (``backends.NAME.users.alice``); see the module docstring."""
         if user in self.users:
             return self.users[user], f"{self.section}.users.{user}"
-        for group in sorted(_groups_of(user, gid)):
+        for group in sorted(_groups_of(user, gid) if self.groups else ()):
             if group in self.groups:
                 return self.groups[group], f"{self.section}.groups.{group}"
         if uid == 0:
@@ -113,15 +113,15 @@ class IdentityMap:
 
 
 def _groups_of(user: str, gid: int) -> set[str]:
-    """Names of the user's primary and supplementary Unix groups."""
+    """Names of the user's primary and supplementary Unix groups (``getgrouplist``:
+    one NSS query, not a walk of every group)."""
+    gids = {gid}
+    with contextlib.suppress(KeyError, OSError):
+        gids.update(os.getgrouplist(user, gid))
     names: set[str] = set()
-    with contextlib.suppress(KeyError):
-        names.add(grp.getgrgid(gid).gr_name)
-    try:
-        pwd.getpwnam(user)
-    except KeyError:
-        return names
-    names.update(g.gr_name for g in grp.getgrall() if user in g.gr_mem)
+    for g in gids:
+        with contextlib.suppress(KeyError):
+            names.add(grp.getgrgid(g).gr_name)
     return names
 
 

@@ -42,6 +42,11 @@ class BackendRejected(BackendError):
     """Permanent: the back end refused the job. Do not retry."""
 
 
+class AdmissionDenied(BackendRejected):
+    """At admission: the caller may not run this job on this back end (the API answers
+    403 with the message, which names the field or the setting)."""
+
+
 @dataclass(frozen=True)
 class Owner:
     """The Unix user a job runs as (from the API caller's peer credentials)."""
@@ -206,6 +211,18 @@ class Suspendable(Protocol):
 
     async def set_suspended(self, backend_id: str, suspend: bool) -> None:
         """Suspend (``True``) or resume the job; idempotent."""
+
+
+@runtime_checkable
+class Admitting(Protocol):
+    """A back end with its own admission rules (Kubernetes: who may run where)."""
+
+    def check_admission(self, job: TrainJob, plan: LaunchPlan, owner: Owner,
+                        origin: str) -> None:
+        """Called by the engine before a job is stored. Raise :class:`AdmissionDenied`
+        (or ``bridge.model.ValidationError``) to refuse it; may fill what the user left
+        empty (``metadata.namespace``). ``origin`` is the front door (``api``,
+        ``kubernetes``)."""
 
 
 ENTRY_POINT_GROUP = "hpc_bridge.backends"

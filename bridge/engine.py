@@ -45,6 +45,8 @@ from typing import Any
 import structlog
 
 from bridge.backend import (
+    AdmissionDenied,
+    Admitting,
     Backend,
     BackendJob,
     BackendRejected,
@@ -275,10 +277,10 @@ class Engine:
         """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
 
         Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
-        end) or :class:`EngineError` (duplicate name). Nothing is stored on error.
+        end) or :class:`EngineError` (duplicate name: 409; the back end's admission
+        refused the caller: 403). Nothing is stored on error.
         """
         validate_trainjob(job)
-        ensure_identity(job, self.settings.default_namespace)
         backend = job.metadata.annotations.get(ANN_BACKEND) or self.settings.default_backend
         if backend not in self.backends:
             raise ValidationError([(
@@ -286,6 +288,13 @@ class Engine:
                 f"unknown back end {backend!r}; configured: {', '.join(sorted(self.backends))}",
             )])
         plan = self.catalog.resolve(job)
+        chosen = self.backends[backend]
+        if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
+            try:
+                chosen.check_admission(job, plan, owner, origin)
+            except AdmissionDenied as exc:
+                raise EngineError(str(exc), status=403) from exc
+        ensure_identity(job, self.settings.default_namespace)
         options = scheduling_of(job)
         self._check_capacity(backend, plan.num_nodes, options.partition)
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING

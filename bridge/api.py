@@ -42,6 +42,7 @@ from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.engine import Engine, EngineError
+from bridge.filemodes import check_secret_file
 from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob
 from bridge.scheduling import scheduling_of
 from bridge.states import TERMINAL, JobState
@@ -140,21 +141,39 @@ def peer_owner(sock: socket.socket) -> Owner:
 
 
 def load_tokens(path: str | Path) -> dict[str, Owner]:
-    """Read a static token file: CSV lines ``token,user,uid[,"group1,group2"]``."""
+    """Read a static token file: CSV lines ``token,user,uid[,"group1,group2"]``.
+
+    Refused (``ValueError`` naming the file and line) when group or others may access
+    the file (:func:`bridge.filemodes.check_secret_file`, as ssh refuses a key), when a
+    user has no passwd entry, or when the ``uid`` column is set and is not that user's
+    Unix uid (an empty ``uid`` takes the passwd one).
+    """
+    check_secret_file(Path(path))
     tokens: dict[str, Owner] = {}
     with open(path, newline="") as fh:
         for lineno, row in enumerate(csv.reader(fh), 1):
             if not row or row[0].startswith("#"):
                 continue
-            if len(row) < 2:
+            if len(row) < 2 or not row[0].strip():
                 raise ValueError(f"{path}:{lineno}: expected token,user,uid")
             user = row[1].strip()
             try:
                 pw = pwd.getpwnam(user)
             except KeyError as exc:
                 raise ValueError(f"{path}:{lineno}: unknown user {user!r}") from exc
+            uid = row[2].strip() if len(row) > 2 else ""
+            if uid and uid != str(pw.pw_uid):
+                raise ValueError(f"{path}:{lineno}: uid {uid!r} is not the uid of user "
+                                 f"{user!r} ({pw.pw_uid})")
             tokens[row[0].strip()] = Owner(uid=pw.pw_uid, gid=pw.pw_gid, user=user)
     return tokens
+
+
+def bearer_token(header: str) -> str:
+    """The credentials of an ``Authorization: Bearer <token>`` header ('' if none); the
+    scheme name is case-insensitive (RFC 7235 section 2.1)."""
+    scheme, _, credentials = header.strip().partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -168,8 +187,7 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
         owner = peer_owner(sock)
     else:
         tokens: dict[str, Owner] = request.app[TOKENS_KEY]
-        header = request.headers.get("Authorization", "")
-        given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        given = bearer_token(request.headers.get("Authorization", ""))
         match = next((o for t, o in tokens.items()
                       if given and hmac.compare_digest(t.encode(), given.encode())), None)
         if match is None:
@@ -315,7 +333,11 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     path = Path(socket_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.exists():
+        # The daemon's umask is 077: a directory it makes must still let users reach
+        # the socket (an existing one is the admin's, e.g. systemd's RuntimeDirectory).
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o755)
     if path.is_socket():
         path.unlink()  # a stale socket from a killed daemon
     site = web.UnixSite(runner, str(path))

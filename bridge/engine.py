@@ -36,7 +36,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -63,6 +63,7 @@ from bridge.model import (
     ensure_identity,
     validate_trainjob,
 )
+from bridge.ownership import OwnerCheck
 from bridge.placement import (
     Placement,
     PlacementRequest,
@@ -256,6 +257,7 @@ class Engine:
         #: uid -> status a back end reported while the job was still Pending here.
         self._early: dict[str, BackendJob] = {}
         self._missing: dict[int, tuple[int, float]] = {}
+        self._owners = OwnerCheck()
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
@@ -453,10 +455,11 @@ class Engine:
 
     async def _submit_due(self, name: str, backend: Backend, records: list[JobRecord]) -> None:
         uncertain = [r for r in records if r.attempts > 0]
-        found: dict[str, BackendJob] = {}
+        found: dict[str, list[BackendJob]] = {}
         if uncertain:
             try:
-                found = await backend.lookup([r.uid for r in uncertain])
+                for carrier in await backend.lookup([r.uid for r in uncertain]):
+                    found.setdefault(carrier.job_uid, []).append(carrier)
             except BackendUnavailable as exc:
                 for rec in uncertain:
                     self._retry_later(rec, exc)
@@ -465,7 +468,7 @@ class Engine:
         topology: Topology | None = None
         topology_read = False
         for rec in records:
-            bj = found.get(rec.uid)
+            bj = self._own(name, rec, found.get(rec.uid, ()))
             if bj is not None:
                 adopted = self.store.transition(
                     rec.id, JobState.SUBMITTED, "Adopted",
@@ -655,8 +658,12 @@ class Engine:
                 log.exception("applying status failed", backend=name)
 
     def apply_status(self, name: str, batch: StatusBatch) -> None:
-        """Move tracked jobs of back end ``name`` according to one status batch."""
-        seen = {bj.job_uid: bj for bj in batch.jobs}
+        """Move tracked jobs of back end ``name`` according to one status batch. Only a
+        back-end job whose key AND owner are the stored job's counts
+        (:mod:`bridge.ownership`); a foreign one is ignored and logged."""
+        seen: dict[str, list[BackendJob]] = {}
+        for carrier in batch.jobs:
+            seen.setdefault(carrier.job_uid, []).append(carrier)
         active = [JobState.SUBMITTED, JobState.RUNNING]
         # A change batch concerns its own jobs only: read just those (a watch sends a
         # batch per event; reading every tracked job each time costs jobs x events).
@@ -664,15 +671,17 @@ class Engine:
                    else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
         # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
         # before the submit call has returned. Kept, and applied once it is recorded.
-        untracked = [u for u in seen if u not in {r.uid for r in tracked}]
+        tracked_uids = {r.uid for r in tracked}
+        untracked = [u for u in seen if u not in tracked_uids]
         if untracked:
             for rec in self.store.by_uids(untracked, [JobState.PENDING]):
-                if rec.backend == name:
-                    self._early[rec.uid] = seen[rec.uid]
+                own = self._own(name, rec, seen[rec.uid]) if rec.backend == name else None
+                if own is not None:
+                    self._early[rec.uid] = own
                     while len(self._early) > EARLY_STATUS_LIMIT:
                         self._early.pop(next(iter(self._early)))
         for rec in tracked:
-            bj = seen.get(rec.uid)
+            bj = self._own(name, rec, seen.get(rec.uid, ()))
             if bj is None or bj.backend_id != rec.backend_id:
                 if bj is not None:
                     log.error("back-end id differs from the recorded one", job_id=rec.id,
@@ -682,6 +691,11 @@ class Engine:
                 continue
             self._missing.pop(rec.id, None)
             self._apply_one(rec, bj)
+
+    def _own(self, name: str, rec: JobRecord, jobs: Iterable[BackendJob]) -> BackendJob | None:
+        """The stored job's own back-end job among ``jobs`` (all carrying its uid)."""
+        return self._owners.pick(name, self.backends[name], rec.id, rec.uid, rec.owner,
+                                 rec.namespace, jobs, rec.backend_id)
 
     def _note_missing(self, rec: JobRecord, at: float) -> None:
         # A job submitted after the snapshot was taken is not missing.

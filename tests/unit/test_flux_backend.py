@@ -345,9 +345,10 @@ async def test_lookup_one_query_confirmed_by_jobspec(backend: FluxBackend, world
     ]
     world.specs = {10: spec_for("uid-a"), 11: spec_for("uid-b"), 12: spec_for("uid-b"),
                    13: spec_for("someone-else"), 15: {"attributes": {"system": {}}}}
-    found = await backend.lookup(["uid-a", "uid-b", "uid-forged", "uid-missing",
-                                  "uid-named-only"])
-    assert set(found) == {"uid-a", "uid-b"}
+    jobs = await backend.lookup(["uid-a", "uid-b", "uid-forged", "uid-missing",
+                                 "uid-named-only"])
+    found = {j.job_uid: j for j in jobs}
+    assert len(jobs) == 2 and set(found) == {"uid-a", "uid-b"}
     a = found["uid-a"]
     assert (a.backend_id, a.state, a.nodes, a.queue, a.owner_uid) == (
         "10", BackendState.RUNNING, ("node1", "node2"), "batch", 1001)
@@ -357,7 +358,7 @@ async def test_lookup_one_query_confirmed_by_jobspec(backend: FluxBackend, world
     assert world.spec_calls == [[10, 11, 12, 13, 15]]  # only names carrying a uid
     await backend.lookup(["uid-a"])
     assert world.spec_calls == [[10, 11, 12, 13, 15]]  # cached
-    assert await backend.lookup([]) == {}
+    assert await backend.lookup([]) == []
 
 
 async def test_lookup_errors(backend: FluxBackend, world: World) -> None:

@@ -108,8 +108,10 @@ def test_create_and_the_entry_point() -> None:
 
 async def test_lookup_finds_by_comment_in_one_listing() -> None:
     cli = FakeCli([RECORDED])
-    found = await backend(cli).lookup(["fx-exit3", "fx-array", "not-there"])
-    assert set(found) == {"fx-exit3", "fx-array"}
+    jobs = await backend(cli).lookup(["fx-exit3", "fx-array", "not-there"])
+    found = {j.job_uid: j for j in jobs}
+    assert len(jobs) == 2 and set(found) == {"fx-exit3", "fx-array"}
+    assert all(j.owner_uid is not None for j in jobs)  # Slurm's user_id, for the engine
     assert found["fx-exit3"].exit_code == 3
     # two Slurm jobs carry fx-array (an array): the newer one is reported
     assert found["fx-array"].backend_id == "73"

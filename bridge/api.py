@@ -6,8 +6,9 @@ Routes (JSON unless stated):
 * ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``.
 * ``GET /v1/jobs?states=Pending,Running|all&user=U`` — ``{"items": [JobView]}``; without
   ``states`` only jobs that are not finished (like ``squeue``).
-* ``GET /v1/jobs/{ref}`` — a JobView with ``transitions``; ``ref`` is the numeric id,
-  the TrainJob uid or its ``metadata.name``.
+* ``GET /v1/jobs/{ref}`` — a JobView with ``transitions``; ``ref`` is the numeric id
+  (global), the TrainJob uid or its ``metadata.name``, the caller's own jobs first
+  (:mod:`bridge.refs`); 409 listing the candidates when it names several users' jobs.
 * ``POST /v1/jobs/{ref}/cancel`` (also ``DELETE /v1/jobs/{ref}``) — 202 JobView.
 * ``POST /v1/jobs/{ref}/suspend`` and ``/resume``.
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
@@ -44,6 +45,7 @@ from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.engine import Engine, EngineError
 from bridge.filemodes import check_secret_file
 from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob
+from bridge.refs import AmbiguousJob
 from bridge.scheduling import scheduling_of
 from bridge.states import TERMINAL, JobState
 from bridge.store import JobNotFound, JobRecord
@@ -202,11 +204,15 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
         return _error(exc.status, str(exc))
     except JobNotFound as exc:
         return _error(404, f"job {exc.args[0]} not found")
+    except AmbiguousJob as exc:
+        return _error(409, str(exc))
 
 
 def _find(request: web.Request) -> JobRecord:
+    """The job ``{ref}`` names for this caller (:func:`bridge.refs.resolve`)."""
     engine = request.app[ENGINE_KEY]
-    return engine.store.find(request.match_info["ref"], request.query.get("namespace"))
+    return engine.store.find(request.match_info["ref"], request.query.get("namespace"),
+                             caller_uid=request[OWNER_KEY].uid)
 
 
 async def submit(request: web.Request) -> web.Response:

@@ -33,6 +33,7 @@ from typing import Any
 
 from bridge.backend import Owner
 from bridge.model import TrainJob, load_document
+from bridge.refs import resolve
 from bridge.states import JobState, check_transition
 
 SCHEMA_VERSION = 3
@@ -70,6 +71,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     placement         TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+-- References by name across namespaces (tshow NAME).
+CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
 -- A name is unique among unfinished jobs only: as in Kubernetes, a TrainJob deleted
 -- and created again under the same name is a new job (version 3).
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_name ON jobs (namespace, name)
@@ -368,22 +371,27 @@ class Store:
             raise JobNotFound(job_id)
         return _row_to_record(row)
 
-    def find(self, ref: str, namespace: str | None = None) -> JobRecord:
-        """A job by numeric id, uid, or metadata.name (in ``namespace`` if given)."""
+    def find(self, ref: str, namespace: str | None = None,
+             caller_uid: int | None = None) -> JobRecord:
+        """A job by numeric id (global), or by uid or ``metadata.name`` (in
+        ``namespace`` if given) resolved for the caller by :func:`bridge.refs.resolve`:
+        the caller's own jobs first; :class:`bridge.refs.AmbiguousJob` when several
+        users' jobs match. :class:`JobNotFound` when none does."""
         if ref.isdigit():
             row = self._db.execute("SELECT * FROM jobs WHERE id=?", (int(ref),)).fetchone()
-        else:
-            row = self._db.execute("SELECT * FROM jobs WHERE uid=?", (ref,)).fetchone()
             if row is None:
-                sql = "SELECT * FROM jobs WHERE name=?"
-                args: tuple[Any, ...] = (ref,)
-                if namespace:
-                    sql += " AND namespace=?"
-                    args += (namespace,)
-                row = self._db.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
-        if row is None:
+                raise JobNotFound(ref)
+            return _row_to_record(row)
+        sql = "SELECT * FROM jobs WHERE (uid=? OR name=?)"
+        args: tuple[Any, ...] = (ref, ref)
+        if namespace:
+            sql += " AND namespace=?"
+            args += (namespace,)
+        rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        found = resolve(ref, [_row_to_record(r) for r in rows], caller_uid)
+        if found is None:
             raise JobNotFound(ref)
-        return _row_to_record(row)
+        return found
 
     def get_by_uid(self, uid: str) -> JobRecord | None:
         """The job with this uid (a TrainJob's ``metadata.uid``), or None."""

@@ -3,7 +3,8 @@ optionally, over TCP with bearer tokens.
 
 Routes (JSON unless stated):
 
-* ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``.
+* ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``. With an
+  ``Idempotency-Key`` header (per caller), a retry answers 200 with the first job.
 * ``GET /v1/jobs?states=Pending,Running|all&user=U`` — ``{"items": [JobView]}``; without
   ``states`` only jobs that are not finished (like ``squeue``).
 * ``GET /v1/jobs/{ref}`` — a JobView with ``transitions``; ``ref`` is the numeric id
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import hashlib
 import hmac
 import json
 import os
@@ -215,9 +217,54 @@ def _find(request: web.Request) -> JobRecord:
                              caller_uid=request[OWNER_KEY].uid)
 
 
+#: Header of a client's idempotency key: a retried POST with the same key (same caller)
+#: answers the first job instead of making a second.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header's value (None if absent); ``ValidationError``
+    naming the header when it is empty, longer than 200 characters or not printable
+    ASCII."""
+    if value is None:
+        return None
+    if not value or len(value) > MAX_IDEMPOTENCY_KEY or not all(
+            "!" <= c <= "~" for c in value):
+        raise ValidationError([(f"{IDEMPOTENCY_HEADER} header",
+                                f"must be 1-{MAX_IDEMPOTENCY_KEY} printable ASCII characters "
+                                f"without spaces")])
+    return value
+
+
+def _submitted(record: JobRecord, status: int) -> web.Response:
+    return web.json_response({"id": record.id, "uid": record.uid, "name": record.name,
+                              "state": record.state.value}, status=status)
+
+
+def _replay(engine: Engine, owner: Owner, key: str, digest: str) -> web.Response | None:
+    """The answer to a retried submission: the first job with this caller's key (200),
+    409 when the key came with another body; None when the key is new."""
+    first = engine.store.by_idempotency_key(owner.uid, key)
+    if first is None:
+        return None
+    if first.request_digest != digest:
+        return _error(409, f"{IDEMPOTENCY_HEADER} {key!r} was used for another request "
+                           f"(job {first.id}); use a new key for a new job")
+    return _submitted(first, 200)
+
+
 async def submit(request: web.Request) -> web.Response:
+    """Admit a TrainJob: 201 with the new job. With an ``Idempotency-Key`` header the
+    submission happens once per caller and key: a retry answers 200 with the first
+    job (stored with it, so this holds across daemon restarts)."""
     engine = request.app[ENGINE_KEY]
-    raw = await request.text()
+    owner = request[OWNER_KEY]
+    key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
+    raw = await request.read()
+    digest = hashlib.sha256(raw).hexdigest()
+    if key is not None and (replayed := _replay(engine, owner, key, digest)) is not None:
+        return replayed
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -225,9 +272,15 @@ async def submit(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         return _error(400, "request body must be a TrainJob object")
     job = load_trainjob(body, "request")
-    record = engine.admit(job, request[OWNER_KEY])
-    return web.json_response({"id": record.id, "uid": record.uid, "name": record.name,
-                              "state": record.state.value}, status=201)
+    try:
+        record = engine.admit(job, owner, idempotency_key=key, request_digest=digest)
+    except EngineError as exc:
+        # Two retries raced past the check: the loser answers with the winner's job.
+        if key is not None and exc.status == 409 and (
+                replayed := _replay(engine, owner, key, digest)) is not None:
+            return replayed
+        raise
+    return _submitted(record, 201)
 
 
 async def list_jobs(request: web.Request) -> web.Response:

@@ -269,11 +269,14 @@ class Engine:
 
     # -- front-door calls ----------------------------------------------------------
 
-    def admit(self, job: TrainJob, owner: Owner, origin: str = "api") -> JobRecord:
+    def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
+              idempotency_key: str | None = None,
+              request_digest: str | None = None) -> JobRecord:
         """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
 
         Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
-        end) or :class:`EngineError` (duplicate name). Nothing is stored on error.
+        end) or :class:`EngineError` (duplicate name, or an ``idempotency_key`` the
+        owner used already: 409). Nothing is stored on error.
         """
         validate_trainjob(job)
         ensure_identity(job, self.settings.default_namespace)
@@ -289,7 +292,9 @@ class Engine:
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
-                                    reason="Suspended" if job.spec.suspend else "Created")
+                                    reason="Suspended" if job.spec.suspend else "Created",
+                                    idempotency_key=idempotency_key,
+                                    request_digest=request_digest)
         except DuplicateJob as exc:
             raise EngineError(str(exc), status=409) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,

@@ -47,6 +47,7 @@ from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.engine import Engine, EngineError
 from bridge.filemodes import check_secret_file
 from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob
+from bridge.output import OutputRefused
 from bridge.refs import AmbiguousJob
 from bridge.scheduling import scheduling_of
 from bridge.states import TERMINAL, JobState
@@ -339,9 +340,8 @@ async def logs(request: web.Request) -> web.StreamResponse:
     except ValueError:
         return _error(400, "offset must be an integer")
     follow = request.query.get("follow", "0") in ("1", "true", "yes")
-    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-    await response.prepare(request)
     backend = engine.backends[rec.backend]
+    response: web.StreamResponse | None = None
     while True:
         rec = engine.store.get(rec.id)
         finished = rec.state.terminal
@@ -355,6 +355,15 @@ async def logs(request: web.Request) -> web.StreamResponse:
                 data, offset = await backend.read_log(bj, stream, offset)
             except BackendUnavailable as exc:
                 log.warning("reading output failed", job_id=rec.id, error=str(exc))
+            except OutputRefused as exc:
+                log.warning("output not read", job_id=rec.id, reason=str(exc))
+                if response is None:  # nothing sent yet: the caller learns why
+                    return _error(403, f"not reading the output of job {rec.id}: {exc}")
+                break  # refused mid-stream (the file was swapped): stop there
+        if response is None:
+            response = web.StreamResponse(
+                headers={"Content-Type": "application/octet-stream"})
+            await response.prepare(request)
         if data:
             await response.write(data)
             continue

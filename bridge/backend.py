@@ -201,8 +201,9 @@ class Backend(Protocol):
 
     async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
         """Output of the job from ``offset``: (data, new offset). ``stream`` is
-        ``stdout`` or ``stderr``. Missing output, or a file that does not belong to
-        ``job.owner_uid``, gives ``(b"", offset)``."""
+        ``stdout`` or ``stderr``. Missing output gives ``(b"", offset)``; a file that
+        does not belong to ``job.owner_uid`` (or a link, or not a regular file) raises
+        :class:`bridge.output.OutputRefused` with the reason."""
 
 
 @runtime_checkable

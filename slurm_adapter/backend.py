@@ -50,6 +50,7 @@ from bridge.output import read_owned
 from slurm_adapter import hostlist
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.dialects import Dialect, UnsupportedOption, dialect_for, dialect_from_meta
+from slurm_adapter.launch import LAUNCH_FAILURE, launch_failure_detail
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
 from slurm_adapter.script import (
     COMMENT_PREFIX,
@@ -166,6 +167,14 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
 
     reason = _text(raw.get("state_reason"))
     description = _text(raw.get("state_description"))
+    detail: str | None = None
+    owner_uid = dialect.number(raw.get("user_id"))
+    if state is BackendState.FAILED and reason == LAUNCH_FAILURE and (signal or 0) >= 32:
+        # Not a signal the script got (a script killed by SIGKILL also reads
+        # JobLaunchFailure, with signal 9) but slurmd's error code: say which output
+        # file could not be opened instead of "killed by signal 53".
+        exit_code, signal = None, None
+        detail = launch_failure_detail((resolve(out_pattern), resolve(err_pattern)), owner_uid)
     if description:
         reason = f"{reason}: {description}" if reason and reason != "None" else description
     return BackendJob(
@@ -182,7 +191,8 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         stdout_path=resolve(out_pattern),
         stderr_path=resolve(err_pattern),
         queue=str(raw.get("partition") or "") or None,
-        owner_uid=dialect.number(raw.get("user_id")),
+        owner_uid=owner_uid,
+        detail=detail,
     )
 
 

@@ -33,6 +33,7 @@ from bridge.backend import (
     SubmitRequest,
 )
 from bridge.model import load_trainjob
+from bridge.output import OutputRefused
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from flux_adapter import backend as backend_mod
@@ -548,8 +549,10 @@ async def test_read_log(backend: FluxBackend, tmp_path: Path) -> None:
     assert await backend.read_log(bj(str(out), None), "stdout", 0) == (b"", 0)
     link = tmp_path / "link"
     link.symlink_to(out)
-    assert await backend.read_log(bj(str(link), ME.uid), "stdout", 0) == (b"", 0)
+    with pytest.raises(OutputRefused, match="symbolic link"):
+        await backend.read_log(bj(str(link), ME.uid), "stdout", 0)
     if ME.uid != 0:
-        assert await backend.read_log(bj(str(out), ME.uid + 1), "stdout", 0) == (b"", 0)
+        with pytest.raises(OutputRefused, match="belongs to uid"):
+            await backend.read_log(bj(str(out), ME.uid + 1), "stdout", 0)
     with pytest.raises(ValueError):
         await backend.read_log(bj(str(out), ME.uid), "both", 0)

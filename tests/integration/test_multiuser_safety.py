@@ -24,7 +24,6 @@ from tests.integration.bed import (
     cleanup,
     fresh_daemon_dir,
     trainjob_doc,
-    wait_for,
 )
 from tests.integration.conftest import rest_settings
 

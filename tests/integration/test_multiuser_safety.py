@@ -272,3 +272,28 @@ def test_a_launch_failure_names_the_output_path(daemon: Daemon, outdir: Path) ->
     assert done["state"] == "Failed"
     assert f"could not open output file {path}" in done["message"], done
     assert "signal 53" not in done["message"]
+
+
+def test_tbatch_whose_answer_is_lost_retries_with_its_key_and_makes_one_job(
+        daemon: Daemon, outdir: Path) -> None:
+    """The daemon admits alice's job but the answer never reaches tbatch (connection
+    reset): tbatch sends it again with the same key and gets the same job."""
+    listen = outdir / f"proxy-{uuid.uuid4().hex[:6]}.sock"
+    proxy = subprocess.Popen(
+        ["runuser", "-u", "alice", "--", str(BIN / "python"),
+         str(Path(__file__).with_name("resetting_proxy.py")), str(listen),
+         str(daemon.socket)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proxy.stdout is not None and proxy.stdout.readline() == "READY\n"
+        name = f"retry-{uuid.uuid4().hex[:6]}"
+        res = daemon.cli("alice", "tbatch", "--parsable", "-J", name, "--wrap", "true",
+                         cwd=outdir, env={"HPC_BRIDGE_SOCKET": str(listen)})
+        assert res.returncode == 0, res.stderr
+        assert proxy.stdout.readline().startswith("DROPPED POST /v1/jobs")
+        assert proxy.stdout.readline().startswith("RELAYED POST /v1/jobs")
+        jobs = [j for j in daemon.api("GET", "/v1/jobs?states=all").json()["items"]
+                if j["jobName"] == name]
+        assert [(j["id"], j["user"]) for j in jobs] == [(int(res.stdout), "alice")]
+    finally:
+        proxy.terminate()
+        proxy.wait(10)

@@ -362,6 +362,17 @@ async def test_lookup_one_query_confirmed_by_jobspec(backend: FluxBackend, world
     assert await backend.lookup([]) == []
 
 
+async def test_lookup_reports_each_owners_job_carrying_a_uid(backend: FluxBackend,
+                                                              world: World) -> None:
+    """Another user's job carrying our uid is not folded into ours: both are reported,
+    each with its userid, for the engine to keep its own (bridge.ownership)."""
+    world.listing = [listed(20, "uid-a"), listed(21, "uid-a", userid=1002)]
+    world.specs = {20: spec_for("uid-a"), 21: spec_for("uid-a")}
+    jobs = await backend.lookup(["uid-a"])
+    assert sorted((j.backend_id, j.owner_uid) for j in jobs) == [("20", 1001), ("21", 1002)]
+    assert backend.world_uid(ME) == ME.uid  # submit_as = "owner"
+
+
 async def test_lookup_errors(backend: FluxBackend, world: World) -> None:
     world.list_error = OSError(errno.ENOSYS, "job-list module not loaded")
     with pytest.raises(BackendUnavailable, match="job-list"):

@@ -5,7 +5,8 @@ TrainJob (environment values, batch scripts), so nobody else may read it:
 
 * :data:`DAEMON_UMASK` (``077``) is set when the daemon starts: every file and
   directory it makes is its own only (the API socket is made ``0666`` on purpose,
-  and its directory ``0755``, by :func:`bridge.api.serve`).
+  and its directory ``0755``, by :func:`bridge.api.serve`). Commands run for a user
+  get :data:`JOB_UMASK` instead (their jobs inherit it).
 * :func:`secure_state_dir` makes ``state_dir`` ``0700`` and the database files in it
   (``bridge.sqlite`` and its ``-wal``/``-shm``/``-journal``) ``0600``, fixing what an
   older daemon left more open; each fix is returned so that the daemon logs it.
@@ -21,6 +22,10 @@ from pathlib import Path
 
 #: The daemon's umask: files 0600, directories 0700.
 DAEMON_UMASK = 0o077
+#: The umask of commands the daemon runs for a user (``sbatch``, ``flux job submit``):
+#: Slurm and Flux hand the submitter's umask on to the job, which must get a user's
+#: usual one (as through slurmrestd), not the daemon's 077.
+JOB_UMASK = 0o022
 STATE_DIR_MODE = 0o700
 DB_FILE_MODE = 0o600
 #: Suffixes SQLite adds to the database name for its side files.

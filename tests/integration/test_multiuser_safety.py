@@ -297,3 +297,13 @@ def test_tbatch_whose_answer_is_lost_retries_with_its_key_and_makes_one_job(
     finally:
         proxy.terminate()
         proxy.wait(10)
+
+
+def test_jobs_keep_a_users_umask_under_the_daemons_077(cli_daemon: Daemon,
+                                                        outdir: Path) -> None:
+    """sbatch hands its umask on to the job: the daemon's private 077 must not become
+    the job's (its output and files would be unreadable to the user's group)."""
+    job = tbatch(cli_daemon, "alice", outdir, "-o", "um-%j.txt", "--wrap", "umask")
+    done = cli_daemon.wait_state(job, ["Succeeded", "Failed"])
+    out = outdir / f"um-{done['backendId']}.txt"
+    assert out.read_text() == "0022\n" and mode(out) == 0o644

@@ -401,11 +401,12 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     path = Path(socket_path)
-    if not path.parent.exists():
-        # The daemon's umask is 077: a directory it makes must still let users reach
-        # the socket (an existing one is the admin's, e.g. systemd's RuntimeDirectory).
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.parent.chmod(0o755)
+    # The daemon's umask is 077: directories it makes must still let users reach the
+    # socket (existing ones are the admin's, e.g. systemd's RuntimeDirectory).
+    missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        directory.chmod(0o755)
     if path.is_socket():
         path.unlink()  # a stale socket from a killed daemon
     site = web.UnixSite(runner, str(path))

@@ -25,6 +25,7 @@ from bridge.api import load_tokens, make_app, serve
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
+from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
@@ -89,7 +90,9 @@ def build_frontdoors(config: Config) -> dict[str, FrontDoor]:
 async def run_daemon(config: Config) -> None:
     """Serve until SIGTERM/SIGINT."""
     state_dir = config.daemon.state_dir
-    state_dir.mkdir(parents=True, exist_ok=True)
+    os.umask(DAEMON_UMASK)
+    for fix in secure_state_dir(state_dir):
+        log.warning("state file was open to other users; fixed", change=fix)
     store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
     backends = build_backends(config)
     frontdoors = build_frontdoors(config)
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(config.daemon.log_format, config.daemon.log_level)
     try:
         asyncio.run(run_daemon(config))
-    except ValueError as exc:
+    except ValueError as exc:  # InsecureFile is one
         log.error("cannot start", error=str(exc))
         return 2
     return 0

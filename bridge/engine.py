@@ -36,7 +36,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -65,6 +65,7 @@ from bridge.model import (
     ensure_identity,
     validate_trainjob,
 )
+from bridge.ownership import OwnerCheck
 from bridge.placement import (
     Placement,
     PlacementRequest,
@@ -260,6 +261,7 @@ class Engine:
         #: uid -> status a back end reported while the job was still Pending here.
         self._early: dict[str, BackendJob] = {}
         self._missing: dict[int, tuple[int, float]] = {}
+        self._owners = OwnerCheck()
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
@@ -273,12 +275,15 @@ class Engine:
 
     # -- front-door calls ----------------------------------------------------------
 
-    def admit(self, job: TrainJob, owner: Owner, origin: str = "api") -> JobRecord:
+    def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
+              idempotency_key: str | None = None,
+              request_digest: str | None = None) -> JobRecord:
         """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
 
         Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
-        end) or :class:`EngineError` (duplicate name: 409; the back end's admission
-        refused the caller: 403). Nothing is stored on error.
+        end) or :class:`EngineError` (duplicate name, or an ``idempotency_key`` the
+        owner used already: 409; the back end's admission refused the caller: 403).
+        Nothing is stored on error.
         """
         validate_trainjob(job)
         backend = job.metadata.annotations.get(ANN_BACKEND) or self.settings.default_backend
@@ -300,7 +305,9 @@ class Engine:
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
-                                    reason="Suspended" if job.spec.suspend else "Created")
+                                    reason="Suspended" if job.spec.suspend else "Created",
+                                    idempotency_key=idempotency_key,
+                                    request_digest=request_digest)
         except DuplicateJob as exc:
             raise EngineError(str(exc), status=409) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,
@@ -466,10 +473,11 @@ class Engine:
 
     async def _submit_due(self, name: str, backend: Backend, records: list[JobRecord]) -> None:
         uncertain = [r for r in records if r.attempts > 0]
-        found: dict[str, BackendJob] = {}
+        found: dict[str, list[BackendJob]] = {}
         if uncertain:
             try:
-                found = await backend.lookup([r.uid for r in uncertain])
+                for carrier in await backend.lookup([r.uid for r in uncertain]):
+                    found.setdefault(carrier.job_uid, []).append(carrier)
             except BackendUnavailable as exc:
                 for rec in uncertain:
                     self._retry_later(rec, exc)
@@ -478,7 +486,7 @@ class Engine:
         topology: Topology | None = None
         topology_read = False
         for rec in records:
-            bj = found.get(rec.uid)
+            bj = self._own(name, rec, found.get(rec.uid, ()))
             if bj is not None:
                 adopted = self.store.transition(
                     rec.id, JobState.SUBMITTED, "Adopted",
@@ -668,8 +676,12 @@ class Engine:
                 log.exception("applying status failed", backend=name)
 
     def apply_status(self, name: str, batch: StatusBatch) -> None:
-        """Move tracked jobs of back end ``name`` according to one status batch."""
-        seen = {bj.job_uid: bj for bj in batch.jobs}
+        """Move tracked jobs of back end ``name`` according to one status batch. Only a
+        back-end job whose key AND owner are the stored job's counts
+        (:mod:`bridge.ownership`); a foreign one is ignored and logged."""
+        seen: dict[str, list[BackendJob]] = {}
+        for carrier in batch.jobs:
+            seen.setdefault(carrier.job_uid, []).append(carrier)
         active = [JobState.SUBMITTED, JobState.RUNNING]
         # A change batch concerns its own jobs only: read just those (a watch sends a
         # batch per event; reading every tracked job each time costs jobs x events).
@@ -677,15 +689,17 @@ class Engine:
                    else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
         # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
         # before the submit call has returned. Kept, and applied once it is recorded.
-        untracked = [u for u in seen if u not in {r.uid for r in tracked}]
+        tracked_uids = {r.uid for r in tracked}
+        untracked = [u for u in seen if u not in tracked_uids]
         if untracked:
             for rec in self.store.by_uids(untracked, [JobState.PENDING]):
-                if rec.backend == name:
-                    self._early[rec.uid] = seen[rec.uid]
+                own = self._own(name, rec, seen[rec.uid]) if rec.backend == name else None
+                if own is not None:
+                    self._early[rec.uid] = own
                     while len(self._early) > EARLY_STATUS_LIMIT:
                         self._early.pop(next(iter(self._early)))
         for rec in tracked:
-            bj = seen.get(rec.uid)
+            bj = self._own(name, rec, seen.get(rec.uid, ()))
             if bj is None or bj.backend_id != rec.backend_id:
                 if bj is not None:
                     log.error("back-end id differs from the recorded one", job_id=rec.id,
@@ -695,6 +709,11 @@ class Engine:
                 continue
             self._missing.pop(rec.id, None)
             self._apply_one(rec, bj)
+
+    def _own(self, name: str, rec: JobRecord, jobs: Iterable[BackendJob]) -> BackendJob | None:
+        """The stored job's own back-end job among ``jobs`` (all carrying its uid)."""
+        return self._owners.pick(name, self.backends[name], rec.id, rec.uid, rec.owner,
+                                 rec.namespace, jobs, rec.backend_id)
 
     def _note_missing(self, rec: JobRecord, at: float) -> None:
         # A job submitted after the snapshot was taken is not missing.

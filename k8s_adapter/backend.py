@@ -286,14 +286,12 @@ class KubernetesBackend:
             label_selector=SELECTOR)
         return list(listing.get("items") or [])
 
-    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        """Every JobSet labelled with one of these uids, in any namespace (the engine
+        keeps the one in the job's own namespace: :mod:`bridge.ownership`)."""
         wanted = set(job_uids)
-        found: dict[str, BackendJob] = {}
-        for obj in await self._list_jobsets():
-            bj = self._backend_job(obj)
-            if bj is not None and bj.job_uid in wanted:
-                found[bj.job_uid] = bj
-        return found
+        return [bj for obj in await self._list_jobsets()
+                if (bj := self._backend_job(obj)) is not None and bj.job_uid in wanted]
 
     async def cancel(self, backend_id: str, owner: Owner) -> None:
         namespace, name = split_id(backend_id)

@@ -370,7 +370,9 @@ class Store:
 
     def find(self, ref: str, namespace: str | None = None) -> JobRecord:
         """A job by numeric id, uid, or metadata.name (in ``namespace`` if given)."""
-        if ref.isdigit():
+        if ref.isascii() and ref.isdigit():  # not str.isdigit alone: "²" is a digit
+            if len(ref) > 18:  # beyond SQLite's 64-bit ids
+                raise JobNotFound(ref)
             row = self._db.execute("SELECT * FROM jobs WHERE id=?", (int(ref),)).fetchone()
         else:
             row = self._db.execute("SELECT * FROM jobs WHERE uid=?", (ref,)).fetchone()

@@ -23,6 +23,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -399,19 +400,19 @@ def _json_type(value: Any) -> str:
         type(value), "a number")
 
 
+@functools.cache
 def _yaml_loader() -> Any:
-    """PyYAML's safe loader without implicit timestamps: an unquoted date stays the text
-    it is, as kubectl reads it (Kubernetes fields holding times are strings)."""
+    """PyYAML's safe loader (libyaml's when PyYAML has it: the pure-Python scanner is
+    quadratic in flow nesting) without implicit timestamps: an unquoted date stays the
+    text it is, as kubectl reads it (Kubernetes fields holding times are strings)."""
     import yaml
 
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    resolvers = {
+        first: [(tag, rx) for tag, rx in found if tag != "tag:yaml.org,2002:timestamp"]
+        for first, found in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
-    return Loader
+    return type("Loader", (base,), {"yaml_implicit_resolvers": resolvers})
 
 
 def parse_text(text: str, source: str = "<input>") -> dict[str, Any]:

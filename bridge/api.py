@@ -14,7 +14,10 @@ Routes (JSON unless stated):
   bytes, streamed; with ``follow=1`` until the job has finished and its output is drained.
 * ``GET /v1/healthz``.
 
-Errors are ``{"error": message}`` with 400 (bad input), 403, 404, 409.
+Errors are ``{"error": message}`` with 400 (bad input: a body that is not a UTF-8 JSON
+TrainJob within :func:`bridge.model.check_shape`'s limits, an unknown or repeated query
+parameter, a bad value), 401, 403, 404 (no such job or route), 405, 409 and 413 (a
+body over :data:`MAX_BODY`); never a 5xx for anything a caller sends.
 
 Identity: on the unix socket the caller is who the kernel says it is (peer
 credentials); the request body never names the caller. On TCP, a token from a

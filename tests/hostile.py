@@ -24,6 +24,7 @@ import string
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
@@ -204,6 +205,44 @@ def _get(doc: Any, path: tuple[str | int, ...]) -> Any:
     for part in path:
         doc = doc[part]
     return doc
+
+
+# --- requests ------------------------------------------------------------------------
+
+def assert_refused_or_ok(status: int, body: bytes, ctype: str) -> Any:
+    """Never a 5xx; a 4xx is JSON ``{"error": "<message>"}``. Returns the JSON body."""
+    assert status < 500, (status, body[:500])
+    if status >= 400:
+        assert ctype == "application/json", (status, ctype, body[:200])
+        error = json.loads(body)["error"]
+        assert isinstance(error, str) and error.strip(), body
+        return None
+    return json.loads(body) if ctype == "application/json" else body
+
+
+def quoted(text: str) -> str:
+    """Percent-encoded UTF-8, lone surrogates as the invalid bytes they stand for."""
+    return quote(text.encode("utf-8", "surrogatepass"), safe="")
+
+
+REF_ROUTES = [("GET", ""), ("POST", "/cancel"), ("DELETE", ""), ("POST", "/suspend"),
+              ("POST", "/resume"), ("GET", "/log")]
+QUERY_KEYS = st.one_of(st.sampled_from(["namespace", "stream", "offset", "follow", "states",
+                                        "user", "x"]), TEXT)
+QUERY_VALUES = st.one_of(st.sampled_from(["stdout", "stderr", "0", "1", "-1", "1_0", " 5",
+                                          "\u0661", "9" * 30, "true", "maybe", "default"]),
+                         TEXT)
+QUERIES = st.lists(st.tuples(QUERY_KEYS, QUERY_VALUES), max_size=3)
+
+
+def follows(pairs: list[tuple[str, str]]) -> bool:
+    """Whether a log request with this query follows the output (a stream that lasts
+    until the job ends: only its status and headers can be awaited)."""
+    return any(k == "follow" and v.lower() in ("1", "true", "yes") for k, v in pairs)
+
+
+def url_query(pairs: list[tuple[str, str]]) -> str:
+    return ("?" + "&".join(f"{quoted(k)}={quoted(v)}" for k, v in pairs)) if pairs else ""
 
 
 NEST = "\u0001nest\u0001"

@@ -100,6 +100,10 @@ JSON = st.recursive(SCALARS, lambda inner: st.one_of(
 SAFE_TEXT = st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"),
                     max_size=12)
 DNS_LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,14}[a-z0-9])?\Z")
+SCHEDULING_KEYS = ["job_name", "partition", "account", "qos", "time_limit_minutes", "ntasks",
+                   "ntasks_per_node", "cpus_per_task", "gpus_per_node", "mem_per_node_mb",
+                   "output", "error", "chdir", "exclusive", "switches",
+                   "switches_wait_minutes", "export", "nodelist", "exclude", "constraint", "x"]
 RUNTIMES = ["plain", "torch-distributed", "mpi-distributed", "jax-distributed",
             "deepspeed-distributed", "xgboost-distributed"]
 
@@ -120,6 +124,7 @@ def trainjobs(draw: st.DrawFn) -> dict[str, Any]:
             {}, optional={"partition": st.sampled_from(["debug", "batch"]),
                           "time_limit_minutes": st.integers(1, 600),
                           "job_name": st.text(string.ascii_letters, min_size=1, max_size=8)})))
+
     if draw(st.booleans()):
         annotations["note"] = draw(SAFE_TEXT)
     if annotations:
@@ -181,10 +186,17 @@ def _delete(doc: Any, path: tuple[str | int, ...]) -> Any:
 
 @st.composite
 def mutated_trainjobs(draw: st.DrawFn) -> Any:
-    """A TrainJob with up to three mutations anywhere: a value replaced by any JSON
+    """A TrainJob with scheduling options of any value (or not JSON) or any back end
+    named, sometimes, and up to three mutations anywhere: a value replaced by any JSON
     value (wrong types at any depth, huge or non-finite numbers, NUL, lone surrogates),
     a key deleted, an unknown key added, a value wrapped in a list."""
     doc: Any = draw(trainjobs())
+    annotations = doc["metadata"].setdefault("annotations", {})
+    if draw(st.integers(0, 3)) == 0:  # options of any value, or not JSON at all
+        annotations["hpc-bridge.io/scheduling"] = draw(st.one_of(TEXT, st.builds(
+            json.dumps, st.dictionaries(st.sampled_from(SCHEDULING_KEYS), JSON, max_size=3))))
+    if draw(st.integers(0, 5)) == 0:
+        annotations["hpc-bridge.io/backend"] = draw(TEXT)
     for _ in range(draw(st.integers(0, 3))):
         path = draw(st.sampled_from(_paths(doc)))
         op = draw(st.sampled_from(["replace", "delete", "add", "wrap"]))

@@ -223,8 +223,17 @@ def test_hostile_api_requests_as_alice(daemon: Daemon, outdir: Path) -> None:
                     and not {k for k, _ in query} - {"follow"} and not follows(query)):
                 assert raw == b"ran\n"
 
+        @cases(0.1)
+        @given(QUERIES)
+        def listings(query: list[tuple[str, str]]) -> None:
+            status, raw, ctype = alice.call("GET", "/v1/jobs" + url_query(query))
+            answer = assert_refused_or_ok(status, raw, ctype)
+            if status < 400:
+                assert isinstance(answer["items"], list)
+
         submissions()
         routes()
+        listings()
     finally:
         alice.close()
     jobs = daemon.api("GET", "/v1/jobs", params={"states": "all"}).json()["items"]

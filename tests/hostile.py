@@ -60,13 +60,13 @@ def cases(weight: float) -> Callable[[F], F]:
 
 
 @contextmanager
-def within_case_timeout() -> Iterator[None]:
-    """Fail a synchronous case that runs past :data:`CASE_TIMEOUT` (SIGALRM: main thread)."""
+def within_case_timeout(seconds: float = CASE_TIMEOUT) -> Iterator[None]:
+    """Fail a synchronous case that runs past ``seconds`` (SIGALRM: main thread only)."""
     def expired(_sig: int, _frame: Any) -> None:
-        raise TimeoutError(f"a case ran past {CASE_TIMEOUT} s")
+        raise TimeoutError(f"a case ran past {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, CASE_TIMEOUT)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:

@@ -474,8 +474,7 @@ def validate_trainjob(job: TrainJob) -> None:
         errors.append(("metadata.name", f"must be a DNS-1123 label (a-z, 0-9, '-', at most 63 "
                                         f"characters), got {name!r}"))
     namespace = job.metadata.namespace
-    if namespace is not None and (len(namespace) > 63
-                                  or not _DNS1123_LABEL.fullmatch(namespace)):
+    if namespace and (len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace)):
         errors.append(("metadata.namespace", f"must be a DNS-1123 label (a-z, 0-9, '-', at "
                                              f"most 63 characters), got {namespace!r}"))
     if job.spec.runtime_ref.api_group != GROUP:

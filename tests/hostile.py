@@ -2,8 +2,9 @@
 
 Budget: every test of the suite runs ``weight x`` the ``max_examples`` of the active
 profile (:func:`cases`). Profiles: ``hostile-ci`` (the default under ``CI=true``:
-1,000 per weight; the suite's weights add up to more than 20, so a CI run tries more
-than 20,000 cases) and ``hostile-dev`` (50 per weight, the default elsewhere).
+1,000 per weight; the weights add up to 22.2 — API 11.5, TrainJob files 4, #SBATCH 6,
+the sample against a real daemon 0.7 — so a CI run tries about 22,000 cases in about
+90 s of CPU) and ``hostile-dev`` (50 per weight, the default elsewhere).
 ``HOSTILE_PROFILE=ci|dev`` chooses one explicitly.
 
 Seed: one per run, printed in pytest's header (tests/conftest.py). Replay a failure

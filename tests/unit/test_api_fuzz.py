@@ -110,7 +110,7 @@ def check_submit(api: Api, body: bytes, doc: Any = None) -> None:
         assert view["state"] == ("Suspended" if doc["spec"].get("suspend") else "Pending")
 
 
-@cases(4)
+@cases(3)
 @given(mutated_trainjobs())
 def test_submitted_documents(api: Api, doc: Any) -> None:
     check_submit(api, json.dumps(doc).encode(), doc)
@@ -160,7 +160,7 @@ def jobs(small: Api) -> list[dict[str, Any]]:
     return made
 
 
-@cases(3)
+@cases(2.5)
 @given(st.data(), st.sampled_from(REF_ROUTES), QUERIES,
        st.sampled_from(["tok-alice", "tok-bob", "tok-root"]))
 def test_job_routes(small: Api, jobs: list[dict[str, Any]], data: st.DataObject,

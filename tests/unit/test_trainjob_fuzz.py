@@ -84,7 +84,7 @@ def yaml_texts(draw: st.DrawFn) -> str:
     return text
 
 
-@cases(3)
+@cases(2.5)
 @given(yaml_texts())
 def test_trainjob_files(text: str) -> None:
     tbatch_f(text)

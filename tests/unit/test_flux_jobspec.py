@@ -381,6 +381,18 @@ def test_environment_is_the_plans_plus_path() -> None:
     assert job_environment(plan) == {"PATH": "/mine"}
 
 
+def test_flux_is_on_the_path_whatever_the_submitter_exported() -> None:
+    """tbatch always exports the submitter's PATH; mpi-launch in the job still needs the
+    instance's flux (``flux job info``), so its directory goes first."""
+    plan = request(trainjob("plain", command=["true"], env={"PATH": "/usr/bin:/bin"})).plan
+    env = job_environment(plan, flux_command="/opt/flux-mu/bin/flux")
+    assert env["PATH"] == "/opt/flux-mu/bin:/usr/bin:/bin"
+    plan = request(trainjob("plain", command=["true"],
+                            env={"PATH": "/x:/opt/flux-mu/bin"})).plan
+    assert job_environment(plan, flux_command="/opt/flux-mu/bin/flux")["PATH"] == (
+        "/x:/opt/flux-mu/bin")  # already there: left as the user ordered it
+
+
 def test_constraints() -> None:
     js = build(request(trainjob("plain", command=["true"]),
                        SchedulingOptions(nodelist="node1,node2,node3", exclude="node[7-8]",

@@ -1,0 +1,209 @@
+"""End to end on the real Flux bed: tbatch → daemon → Flux (multi-user, IMP) → output.
+
+The bed (``testbed/flux.sh up``) is a four-broker instance whose brokers look like four
+hosts, owned by the system user ``flux``; the daemon runs as root and submits each job
+as its owner (``flux job submit`` run as alice or bob, signed with munge), so the IMP
+runs it as that user. Under ``CI=true`` a missing bed fails these tests.
+
+Covered: 2-node MPI with ranks started by Flux, ``mpirun`` inside a Flux job (Open MPI's
+``pmix/flux`` component must be kept off), torch across two nodes (node ranks 0 and 1),
+cancel, the daemon SIGKILLed mid-run, jobs run as their owners, Flux's own reasons in
+the job's message, ``flux`` not needed on the submitter's PATH, and the adapter's log
+lines as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.bed import Daemon, trainjob_doc, wait_for
+from tests.integration.conftest_flux import flux_as
+
+pytestmark = pytest.mark.integration
+
+PYTHON = str(Path(sys.executable))
+TERMINAL = ["Succeeded", "Failed", "Cancelled"]
+
+ALLREDUCE = """
+import os, socket
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.rank)
+os.write(1, (f"rank={comm.rank} size={comm.size} sum={total} host={socket.gethostname()} "
+             f"world={os.environ.get('MPI_LAUNCH_WORLD')}\\n").encode())
+"""
+
+DDP = """
+import os, socket
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(t)
+os.write(1, (f"rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} "
+             f"node={os.environ.get('PET_NODE_RANK')} sum={int(t.item())} "
+             f"host={socket.gethostname()}\\n").encode())
+dist.destroy_process_group()
+"""
+
+
+def tbatch(d: Daemon, user: str, *args: str, cwd: Path) -> int:
+    res = d.cli(user, "tbatch", "--parsable", *args, cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout)
+
+
+def trainjob(d: Daemon, outdir: Path, name: str, runtime: str, command: list[str], *,
+             nodes: int = 1, procs: int = 1, user: str = "alice") -> int:
+    path = outdir / f"{name}.json"
+    path.write_text(json.dumps(trainjob_doc(outdir, name, runtime, command, nodes=nodes,
+                                            procs=procs)))
+    return tbatch(d, user, "-f", str(path), cwd=outdir)
+
+
+def finished(d: Daemon, job_id: int, user: str = "alice",
+             timeout: float = 180) -> tuple[dict[str, Any], str]:
+    done = d.wait_state(job_id, TERMINAL, timeout=timeout)
+    return done, d.cli(user, "tlog", str(job_id)).stdout
+
+
+def records(out: str) -> list[dict[str, str]]:
+    return [dict(kv.split("=", 1) for kv in line.split()) for line in out.splitlines()
+            if line.startswith("rank=")]
+
+
+def flux_jobs_with_uid(bed: dict[str, str], uid: str) -> list[dict[str, Any]]:
+    """Every job of the instance whose name carries the TrainJob uid (as the owner)."""
+    done = flux_as(bed, bed["FLUX_OWNER"], "jobs", "-a", "-A", "--json")
+    assert done.returncode == 0, done.stderr
+    jobs: list[dict[str, Any]] = json.loads(done.stdout)["jobs"]
+    return [j for j in jobs if str(j.get("name", "")).endswith(f".hpc-bridge-{uid}")]
+
+
+def test_two_node_mpi_job_ranks_started_by_flux(flux_daemon: Daemon, outdir: Path,
+                                                flux_bed: dict[str, str]) -> None:
+    """Also: the submitter's PATH (what tbatch exports to the job) has no ``flux``, yet
+    mpi-launch in the job runs ``flux job info``."""
+    assert "/opt/flux" not in os.environ.get("PATH", "")
+    prog = outdir / "allreduce.py"
+    prog.write_text(ALLREDUCE)
+    job_id = trainjob(flux_daemon, outdir, "mpi2", "mpi-distributed", [PYTHON, str(prog)],
+                      nodes=2, procs=2)
+    done, out = finished(flux_daemon, job_id)
+    assert done["state"] == "Succeeded", (done, out)
+    ranks = records(out)
+    assert sorted(int(r["rank"]) for r in ranks) == [0, 1, 2, 3], out
+    assert {r["size"] for r in ranks} == {"4"} and {r["sum"] for r in ranks} == {"6"}, out
+    assert {r["world"] for r in ranks} == {"flux"}, out  # mpi-launch ran in every rank
+    hosts = Counter(r["host"] for r in ranks)
+    assert sorted(hosts.values()) == [2, 2] and set(hosts) == set(done["nodes"]), hosts
+    assert len(flux_jobs_with_uid(flux_bed, done["uid"])) == 1
+
+
+def test_mpirun_inside_a_flux_job(flux_daemon: Daemon, outdir: Path) -> None:
+    """Open MPI's mpirun, run by the job itself: its pmix/flux component segfaults under
+    Flux unless the job's environment switches it off (OMPI_MCA_pmix=^flux)."""
+    prog = outdir / "allreduce.py"
+    prog.write_text(ALLREDUCE)
+    job_id = trainjob(flux_daemon, outdir, "mpirun", "mpi-distributed",
+                      ["mpirun", PYTHON, str(prog)], nodes=1, procs=2)
+    done, out = finished(flux_daemon, job_id)
+    assert done["state"] == "Succeeded", (done, out)
+    ranks = records(out)
+    assert sorted(int(r["rank"]) for r in ranks) == [0, 1], out
+    assert {r["sum"] for r in ranks} == {"1"}, out
+
+
+def test_torch_two_nodes_get_node_ranks_0_and_1(flux_daemon: Daemon, outdir: Path) -> None:
+    pytest.importorskip("torch")  # a dependency of the [runtimes] extra the bed installs
+    prog = outdir / "ddp.py"
+    prog.write_text(DDP)
+    job_id = trainjob(flux_daemon, outdir, "ddp", "torch-distributed", [PYTHON, str(prog)],
+                      nodes=2, procs=1)
+    done, out = finished(flux_daemon, job_id, timeout=240)
+    assert done["state"] == "Succeeded", (done, out)
+    ranks = records(out)
+    assert sorted(r["node"] for r in ranks) == ["0", "1"], out
+    assert {r["sum"] for r in ranks} == {"1"} and len({r["host"] for r in ranks}) == 2, out
+
+
+def test_jobs_run_as_their_owners(flux_daemon: Daemon, outdir: Path) -> None:
+    ids = {user: tbatch(flux_daemon, user, "-N", "2", "--wrap",
+                        "flux run -N2 -n2 sh -c 'echo $(id -un) $(hostname)' | sort",
+                        cwd=outdir) for user in ("alice", "bob")}
+    for user, job_id in ids.items():
+        done, out = finished(flux_daemon, job_id, user=user)
+        assert done["state"] == "Succeeded" and done["user"] == user, (done, out)
+        lines = out.split()
+        assert lines[0::2] == [user, user] and len(set(lines[1::2])) == 2, out
+        # bob cannot read alice's output through the bridge, nor she his.
+        other = "bob" if user == "alice" else "alice"
+        denied = flux_daemon.cli(other, "tlog", str(job_id))
+        assert denied.returncode != 0, denied.stdout
+
+
+def test_exit_code_and_cancel(flux_daemon: Daemon, outdir: Path,
+                              flux_bed: dict[str, str]) -> None:
+    failing = tbatch(flux_daemon, "bob", "--wrap", "echo about to fail; exit 3", cwd=outdir)
+    sleeper = tbatch(flux_daemon, "alice", "--wrap", "echo started; sleep 300", cwd=outdir)
+    done, out = finished(flux_daemon, failing, user="bob")
+    assert (done["state"], done["exitCode"], done["reason"]) == ("Failed", 3,
+                                                                 "NonZeroExitCode"), done
+    assert out.startswith("about to fail\n"), out  # then the nested broker says rc=3
+    flux_daemon.wait_state(sleeper, ["Running"], timeout=120)
+    assert flux_daemon.cli("bob", "tcancel", str(sleeper)).returncode != 0
+    assert flux_daemon.cli("alice", "tcancel", str(sleeper)).returncode == 0
+    done = flux_daemon.wait_state(sleeper, TERMINAL, timeout=120)
+    assert (done["state"], done["reason"]) == ("Cancelled", "Cancelled"), done
+    wait_for(lambda: [j.get("result") for j in flux_jobs_with_uid(flux_bed, done["uid"])]
+             == ["CANCELED"], 60, "Flux to report the job CANCELED")
+
+
+def test_unsatisfiable_request_says_so(flux_daemon: Daemon, outdir: Path) -> None:
+    job_id = tbatch(flux_daemon, "alice", "-N", "1", "-c", "64", "--wrap", "true",
+                    cwd=outdir)
+    done, _ = finished(flux_daemon, job_id)
+    assert done["state"] == "Failed" and "unsatisfiable" in done["message"], done
+
+
+def test_exec_start_failure_says_so(flux_daemon: Daemon, outdir: Path) -> None:
+    job_id = trainjob(flux_daemon, outdir, "nosuch", "plain", [str(outdir / "no-such-prog")])
+    done, _ = finished(flux_daemon, job_id)
+    assert done["state"] == "Failed", done
+    assert re.search(r"start failed: .*No such file or directory", done["message"]), done
+
+
+def test_daemon_killed_mid_run_finds_its_job_again(flux_daemon: Daemon, outdir: Path,
+                                                   flux_bed: dict[str, str]) -> None:
+    job_id = tbatch(flux_daemon, "alice", "--wrap", "sleep 8; echo done", cwd=outdir)
+    running = flux_daemon.wait_state(job_id, ["Running"], timeout=120)
+    flux_daemon.kill()
+    flux_daemon.start()  # same state directory
+    done, out = finished(flux_daemon, job_id)
+    assert done["state"] == "Succeeded", done
+    assert done["backendId"] == running["backendId"] and out == "done\n"
+    assert len(flux_jobs_with_uid(flux_bed, done["uid"])) == 1, "no duplicate Flux job"
+
+
+def test_adapter_log_lines_are_structured_json(flux_daemon: Daemon) -> None:
+    def started() -> dict[str, Any] | None:
+        for line in flux_daemon.log.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and "flux_core" in rec:
+                return rec
+        return None
+
+    rec = wait_for(started, 30, "the flux back end's start line in the daemon log")
+    assert rec["flux_core"] == "0.88.0" and rec["backend"] == "flux", rec
+    assert rec["logger"].startswith("flux_adapter"), rec

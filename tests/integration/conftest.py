@@ -68,6 +68,16 @@ def cli_daemon(testbed: dict[str, str]) -> Iterator[Daemon]:
     cleanup(workdir)
 
 
+@pytest.fixture(params=["slurm", "flux"])
+def bed_daemon(request: pytest.FixtureRequest) -> Daemon:
+    """The same test on every back end that can express it: a daemon on the Slurm bed
+    (the ``daemon`` fixture, slurmrestd) or on the Flux bed (``flux_daemon``). Its
+    ``backend_kind`` says which."""
+    name = "daemon" if request.param == "slurm" else "flux_daemon"
+    d: Daemon = request.getfixturevalue(name)
+    return d
+
+
 @pytest.fixture
 def outdir() -> Iterator[Path]:
     path = shared_dir("hpcb-out-")

@@ -6,7 +6,7 @@
 #   bash testbed/flux.sh down     # shut the instance down (the install stays)
 #   bash testbed/flux.sh status   # what runs + flux resource list; exit 1 if incomplete
 #   bash testbed/flux.sh verify   # only the checks that `up` ends with
-#   bash testbed/flux.sh kill     # SIGKILL every broker (a crash; for tests)
+#   bash testbed/flux.sh kill [NODE]  # SIGKILL every broker, or NODE's (a crash; for tests)
 #
 # Run as root. No registry ships flux-core, so the build comes from a tarball
 # (see /work/shared/flux/README.md): $HPC_BRIDGE_FLUX_TARBALL, else
@@ -219,9 +219,18 @@ start_broker() { # INDEX
   printf '%s\n' "$DETACHED_PID" >"$(broker_pidfile "$node")"
 }
 
+# Rank 0 answers and its instance runs (state "run").
+leader_answers() {
+  as_owner timeout 10 "$FLUX" uptime 2>/dev/null | grep -q 'run '
+}
+
+# Every broker has joined ("full") and the scheduler has every node (free or running
+# jobs; not down, not left out).
 instance_answers() {
-  as_owner timeout 10 "$FLUX" resource list -no '{nnodes}' 2>/dev/null | grep -qx "${#NODES[@]}" &&
-    as_owner timeout 10 "$FLUX" uptime 2>/dev/null | grep -q 'run '
+  leader_answers &&
+    [[ $(as_owner timeout 10 "$FLUX" overlay status --summary 2>/dev/null) == full ]] &&
+    [[ $(as_owner timeout 10 "$FLUX" resource list -no '{state} {nnodes}' 2>/dev/null |
+      awk '$1 == "free" || $1 == "allocated" { n += $2 } END { print n + 0 }') == "${#NODES[@]}" ]]
 }
 
 wait_for_instance() {
@@ -252,7 +261,9 @@ start_instance() {
     undrain
     return 0
   fi
-  if any_broker_running; then # half an instance (a broker died): start over
+  if any_broker_running; then
+    # Half an instance (a broker died: kill NODE). A restarted follower rejoins, but
+    # sched-simple then leaves its node out of the free set: start the instance over.
     log "the instance is incomplete; restarting it"
     kill_brokers
   fi
@@ -261,10 +272,12 @@ start_instance() {
   wait_for_instance
 }
 
-# SIGKILL every broker (and whatever jobs they ran in their process groups).
-kill_brokers() {
+# SIGKILL every broker, or those of the given nodes.
+kill_brokers() { # [NODE...]
   local n pid
-  for n in "${NODES[@]}"; do
+  local nodes=("$@")
+  ((${#nodes[@]} > 0)) || nodes=("${NODES[@]}")
+  for n in "${nodes[@]}"; do
     if pid=$(broker_pid "$n"); then
       kill -KILL "$pid" 2>/dev/null || true
       stop_pid "$pid" "$(broker_comm "$n")" 10 quiet
@@ -361,7 +374,8 @@ case ${1:-} in
   verify) verify ;;
   kill)
     require_root
-    kill_brokers
+    shift
+    kill_brokers "$@"
     ;;
   *)
     echo "usage: $0 up|down|status|verify|kill" >&2

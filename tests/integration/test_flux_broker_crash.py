@@ -4,7 +4,8 @@ restarted, so this file is the only one that may disturb it).
 
 The daemon must notice (it logs the lost connection and stays idle instead of spinning
 on a dead handle), end the dead instance's job as ``Failed``/``BackendLost``, reconnect
-to the new instance and track jobs there.
+to the new instance and track jobs there. And when one node's broker dies under a job,
+Flux's "node failure" note must reach the job's message.
 """
 
 from __future__ import annotations
@@ -75,3 +76,18 @@ def test_broker_sigkill_then_a_new_instance(crash_daemon: Daemon, outdir: Path) 
     done = d.wait_state(new, TERMINAL, timeout=120)
     assert done["state"] == "Succeeded", done
     assert d.cli("alice", "tlog", str(new)).stdout == "after\n"
+
+
+def test_a_lost_node_is_the_reason(crash_daemon: Daemon, outdir: Path) -> None:
+    """One broker (node4) SIGKILLed under a running job: Flux fails the job with a
+    node-failure exception, and its note is in the job's message, not just an exit code."""
+    d = crash_daemon
+    res = d.cli("alice", "tbatch", "--parsable", "-w", "node4", "--wrap", "sleep 60",
+                cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    job_id = int(res.stdout)
+    assert d.wait_state(job_id, ["Running"], timeout=120)["nodes"] == ["node4"]
+    flux_bed_script("kill", "node4")
+    done = d.wait_state(job_id, TERMINAL, timeout=120)
+    assert done["state"] == "Failed", done
+    assert "node failure on node4" in done["message"], done

@@ -343,6 +343,10 @@ up() {
   configure_imp
   command -v munge >/dev/null && munge -n 2>/dev/null | unmunge >/dev/null 2>&1 ||
     die "munge does not work (start it first: bash testbed/slurm.sh up)"
+  local n
+  for n in "${NODES[@]}"; do # torch's master address, MPI's hosts: names that resolve
+    getent hosts "$n" >/dev/null || die "$n does not resolve (testbed/slurm.sh up maps node1-node4 in /etc/hosts)"
+  done
   configure_instance
   start_instance
   write_env_file

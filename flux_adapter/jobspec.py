@@ -58,6 +58,7 @@ from typing import Any
 from bridge.backend import BackendRejected, SubmitRequest
 from bridge.runtimes import Framework, LaunchPlan
 from bridge.scheduling import SchedulingOptions
+from flux_adapter.resources import placement_constraint
 from mpi_launch.hostlist import HostlistError, compress, expand
 from mpi_launch.plan import USER_LAUNCHERS
 
@@ -364,7 +365,7 @@ def constraints_for(request: SubmitRequest) -> dict[str, Any] | None:
     hosts = tuple(getattr(placement, "hosts", ()) or ())
     if hosts:
         try:
-            terms.append({"hostlist": [compress(hosts, source="placement")]})
+            terms.append(placement_constraint(hosts))
         except HostlistError as exc:
             raise _refuse(str(exc)) from None
     if o.nodelist:

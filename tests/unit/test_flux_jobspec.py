@@ -415,6 +415,24 @@ def test_engine_placement_becomes_a_hostlist_constraint() -> None:
     assert js["attributes"]["system"]["constraints"] == {"hostlist": ["n[3,1-2]"]}
 
 
+def test_placement_on_brokers_sharing_a_host_name_becomes_ranks() -> None:
+    """The inventory names such brokers box@RANK; Flux is told their ranks."""
+    class Placement:
+        hosts = ("box@3", "box@0", "box@1")
+
+    js = build(request(trainjob("torch-distributed", nodes=3, command=["./a"]),
+                       placement=Placement()))
+    assert js["attributes"]["system"]["constraints"] == {"ranks": ["0-1,3"]}
+
+    class Mixed:
+        hosts = ("n1", "box@2")
+
+    js = build(request(trainjob("torch-distributed", nodes=2, command=["./a"]),
+                       placement=Mixed()))
+    assert js["attributes"]["system"]["constraints"] == {
+        "or": [{"hostlist": ["n1"]}, {"ranks": ["2"]}]}
+
+
 @pytest.mark.parametrize(("pattern", "expected"), [
     ("slurm-%j.out", "slurm-{{id.dec}}.out"),
     ("/s/%u/%x-%j.log", "/s/alice/train-{{id.dec}}.log"),

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.bed import Daemon, trainjob_doc, wait_for
-from tests.integration.conftest_flux import flux_as
+from tests.integration.bed import Daemon, cleanup, trainjob_doc, wait_for
+from tests.integration.conftest_flux import flux_as, flux_daemon_for
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +161,31 @@ def test_adapter_log_lines_are_structured_json(flux_daemon: Daemon) -> None:
     rec = wait_for(started, 30, "the flux back end's start line in the daemon log")
     assert rec["flux_core"] == "0.88.0" and rec["backend"] == "flux", rec
     assert rec["logger"].startswith("flux_adapter"), rec
+
+
+def test_options_placement_time_limit_and_follow(flux_bed: dict[str, str],
+                                                 outdir: Path) -> None:
+    """``-x``, ``--time``, ``tlog -f``, and the engine's ``placement = "nodelist"``
+    (the hosts it chose reach Flux as a hostlist constraint)."""
+    d = flux_daemon_for(flux_bed, "flux-nodelist")
+    d.backend_settings["placement"] = "nodelist"
+    d.start()
+    try:
+        excluded = tbatch(d, "alice", "-x", "node[1-3]", "--wrap", "hostname", cwd=outdir)
+        late = tbatch(d, "alice", "--time=0:05", "--wrap", "sleep 120", cwd=outdir)
+        chatty = tbatch(d, "alice", "--wrap", "echo one; sleep 2; echo two", cwd=outdir)
+        follow = d.cli("alice", "tlog", "-f", str(chatty))
+        assert (follow.returncode, follow.stdout) == (0, "one\ntwo\n"), follow
+        done, out = finished(d, excluded)
+        assert (done["state"], done["nodes"], out) == ("Succeeded", ["node4"], "node4\n")
+        done, _ = finished(d, late)
+        assert (done["state"], done["reason"]) == ("Failed", "DeadlineExceeded"), done
+        done, _ = finished(d, chatty)
+        info = flux_as(flux_bed, flux_bed["FLUX_OWNER"], "job", "info", done["backendId"],
+                       "jobspec")
+        assert info.returncode == 0, info.stderr
+        constraints = json.loads(info.stdout)["attributes"]["system"]["constraints"]
+        assert constraints == {"hostlist": done["nodes"]}, constraints
+    finally:
+        d.stop()
+        cleanup(d.workdir)

@@ -135,16 +135,25 @@ def test_exec_start_failure_says_so(flux_daemon: Daemon, outdir: Path) -> None:
     assert re.search(r"start failed: .*No such file or directory", done["message"]), done
 
 
-def test_daemon_killed_mid_run_finds_its_job_again(flux_daemon: Daemon, outdir: Path,
-                                                   flux_bed: dict[str, str]) -> None:
+def test_daemon_killed_mid_run_finds_its_jobs_again(flux_daemon: Daemon, outdir: Path,
+                                                    flux_bed: dict[str, str]) -> None:
+    """One job running, one pending in Flux behind it (all four nodes, exclusive): after
+    a SIGKILL and a restart the daemon finds both, and each ran exactly once."""
     job_id = tbatch(flux_daemon, "alice", "--wrap", "sleep 8; echo done", cwd=outdir)
     running = flux_daemon.wait_state(job_id, ["Running"], timeout=120)
+    waiting = tbatch(flux_daemon, "alice", "-N", "4", "--exclusive", "--wrap", "echo all",
+                     cwd=outdir)
+    pending = flux_daemon.wait_state(waiting, ["Submitted"], timeout=120)
     flux_daemon.kill()
     flux_daemon.start()  # same state directory
     done, out = finished(flux_daemon, job_id)
     assert done["state"] == "Succeeded", done
     assert done["backendId"] == running["backendId"] and out == "done\n"
-    assert len(flux_jobs_with_uid(flux_bed, done["uid"])) == 1, "no duplicate Flux job"
+    later, out = finished(flux_daemon, waiting)
+    assert later["state"] == "Succeeded" and out == "all\n", later
+    assert later["backendId"] == pending["backendId"] and len(later["nodes"]) == 4
+    for uid in (done["uid"], later["uid"]):
+        assert len(flux_jobs_with_uid(flux_bed, uid)) == 1, "no duplicate Flux job"
 
 
 def test_adapter_log_lines_are_structured_json(flux_daemon: Daemon) -> None:

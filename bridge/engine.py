@@ -664,7 +664,8 @@ class Engine:
                    else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
         # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
         # before the submit call has returned. Kept, and applied once it is recorded.
-        untracked = [u for u in seen if u not in {r.uid for r in tracked}]
+        tracked_uids = {r.uid for r in tracked}  # once: per element it was quadratic
+        untracked = [u for u in seen if u not in tracked_uids]
         if untracked:
             for rec in self.store.by_uids(untracked, [JobState.PENDING]):
                 if rec.backend == name:

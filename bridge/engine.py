@@ -435,7 +435,7 @@ class Engine:
             backend = self.backends.get(rec.backend)
             if not isinstance(backend, Suspendable) or rec.backend_id is None:
                 continue
-            want = bool(rec.job.spec.suspend)
+            want = rec.suspend_requested  # from the summary: no document decoded
             sent = self._suspend_sent.get(rec.id)
             if sent is None:  # not sent by this process: what the world last showed
                 sent = rec.reason in ("Suspended", "BackendSuspended")

@@ -10,7 +10,7 @@ import pytest
 from bridge.backend import Owner
 from bridge.model import ensure_identity, load_trainjob
 from bridge.states import IllegalTransition, JobState
-from bridge.store import DuplicateJob, JobNotFound, Store
+from bridge.store import SCHEMA_VERSION, DuplicateJob, JobNotFound, Store
 
 ALICE = Owner(uid=1001, gid=1001, user="alice")
 
@@ -117,7 +117,7 @@ def test_a_version_1_database_gains_the_placement_column(tmp_path: Path) -> None
     again.update(rec.id, placement={"hosts": ["n1"]})
     assert again.get(rec.id).placement == {"hosts": ["n1"]}
     version = again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    assert version[0] == "3"
+    assert version[0] == str(SCHEMA_VERSION)
 
 
 def test_a_name_is_free_again_once_its_job_has_finished(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ submitted without the constraint. Jobs placed in one pass never share capacity.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import time
@@ -56,6 +57,7 @@ from bridge.backend import (
     SubmitRequest,
     Suspendable,
 )
+from bridge.job_summary import job_summary
 from bridge.model import (
     ANN_BACKEND,
     TrainJob,
@@ -236,6 +238,19 @@ def plan_placement(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions, 
                              options=updates, note=note)
 
 
+@dataclass(frozen=True)
+class Admission:
+    """A job checked and made ready to store by :meth:`Engine.prepare`."""
+
+    job: TrainJob
+    backend: str
+    num_nodes: int
+    partition: str | None
+    #: ``json.dumps(job.to_dict())`` and :func:`bridge.job_summary.job_summary`.
+    document: str
+    summary: dict[str, Any]
+
+
 class Engine:
     """Owns the reconcile loop; the API and front doors call :meth:`admit`/:meth:`cancel`."""
 
@@ -267,12 +282,11 @@ class Engine:
 
     # -- front-door calls ----------------------------------------------------------
 
-    def admit(self, job: TrainJob, owner: Owner, origin: str = "api") -> JobRecord:
-        """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
-
-        Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
-        end) or :class:`EngineError` (duplicate name). Nothing is stored on error.
-        """
+    def prepare(self, job: TrainJob) -> Admission:
+        """The checks and work of :meth:`admit` that need neither the store nor the
+        loop's state: validation, identity, back end, runtime, the stored forms. Safe to
+        run in a worker thread (it reads only configuration); raises
+        :class:`bridge.model.ValidationError` naming the field."""
         validate_trainjob(job)
         ensure_identity(job, self.settings.default_namespace)
         backend = job.metadata.annotations.get(ANN_BACKEND) or self.settings.default_backend
@@ -283,11 +297,26 @@ class Engine:
             )])
         plan = self.catalog.resolve(job)
         options = scheduling_of(job)
-        self._check_capacity(backend, plan.num_nodes, options.partition)
+        return Admission(job, backend, plan.num_nodes, options.partition,
+                         json.dumps(job.to_dict()), job_summary(job))
+
+    def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
+              prepared: Admission | None = None) -> JobRecord:
+        """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
+
+        ``prepared``: :meth:`prepare` of this ``job``, done already (off the loop).
+        Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
+        end) or :class:`EngineError` (duplicate name). Nothing is stored on error.
+        """
+        if prepared is None or prepared.job is not job:
+            prepared = self.prepare(job)
+        backend = prepared.backend
+        self._check_capacity(backend, prepared.num_nodes, prepared.partition)
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
-                                    reason="Suspended" if job.spec.suspend else "Created")
+                                    reason="Suspended" if job.spec.suspend else "Created",
+                                    document=prepared.document, summary=prepared.summary)
         except DuplicateJob as exc:
             raise EngineError(str(exc), status=409) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,

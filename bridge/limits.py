@@ -56,6 +56,9 @@ class LimitSettings:
     submit_rate: float = 20.0
     submit_burst: int = 200
     max_concurrent_requests: int = 32
+    #: Largest request body and batch script (for everyone, root too).
+    max_request_bytes: int = 8 * 1024 * 1024
+    max_script_bytes: int = 4 * 1024 * 1024
 
 
 class TokenBuckets:

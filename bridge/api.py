@@ -387,6 +387,8 @@ async def logs(request: web.Request) -> web.StreamResponse:
             continue
         if not follow or finished:
             break
+        if request.transport is None or request.transport.is_closing():
+            break  # the reader went away: free its place (limits.max_concurrent_requests)
         await asyncio.sleep(0.5)
     await response.write_eof()
     return response

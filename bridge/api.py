@@ -68,6 +68,9 @@ LIMITS_KEY = web.AppKey("limits", UserLimits)
 #: Items in a page of ``GET /v1/jobs`` when the caller names no ``limit``, and the most.
 DEFAULT_PAGE = 500
 MAX_PAGE = 5000
+#: Connections the kernel queues for the daemon (one user's flood of connects must
+#: not leave no room for another's; Linux caps it at net.core.somaxconn).
+LISTEN_BACKLOG = 4096
 #: How often the counts of per-user limit refusals are logged (seconds).
 HITS_LOG_INTERVAL = 60.0
 
@@ -206,6 +209,7 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
     request[OWNER_KEY] = owner
     limits = request.app[LIMITS_KEY]
     try:
+        limits.check_request(owner.uid, owner.user)
         limits.enter(owner.uid, owner.user)
     except LimitExceeded as exc:
         return _too_many(exc)
@@ -443,13 +447,16 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None
                 ) -> web.AppRunner:
     """Start listening on the unix socket (mode 0666: anyone may connect; identity is
     checked per request) and on ``tcp`` (``host:port``) if given."""
-    runner = web.AppRunner(app, access_log=None)
+    # lingering_time=0: a request whose body was not read (refused by its size or a
+    # per-user limit) closes its connection instead of reading the rest, so that a
+    # flood of huge bodies costs the loop nothing beyond its headers.
+    runner = web.AppRunner(app, access_log=None, lingering_time=0)
     await runner.setup()
     path = Path(socket_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_socket():
         path.unlink()  # a stale socket from a killed daemon
-    site = web.UnixSite(runner, str(path))
+    site = web.UnixSite(runner, str(path), backlog=LISTEN_BACKLOG)
     await site.start()
     os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
     if tcp:

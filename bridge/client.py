@@ -176,14 +176,27 @@ class _UnixHTTPConnection(HTTPConnection):
         self.socket_path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        """Connect; while the daemon's listen queue is full (``EAGAIN``: it is busy),
+        try again with a growing pause, until the timeout has passed."""
+        deadline = time.monotonic() + (self.timeout or 30.0)
+        pause = 0.002
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(self.socket_path)
+            except BlockingIOError:
+                sock.close()
+                if time.monotonic() + pause > deadline:
+                    raise TimeoutError("the daemon's listen queue stayed full") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+            return
 
 
 class BridgeClient:

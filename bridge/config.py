@@ -19,6 +19,8 @@ Example (every key optional except one back end)::
     submit_rate = 20.0                       # submissions per second ...
     submit_burst = 200                       # ... after a burst of this many
     max_concurrent_requests = 32
+    request_rate = 50.0                      # requests of any kind per second ...
+    request_burst = 200                      # ... after a burst of this many
     max_request_bytes = 8388608
     max_script_bytes = 4194304
 
@@ -94,6 +96,10 @@ class LimitsSection(BaseModel):
     submit_burst: int = Field(default=200, ge=1)
     #: Requests of one user in progress at once (a followed log holds one).
     max_concurrent_requests: int = Field(default=32, ge=0)
+    #: Requests per second one user may sustain, of any kind, after a burst of
+    #: ``request_burst`` (``watch tqueue`` makes one every 2 s).
+    request_rate: float = Field(default=50.0, ge=0)
+    request_burst: int = Field(default=200, ge=1)
     #: Largest request body the daemon reads (413 above it).
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     #: Largest batch script (``hpc-bridge.io/batch-script``); tbatch's and Slurm's default.

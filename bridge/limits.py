@@ -8,8 +8,11 @@
   between, so two submissions cannot both take the last place);
 * **submission rate**: a token bucket per user (``submit_rate`` per second after a burst
   of ``submit_burst``), :meth:`UserLimits.check_submit`;
-* **concurrent requests**: :meth:`UserLimits.enter` / :meth:`UserLimits.leave` around a
-  request.
+* **requests**: a token bucket per user for all requests (``request_rate`` per second
+  after ``request_burst``; :meth:`UserLimits.check_request`), and at most
+  ``max_concurrent_requests`` in progress (:meth:`UserLimits.enter` /
+  :meth:`UserLimits.leave` around a request). Both matter: requests served quickly
+  one after another are never many at once, yet can keep the loop busy.
 
 Each refusal raises :class:`LimitExceeded` (the API answers 429 with ``Retry-After``
 and its message, which names the setting) and is counted in :attr:`UserLimits.hits`
@@ -56,6 +59,8 @@ class LimitSettings:
     submit_rate: float = 20.0
     submit_burst: int = 200
     max_concurrent_requests: int = 32
+    request_rate: float = 50.0
+    request_burst: int = 200
     #: Largest request body and batch script (for everyone, root too).
     max_request_bytes: int = 8 * 1024 * 1024
     max_script_bytes: int = 4 * 1024 * 1024
@@ -111,6 +116,8 @@ class UserLimits:
         self.settings = settings
         self._buckets = (TokenBuckets(settings.submit_rate, settings.submit_burst, clock)
                          if settings.submit_rate > 0 else None)
+        self._requests = (TokenBuckets(settings.request_rate, settings.request_burst, clock)
+                          if settings.request_rate > 0 else None)
         self._in_flight: Counter[int] = Counter()
         #: (user name, limit) -> refusals since the counts were last taken.
         self.hits: Counter[tuple[str, str]] = Counter()
@@ -148,6 +155,20 @@ class UserLimits:
     def in_flight(self, uid: int) -> int:
         """Requests of ``uid`` in progress (as counted by :meth:`enter`)."""
         return self._in_flight[uid]
+
+    def check_request(self, uid: int, user: str) -> None:
+        """Take one request from ``uid``'s request rate; raise :class:`LimitExceeded`
+        when its bucket is empty."""
+        if uid == 0 or self._requests is None:
+            return
+        wait = self._requests.take(uid)
+        if wait > 0:
+            s = self.settings
+            raise self._refuse(
+                user, "request_rate",
+                f"too many requests: {user} may make {s.request_rate:g} per second after a "
+                f"burst of {s.request_burst} (limits.request_rate, limits.request_burst); "
+                f"try again in {wait:.1f} s", math.ceil(wait))
 
     def check_submit(self, uid: int, user: str) -> None:
         """Take one submission from ``uid``'s rate; raise :class:`LimitExceeded` when

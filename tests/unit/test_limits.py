@@ -144,3 +144,18 @@ def test_active_jobs_and_zero_means_off() -> None:
     for _ in range(1000):
         off.check_submit(1002, "bob")
         off.enter(1002, "bob")
+
+
+def test_request_rate_refuses_a_stream_of_quick_requests() -> None:
+    clock = FakeClock()
+    limits = UserLimits(LimitSettings(request_rate=10, request_burst=3), clock=clock)
+    for _ in range(3):
+        limits.check_request(1002, "bob")
+    with pytest.raises(LimitExceeded) as info:
+        limits.check_request(1002, "bob")
+    assert info.value.limit == "request_rate" and "limits.request_rate" in str(info.value)
+    limits.check_request(1001, "alice")
+    clock.now += 0.1
+    limits.check_request(1002, "bob")
+    for _ in range(50):
+        limits.check_request(0, "root")

@@ -53,6 +53,7 @@ from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.engine import Admission, Engine, EngineError
+from bridge.gate import GatedUnixSite, prepaid
 from bridge.job_summary import job_summary
 from bridge.limits import LimitExceeded, LimitSettings, UserLimits
 from bridge.model import ANN_BATCH_SCRIPT, TrainJob, ValidationError, load_trainjob
@@ -209,7 +210,8 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
     request[OWNER_KEY] = owner
     limits = request.app[LIMITS_KEY]
     try:
-        limits.check_request(owner.uid, owner.user)
+        if not prepaid(request.transport):  # else charged at accept (bridge.gate)
+            limits.check_request(owner.uid, owner.user)
         limits.enter(owner.uid, owner.user)
     except LimitExceeded as exc:
         return _too_many(exc)
@@ -456,7 +458,7 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_socket():
         path.unlink()  # a stale socket from a killed daemon
-    site = web.UnixSite(runner, str(path), backlog=LISTEN_BACKLOG)
+    site = GatedUnixSite(runner, str(path), app[LIMITS_KEY], backlog=LISTEN_BACKLOG)
     await site.start()
     os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
     if tcp:

@@ -3,8 +3,10 @@
 Each entry point is ``(argv: list[str] | None = None) -> int`` (``None``: ``sys.argv``)
 and returns the exit status. User errors (bad options, unreachable daemon, refused
 request) print ``<prog>: error: <message>`` on stderr and return 1 -- never a
-traceback. Ctrl-C returns 130; a closed stdout pipe (``tlog ... | head``) returns 1
-quietly.
+traceback. A request refused by a per-user limit of the daemon (429) is asked again
+after its ``Retry-After`` when that is at most 10 s, at most 3 times
+(:class:`bridge.client.BridgeClient`); then the daemon's message is printed. Ctrl-C
+returns 130; a closed stdout pipe (``tlog ... | head``) returns 1 quietly.
 
 * ``tbatch [OPTIONS] [script.sh [ARGS]]`` / ``--wrap CMD`` / ``-f TRAINJOB.yaml``: submit
   (the script comes from stdin when none is named, like sbatch); prints

@@ -87,7 +87,8 @@ def limited(testbed: dict[str, str]) -> Iterator[Daemon]:
     workdir = fresh_daemon_dir("fair")
     d = Daemon(workdir, rest_settings(testbed), extra_toml=(
         "[limits]\nmax_active_jobs = 3\nsubmit_rate = 0.01\nsubmit_burst = 6\n"
-        "max_concurrent_requests = 4\nmax_request_bytes = 1048576\n"
+        "max_concurrent_requests = 4\nrequest_rate = 0.5\nrequest_burst = 25\n"
+        "max_request_bytes = 1048576\n"
         "max_script_bytes = 65536\n"))
     d.start()
     yield d
@@ -168,6 +169,37 @@ def test_daemon_refuses_an_oversized_script_and_body_naming_the_limit(
     assert default["status"] == 413 and "4194304" in default["body"]["error"]
     assert "limits.max_script_bytes" in default["body"]["error"]
     assert limited.api("GET", "/v1/jobs", params={"states": "all"}).json()["items"] == []
+
+
+GETTER = """
+import json, sys
+from bridge.client import _UnixHTTPConnection
+out = []
+for _ in range(int(sys.argv[2])):
+    c = _UnixHTTPConnection(sys.argv[1], 60)
+    c.request("GET", "/v1/healthz")
+    r = c.getresponse()
+    out.append({"status": r.status, "retryAfter": r.getheader("Retry-After"),
+                "body": json.loads(r.read())})
+    c.close()
+print(json.dumps(out))
+"""
+
+
+def test_bob_over_his_request_rate_is_refused_at_the_door(limited: Daemon) -> None:
+    res = limited.cli("bob", "python", "-c", GETTER, str(limited.socket), "40")
+    assert res.returncode == 0, res.stderr
+    answers = json.loads(res.stdout)
+    statuses = [a["status"] for a in answers]
+    assert statuses[:20] == [200] * 20 and statuses[-10:] == [429] * 10, statuses
+    refused = answers[-1]
+    assert refused["body"]["limit"] == "request_rate"
+    assert "limits.request_rate" in refused["body"]["error"] and "bob" in refused["body"]["error"]
+    assert int(refused["retryAfter"]) >= 1
+    # alice has her own rate; bob's tqueue waits out Retry-After (2 s) and is served.
+    assert limited.cli("alice", "tqueue").returncode == 0
+    queue = limited.cli("bob", "tqueue")
+    assert queue.returncode == 0 and queue.stdout.startswith("             JOBID"), queue
 
 
 PAGER = """

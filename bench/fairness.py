@@ -181,6 +181,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tqueue", type=int, default=100)
     parser.add_argument("--tbatch", type=int, default=40)
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the daemon's directory (its log) and say where")
     parser.add_argument("--flood", nargs=2, metavar=("SOCKET", "STOP_FILE"),
                         help=argparse.SUPPRESS)  # bob's side, run by the bench itself
     args = parser.parse_args()
@@ -211,15 +213,18 @@ def main() -> int:
             base_q, base_b = alice_phase(daemon, outdir, args.tqueue, args.tbatch, base_p,
                                          base_s)
         cpu1, t1 = cpu_seconds(pid), time.perf_counter()
+        bob_pw = pwd.getpwnam("bob")
         bob = subprocess.Popen(
-            ["runuser", "-u", "bob", "--", str(BIN / "python"), str(Path(__file__).resolve()),
-             "--flood", str(daemon.socket), str(stop_file)],
+            [str(BIN / "python"), str(Path(__file__).resolve()), "--flood",
+             str(daemon.socket), str(stop_file)], user=bob_pw.pw_uid, group=bob_pw.pw_gid,
+            extra_groups=[], env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": "/tmp"},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         with PeakRss(pid) as flood_rss:
             time.sleep(2.0)  # let the first wave land before alice starts
             flood_q, flood_b = alice_phase(daemon, outdir, args.tqueue, args.tbatch,
                                            flood_p, flood_s)
             cpu2, t2 = cpu_seconds(pid), time.perf_counter()
+            bob_cpu = cpu_seconds(bob.pid)
             stop_file.touch()
             out, err = bob.communicate(timeout=600)
         if bob.returncode != 0:
@@ -232,7 +237,10 @@ def main() -> int:
     finally:
         stop_file.touch()
         daemon.stop()
-        cleanup(workdir)
+        if args.keep:
+            print(f"kept {workdir} (daemon.log)", file=sys.stderr)
+        else:
+            cleanup(workdir)
         cleanup(outdir)
 
     print(f"alice: {args.tqueue} x tqueue, {args.tbatch} x tbatch --wrap true (whole "
@@ -252,7 +260,8 @@ def main() -> int:
           f"   {flood_rss.peak / base_rss.peak:9.2f}  <= 150 {ok}  (idle at start "
           f"{idle_rss:.1f})")
     print(f"daemon CPU (% of a core): baseline {100 * (cpu1 - cpu0) / (t1 - t0):.0f}, "
-          f"flood {100 * (cpu2 - cpu1) / (t2 - t1):.0f}")
+          f"flood {100 * (cpu2 - cpu1) / (t2 - t1):.0f}; bob's flood client "
+          f"{100 * bob_cpu / (t2 - t1):.0f}; load average {os.getloadavg()[0]:.1f}")
     print(f"bob's answers: {json.dumps(counts, sort_keys=True)}")
     print(f"bob's jobs admitted: {bob_jobs}; 'per-user limits hit' log lines: {log_hits}")
     return 0

@@ -525,3 +525,33 @@ def test_iter_pages_follows_continue_tokens(daemon: FakeDaemon) -> None:
     pages["t2"] = {"items": [], "metadata": {"continue": "t1"}}  # a loop: refused
     with _client(daemon) as client, pytest.raises(BridgeClientError):
         client.list_jobs()
+
+
+def test_a_full_listen_queue_is_waited_out_then_reported() -> None:
+    """A daemon too busy to accept (its listen queue full: EAGAIN) is tried again until
+    the timeout, then reported as not answering -- no traceback, no hang."""
+    directory = tempfile.mkdtemp(prefix="hb-", dir="/tmp")
+    path = os.path.join(directory, "full.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fillers: list[socket.socket] = []
+    try:
+        server.bind(path)
+        server.listen(0)
+        while True:  # fill the queue: connects that nobody accepts
+            filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            fillers.append(filler)
+            try:
+                filler.connect(path)
+            except BlockingIOError:
+                break
+        with BridgeClient(socket_path=path, timeout=0.3) as client, \
+                pytest.raises(BridgeClientError) as info:
+            client.list_jobs()
+        assert info.value.status is None
+        assert "did not answer within 0.3 s" in info.value.message
+    finally:
+        for filler in fillers:
+            filler.close()
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -72,8 +72,6 @@ MAX_PAGE = 5000
 #: Connections the kernel queues for the daemon (one user's flood of connects must
 #: not leave no room for another's; Linux caps it at net.core.somaxconn).
 LISTEN_BACKLOG = 4096
-#: How often the counts of per-user limit refusals are logged (seconds).
-HITS_LOG_INTERVAL = 60.0
 
 
 def _iso(ts: float | None) -> str | None:
@@ -149,6 +147,23 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+#: A refused request's unread body up to this size is read and dropped (aiohttp's
+#: lingering close), so that the client, still writing it, reads the answer; a larger
+#: one (or one of unknown size) is not read: its connection is closed after the answer.
+DRAIN_BYTES = 64 * 1024
+
+
+async def _refuse(request: web.Request, response: web.Response) -> web.Response:
+    """Send a refusal; when the request's unread body is large (or of unknown size),
+    send it now and close the connection instead of reading the rest."""
+    length = request.content_length
+    if (length is None or length > DRAIN_BYTES) and request.can_read_body:
+        await response.prepare(request)
+        await response.write_eof()
+        request.protocol.force_close()  # the answer is flushed before the close
+    return response
+
+
 def _too_many(exc: LimitExceeded) -> web.Response:
     return web.json_response({"error": str(exc), "limit": exc.limit}, status=429,
                              headers={"Retry-After": str(exc.retry_after)})
@@ -214,7 +229,7 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
             limits.check_request(owner.uid, owner.user)
         limits.enter(owner.uid, owner.user)
     except LimitExceeded as exc:
-        return _too_many(exc)
+        return await _refuse(request, _too_many(exc))
     try:
         return await handler(request)
     except ValidationError as exc:
@@ -224,7 +239,7 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
     except JobNotFound as exc:
         return _error(404, f"job {exc.args[0]} not found")
     except LimitExceeded as exc:
-        return _too_many(exc)
+        return await _refuse(request, _too_many(exc))
     finally:
         limits.leave(owner.uid)
 
@@ -263,7 +278,8 @@ async def submit(request: web.Request) -> web.Response:
     owner = request[OWNER_KEY]
     max_body = limits.settings.max_request_bytes
     if request.content_length is not None and request.content_length > max_body:
-        return _body_too_large(max_body, request.content_length)
+        # Not read at all: the connection closes after the answer.
+        return await _refuse(request, _body_too_large(max_body, request.content_length))
     limits.check_submit(owner.uid, owner.user)
     try:
         raw = await request.read()
@@ -405,13 +421,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def _log_limit_hits(app: web.Application) -> AsyncIterator[None]:
-    """Every :data:`HITS_LOG_INTERVAL` seconds, log who was refused by which per-user
+    """Every ``limits.log_interval`` seconds, log who was refused by which per-user
     limit how often (nothing when nobody was)."""
     limits = app[LIMITS_KEY]
 
     async def loop() -> None:
         while True:
-            await asyncio.sleep(HITS_LOG_INTERVAL)
+            await asyncio.sleep(limits.settings.log_interval)
             counts = limits.take_hits()
             if counts:
                 log.warning("per-user limits hit", counts=counts, total=limits.total_hits)
@@ -449,10 +465,7 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None
                 ) -> web.AppRunner:
     """Start listening on the unix socket (mode 0666: anyone may connect; identity is
     checked per request) and on ``tcp`` (``host:port``) if given."""
-    # lingering_time=0: a request whose body was not read (refused by its size or a
-    # per-user limit) closes its connection instead of reading the rest, so that a
-    # flood of huge bodies costs the loop nothing beyond its headers.
-    runner = web.AppRunner(app, access_log=None, lingering_time=0)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     path = Path(socket_path)
     path.parent.mkdir(parents=True, exist_ok=True)

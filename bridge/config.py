@@ -21,6 +21,7 @@ Example (every key optional except one back end)::
     max_concurrent_requests = 32
     request_rate = 50.0                      # requests of any kind per second ...
     request_burst = 200                      # ... after a burst of this many
+    log_interval = 60.0                      # seconds between "per-user limits hit" lines
     max_request_bytes = 8388608
     max_script_bytes = 4194304
 
@@ -100,6 +101,8 @@ class LimitsSection(BaseModel):
     #: ``request_burst`` (``watch tqueue`` makes one every 2 s).
     request_rate: float = Field(default=50.0, ge=0)
     request_burst: int = Field(default=200, ge=1)
+    #: How often the counts of refusals are logged ("per-user limits hit"), seconds.
+    log_interval: float = Field(default=60.0, gt=0)
     #: Largest request body the daemon reads (413 above it).
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     #: Largest batch script (``hpc-bridge.io/batch-script``); tbatch's and Slurm's default.

@@ -111,6 +111,7 @@ async def run_daemon(config: Config) -> None:
         max_active_jobs=lim.max_active_jobs, submit_rate=lim.submit_rate,
         submit_burst=lim.submit_burst, max_concurrent_requests=lim.max_concurrent_requests,
         request_rate=lim.request_rate, request_burst=lim.request_burst,
+        log_interval=lim.log_interval,
         max_request_bytes=lim.max_request_bytes, max_script_bytes=lim.max_script_bytes))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -64,22 +64,25 @@ def refusal_bytes(exc: LimitExceeded) -> bytes:
     return head + body
 
 
-#: A refused connection is closed when its request has come, or after this long.
+#: A refused connection is closed when its client closes, after this long, or once
+#: more than :data:`REFUSED_DRAIN_BYTES` of its request have come (read and dropped,
+#: so that a client still writing a small request reads the answer, not EPIPE).
 REFUSED_LINGER_SECONDS = 2.0
+REFUSED_DRAIN_BYTES = 64 * 1024
 
 
 class _Gate(asyncio.Protocol):
     """Accepts or refuses one connection, then hands it to aiohttp's handler.
 
-    A refused connection is answered at once and half-closed; it is closed when the
-    client's request arrives (so that the client's write never meets a closed socket
-    and it reads the answer) or after :data:`REFUSED_LINGER_SECONDS`."""
+    A refused connection is answered at once and half-closed; what the client still
+    sends is dropped until it closes (see :data:`REFUSED_LINGER_SECONDS`)."""
 
     def __init__(self, make_handler: Callable[[], asyncio.Protocol], limits: UserLimits):
         self._make_handler = make_handler
         self._limits = limits
         self._refused: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._dropped = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         sock = transport.get_extra_info("socket")
@@ -109,8 +112,10 @@ class _Gate(asyncio.Protocol):
         handler.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused is not None:  # the refused request: done with it
-            self._refused.close()
+        if self._refused is not None:  # the refused request: dropped
+            self._dropped += len(data)
+            if self._dropped > REFUSED_DRAIN_BYTES:
+                self._refused.close()
 
     def eof_received(self) -> bool | None:
         return None  # close

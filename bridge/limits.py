@@ -61,6 +61,8 @@ class LimitSettings:
     max_concurrent_requests: int = 32
     request_rate: float = 50.0
     request_burst: int = 200
+    #: Seconds between the log lines that count refusals.
+    log_interval: float = 60.0
     #: Largest request body and batch script (for everyone, root too).
     max_request_bytes: int = 8 * 1024 * 1024
     max_script_bytes: int = 4 * 1024 * 1024

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.bed import BIN, Daemon, cleanup, fresh_daemon_dir, trainjob_doc
+from tests.integration.bed import (
+    BIN,
+    Daemon,
+    cleanup,
+    fresh_daemon_dir,
+    trainjob_doc,
+    wait_for,
+)
 from tests.integration.conftest import rest_settings
 
 pytestmark = pytest.mark.integration
@@ -88,7 +95,7 @@ def limited(testbed: dict[str, str]) -> Iterator[Daemon]:
     d = Daemon(workdir, rest_settings(testbed), extra_toml=(
         "[limits]\nmax_active_jobs = 3\nsubmit_rate = 0.01\nsubmit_burst = 6\n"
         "max_concurrent_requests = 4\nrequest_rate = 0.5\nrequest_burst = 25\n"
-        "max_request_bytes = 1048576\n"
+        "max_request_bytes = 1048576\nlog_interval = 0.5\n"
         "max_script_bytes = 65536\n"))
     d.start()
     yield d
@@ -125,8 +132,20 @@ def test_bob_over_his_active_jobs_and_rate_gets_429_while_alice_goes_on(
     assert int(again[1]["retryAfter"]) >= 1
     [ok] = post_as(limited, "alice", [suspended(outdir, "a1")])
     assert ok["status"] == 201, ok
-    log = limited.log.read_text()
-    assert "Traceback" not in log
+    # The refusals are counted in the log, per user and limit.
+    def totals() -> dict[str, int]:
+        counted: dict[str, int] = {}
+        for text in limited.log.read_text().splitlines():
+            if "per-user limits hit" in text:
+                line = json.loads(text)
+                assert set(line["counts"]) == {"bob"}, line
+                for limit, n in line["counts"]["bob"].items():
+                    counted[limit] = counted.get(limit, 0) + n
+        return counted
+
+    expected = {"max_active_jobs": 2, "submit_rate": 1}
+    wait_for(lambda: totals() == expected, 10, f"the counts {expected} in the log")
+    assert "Traceback" not in limited.log.read_text()
 
 
 def test_bob_over_his_concurrent_requests_gets_429_while_alice_goes_on(

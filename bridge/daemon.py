@@ -27,6 +27,7 @@ from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
 from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
+from bridge.limits import LimitSettings
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.store import Store
@@ -124,7 +125,13 @@ async def run_daemon(config: Config) -> None:
         placement_max_age=e.placement_max_age,
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
-    app = make_app(engine, tokens)
+    lim = config.limits
+    app = make_app(engine, tokens, LimitSettings(
+        max_active_jobs=lim.max_active_jobs, submit_rate=lim.submit_rate,
+        submit_burst=lim.submit_burst, max_concurrent_requests=lim.max_concurrent_requests,
+        request_rate=lim.request_rate, request_burst=lim.request_burst,
+        log_interval=lim.log_interval,
+        max_request_bytes=lim.max_request_bytes, max_script_bytes=lim.max_script_bytes))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

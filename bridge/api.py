@@ -210,9 +210,11 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
         owner = peer_owner(sock)
     else:
         tokens: dict[str, Owner] = request.app[TOKENS_KEY]
-        given = bearer_token(request.headers.get("Authorization", ""))
+        # Header bytes that are not UTF-8 arrive as surrogates: compare them as bytes.
+        given = bearer_token(request.headers.get("Authorization", "")).encode(
+            "utf-8", "surrogateescape")
         match = next((o for t, o in tokens.items()
-                      if given and hmac.compare_digest(t.encode(), given.encode())), None)
+                      if given and hmac.compare_digest(t.encode(), given)), None)
         if match is None:
             return _error(401, "missing or invalid bearer token")
         owner = match

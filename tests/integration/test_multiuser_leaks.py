@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.bed import Daemon, trainjob_doc
-from tests.integration.test_multiuser_safety import api_as
+from tests.integration.test_multiuser_safety import api_as, as_user
 
 pytestmark = pytest.mark.integration
 
@@ -42,3 +42,38 @@ def test_bob_sees_no_environment_value_of_alices_job(daemon: Daemon, outdir: Pat
         assert secret not in text and patched not in text, path  # … not its values
         assert "DB_PASSWORD" in text  # the names stay, as Slurm's environment names do
     assert api_as(daemon, "alice", "POST", f"/v1/jobs/{job['id']}/cancel")[0] == 202
+
+
+def test_bobs_planted_files_in_a_shared_scratch_get_nothing_of_alices_script(
+        daemon: Daemon, outdir: Path) -> None:
+    """A distributed ``tbatch`` script is written into the job's working directory for
+    every node to read. In a world-writable scratch directory (mode 1777) bob plants
+    files (mode 0666) under the names the next Slurm job ids would use: alice's script
+    must not be written into one of them (bob would read it, and could change it before
+    it runs as alice), nor may her job fail because of them."""
+    scratch = outdir / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o1777)
+    res = as_user("bob", "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true",
+                  cwd=scratch)
+    assert res.returncode == 0, res.stderr
+    first = int(res.stdout.strip().split(";")[0]) + 1
+    planted = range(first, first + 5000)  # room for other tests' jobs meanwhile
+    plant = ("import os, sys\nos.umask(0)\nfor n in range(int(sys.argv[1]), int(sys.argv[2])):"
+             "\n    os.close(os.open(f'.hpc-bridge-{n}.script', os.O_CREAT | os.O_WRONLY, 0o666))")
+    assert as_user("bob", "python3", "-c", plant, str(planted.start), str(planted.stop),
+                   cwd=scratch).returncode == 0
+    marker = f"alice-only-{uuid.uuid4().hex}"
+    script = outdir / "dist.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH -N 1\n# {marker}\necho ran-$PET_NODE_RANK\n")
+    script.chmod(0o644)
+    res = daemon.cli("alice", "tbatch", "--parsable", "--runtime", "torch-distributed",
+                     "-o", "dist-%j.out", str(script), cwd=scratch)
+    assert res.returncode == 0, res.stderr
+    done = daemon.wait_state(int(res.stdout), ["Succeeded", "Failed"], timeout=120)
+    assert int(done["backendId"]) in planted, "more than 5000 other jobs meanwhile"
+    for n in planted:
+        assert (scratch / f".hpc-bridge-{n}.script").read_text() == "", n
+    assert done["state"] == "Succeeded", done
+    assert "ran-0" in daemon.cli("alice", "tlog", res.stdout.strip()).stdout.splitlines()
+    assert not [p for p in scratch.glob(".hpc-bridge-*") if p.stat().st_uid != 1002]

@@ -1,8 +1,10 @@
-"""What bob may learn of alice's jobs through a real daemon on the real Slurm bed.
+"""What another local user may learn of, or slip into, alice's jobs and the daemon's
+state, through a real daemon (root) on the real Slurm bed.
 
 bob sees alice's jobs as ``squeue`` would show them (names, states, nodes), never her
-environment values, wherever in the TrainJob they were written. The attacker's
-requests run as bob (``runuser``) over the unix socket; the daemon runs as root.
+environment values, wherever in the TrainJob they were written; files bob plants where
+alice's job writes get nothing of hers; a state directory a user made first is
+refused. The attacker's commands run as bob or alice (``runuser``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.bed import Daemon, trainjob_doc
-from tests.integration.test_multiuser_safety import api_as, as_user
+from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, trainjob_doc
+from tests.integration.conftest import rest_settings
+from tests.integration.test_multiuser_safety import _serve_fails, api_as, as_user
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +80,19 @@ def test_bobs_planted_files_in_a_shared_scratch_get_nothing_of_alices_script(
     assert done["state"] == "Succeeded", done
     assert "ran-0" in daemon.cli("alice", "tlog", res.stdout.strip()).stdout.splitlines()
     assert not [p for p in scratch.glob(".hpc-bridge-*") if p.stat().st_uid != 1002]
+
+
+def test_a_state_dir_a_user_made_first_is_refused(testbed: dict[str, str]) -> None:
+    """An admin put ``state_dir`` where users may create directories; alice made it
+    first (she could then read the database, or swap in one of hers). The daemon does
+    not start, and says why."""
+    workdir = fresh_daemon_dir("squat")
+    workdir.chmod(0o1777)
+    state = workdir / "state"
+    assert as_user("alice", "mkdir", "-m", "700", str(state)).returncode == 0
+    d = Daemon(workdir, rest_settings(testbed))
+    try:
+        assert f"state_dir {state} is owned by uid 1001" in _serve_fails(d)
+        assert not (state / "bridge.sqlite").exists()
+    finally:
+        cleanup(workdir)

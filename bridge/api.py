@@ -94,13 +94,31 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts else None
 
 
+def _hide_env_values(node: Any) -> None:
+    """Hide the value of every ``env`` entry anywhere under ``node`` (the containers of
+    the pod templates in ``spec.runtimePatches``), in place."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "env" and isinstance(value, list):
+                for entry in value:
+                    if isinstance(entry, dict) and "value" in entry:
+                        entry["value"] = "(hidden)"
+            else:
+                _hide_env_values(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hide_env_values(item)
+
+
 def _redacted(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without what only its owner may see: environment and batch script
-    (as Slurm shows another user's job but not its environment or script)."""
+    """The document without what only its owner may see: environment (the trainer's and
+    the containers' of ``runtimePatches``) and batch script (as Slurm shows another
+    user's job but not its environment or script)."""
     doc = json.loads(json.dumps(doc))
     trainer = doc.get("spec", {}).get("trainer") or {}
     if "env" in trainer:
         trainer["env"] = [{"name": e.get("name"), "value": "(hidden)"} for e in trainer["env"]]
+    _hide_env_values(doc.get("spec", {}).get("runtimePatches"))
     annotations = doc.get("metadata", {}).get("annotations") or {}
     if ANN_BATCH_SCRIPT in annotations:
         annotations[ANN_BATCH_SCRIPT] = "(hidden)"

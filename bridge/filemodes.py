@@ -9,7 +9,11 @@ TrainJob (environment values, batch scripts), so nobody else may read it:
   get :data:`JOB_UMASK` instead (their jobs inherit it).
 * :func:`secure_state_dir` makes ``state_dir`` ``0700`` and the database files in it
   (``bridge.sqlite`` and its ``-wal``/``-shm``/``-journal``) ``0600``, fixing what an
-  older daemon left more open; each fix is returned so that the daemon logs it.
+  older daemon left more open; each fix is returned so that the daemon logs it. A
+  ``state_dir`` or database file owned by another user (made first by a local user
+  where an admin put ``state_dir`` in a shared place), or a database file that is a
+  symbolic link, is refused (:class:`InsecureFile`): that user could read the
+  database or swap in one of their own (jobs "of root").
 * :func:`check_secret_file` refuses a secret (the API token file) that group or
   others may read or write, or that another user owns, as ssh refuses such a key.
 """
@@ -38,10 +42,17 @@ class InsecureFile(ValueError):
 
 def secure_state_dir(state_dir: Path, db_name: str = "bridge.sqlite") -> list[str]:
     """Create ``state_dir`` if needed and bring it and its database files to
-    ``0700``/``0600``, owned as they are. Returns one line per mode changed
-    (``"/var/lib/hpc-bridge: 0755 -> 0700"``), empty when all was right."""
+    ``0700``/``0600``. Returns one line per mode changed
+    (``"/var/lib/hpc-bridge: 0755 -> 0700"``), empty when all was right;
+    :class:`InsecureFile` when one of them is another user's, or a database file is a
+    symbolic link."""
     fixed: list[str] = []
     state_dir.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+    owner = state_dir.stat().st_uid  # an admin's symlink to the real directory is fine
+    if owner not in (0, os.geteuid()):
+        raise InsecureFile(f"state_dir {state_dir} is owned by uid {owner}, not by the "
+                           f"daemon's user or root: that user could read or replace the "
+                           f"database (choose another state_dir, or chown it)")
     targets = [(state_dir, STATE_DIR_MODE)]
     targets += [(state_dir / f"{db_name}{suffix}", DB_FILE_MODE) for suffix in DB_SIDE_FILES]
     for path, mode in targets:
@@ -49,6 +60,10 @@ def secure_state_dir(state_dir: Path, db_name: str = "bridge.sqlite") -> list[st
             st = path.lstat()
         except FileNotFoundError:
             continue
+        if path != state_dir and (stat.S_ISLNK(st.st_mode)
+                                  or st.st_uid not in (0, os.geteuid())):
+            raise InsecureFile(f"database file {path} is a symbolic link or owned by uid "
+                               f"{st.st_uid}, not by the daemon's user or root")
         if stat.S_ISLNK(st.st_mode):
             continue  # never chmod through a link
         current = stat.S_IMODE(st.st_mode)

@@ -35,13 +35,12 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.backend import (
     BackendJob,
     BackendRejected,
-    BackendState,
     BackendUnavailable,
     Inventory,
     Owner,
@@ -62,6 +61,7 @@ from k8s_adapter.access import (
 )
 from k8s_adapter.identity import Identity
 from k8s_adapter.inventory import inventory_from_nodes
+from k8s_adapter.jobcache import JobCache
 from k8s_adapter.jobset import (
     GROUP,
     MANAGED_BY_LABEL,
@@ -70,14 +70,11 @@ from k8s_adapter.jobset import (
     UID_LABEL,
     VERSION,
     JobSetOptions,
-    backend_job_from_jobset,
-    container_failure,
     controller_reference,
     hostfile_configmap,
     jobset_name,
     needs_hostfile,
     render_jobset,
-    replicated_jobs_status,
     split_id,
 )
 from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status, kube_settings
@@ -132,16 +129,6 @@ def _trim(obj: Mapping[str, Any]) -> dict[str, Any]:
                                       for c in status.get("conditions") or []]}}
 
 
-@dataclass
-class _Pods:
-    """What the pod watch knows of one job's pods (by pod name)."""
-
-    nodes: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, tuple[int | None, str]] = field(default_factory=dict)
-    namespace: str = ""
-    first: str | None = None
-
-
 class KubernetesBackend:
     """:class:`bridge.backend.Backend` on a kube-apiserver with the JobSet controller."""
 
@@ -154,8 +141,7 @@ class KubernetesBackend:
         self.kube = Kube(kube)
         self.options = options
         self.access = access or access_policy(f"backends.{name}", {})
-        self._jobsets: dict[str, dict[str, Any]] = {}
-        self._pods: dict[str, _Pods] = {}
+        self._cache = JobCache()
         self._capacity = _Capacity()
 
     # -- life cycle ------------------------------------------------------------------
@@ -264,8 +250,7 @@ class KubernetesBackend:
     async def _jobset_client(self, namespace: str, name: str) -> Kube:
         """The client acting as the identity a JobSet was created as (its annotation,
         trusted only for an account of the JobSet's own namespace)."""
-        obj = next((o for o in self._jobsets.values()
-                    if _key(o) == f"{namespace}/{name}"), None)
+        obj = self._cache.jobset(namespace, name)
         if obj is None:
             try:
                 obj = await self.kube.call(
@@ -291,7 +276,7 @@ class KubernetesBackend:
         keeps the one in the job's own namespace: :mod:`bridge.ownership`)."""
         wanted = set(job_uids)
         return [bj for obj in await self._list_jobsets()
-                if (bj := self._backend_job(obj)) is not None and bj.job_uid in wanted]
+                if (bj := self._cache.backend_job(obj)) is not None and bj.job_uid in wanted]
 
     async def cancel(self, backend_id: str, owner: Owner) -> None:
         namespace, name = split_id(backend_id)
@@ -313,53 +298,12 @@ class KubernetesBackend:
             GROUP, VERSION, namespace, PLURAL, name, {"spec": {"suspend": suspend}},
             _content_type=MERGE_PATCH)
 
-    def jobs_status(self, job_uid: str) -> list[dict[str, Any]] | None:
-        """The JobSet's ``replicatedJobsStatus`` as a TrainJob ``jobsStatus`` (None when
-        the watch has not seen the JobSet)."""
-        obj = self._jobsets.get(job_uid)
-        return replicated_jobs_status(obj) if obj is not None else None
+    def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, Any]] | None:
+        """The ``replicatedJobsStatus`` of the job's JobSet in ``namespace`` as a TrainJob
+        ``jobsStatus`` (None when the watch has not seen it there)."""
+        return self._cache.jobs_status(namespace, job_uid)
 
     # -- status ----------------------------------------------------------------------
-
-    def _backend_job(self, obj: Mapping[str, Any], deleted: bool = False) -> BackendJob | None:
-        bj = backend_job_from_jobset(obj, deleted=deleted)
-        if bj is None:
-            return None
-        pods = self._pods.get(bj.job_uid)
-        if pods is None:
-            return bj
-        nodes = tuple(sorted(set(pods.nodes.values())))
-        changes: dict[str, Any] = {"nodes": nodes}
-        if bj.state is BackendState.FAILED and pods.failed:
-            pod, (code, why) = sorted(pods.failed.items())[0]
-            changes.update(exit_code=code, detail=f"pod {pod}: {why}")
-        if bj.state is BackendState.RUNNING and not nodes:
-            changes["state"] = BackendState.PENDING
-            changes["reason"] = "PodsNotScheduled"
-        return replace(bj, **changes)
-
-    def _note_pod(self, obj: Mapping[str, Any], deleted: bool) -> str | None:
-        meta = obj.get("metadata") or {}
-        uid = str((meta.get("labels") or {}).get(UID_LABEL) or "")
-        if not uid:
-            return None
-        name = str(meta.get("name"))
-        pods = self._pods.setdefault(uid, _Pods(namespace=str(meta.get("namespace") or "")))
-        if deleted:
-            pods.nodes.pop(name, None)
-            return uid
-        node = (obj.get("spec") or {}).get("nodeName")
-        if node:
-            pods.nodes[name] = str(node)
-        status = obj.get("status") or {}
-        if status.get("phase") == "Failed":
-            pods.failed[name] = container_failure(obj) or (
-                None, status.get("reason") or status.get("message") or "pod failed")
-        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
-        rjob = (meta.get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name")
-        if index == "0" and (pods.first is None or rjob == "launcher"):
-            pods.first = name
-        return uid
 
     async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
         queue: asyncio.Queue[StatusBatch] = asyncio.Queue()
@@ -370,36 +314,19 @@ class KubernetesBackend:
                     PLURAL, label_selector=SELECTOR):
                 now = time.time()
                 if kind == "SYNC":
-                    self._jobsets = {}
-                    jobs = []
-                    for obj in payload:
-                        bj = self._backend_job(obj)
-                        if bj is not None:
-                            self._jobsets[bj.job_uid] = obj
-                            jobs.append(bj)
+                    jobs = self._cache.sync_jobsets(payload)
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=True, at=now))
                     continue
-                bj = self._backend_job(payload, deleted=kind == "DELETED")
-                if bj is None:
-                    continue
-                if kind == "DELETED":
-                    self._jobsets.pop(bj.job_uid, None)
-                    self._pods.pop(bj.job_uid, None)
-                else:
-                    self._jobsets[bj.job_uid] = payload
-                queue.put_nowait(StatusBatch((bj,), complete=False, at=now))
+                bj = self._cache.jobset_event(payload, deleted=kind == "DELETED")
+                if bj is not None:
+                    queue.put_nowait(StatusBatch((bj,), complete=False, at=now))
 
         async def pods() -> None:
             async for kind, payload in self.kube.list_watch(
                     "pods", self.kube.core.list_pod_for_all_namespaces,
                     label_selector=SELECTOR):
-                items = payload if kind == "SYNC" else [payload]
-                if kind == "SYNC":
-                    self._pods = {}
-                touched = {u for obj in items
-                           if (u := self._note_pod(obj, kind == "DELETED")) is not None}
-                jobs = [bj for u in touched if u in self._jobsets
-                        and (bj := self._backend_job(self._jobsets[u])) is not None]
+                jobs = self._cache.pod_events(payload if kind == "SYNC" else [payload],
+                                              deleted=kind == "DELETED", sync=kind == "SYNC")
                 if jobs:
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=False, at=time.time()))
 
@@ -454,7 +381,8 @@ class KubernetesBackend:
     async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
         """The log of the job's first pod (the launcher for MPI). Kubernetes keeps one
         stream per container, so ``stderr`` is empty: it is in ``stdout``."""
-        pods = self._pods.get(job.job_uid)
+        namespace = job.backend_id.partition("/")[0]
+        pods = self._cache.pods_of(namespace, job.job_uid)
         if stream != "stdout" or pods is None or pods.first is None:
             return b"", offset
         try:

@@ -415,7 +415,9 @@ class TrainJobFrontDoor:
         assert self._engine is not None
         backend = self._engine.backends.get(rec.backend)
         if isinstance(backend, KubernetesBackend):
-            return backend.jobs_status(rec.uid)
+            # The JobSet's own namespace: another namespace's JobSet may carry this uid.
+            namespace = rec.backend_id.partition("/")[0] if rec.backend_id else rec.namespace
+            return backend.jobs_status(namespace, rec.uid)
         return None
 
     async def _sync(self, obj: dict[str, Any], rec: JobRecord) -> None:

@@ -47,24 +47,28 @@ def _may(st: os.stat_result, uid: int, groups: set[int], bits: int) -> bool:
 
 
 def unopenable(path: str, uid: int) -> str | None:
-    """Why user ``uid`` cannot create or append to ``path`` (None: it looks possible)."""
+    """Why user ``uid`` cannot create or append to ``path`` (None: it looks possible).
+
+    The daemon (root) looks on the user's behalf, so it says no more than the user could
+    find out: the directories are walked from ``/`` and the first one the user may not
+    search ends the walk (whether anything exists beneath it is not told).
+    """
     groups = _groups(uid)
     target = Path(path)
     parent = target.parent
-    try:
-        st = parent.stat()
-    except FileNotFoundError:
-        return f"directory {parent} does not exist"
-    except OSError as exc:
-        return f"directory {parent}: {exc.strerror}"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{parent} is not a directory"
-    for ancestor in [*reversed(parent.parents), parent]:
+    st: os.stat_result | None = None
+    for directory in [*reversed(parent.parents), parent]:
         try:
-            if not _may(ancestor.stat(), uid, groups, 0o1):
-                return f"directory {ancestor} is not searchable by uid {uid}"
-        except OSError:
-            break
+            st = directory.stat()
+        except FileNotFoundError:
+            return f"directory {directory} does not exist"
+        except OSError as exc:
+            return f"directory {directory}: {exc.strerror}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{directory} is not a directory"
+        if not _may(st, uid, groups, 0o1):
+            return f"directory {directory} is not searchable by uid {uid}"
+    assert st is not None
     try:
         existing = target.stat()
     except FileNotFoundError:

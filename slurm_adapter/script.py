@@ -352,8 +352,9 @@ def _heredoc_delimiter(text: str) -> str:
 
 def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: str) -> str:
     """A ``tbatch`` script with a distributed runtime: the script is written, verbatim
-    (quoted heredoc: nothing expands), into the job's working directory, where every
-    node can read it, and run through ``mpi-launch``: once with the hostfile and MPI
+    (quoted heredoc: nothing expands), into a new file of the job's working directory
+    (``mktemp``: nobody else's file or symlink is written through), where every node
+    can read it, and run through ``mpi-launch``: once with the hostfile and MPI
     variables set for ``mpi`` (the script calls ``mpirun`` itself, as Slurm MPI scripts
     do); once per node with ``PET_*`` set for torch (the script calls ``torchrun``);
     once per rank for JAX/XGBoost. Its arguments follow it, quoted."""
@@ -366,7 +367,9 @@ def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: 
     if not script.endswith("\n"):
         script += "\n"
     end = _heredoc_delimiter(script)
-    lines = ['user_script="$PWD/.hpc-bridge-$SLURM_JOB_ID.script"']
+    # A fresh file (mktemp: O_EXCL, mode 0600, unpredictable name), never a path another
+    # user could have planted first (a file or symlink of theirs in a shared /scratch).
+    lines = ['user_script=$(mktemp "$PWD/.hpc-bridge-$SLURM_JOB_ID.XXXXXXXX") || exit 1']
     cleanup = '"$user_script"'
     if is_mpi:
         lines.append('hostfile_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpc-bridge.XXXXXXXX") || exit 1')
@@ -374,7 +377,7 @@ def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: 
         prefix += ["--hostfile-dir"]
     lines.append(f"trap 'rm -rf -- {cleanup}' EXIT")
     lines.append(f"cat > \"$user_script\" <<'{end}' || exit 1\n{script}{end}")
-    lines.append('chmod 700 "$user_script"')
+    lines.append('chmod 700 "$user_script" || exit 1')
     words = " ".join(_quote(w) for w in prefix)
     if is_mpi:
         words += ' "$hostfile_dir"'

@@ -61,6 +61,10 @@ def test_tcp_listener_needs_a_token_and_the_token_names_the_user(
         assert httpx.get(f"{url}/v1/jobs").status_code == 401
         bad = httpx.get(f"{url}/v1/jobs", headers={"Authorization": "Bearer nope"})
         assert bad.status_code == 401
+        # A token that is not UTF-8 is just a wrong token: 401, not a 500.
+        for raw in (b"Bearer \xff\xfe", b"Bearer s3cr3t-bob\xff", b"\xffBearer x"):
+            bad = httpx.get(f"{url}/v1/jobs", headers={"Authorization": raw})
+            assert bad.status_code == 401, (raw, bad.status_code, bad.text)
         script = outdir / "who.sh"
         script.write_text("#!/bin/bash\nid -un\n")
         res = d.cli("root", "tbatch", "--parsable", str(script), cwd=outdir,

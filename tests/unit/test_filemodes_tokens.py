@@ -98,3 +98,30 @@ def test_admission_refuses_a_job_uid_naming_the_field() -> None:
     with pytest.raises(ValidationError) as info:
         ensure_identity(job)
     assert info.value.errors[0][0] == "metadata.uid"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs to make files of another uid")
+def test_a_state_dir_or_database_of_another_user_is_refused(tmp_path: Path) -> None:
+    """alice made the directory first (state_dir in a shared place): she could read the
+    database, or swap in her own with jobs "of root"; the daemon refuses to start."""
+    alice = pwd.getpwnam("alice").pw_uid
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, alice, alice)
+    with pytest.raises(InsecureFile, match=f"state_dir {state} is owned by uid {alice}"):
+        secure_state_dir(state)
+    os.chown(state, 0, 0)
+    db = state / "bridge.sqlite"
+    db.write_bytes(b"")
+    os.chown(db, alice, alice)
+    with pytest.raises(InsecureFile, match=f"database file {db} .* uid {alice}"):
+        secure_state_dir(state)
+    db.unlink()
+    (state / "bridge.sqlite-wal").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(InsecureFile, match="symbolic link"):
+        secure_state_dir(state)
+    (state / "bridge.sqlite-wal").unlink()
+    link = tmp_path / "link"
+    link.symlink_to(state)  # an admin's link to the real directory is fine
+    secure_state_dir(link)
+    assert state.stat().st_mode & 0o777 == 0o700

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,17 @@ from slurm_adapter.launch import launch_failure_detail, unopenable
 OTHER = 1001 if os.geteuid() != 1001 else 1002
 
 
-def test_a_missing_directory_is_named(tmp_path: Path) -> None:
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory every user may search, all the way down from ``/``."""
+    path = Path(tempfile.mkdtemp(dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_a_missing_directory_is_named(open_dir: Path) -> None:
+    tmp_path = open_dir
     path = tmp_path / "nope" / "out.txt"
     assert unopenable(str(path), OTHER) == f"directory {tmp_path / 'nope'} does not exist"
     assert launch_failure_detail([str(path), str(path)], OTHER) == (
@@ -46,7 +57,20 @@ def test_a_directory_the_user_may_not_write_is_named(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path)
 
 
-def test_the_slurm_record_reads_as_the_path_not_signal_53(tmp_path: Path) -> None:
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a directory another uid may not search")
+def test_nothing_beneath_a_directory_the_user_may_not_search_is_told(open_dir: Path) -> None:
+    """The root daemon's look must not tell alice what exists where she cannot look."""
+    private = open_dir / "private"
+    (private / "exists").mkdir(parents=True)
+    (private / "a-file").write_text("x")
+    private.chmod(0o700)
+    answers = {unopenable(str(private / sub / "out"), OTHER)
+               for sub in ("exists", "missing", "a-file")}
+    assert answers == {f"directory {private} is not searchable by uid {OTHER}"}
+
+
+def test_the_slurm_record_reads_as_the_path_not_signal_53(open_dir: Path) -> None:
+    tmp_path = open_dir
     raw = {"job_id": 16, "job_state": "FAILED", "state_reason": "JobLaunchFailure",
            "exit_code": 4021, "comment": "hpc-bridge:u", "user_id": OTHER,
            "standard_output": str(tmp_path / "gone" / "x.out"), "name": "x",

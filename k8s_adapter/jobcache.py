@@ -1,0 +1,154 @@
+"""What the Kubernetes back end's watches last showed of its JobSets and their pods.
+
+Both are keyed by **(namespace, job uid)**, never by the uid alone: the uid label
+(``hpc-bridge.io/uid``) is only a key that anybody who may create a JobSet or a pod
+in *some* namespace can write, so a foreign JobSet in another namespace carrying a
+victim's uid must not replace the victim's JobSet here (its ``jobsStatus`` would be
+written into the victim's TrainJob), nor may its pods add nodes, a failure detail or
+the pod ``tlog`` reads to the victim's job, nor may its deletion drop what is known
+of the victim's pods. Which of the JobSets carrying a uid is the stored job's is
+decided by the engine (:mod:`bridge.ownership`); this cache only keeps them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bridge.backend import BackendJob, BackendState
+from k8s_adapter.jobset import (
+    UID_LABEL,
+    backend_job_from_jobset,
+    container_failure,
+    replicated_jobs_status,
+)
+
+#: (namespace, job uid)
+Key = tuple[str, str]
+
+
+@dataclass
+class PodsSeen:
+    """What the pod watch knows of one job's pods in one namespace (by pod name)."""
+
+    namespace: str
+    nodes: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, tuple[int | None, str]] = field(default_factory=dict)
+    #: The pod whose log ``tlog`` reads (completion index 0; the launcher's for MPI).
+    first: str | None = None
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def key_of(obj: Mapping[str, Any]) -> Key | None:
+    """(namespace, uid label) of a JobSet or pod; None when it has no uid label."""
+    meta = _meta(obj)
+    uid = str((meta.get("labels") or {}).get(UID_LABEL) or "")
+    return (str(meta.get("namespace") or ""), uid) if uid else None
+
+
+class JobCache:
+    """The JobSets and pods of the back end's watches (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.jobsets: dict[Key, dict[str, Any]] = {}
+        self.pods: dict[Key, PodsSeen] = {}
+
+    # -- JobSets ---------------------------------------------------------------------
+
+    def backend_job(self, obj: Mapping[str, Any], deleted: bool = False) -> BackendJob | None:
+        """The engine's view of JobSet ``obj``, with the nodes and failures of its
+        own namespace's pods (None: not one of the bridge's)."""
+        bj = backend_job_from_jobset(obj, deleted=deleted)
+        key = key_of(obj)
+        if bj is None or key is None:
+            return None
+        pods = self.pods.get(key)
+        if pods is None:
+            return bj
+        nodes = tuple(sorted(set(pods.nodes.values())))
+        changes: dict[str, Any] = {"nodes": nodes}
+        if bj.state is BackendState.FAILED and pods.failed:
+            pod, (code, why) = sorted(pods.failed.items())[0]
+            changes.update(exit_code=code, detail=f"pod {pod}: {why}")
+        if bj.state is BackendState.RUNNING and not nodes:
+            changes["state"] = BackendState.PENDING
+            changes["reason"] = "PodsNotScheduled"
+        return replace(bj, **changes)
+
+    def sync_jobsets(self, objs: Iterable[dict[str, Any]]) -> list[BackendJob]:
+        """A complete listing: replaces what was known; every JobSet's view."""
+        self.jobsets = {}
+        jobs = []
+        for obj in objs:
+            key = key_of(obj)
+            bj = self.backend_job(obj)
+            if bj is not None and key is not None:
+                self.jobsets[key] = obj
+                jobs.append(bj)
+        return jobs
+
+    def jobset_event(self, obj: dict[str, Any], deleted: bool) -> BackendJob | None:
+        """One watch event of a JobSet; its view (None: not one of the bridge's)."""
+        key = key_of(obj)
+        bj = self.backend_job(obj, deleted=deleted)
+        if bj is None or key is None:
+            return None
+        if deleted:
+            self.jobsets.pop(key, None)
+            self.pods.pop(key, None)
+        else:
+            self.jobsets[key] = obj
+        return bj
+
+    def jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The watched JobSet ``namespace/name``, if any."""
+        return next((o for (ns, _), o in self.jobsets.items()
+                     if ns == namespace and _meta(o).get("name") == name), None)
+
+    def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, Any]] | None:
+        """The ``replicatedJobsStatus`` of job ``job_uid``'s JobSet in ``namespace``
+        (None when the watch has not seen it there)."""
+        obj = self.jobsets.get((namespace, job_uid))
+        return replicated_jobs_status(obj) if obj is not None else None
+
+    # -- pods ------------------------------------------------------------------------
+
+    def pods_of(self, namespace: str, job_uid: str) -> PodsSeen | None:
+        return self.pods.get((namespace, job_uid))
+
+    def pod_events(self, objs: Iterable[Mapping[str, Any]], *, deleted: bool = False,
+                   sync: bool = False) -> list[BackendJob]:
+        """Pods listed (``sync``: a complete listing) or one watch event; the views of
+        the watched JobSets whose pods changed."""
+        if sync:
+            self.pods = {}
+        touched = {k for obj in objs if (k := self._note_pod(obj, deleted)) is not None}
+        return [bj for k in sorted(touched) if k in self.jobsets
+                and (bj := self.backend_job(self.jobsets[k])) is not None]
+
+    def _note_pod(self, obj: Mapping[str, Any], deleted: bool) -> Key | None:
+        key = key_of(obj)
+        if key is None:
+            return None
+        meta = _meta(obj)
+        name = str(meta.get("name"))
+        pods = self.pods.setdefault(key, PodsSeen(namespace=key[0]))
+        if deleted:
+            pods.nodes.pop(name, None)
+            return key
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node:
+            pods.nodes[name] = str(node)
+        status = obj.get("status") or {}
+        if status.get("phase") == "Failed":
+            pods.failed[name] = container_failure(obj) or (
+                None, status.get("reason") or status.get("message") or "pod failed")
+        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+        rjob = (meta.get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name")
+        if index == "0" and (pods.first is None or rjob == "launcher"):
+            pods.first = name
+        return key

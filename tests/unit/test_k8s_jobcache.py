@@ -1,0 +1,93 @@
+"""k8s_adapter.jobcache: a foreign JobSet (or pod) that carries a victim's uid label in
+another namespace never mixes into what the back end knows of the victim's job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.backend import BackendState
+from k8s_adapter.jobcache import JobCache
+from k8s_adapter.jobset import MANAGED_BY_LABEL, MANAGED_BY_VALUE, UID_LABEL
+
+UID = "00000000-0000-4000-8000-000000000001"
+
+
+def jobset(namespace: str, name: str, *, active: int = 1, failed: bool = False,
+           uid: str = UID) -> dict[str, Any]:
+    conditions = [{"type": "Failed", "status": "True", "reason": "FailedJobs"}] if failed else []
+    return {"metadata": {"namespace": namespace, "name": name,
+                         "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, UID_LABEL: uid}},
+            "spec": {},
+            "status": {"conditions": conditions,
+                       "replicatedJobsStatus": [{"name": "node", "active": active, "ready": 0,
+                                                 "succeeded": 0, "failed": 0,
+                                                 "suspended": 0}]}}
+
+
+def pod(namespace: str, name: str, node: str, *, failed: bool = False,
+        uid: str = UID) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": "Failed" if failed else "Running"}
+    if failed:
+        status["containerStatuses"] = [{"name": "node", "state": {"terminated": {
+            "exitCode": 66, "reason": "Error", "message": "planted by bob"}}}]
+    return {"metadata": {"namespace": namespace, "name": name,
+                         "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, UID_LABEL: uid},
+                         "annotations": {"batch.kubernetes.io/job-completion-index": "0"}},
+            "spec": {"nodeName": node}, "status": status}
+
+
+def test_a_foreign_jobset_in_another_namespace_does_not_replace_the_victims() -> None:
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train", active=1)])
+    foreign = cache.jobset_event(jobset("bob", "fake", active=7, failed=True), deleted=False)
+    assert foreign is not None and foreign.namespace == "bob"  # reported: the engine decides
+    status = cache.jobs_status("alice", UID)
+    assert status is not None and status[0]["active"] == 1
+    assert cache.jobset("alice", "train") is not None
+
+
+def test_foreign_pods_add_no_node_failure_or_log_pod_to_the_victims_job() -> None:
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train")])
+    cache.pod_events([pod("alice", "train-node-0-0-a", "node-1")], sync=True)
+    touched = cache.pod_events([pod("bob", "fake-node-0-0-b", "node-secret", failed=True)])
+    assert touched == []  # no watched JobSet of bob's: nothing to report
+    [bj] = cache.pod_events([pod("alice", "train-node-0-0-a", "node-1")])
+    assert bj.nodes == ("node-1",)
+    assert bj.detail is None and bj.exit_code is None
+    pods = cache.pods_of("alice", UID)
+    assert pods is not None and pods.first == "train-node-0-0-a"
+    assert pods.namespace == "alice"
+
+
+def test_deleting_a_foreign_jobset_keeps_what_is_known_of_the_victims_pods() -> None:
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train"), jobset("bob", "fake")])
+    cache.pod_events([pod("alice", "train-node-0-0-a", "node-1")], sync=True)
+    cache.jobset_event(jobset("bob", "fake"), deleted=True)
+    assert cache.pods_of("alice", UID) is not None
+    assert cache.jobs_status("alice", UID) is not None
+    assert cache.jobs_status("bob", UID) is None
+
+
+def test_a_failed_jobsets_detail_comes_from_its_own_pods() -> None:
+    cache = JobCache()
+    cache.pod_events([pod("alice", "train-node-0-0-a", "node-1", failed=True)], sync=True)
+    bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
+    assert bj is not None and bj.state is BackendState.FAILED
+    assert bj.exit_code == 66 and bj.detail is not None and "train-node-0-0-a" in bj.detail
+
+
+@given(st.lists(st.sampled_from(["alice", "bob", "carol"]), min_size=1, max_size=6))
+def test_each_namespace_keeps_its_own_pods(namespaces: list[str]) -> None:
+    cache = JobCache()
+    cache.sync_jobsets([jobset(ns, "j") for ns in set(namespaces)])
+    cache.pod_events([pod(ns, f"p{i}", f"node-{ns}") for i, ns in enumerate(namespaces)],
+                     sync=True)
+    for ns in set(namespaces):
+        pods = cache.pods_of(ns, UID)
+        assert pods is not None
+        assert set(pods.nodes.values()) == {f"node-{ns}"}

@@ -85,9 +85,11 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 -- References by name across namespaces (tshow NAME).
 CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
--- A name is unique among unfinished jobs only: as in Kubernetes, a TrainJob deleted
--- and created again under the same name is a new job (version 3).
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_name ON jobs (namespace, name)
+-- A name is unique among one owner's unfinished jobs only: as in Kubernetes, a TrainJob
+-- deleted and created again under the same name is a new job (version 3); and one user
+-- cannot take a name, in any namespace, from another (version 4; references resolve
+-- among the caller's own jobs first, bridge/refs.py).
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_owner_name ON jobs (owner_uid, namespace, name)
     WHERE state NOT IN ('Succeeded', 'Failed', 'Cancelled');
 CREATE INDEX IF NOT EXISTS jobs_origin_updated ON jobs (origin, updated_at);
 -- Per-user counts (limits.max_active_jobs) and listings (version 4).
@@ -130,7 +132,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
     """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
     (version 2 added ``jobs.placement``; version 3 made names unique among unfinished
     jobs only, which rebuilds the table without its ``UNIQUE (namespace, name)``;
-    version 4: :func:`_migrate_idempotency`). Idempotent."""
+    version 4: :func:`_migrate_idempotency`, :func:`bridge.job_summary.add_summary_column`
+    and names unique per owner). Idempotent."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
     if "placement" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN placement TEXT")
@@ -156,12 +159,15 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.executescript(_SCHEMA)
     _migrate_idempotency(conn)
     add_summary_column(conn)
+    # Version 4: names unique per owner (jobs_live_owner_name, made by _SCHEMA).
+    conn.execute("DROP INDEX IF EXISTS jobs_live_name")
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                  (str(SCHEMA_VERSION),))
 
 
 class DuplicateJob(ValueError):
-    """A job with the same uid or the same namespace/name exists."""
+    """A job with the same uid exists, or an unfinished job of the same owner with the
+    same namespace/name (or the owner's idempotency key)."""
 
 
 class JobNotFound(KeyError):
@@ -366,7 +372,8 @@ class Store:
                 self._record(db, job_id, None, state, reason, message, now)
         except sqlite3.IntegrityError as exc:
             raise DuplicateJob(
-                f"a job named {meta.namespace}/{meta.name} (or with uid {meta.uid}) exists"
+                f"{owner.user} has an unfinished job named {meta.namespace}/{meta.name} "
+                f"(or a job with uid {meta.uid} exists)"
             ) from exc
         return self.get(job_id)
 

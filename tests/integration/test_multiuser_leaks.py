@@ -96,3 +96,26 @@ def test_a_state_dir_a_user_made_first_is_refused(testbed: dict[str, str]) -> No
         assert not (state / "bridge.sqlite").exists()
     finally:
         cleanup(workdir)
+
+
+def test_bob_cannot_squat_the_name_of_alices_next_job(daemon: Daemon, outdir: Path) -> None:
+    """bob takes ``default/NAME`` and ``team-a/NAME`` first (suspended jobs): alice's job
+    of that name is still admitted, and each one's ``tshow NAME`` is their own job; a
+    second live job of alice's under that name is refused (409) naming her."""
+    name = f"squat-{uuid.uuid4().hex[:6]}"
+    ids: dict[str, int] = {}
+    for user, namespace in (("bob", "default"), ("bob", "team-a"), ("alice", "default")):
+        doc = trainjob_doc(outdir, name, "plain", ["true"])
+        doc["metadata"]["namespace"] = namespace
+        doc["spec"]["suspend"] = True
+        status, job = api_as(daemon, user, "POST", "/v1/jobs", doc)
+        assert status == 201, (user, namespace, job)
+        ids[f"{user}/{namespace}"] = job["id"]
+    doc = trainjob_doc(outdir, name, "plain", ["true"])
+    doc["spec"]["suspend"] = True
+    status, again = api_as(daemon, "alice", "POST", "/v1/jobs", doc)
+    assert status == 409 and "alice has an unfinished job named" in again["error"], again
+    status, shown = api_as(daemon, "alice", "GET", f"/v1/jobs/{name}?namespace=default")
+    assert status == 200 and shown["id"] == ids["alice/default"], shown
+    for key, job_id in ids.items():
+        assert api_as(daemon, key.split("/")[0], "POST", f"/v1/jobs/{job_id}/cancel")[0] == 202

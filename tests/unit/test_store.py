@@ -77,6 +77,21 @@ def test_duplicates_are_refused(tmp_path: Path) -> None:
         store.add(j, ALICE, "slurm")  # type: ignore[arg-type]
 
 
+def test_one_users_name_does_not_block_anothers(tmp_path: Path) -> None:
+    """Bob cannot squat a name: live names are unique per owner (and namespace)."""
+    store = Store.open(tmp_path / "s.sqlite")
+    bob = Owner(uid=1002, gid=1002, user="bob")
+    bobs = store.add(job("train"), bob, "slurm")  # type: ignore[arg-type]
+    alices = store.add(job("train"), ALICE, "slurm")  # type: ignore[arg-type]
+    assert alices.id != bobs.id
+    with pytest.raises(DuplicateJob, match="alice has an unfinished job named"):
+        store.add(job("train"), ALICE, "slurm")  # type: ignore[arg-type]
+    assert store.find("train", caller_uid=ALICE.uid).id == alices.id
+    assert store.find("train", caller_uid=bob.uid).id == bobs.id
+    names = [r["name"] for r in store._db.execute("PRAGMA index_list(jobs)")]
+    assert "jobs_live_owner_name" in names and "jobs_live_name" not in names
+
+
 def test_wal_mode(tmp_path: Path) -> None:
     Store.open(tmp_path / "s.sqlite")
     conn = sqlite3.connect(tmp_path / "s.sqlite")

@@ -32,7 +32,7 @@ import os
 import pwd
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -308,22 +308,48 @@ def make_app(engine: Engine, tokens: dict[str, Owner] | None = None) -> web.Appl
     return app
 
 
-async def serve(app: web.Application, socket_path: str, tcp: str | None = None
-                ) -> web.AppRunner:
+def _answers(path: Path) -> bool:
+    """Whether some process accepts connections on the unix socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+async def serve(app: web.Application, socket_path: str, tcp: str | None = None,
+                inherited: Sequence[socket.socket] = ()) -> web.AppRunner:
     """Start listening on the unix socket (mode 0666: anyone may connect; identity is
-    checked per request) and on ``tcp`` (``host:port``) if given."""
+    checked per request) and on ``tcp`` (``host:port``) if given.
+
+    ``inherited``: listening sockets systemd passed (socket activation); they replace
+    ``socket_path``, which systemd owns then. A socket file left by a killed daemon is
+    replaced; one that another process still answers on is never removed (ValueError)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    path = Path(socket_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_socket():
-        path.unlink()  # a stale socket from a killed daemon
-    site = web.UnixSite(runner, str(path))
-    await site.start()
-    os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
-    if tcp:
-        host, _, port = tcp.rpartition(":")
-        if not app[TOKENS_KEY]:
-            raise ValueError("a TCP listener needs api.token_file (no anonymous TCP access)")
-        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    try:
+        if inherited:
+            for sock in inherited:
+                await web.SockSite(runner, sock).start()
+        else:
+            path = Path(socket_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_socket():
+                if _answers(path):
+                    raise ValueError(f"another process answers on the API socket {path}: "
+                                     f"is another hpc-bridge daemon running?")
+                path.unlink()  # a stale socket from a killed daemon
+            site = web.UnixSite(runner, str(path))
+            await site.start()
+            os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
+        if tcp:
+            host, _, port = tcp.rpartition(":")
+            if not app[TOKENS_KEY]:
+                raise ValueError("a TCP listener needs api.token_file (no anonymous TCP access)")
+            await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner

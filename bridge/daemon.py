@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
-import socket
 import sys
 from contextlib import suppress
+from pathlib import Path
 
 import structlog
 
@@ -28,29 +27,11 @@ from bridge.engine import Engine, EngineSettings
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
+from bridge.statelock import acquire as lock_state_dir
 from bridge.store import Store
+from bridge.systemd import listen_fds, sd_notify, watchdog_interval, watchdog_pings
 
 log = structlog.get_logger("hpc_bridge.daemon")
-
-
-def sd_notify(state: str) -> bool:
-    """Send ``state`` (e.g. ``READY=1``) to systemd if it is listening.
-
-    The protocol is one datagram to ``$NOTIFY_SOCKET`` (an abstract socket when it
-    starts with ``@``); a few lines, so no dependency. Returns whether it was sent.
-    """
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return False
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.connect(address)
-            sock.sendall(state.encode())
-        except OSError:
-            return False
-    return True
 
 
 def configure_logging(fmt: str, level: str) -> None:
@@ -87,9 +68,22 @@ def build_frontdoors(config: Config) -> dict[str, FrontDoor]:
 
 
 async def run_daemon(config: Config) -> None:
-    """Serve until SIGTERM/SIGINT."""
+    """Serve until SIGTERM/SIGINT.
+
+    Refuses (ValueError) to start on a state directory another daemon holds
+    (:mod:`bridge.statelock`) or a store written by a newer version; serves on the
+    socket systemd passed if it did (:func:`bridge.systemd.listen_fds`)."""
     state_dir = config.daemon.state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
+    lock = lock_state_dir(state_dir)
+    try:
+        await _serve_locked(config, state_dir)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(config: Config, state_dir: Path) -> None:
+    inherited = listen_fds()
     store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
     backends = build_backends(config)
     frontdoors = build_frontdoors(config)
@@ -110,19 +104,27 @@ async def run_daemon(config: Config) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    try:  # the socket first: a refused one (another daemon answers) must submit nothing
+        runner = await serve(app, config.daemon.socket, config.daemon.tcp, inherited)
+    except BaseException:
+        store.close()
+        raise
     engine_task = asyncio.create_task(engine.run(), name="engine")
-    runner = await serve(app, config.daemon.socket, config.daemon.tcp)
     await engine.ready.wait()
     door_tasks = [asyncio.create_task(door.run(engine), name=f"frontdoor-{name}")
                   for name, door in frontdoors.items()]
     sd_notify("READY=1")
-    log.info("serving", socket=config.daemon.socket, tcp=config.daemon.tcp,
-             backends=sorted(backends), frontdoors=sorted(frontdoors),
+    interval = watchdog_interval()
+    pings = asyncio.create_task(watchdog_pings(interval)) if interval else None
+    log.info("serving", socket=config.daemon.socket, inherited_sockets=len(inherited),
+             tcp=config.daemon.tcp, backends=sorted(backends), frontdoors=sorted(frontdoors),
              store=str(state_dir / "bridge.sqlite"))
     stopped = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({stopped, engine_task}, return_when=asyncio.FIRST_COMPLETED)
     sd_notify("STOPPING=1")
     log.info("shutting down")
+    if pings is not None:
+        pings.cancel()
     for task in door_tasks:
         task.cancel()
     await asyncio.gather(*door_tasks, return_exceptions=True)
@@ -198,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(run_daemon(config))
     except ValueError as exc:
         log.error("cannot start", error=str(exc))
+        print(f"hpc-bridge: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

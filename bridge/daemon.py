@@ -109,13 +109,14 @@ async def _serve_locked(config: Config, state_dir: Path) -> None:
     except BaseException:
         store.close()
         raise
+    # Pings from the start: adopting many jobs may take longer than WatchdogSec.
+    interval = watchdog_interval()
+    pings = asyncio.create_task(watchdog_pings(interval)) if interval else None
     engine_task = asyncio.create_task(engine.run(), name="engine")
     await engine.ready.wait()
     door_tasks = [asyncio.create_task(door.run(engine), name=f"frontdoor-{name}")
                   for name, door in frontdoors.items()]
     sd_notify("READY=1")
-    interval = watchdog_interval()
-    pings = asyncio.create_task(watchdog_pings(interval)) if interval else None
     log.info("serving", socket=config.daemon.socket, inherited_sockets=len(inherited),
              tcp=config.daemon.tcp, backends=sorted(backends), frontdoors=sorted(frontdoors),
              store=str(state_dir / "bridge.sqlite"))

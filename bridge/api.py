@@ -12,7 +12,9 @@ Routes (JSON unless stated):
 * ``POST /v1/jobs/{ref}/suspend`` and ``/resume``.
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
   bytes, streamed; with ``follow=1`` until the job has finished and its output is drained.
-* ``GET /v1/healthz``.
+* ``GET /v1/healthz[?ready=1]`` — ``{ok, ready, role}`` (role ``single``, ``leader`` or
+  ``standby``); with ``ready=1`` 503 until ready. Also served alone, without
+  credentials, on ``daemon.health`` (``host:port``) for a kubelet's probes.
 
 Errors are ``{"error": message}`` with 400 (bad input), 403, 404, 409.
 
@@ -33,6 +35,7 @@ import pwd
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -288,13 +291,60 @@ async def logs(request: web.Request) -> web.StreamResponse:
     return response
 
 
+@dataclass
+class Health:
+    """What ``/v1/healthz`` reports: the role (``single``, ``standby``, ``leader``) and
+    whether the daemon is ready to take jobs (changed as the daemon moves on)."""
+
+    role: str = "single"
+    ready: Callable[[], bool] = field(default=lambda: False)
+
+
+HEALTH_KEY = web.AppKey("health", Health)
+
+
+def _health(request: web.Request, health: Health) -> web.Response:
+    """200 while the process serves (liveness); with ``?ready=1``, 503 until it is
+    ready to take jobs (readiness: a standby replica never is)."""
+    ready = health.ready()
+    wanted = request.query.get("ready", "0") in ("1", "true", "yes")
+    return web.json_response({"ok": True, "ready": ready, "role": health.role},
+                             status=503 if wanted and not ready else 200)
+
+
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True, "ready": request.app[ENGINE_KEY].ready.is_set()})
+    return _health(request, request.app[HEALTH_KEY])
 
 
-def make_app(engine: Engine, tokens: dict[str, Owner] | None = None) -> web.Application:
+def make_health_app(health: Health) -> web.Application:
+    """``/v1/healthz`` alone, without credentials (``daemon.health``: the kubelet's
+    probes); it tells nothing about jobs."""
+    app = web.Application()
+    app[HEALTH_KEY] = health
+    app.router.add_get("/v1/healthz", healthz)
+    return app
+
+
+async def serve_health(health: Health, address: str) -> web.AppRunner:
+    """Serve :func:`make_health_app` on ``address`` (``host:port``)."""
+    runner = web.AppRunner(make_health_app(health), access_log=None)
+    await runner.setup()
+    host, _, port = address.rpartition(":")
+    try:
+        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+def make_app(engine: Engine, tokens: dict[str, Owner] | None = None,
+             health: Health | None = None) -> web.Application:
+    """The API; ``health`` is what ``/v1/healthz`` reports (default: ``single``, ready
+    once the engine is)."""
     app = web.Application(middlewares=[identity_middleware], client_max_size=MAX_BODY)
     app[ENGINE_KEY] = engine
+    app[HEALTH_KEY] = health or Health("single", engine.ready.is_set)
     app[TOKENS_KEY] = tokens or {}
     app.router.add_post("/v1/jobs", submit)
     app.router.add_get("/v1/jobs", list_jobs)

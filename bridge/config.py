@@ -26,6 +26,10 @@ Example (every key optional except one back end)::
     kind = "kubernetes"
     kubeconfig = "/etc/hpc-bridge/kubeconfig"
 
+    [leader_election]                        # optional: replicas (docs/operations.md)
+    kind = "kubernetes"                      # a coordination.k8s.io Lease
+    lease = "hpc-bridge"
+
 Contract: :func:`load_config` returns a :class:`Config` or raises :class:`ConfigError`
 whose message names the file and the key.
 """
@@ -51,6 +55,8 @@ class DaemonSection(BaseModel):
     socket: str = "/run/hpc-bridge/bridge.sock"
     tcp: str | None = None
     token_file: Path | None = None
+    #: ``host:port`` serving ``/v1/healthz`` alone, without credentials (probes).
+    health: str | None = None
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     durable: bool = Field(default=False, description="fsync every commit (power-loss safe)")
@@ -108,6 +114,18 @@ class FrontDoorSection(BaseModel):
         return dict(self.model_extra or {})
 
 
+class LeaderElectionSection(BaseModel):
+    """Replicas with one leader (bridge/leader.py): ``kind`` picks the elector (e.g.
+    ``kubernetes``: a Lease); other keys are its settings."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -116,6 +134,7 @@ class Config(BaseModel):
     runtimes: RuntimesSection = Field(default_factory=RuntimesSection)
     backends: dict[str, BackendSection]
     frontdoors: dict[str, FrontDoorSection] = Field(default_factory=dict)
+    leader_election: LeaderElectionSection | None = None
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> Config:

@@ -15,16 +15,19 @@ import asyncio
 import logging
 import signal
 import sys
+import threading
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import structlog
 
-from bridge.api import load_tokens, make_app, serve
+from bridge.api import Health, load_tokens, make_app, serve, serve_health
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
 from bridge.frontdoor import FrontDoor, load_frontdoor
+from bridge.leader import Elector, load_elector, lost_lease, reset_store, stand_by, start_fence
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.statelock import acquire as lock_state_dir
@@ -76,13 +79,44 @@ async def run_daemon(config: Config) -> None:
     state_dir = config.daemon.state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     lock = lock_state_dir(state_dir)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    elector: Elector | None = None
+    health = Health("single")
+    health_runner = None
+    hold: asyncio.Task[None] | None = None
+    fence: threading.Event | None = None
     try:
-        await _serve_locked(config, state_dir)
+        if config.leader_election is not None:  # replicas: bridge/leader.py
+            elector = load_elector(config.leader_election.kind,
+                                   config.leader_election.settings())
+            health.role = "standby"
+        if config.daemon.health:
+            health_runner = await serve_health(health, config.daemon.health)
+        if elector is not None:
+            if not await stand_by(elector, stop):
+                return
+            hold = asyncio.create_task(elector.hold(), name="leader-hold")
+            fence = start_fence(elector)
+            reset_store(state_dir / "bridge.sqlite")
+            health.role = "leader"
+        await _serve_locked(config, state_dir, stop, health, hold)
     finally:
+        if fence is not None:
+            fence.set()  # from here on, not holding the lease is on purpose
+        if hold is not None:
+            hold.cancel()
+        if elector is not None:
+            await elector.release()  # a standby takes over at its next attempt
+        if health_runner is not None:
+            await health_runner.cleanup()
         lock.release()
 
 
-async def _serve_locked(config: Config, state_dir: Path) -> None:
+async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
+                        health: Health, hold: asyncio.Task[None] | None = None) -> None:
     inherited = listen_fds()
     store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
     backends = build_backends(config)
@@ -99,11 +133,8 @@ async def _serve_locked(config: Config, state_dir: Path) -> None:
         placement_max_age=e.placement_max_age,
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
-    app = make_app(engine, tokens)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    health.ready = engine.ready.is_set
+    app = make_app(engine, tokens, health)
     try:  # the socket first: a refused one (another daemon answers) must submit nothing
         runner = await serve(app, config.daemon.socket, config.daemon.tcp, inherited)
     except BaseException:
@@ -121,7 +152,12 @@ async def _serve_locked(config: Config, state_dir: Path) -> None:
              tcp=config.daemon.tcp, backends=sorted(backends), frontdoors=sorted(frontdoors),
              store=str(state_dir / "bridge.sqlite"))
     stopped = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({stopped, engine_task}, return_when=asyncio.FIRST_COMPLETED)
+    watched: set[asyncio.Task[Any]] = {stopped, engine_task}
+    if hold is not None:
+        watched.add(hold)
+    done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    if hold is not None and hold in done:
+        lost_lease("the lease was lost")  # ends the process: no cleanup that writes
     sd_notify("STOPPING=1")
     log.info("shutting down")
     if pings is not None:

@@ -150,6 +150,12 @@ class Kube:
         except Exception as exc:
             raise classify(exc, "reach the apiserver") from exc
 
+    @property
+    def api_client(self) -> Any:
+        """The connected ``ApiClient`` (for APIs beyond ``core`` and ``custom``)."""
+        assert self._api is not None, "connect() first"
+        return self._api
+
     async def close(self) -> None:
         if self._api is not None:
             await self._api.close()

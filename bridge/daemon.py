@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     p_rt = sub.add_parser("runtimes", help="list the training runtimes (built-in, and the "
                                            "configuration's with --config)")
     p_rt.add_argument("--config", "-c")
+    p_rt.add_argument("--yaml", action="store_true",
+                      help="print the built-in ones as ClusterTrainingRuntime YAML "
+                           "(the Helm chart's files/runtimes.yaml)")
     p_crds = sub.add_parser("crds", help="print the TrainJob, TrainingRuntime and "
                                          "ClusterTrainingRuntime CRDs (YAML)")
     p_crds.add_argument("--output", "-o", metavar="DIR",
@@ -205,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
             crds.write_crds(args.output, group, log=print)
         else:
             sys.stdout.write(crds.render_crds(group))
+        return 0
+    if args.command == "runtimes" and args.yaml:
+        from bridge.runtimes import runtimes_yaml
+
+        sys.stdout.write(runtimes_yaml())
         return 0
     if args.command == "runtimes":
         try:

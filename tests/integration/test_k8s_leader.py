@@ -37,8 +37,9 @@ from tests.integration.k8sbed import K8sBed
 
 pytestmark = pytest.mark.integration
 
-#: Short lease times so the test is quick (the chart's defaults are 15/10/2 s).
-LEASE = {"lease_duration": 4, "renew_deadline": 3, "retry_period": 1}
+#: Short lease times so the test is quick (the chart's defaults are 15/10/2 s); a renew
+#: deadline of 3 s proved too short for a leader rebuilding 100 jobs on 2 busy cores.
+LEASE = {"lease_duration": 8, "renew_deadline": 6, "retry_period": 1}
 
 
 def _free_port() -> int:

@@ -234,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             load_runtime_files(config.runtimes.paths)
             build_backends(config)
             build_frontdoors(config)
+            if config.leader_election is not None:
+                load_elector(config.leader_election.kind, config.leader_election.settings())
         except ValueError as exc:
             print(f"hpc-bridge: error: {exc}", file=sys.stderr)
             return 2

@@ -3,11 +3,13 @@ optionally, over TCP with bearer tokens.
 
 Routes (JSON unless stated):
 
-* ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``.
+* ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``. With an
+  ``Idempotency-Key`` header (per caller), a retry answers 200 with the first job.
 * ``GET /v1/jobs?states=Pending,Running|all&user=U`` — ``{"items": [JobView]}``; without
   ``states`` only jobs that are not finished (like ``squeue``).
-* ``GET /v1/jobs/{ref}`` — a JobView with ``transitions``; ``ref`` is the numeric id,
-  the TrainJob uid or its ``metadata.name``.
+* ``GET /v1/jobs/{ref}`` — a JobView with ``transitions``; ``ref`` is the numeric id
+  (global), the TrainJob uid or its ``metadata.name``, the caller's own jobs first
+  (:mod:`bridge.refs`); 409 listing the candidates when it names several users' jobs.
 * ``POST /v1/jobs/{ref}/cancel`` (also ``DELETE /v1/jobs/{ref}``) — 202 JobView.
 * ``POST /v1/jobs/{ref}/suspend`` and ``/resume``.
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import hashlib
 import hmac
 import json
 import os
@@ -45,7 +48,10 @@ from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.engine import Engine, EngineError
+from bridge.filemodes import check_secret_file
 from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob
+from bridge.output import OutputRefused
+from bridge.refs import AmbiguousJob
 from bridge.scheduling import scheduling_of
 from bridge.states import TERMINAL, JobState
 from bridge.store import JobNotFound, JobRecord
@@ -143,21 +149,39 @@ def peer_owner(sock: socket.socket) -> Owner:
 
 
 def load_tokens(path: str | Path) -> dict[str, Owner]:
-    """Read a static token file: CSV lines ``token,user,uid[,"group1,group2"]``."""
+    """Read a static token file: CSV lines ``token,user,uid[,"group1,group2"]``.
+
+    Refused (``ValueError`` naming the file and line) when group or others may access
+    the file (:func:`bridge.filemodes.check_secret_file`, as ssh refuses a key), when a
+    user has no passwd entry, or when the ``uid`` column is set and is not that user's
+    Unix uid (an empty ``uid`` takes the passwd one).
+    """
+    check_secret_file(Path(path))
     tokens: dict[str, Owner] = {}
     with open(path, newline="") as fh:
         for lineno, row in enumerate(csv.reader(fh), 1):
             if not row or row[0].startswith("#"):
                 continue
-            if len(row) < 2:
+            if len(row) < 2 or not row[0].strip():
                 raise ValueError(f"{path}:{lineno}: expected token,user,uid")
             user = row[1].strip()
             try:
                 pw = pwd.getpwnam(user)
             except KeyError as exc:
                 raise ValueError(f"{path}:{lineno}: unknown user {user!r}") from exc
+            uid = row[2].strip() if len(row) > 2 else ""
+            if uid and uid != str(pw.pw_uid):
+                raise ValueError(f"{path}:{lineno}: uid {uid!r} is not the uid of user "
+                                 f"{user!r} ({pw.pw_uid})")
             tokens[row[0].strip()] = Owner(uid=pw.pw_uid, gid=pw.pw_gid, user=user)
     return tokens
+
+
+def bearer_token(header: str) -> str:
+    """The credentials of an ``Authorization: Bearer <token>`` header ('' if none); the
+    scheme name is case-insensitive (RFC 7235 section 2.1)."""
+    scheme, _, credentials = header.strip().partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -171,8 +195,7 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
         owner = peer_owner(sock)
     else:
         tokens: dict[str, Owner] = request.app[TOKENS_KEY]
-        header = request.headers.get("Authorization", "")
-        given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        given = bearer_token(request.headers.get("Authorization", ""))
         match = next((o for t, o in tokens.items()
                       if given and hmac.compare_digest(t.encode(), given.encode())), None)
         if match is None:
@@ -187,16 +210,65 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
         return _error(exc.status, str(exc))
     except JobNotFound as exc:
         return _error(404, f"job {exc.args[0]} not found")
+    except AmbiguousJob as exc:
+        return _error(409, str(exc))
 
 
 def _find(request: web.Request) -> JobRecord:
+    """The job ``{ref}`` names for this caller (:func:`bridge.refs.resolve`)."""
     engine = request.app[ENGINE_KEY]
-    return engine.store.find(request.match_info["ref"], request.query.get("namespace"))
+    return engine.store.find(request.match_info["ref"], request.query.get("namespace"),
+                             caller_uid=request[OWNER_KEY].uid)
+
+
+#: Header of a client's idempotency key: a retried POST with the same key (same caller)
+#: answers the first job instead of making a second.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header's value (None if absent); ``ValidationError``
+    naming the header when it is empty, longer than 200 characters or not printable
+    ASCII."""
+    if value is None:
+        return None
+    if not value or len(value) > MAX_IDEMPOTENCY_KEY or not all(
+            "!" <= c <= "~" for c in value):
+        raise ValidationError([(f"{IDEMPOTENCY_HEADER} header",
+                                f"must be 1-{MAX_IDEMPOTENCY_KEY} printable ASCII characters "
+                                f"without spaces")])
+    return value
+
+
+def _submitted(record: JobRecord, status: int) -> web.Response:
+    return web.json_response({"id": record.id, "uid": record.uid, "name": record.name,
+                              "state": record.state.value}, status=status)
+
+
+def _replay(engine: Engine, owner: Owner, key: str, digest: str) -> web.Response | None:
+    """The answer to a retried submission: the first job with this caller's key (200),
+    409 when the key came with another body; None when the key is new."""
+    first = engine.store.by_idempotency_key(owner.uid, key)
+    if first is None:
+        return None
+    if first.request_digest != digest:
+        return _error(409, f"{IDEMPOTENCY_HEADER} {key!r} was used for another request "
+                           f"(job {first.id}); use a new key for a new job")
+    return _submitted(first, 200)
 
 
 async def submit(request: web.Request) -> web.Response:
+    """Admit a TrainJob: 201 with the new job. With an ``Idempotency-Key`` header the
+    submission happens once per caller and key: a retry answers 200 with the first
+    job (stored with it, so this holds across daemon restarts)."""
     engine = request.app[ENGINE_KEY]
-    raw = await request.text()
+    owner = request[OWNER_KEY]
+    key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
+    raw = await request.read()
+    digest = hashlib.sha256(raw).hexdigest()
+    if key is not None and (replayed := _replay(engine, owner, key, digest)) is not None:
+        return replayed
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -204,9 +276,15 @@ async def submit(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         return _error(400, "request body must be a TrainJob object")
     job = load_trainjob(body, "request")
-    record = engine.admit(job, request[OWNER_KEY])
-    return web.json_response({"id": record.id, "uid": record.uid, "name": record.name,
-                              "state": record.state.value}, status=201)
+    try:
+        record = engine.admit(job, owner, idempotency_key=key, request_digest=digest)
+    except EngineError as exc:
+        # Two retries raced past the check: the loser answers with the winner's job.
+        if key is not None and exc.status == 409 and (
+                replayed := _replay(engine, owner, key, digest)) is not None:
+            return replayed
+        raise
+    return _submitted(record, 201)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -265,9 +343,8 @@ async def logs(request: web.Request) -> web.StreamResponse:
     except ValueError:
         return _error(400, "offset must be an integer")
     follow = request.query.get("follow", "0") in ("1", "true", "yes")
-    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-    await response.prepare(request)
     backend = engine.backends[rec.backend]
+    response: web.StreamResponse | None = None
     while True:
         rec = engine.store.get(rec.id)
         finished = rec.state.terminal
@@ -281,6 +358,15 @@ async def logs(request: web.Request) -> web.StreamResponse:
                 data, offset = await backend.read_log(bj, stream, offset)
             except BackendUnavailable as exc:
                 log.warning("reading output failed", job_id=rec.id, error=str(exc))
+            except OutputRefused as exc:
+                log.warning("output not read", job_id=rec.id, reason=str(exc))
+                if response is None:  # nothing sent yet: the caller learns why
+                    return _error(403, f"not reading the output of job {rec.id}: {exc}")
+                break  # refused mid-stream (the file was swapped): stop there
+        if response is None:
+            response = web.StreamResponse(
+                headers={"Content-Type": "application/octet-stream"})
+            await response.prepare(request)
         if data:
             await response.write(data)
             continue
@@ -385,7 +471,12 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None,
                 await web.SockSite(runner, sock).start()
         else:
             path = Path(socket_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # The daemon's umask is 077: directories it makes must still let users reach
+            # the socket (existing ones are the admin's, e.g. systemd's RuntimeDirectory).
+            missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+            for directory in reversed(missing):
+                directory.mkdir(exist_ok=True)
+                directory.chmod(0o755)
             if path.is_socket():
                 if _answers(path):
                     raise ValueError(f"another process answers on the API socket {path}: "

@@ -10,7 +10,8 @@ Where the daemon is, from the environment (:meth:`BridgeClient.from_env`):
 
 API (JSON unless stated; errors are ``{"error": message}``):
 
-* ``POST /v1/jobs`` (a TrainJob document) -> 201 ``{id, uid, name, state}``
+* ``POST /v1/jobs`` (a TrainJob document, ``Idempotency-Key`` header) -> 201
+  ``{id, uid, name, state}``; 200 with the same job for a retry with the same key
 * ``GET /v1/jobs?states=A,B|all&user=U`` -> ``{"items": [JobView]}``; no ``states``:
   only jobs not finished
 * ``GET /v1/jobs/{ref}`` -> JobView with ``transitions``
@@ -38,6 +39,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.client import (
     HTTPConnection,
@@ -70,17 +73,26 @@ ENV_SOCKET = "HPC_BRIDGE_SOCKET"
 ENV_URL = "HPC_BRIDGE_URL"
 ENV_TOKEN = "HPC_BRIDGE_TOKEN"  # noqa: S105 -- the name of a variable, not a secret
 _USER_AGENT = "hpc-bridge-client/1"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: A submission is sent at most this many times (the same key each time) ...
+SUBMIT_ATTEMPTS = 3
+#: ... waiting this many seconds times the attempt number between two.
+SUBMIT_RETRY_DELAY = 1.0
 _MAX_ERROR_TEXT = 2000
 _CHUNK = 64 * 1024
 
 
 class BridgeClientError(Exception):
-    """A failed call: ``message`` for the user, ``status`` the HTTP status (or ``None``)."""
+    """A failed call: ``message`` for the user, ``status`` the HTTP status (or ``None``).
+    ``transient``: no answer came (timeout, connection refused or reset), so the call
+    may be repeated (a submission only with its idempotency key)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None,
+                 transient: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.transient = transient
 
 
 Transition = TypedDict(
@@ -260,7 +272,8 @@ class BridgeClient:
 
     def _timed_out(self) -> BridgeClientError:
         return BridgeClientError(
-            f"hpc-bridge at {self.where} did not answer within {self._timeout:g} s"
+            f"hpc-bridge at {self.where} did not answer within {self._timeout:g} s",
+            transient=True,
         )
 
     def _connect_error(self, exc: OSError) -> BridgeClientError:
@@ -272,7 +285,8 @@ class BridgeClient:
         detail = f" [{exc}]" if self._hint == ENV_URL else ""
         return BridgeClientError(
             f"cannot reach hpc-bridge at {self.where}: is the daemon running? "
-            f"(set {self._hint}){detail}"
+            f"(set {self._hint}){detail}",
+            transient=True,
         )
 
     def _transport_error(self, exc: OSError | HTTPException) -> BridgeClientError:
@@ -280,7 +294,8 @@ class BridgeClient:
         if isinstance(exc, TimeoutError):
             return self._timed_out()
         detail = str(exc) or type(exc).__name__
-        return BridgeClientError(f"connection to hpc-bridge at {self.where} failed: {detail}")
+        return BridgeClientError(f"connection to hpc-bridge at {self.where} failed: {detail}",
+                                 transient=True)
 
     @staticmethod
     def _http_error(response: HTTPResponse, data: bytes) -> BridgeClientError:
@@ -306,13 +321,14 @@ class BridgeClient:
         params: Mapping[str, str] | None = None,
         body: Any = None,
         read_timeout: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[HTTPConnection, HTTPResponse]:
         """Send one request and read the answer's head; the caller reads the body and
         closes the connection. ``read_timeout=False``: wait for the daemon forever."""
         target = self._prefix + path
         if params:
             target += "?" + urlencode(params)
-        headers = dict(self._headers)
+        headers = {**self._headers, **(headers or {})}
         payload = None
         if body is not None:
             # ASCII JSON: a string with lone surrogates (os.environ's way of keeping
@@ -343,9 +359,11 @@ class BridgeClient:
             raise self._transport_error(exc) from None
 
     def _call(
-        self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: Any = None
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None,
+        body: Any = None, headers: Mapping[str, str] | None = None,
     ) -> Any:
-        connection, response = self._request(method, path, params=params, body=body)
+        connection, response = self._request(method, path, params=params, body=body,
+                                             headers=headers)
         try:
             data = self._read(response)
         finally:
@@ -368,12 +386,28 @@ class BridgeClient:
 
     # ----------------------------------------------------------------------- API
 
-    def submit(self, job: TrainJob | Mapping[str, Any]) -> SubmitResult:
-        """Submit a TrainJob (model or camelCase document)."""
+    def submit(self, job: TrainJob | Mapping[str, Any], *,
+               idempotency_key: str | None = None) -> SubmitResult:
+        """Submit a TrainJob (model or camelCase document) once.
+
+        The request carries an ``Idempotency-Key`` (``idempotency_key``, or a fresh
+        random one per call); when no answer comes (timeout, connection refused or
+        reset) it is sent again with the same key, up to :data:`SUBMIT_ATTEMPTS` times,
+        and the daemon answers a repeat with the job the first one made: a submission
+        that timed out after it was admitted is never made twice."""
         # A Mapping check, not isinstance(job, TrainJob): importing the model (pydantic)
         # would double the start-up time of the commands that never submit.
         document = dict(job) if isinstance(job, Mapping) else job.to_dict()
-        data = self._object(self._call("POST", "/v1/jobs", body=document), "submit answer")
+        headers = {IDEMPOTENCY_HEADER: idempotency_key or uuid.uuid4().hex}
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            try:
+                answer = self._call("POST", "/v1/jobs", body=document, headers=headers)
+                break
+            except BridgeClientError as exc:
+                if not exc.transient or attempt == SUBMIT_ATTEMPTS:
+                    raise
+                time.sleep(SUBMIT_RETRY_DELAY * attempt)
+        data = self._object(answer, "submit answer")
         try:
             return SubmitResult(
                 id=int(data["id"]),

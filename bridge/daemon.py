@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ from bridge.api import Health, load_tokens, make_app, serve, serve_health
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
+from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.leader import Elector, load_elector, lost_lease, reset_store, stand_by, start_fence
 from bridge.model import ValidationError
@@ -77,7 +79,9 @@ async def run_daemon(config: Config) -> None:
     (:mod:`bridge.statelock`) or a store written by a newer version; serves on the
     socket systemd passed if it did (:func:`bridge.systemd.listen_fds`)."""
     state_dir = config.daemon.state_dir
-    state_dir.mkdir(parents=True, exist_ok=True)
+    os.umask(DAEMON_UMASK)
+    for fix in secure_state_dir(state_dir):
+        log.warning("state file was open to other users; fixed", change=fix)
     lock = lock_state_dir(state_dir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(config.daemon.log_format, config.daemon.log_level)
     try:
         asyncio.run(run_daemon(config))
-    except ValueError as exc:
+    except ValueError as exc:  # InsecureFile is one
         log.error("cannot start", error=str(exc))
         print(f"hpc-bridge: error: {exc}", file=sys.stderr)
         return 2

@@ -36,7 +36,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -45,6 +45,8 @@ from typing import Any
 import structlog
 
 from bridge.backend import (
+    AdmissionDenied,
+    Admitting,
     Backend,
     BackendJob,
     BackendRejected,
@@ -63,6 +65,7 @@ from bridge.model import (
     ensure_identity,
     validate_trainjob,
 )
+from bridge.ownership import OwnerCheck
 from bridge.placement import (
     Placement,
     PlacementRequest,
@@ -126,6 +129,8 @@ DEFAULT_PLACEMENT_MODE = "constraints"
 DEFAULT_SWITCH_WAIT_SECONDS = 300.0
 #: At most this many statuses of not-yet-recorded submissions are kept.
 EARLY_STATUS_LIMIT = 10_000
+#: The read time of an inventory that must be read again before the next placement.
+STALE = float("-inf")
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
 
@@ -256,25 +261,31 @@ class Engine:
         #: uid -> status a back end reported while the job was still Pending here.
         self._early: dict[str, BackendJob] = {}
         self._missing: dict[int, tuple[int, float]] = {}
+        self._owners = OwnerCheck()
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
         self._inventory: dict[str, Inventory] = {}
-        #: When each inventory was read (monotonic); 0 marks it stale.
+        #: When each inventory was read (monotonic); ``-inf`` marks it stale. (Not 0: the
+        #: monotonic clock counts from boot, so on a machine up for less than
+        #: ``placement_max_age`` a 0 would still look fresh.)
         self._inventory_at: dict[str, float] = {}
         self._topology: dict[str, tuple[Inventory, Topology]] = {}
         self.ready = asyncio.Event()
 
     # -- front-door calls ----------------------------------------------------------
 
-    def admit(self, job: TrainJob, owner: Owner, origin: str = "api") -> JobRecord:
+    def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
+              idempotency_key: str | None = None,
+              request_digest: str | None = None) -> JobRecord:
         """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
 
         Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
-        end) or :class:`EngineError` (duplicate name). Nothing is stored on error.
+        end) or :class:`EngineError` (duplicate name, or an ``idempotency_key`` the
+        owner used already: 409; the back end's admission refused the caller: 403).
+        Nothing is stored on error.
         """
         validate_trainjob(job)
-        ensure_identity(job, self.settings.default_namespace)
         backend = job.metadata.annotations.get(ANN_BACKEND) or self.settings.default_backend
         if backend not in self.backends:
             raise ValidationError([(
@@ -282,12 +293,21 @@ class Engine:
                 f"unknown back end {backend!r}; configured: {', '.join(sorted(self.backends))}",
             )])
         plan = self.catalog.resolve(job)
+        chosen = self.backends[backend]
+        if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
+            try:
+                chosen.check_admission(job, plan, owner, origin)
+            except AdmissionDenied as exc:
+                raise EngineError(str(exc), status=403) from exc
+        ensure_identity(job, self.settings.default_namespace)
         options = scheduling_of(job)
         self._check_capacity(backend, plan.num_nodes, options.partition)
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
-                                    reason="Suspended" if job.spec.suspend else "Created")
+                                    reason="Suspended" if job.spec.suspend else "Created",
+                                    idempotency_key=idempotency_key,
+                                    request_digest=request_digest)
         except DuplicateJob as exc:
             raise EngineError(str(exc), status=409) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,
@@ -453,10 +473,11 @@ class Engine:
 
     async def _submit_due(self, name: str, backend: Backend, records: list[JobRecord]) -> None:
         uncertain = [r for r in records if r.attempts > 0]
-        found: dict[str, BackendJob] = {}
+        found: dict[str, list[BackendJob]] = {}
         if uncertain:
             try:
-                found = await backend.lookup([r.uid for r in uncertain])
+                for carrier in await backend.lookup([r.uid for r in uncertain]):
+                    found.setdefault(carrier.job_uid, []).append(carrier)
             except BackendUnavailable as exc:
                 for rec in uncertain:
                     self._retry_later(rec, exc)
@@ -465,7 +486,7 @@ class Engine:
         topology: Topology | None = None
         topology_read = False
         for rec in records:
-            bj = found.get(rec.uid)
+            bj = self._own(name, rec, found.get(rec.uid, ()))
             if bj is not None:
                 adopted = self.store.transition(
                     rec.id, JobState.SUBMITTED, "Adopted",
@@ -527,7 +548,7 @@ class Engine:
     async def _fresh_topology(self, name: str, backend: Backend) -> Topology | None:
         """The topology of ``name``'s inventory, read again first when it is older than
         ``placement_max_age`` (or stale after a submission). None without inventory."""
-        age = time.monotonic() - self._inventory_at.get(name, 0.0)
+        age = time.monotonic() - self._inventory_at.get(name, STALE)
         if name not in self._inventory or age > self.settings.placement_max_age:
             try:
                 self._set_inventory(name, await asyncio.wait_for(backend.inventory(), 10))
@@ -580,7 +601,7 @@ class Engine:
                 if early is not None and early.backend_id == backend_id:
                     self._apply_one(submitted, early)
                 # The world changed: the next placement reads the inventory again.
-                self._inventory_at[name] = 0.0
+                self._inventory_at[name] = STALE
                 log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id,
                          placement=(",".join(decision.placement.hosts)
                                     if decision and decision.placement else None),
@@ -655,8 +676,12 @@ class Engine:
                 log.exception("applying status failed", backend=name)
 
     def apply_status(self, name: str, batch: StatusBatch) -> None:
-        """Move tracked jobs of back end ``name`` according to one status batch."""
-        seen = {bj.job_uid: bj for bj in batch.jobs}
+        """Move tracked jobs of back end ``name`` according to one status batch. Only a
+        back-end job whose key AND owner are the stored job's counts
+        (:mod:`bridge.ownership`); a foreign one is ignored and logged."""
+        seen: dict[str, list[BackendJob]] = {}
+        for carrier in batch.jobs:
+            seen.setdefault(carrier.job_uid, []).append(carrier)
         active = [JobState.SUBMITTED, JobState.RUNNING]
         # A change batch concerns its own jobs only: read just those (a watch sends a
         # batch per event; reading every tracked job each time costs jobs x events).
@@ -664,15 +689,17 @@ class Engine:
                    else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
         # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
         # before the submit call has returned. Kept, and applied once it is recorded.
-        untracked = [u for u in seen if u not in {r.uid for r in tracked}]
+        tracked_uids = {r.uid for r in tracked}
+        untracked = [u for u in seen if u not in tracked_uids]
         if untracked:
             for rec in self.store.by_uids(untracked, [JobState.PENDING]):
-                if rec.backend == name:
-                    self._early[rec.uid] = seen[rec.uid]
+                own = self._own(name, rec, seen[rec.uid]) if rec.backend == name else None
+                if own is not None:
+                    self._early[rec.uid] = own
                     while len(self._early) > EARLY_STATUS_LIMIT:
                         self._early.pop(next(iter(self._early)))
         for rec in tracked:
-            bj = seen.get(rec.uid)
+            bj = self._own(name, rec, seen.get(rec.uid, ()))
             if bj is None or bj.backend_id != rec.backend_id:
                 if bj is not None:
                     log.error("back-end id differs from the recorded one", job_id=rec.id,
@@ -682,6 +709,11 @@ class Engine:
                 continue
             self._missing.pop(rec.id, None)
             self._apply_one(rec, bj)
+
+    def _own(self, name: str, rec: JobRecord, jobs: Iterable[BackendJob]) -> BackendJob | None:
+        """The stored job's own back-end job among ``jobs`` (all carrying its uid)."""
+        return self._owners.pick(name, self.backends[name], rec.id, rec.uid, rec.owner,
+                                 rec.namespace, jobs, rec.backend_id)
 
     def _note_missing(self, rec: JobRecord, at: float) -> None:
         # A job submitted after the snapshot was taken is not missing.

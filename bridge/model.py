@@ -366,11 +366,29 @@ def validate_trainjob(job: TrainJob) -> None:
         raise ValidationError(errors)
 
 
+#: An RFC 4122 uid in its canonical text form (lower-case hex, 8-4-4-4-12, the RFC's
+#: variant bits ``10xx``): what ``uuid4()`` and Kubernetes (a CR's ``metadata.uid``) make.
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def is_job_uid(uid: str) -> bool:
+    """Whether ``uid`` is an RFC 4122 uid in canonical form (nothing else: no NUL, no
+    upper case, no braces, no prefix or suffix)."""
+    return _UID.fullmatch(uid) is not None
+
+
 def ensure_identity(job: TrainJob, default_namespace: str = "default") -> TrainJob:
-    """Give the job a uid, a namespace and a name (``tj-<uid prefix>``) where missing."""
+    """Give the job a uid, a namespace and a name (``tj-<uid prefix>``) where missing.
+    A uid the job brings must be RFC 4122 (:func:`is_job_uid`), else
+    :class:`ValidationError` on ``metadata.uid``: the uid is the key back-end jobs
+    carry, so it must not be confusable with another job's."""
     meta = job.metadata
     if not meta.uid:
         meta.uid = str(uuid_mod.uuid4())
+    elif not is_job_uid(meta.uid):
+        raise ValidationError([("metadata.uid", f"{meta.uid[:80]!r} is not an RFC 4122 uid "
+                                                "(lower-case 8-4-4-4-12 hex); omit it and "
+                                                "the bridge makes one")])
     if not meta.namespace:
         meta.namespace = default_namespace
     if not meta.name:

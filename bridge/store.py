@@ -33,9 +33,10 @@ from typing import Any
 
 from bridge.backend import Owner
 from bridge.model import TrainJob, load_document
+from bridge.refs import resolve
 from bridge.states import JobState, check_transition
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,9 +68,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at        REAL NOT NULL,
     started_at        REAL,
     finished_at       REAL,
-    placement         TEXT
+    placement         TEXT,
+    idempotency_key   TEXT,
+    request_digest    TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+-- References by name across namespaces (tshow NAME).
+CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
 -- A name is unique among unfinished jobs only: as in Kubernetes, a TrainJob deleted
 -- and created again under the same name is a new job (version 3).
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_name ON jobs (namespace, name)
@@ -114,12 +119,25 @@ def _check_version(conn: sqlite3.Connection, path: str | Path) -> None:
             f"(or newer), or restore the backup taken before the upgrade")
 
 
+def _migrate_idempotency(conn: sqlite3.Connection) -> None:
+    """Version 4: ``jobs.idempotency_key`` and ``jobs.request_digest`` (a client's key
+    for a submission and the SHA-256 of its body), unique per owner. Idempotent; a step
+    of its own so that other schema steps merge beside it."""
+    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+    for column in ("idempotency_key", "request_digest"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+    conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs "
+                 "(owner_uid, idempotency_key) WHERE idempotency_key IS NOT NULL")
+
+
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
     (the first version-1 release had no ``jobs.queue``, added later without a version
     change; version 2 added ``jobs.placement``; version 3 made names unique among
     unfinished jobs only, which rebuilds the table without its ``UNIQUE (namespace,
-    name)``). Idempotent. tests/unit/fixtures/store/ keeps a database of each version."""
+    name)``; version 4: :func:`_migrate_idempotency`). Idempotent.
+    tests/unit/fixtures/store/ keeps a database written by each past version."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
     if "queue" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
@@ -145,6 +163,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
         finally:
             conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(_SCHEMA)
+    _migrate_idempotency(conn)
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                  (str(SCHEMA_VERSION),))
 
@@ -188,6 +207,10 @@ class JobRecord:
     finished_at: float | None
     #: The engine's placement decision (JSON object), if it made one.
     placement: dict[str, Any] | None = None
+    #: The client's idempotency key of the submission that made the job, and the
+    #: SHA-256 (hex) of that request's body.
+    idempotency_key: str | None = None
+    request_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -238,6 +261,8 @@ def _row_to_record(row: sqlite3.Row) -> JobRecord:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         placement=json.loads(row["placement"]) if row["placement"] else None,
+        idempotency_key=row["idempotency_key"],
+        request_digest=row["request_digest"],
     )
 
 
@@ -286,8 +311,11 @@ class Store:
 
     def add(self, job: TrainJob, owner: Owner, backend: str, *, origin: str = "api",
             state: JobState = JobState.PENDING, reason: str = "Created",
-            message: str = "") -> JobRecord:
-        """Insert a new job (its metadata must carry uid, namespace and name)."""
+            message: str = "", idempotency_key: str | None = None,
+            request_digest: str | None = None) -> JobRecord:
+        """Insert a new job (its metadata must carry uid, namespace and name).
+        ``idempotency_key`` is unique per owner: a second job with the owner's key is a
+        :class:`DuplicateJob` (find the first with :meth:`by_idempotency_key`)."""
         now = time.time()
         meta = job.metadata
         assert meta.uid and meta.namespace and meta.name, "job identity not set"
@@ -295,11 +323,12 @@ class Store:
             with self._tx() as db:
                 cur = db.execute(
                     "INSERT INTO jobs (uid, namespace, name, owner_uid, owner_gid, owner_user,"
-                    " backend, origin, document, state, reason, message, created_at, updated_at)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " backend, origin, document, state, reason, message, created_at, updated_at,"
+                    " idempotency_key, request_digest)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (meta.uid, meta.namespace, meta.name, owner.uid, owner.gid, owner.user,
                      backend, origin, json.dumps(job.to_dict()), state.value, reason, message,
-                     now, now),
+                     now, now, idempotency_key, request_digest),
                 )
                 job_id = cur.lastrowid
                 assert job_id is not None
@@ -395,22 +424,33 @@ class Store:
             raise JobNotFound(job_id)
         return _row_to_record(row)
 
-    def find(self, ref: str, namespace: str | None = None) -> JobRecord:
-        """A job by numeric id, uid, or metadata.name (in ``namespace`` if given)."""
+    def find(self, ref: str, namespace: str | None = None,
+             caller_uid: int | None = None) -> JobRecord:
+        """A job by numeric id (global), or by uid or ``metadata.name`` (in
+        ``namespace`` if given) resolved for the caller by :func:`bridge.refs.resolve`:
+        the caller's own jobs first; :class:`bridge.refs.AmbiguousJob` when several
+        users' jobs match. :class:`JobNotFound` when none does."""
         if ref.isdigit():
             row = self._db.execute("SELECT * FROM jobs WHERE id=?", (int(ref),)).fetchone()
-        else:
-            row = self._db.execute("SELECT * FROM jobs WHERE uid=?", (ref,)).fetchone()
             if row is None:
-                sql = "SELECT * FROM jobs WHERE name=?"
-                args: tuple[Any, ...] = (ref,)
-                if namespace:
-                    sql += " AND namespace=?"
-                    args += (namespace,)
-                row = self._db.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
-        if row is None:
+                raise JobNotFound(ref)
+            return _row_to_record(row)
+        sql = "SELECT * FROM jobs WHERE (uid=? OR name=?)"
+        args: tuple[Any, ...] = (ref, ref)
+        if namespace:
+            sql += " AND namespace=?"
+            args += (namespace,)
+        rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        found = resolve(ref, [_row_to_record(r) for r in rows], caller_uid)
+        if found is None:
             raise JobNotFound(ref)
-        return _row_to_record(row)
+        return found
+
+    def by_idempotency_key(self, owner_uid: int, key: str) -> JobRecord | None:
+        """The job ``owner_uid`` submitted with idempotency key ``key``, or None."""
+        row = self._db.execute("SELECT * FROM jobs WHERE owner_uid=? AND idempotency_key=?",
+                               (owner_uid, key)).fetchone()
+        return _row_to_record(row) if row is not None else None
 
     def get_by_uid(self, uid: str) -> JobRecord | None:
         """The job with this uid (a TrainJob's ``metadata.uid``), or None."""

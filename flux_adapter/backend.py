@@ -309,9 +309,11 @@ class FluxBackend:
         for job_id, spec in specs.items():
             self._info[job_id] = JobspecInfo.from_jobspec(spec)
 
-    async def _listing(self, since: float) -> dict[str, BackendJob]:
-        """The bridge's jobs by uid from one job-list query (merged with what the
-        journal knows, which is never older)."""
+    async def _listing(self, since: float) -> dict[tuple[str, int | None], BackendJob]:
+        """The jobs carrying a bridge key, by (uid, owner's userid), from one job-list
+        query (merged with what the journal knows, which is never older). Jobs of
+        other owners carrying one key are all kept, for the engine to tell the real one
+        from a forgery (:mod:`bridge.ownership`)."""
         try:
             entries = await self._call(lambda c: c.list_jobs(since))
         except BackendError:
@@ -326,7 +328,7 @@ class FluxBackend:
                 candidates[job_id] = (uid, entry)
         await self._jobspec_infos(candidates)
         now = time.time()
-        found: dict[str, BackendJob] = {}
+        found: dict[tuple[str, int | None], BackendJob] = {}
         for job_id, (uid, rec) in candidates.items():
             info = self._info.get(job_id)
             if info is not None and info.uid != uid:
@@ -345,7 +347,8 @@ class FluxBackend:
             else:
                 nodes = _hostlist(rec.get("nodelist"))
                 job = self._job(job_id, uid, listed, nodes, rec.get("queue"))
-            found[uid] = _prefer(found.get(uid), job)
+            key = (uid, job.owner_uid)
+            found[key] = _prefer(found.get(key), job)
         return found
 
     def _job(self, job_id: int, uid: str, status: JobStatus, nodes: tuple[str, ...],
@@ -361,15 +364,21 @@ class FluxBackend:
     def _job_from_tracked(self, t: _Tracked) -> BackendJob:
         return self._job(t.job_id, t.uid, status_from_history(t.history), t.nodes)
 
-    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
-        """The Flux jobs carrying these uids: one job-list query of every retained job,
-        then the jobspecs of the matching ones (see the module docstring). Should two
-        jobs carry one uid, the unfinished one (else the newest) is returned."""
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        """The Flux jobs carrying these uids, with their owners: one job-list query of
+        every retained job, then the jobspecs of the matching ones (see the module
+        docstring). Should two jobs of one owner carry one uid, the unfinished one (else
+        the newest) is returned."""
         wanted = set(job_uids)
         if not wanted:
-            return {}
+            return []
         jobs = await self._listing(0.0)
-        return {uid: job for uid, job in jobs.items() if uid in wanted}
+        return [job for (uid, _), job in jobs.items() if uid in wanted]
+
+    def world_uid(self, owner: Owner) -> int:
+        """The userid Flux shows on ``owner``'s jobs (the daemon's with
+        ``submit_as = "daemon"``): :class:`bridge.ownership.RunsAs`."""
+        return owner.uid if self.submit_as == "owner" else os.geteuid()
 
     # --- status stream ----------------------------------------------------------------
 

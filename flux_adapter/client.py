@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from bridge.backend import BackendError, BackendRejected, BackendUnavailable, Owner
+from bridge.filemodes import JOB_UMASK
 
 __all__ = [
     "CONNECTION_ERRNOS",
@@ -337,7 +338,7 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd="/", env=dict(env), **kwargs)
+            stderr=asyncio.subprocess.PIPE, cwd="/", env=dict(env), umask=JOB_UMASK, **kwargs)
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {program}: {exc.strerror or exc}") from None
     try:

@@ -462,3 +462,33 @@ def test_importing_the_client_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_submission_without_answer_is_retried_with_the_same_key(
+        daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first POST gets no answer in time (it may have been admitted): the retry
+    carries the same Idempotency-Key, so the daemon answers it with the first job."""
+    monkeypatch.setattr(client_module, "SUBMIT_RETRY_DELAY", 0.0)
+    calls = 0
+
+    async def first_slow(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(0.5)
+        return web.json_response({"id": 7, "uid": "u-7", "name": "tj-7",
+                                  "state": "Pending"}, status=200 if calls > 1 else 201)
+
+    daemon.override = first_slow
+    with _tcp(daemon, timeout=0.2) as client:
+        assert client.submit({"kind": "TrainJob"}).id == 7
+        client.submit({"kind": "TrainJob"})  # a new invocation: a new key
+    keys = [r["headers"]["Idempotency-Key"] for r in daemon.requests]
+    assert len(keys) == 3 and keys[0] == keys[1] != keys[2]
+
+
+def test_a_refused_submission_is_not_retried(daemon: FakeDaemon) -> None:
+    daemon.override = _answer({"error": "metadata.uid: bad"}, 400)
+    with _tcp(daemon) as client, pytest.raises(BridgeClientError):
+        client.submit({"kind": "TrainJob"}, idempotency_key="k1")
+    assert [r["headers"]["Idempotency-Key"] for r in daemon.requests] == ["k1"]

@@ -83,11 +83,16 @@ def test_each_setup_lints_validates_strictly_and_renders_a_valid_config(
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
             "Service", "ClusterTrainingRuntime"} <= kinds
-    # The ClusterRole's rules are those of files/rbac.yaml, the file the RBAC test runs.
-    shipped = next(d for d in yaml.safe_load_all((CHART / "files" / "rbac.yaml").read_text())
-                   if d and d["kind"] == "ClusterRole")
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    assert role["rules"] == shipped["rules"]
+    # The ClusterRoles are those of files/rbac.yaml, the file the RBAC test runs; the
+    # bridge's own is bound to the chart's ServiceAccount.
+    shipped = {d["metadata"]["name"]: d["rules"]
+               for d in yaml.safe_load_all((CHART / "files" / "rbac.yaml").read_text())
+               if d and d["kind"] == "ClusterRole"}
+    roles = {d["metadata"]["labels"]["hpc-bridge.io/role"]: d for d in docs
+             if d["kind"] == "ClusterRole"}
+    assert {name: role["rules"] for name, role in roles.items()} == shipped
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == roles["hpc-bridge"]["metadata"]["name"]
     # The daemon accepts the configuration the chart renders.
     config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["bridge.toml"]
     toml = tomllib.loads(config)

@@ -6,6 +6,7 @@ Example (every key optional except one back end)::
     state_dir = "/var/lib/hpc-bridge"        # SQLite store lives here
     socket = "/run/hpc-bridge/bridge.sock"   # unix socket of the API
     tcp = "127.0.0.1:8765"                   # optional; needs token_file
+    health = "0.0.0.0:8081"                  # optional: /v1/healthz alone, for probes
     token_file = "/etc/hpc-bridge/tokens.csv"
     log_format = "json"                      # or "console"
     log_level = "info"

@@ -71,6 +71,10 @@ class Replica:
         except (httpx.HTTPError, ValueError):
             return None
 
+    def ready_status(self) -> int:
+        return httpx.get(f"http://127.0.0.1:{self.port}/v1/healthz?ready=1", timeout=5
+                         ).status_code
+
     def is_(self, role: str, ready: bool) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"replica exited with {self.proc.returncode}:\n"
@@ -109,6 +113,8 @@ def pair(k8s: K8sBed, k8s_namespace: str, testbed: dict[str, str]
     k8s.wait_for(lambda: a.is_("leader", True), 60, "replica A to lead")
     b.start()
     k8s.wait_for(lambda: b.is_("standby", False), 60, "replica B to stand by")
+    # The readiness probe's view: only the leader is Ready.
+    assert [r.ready_status() for r in (a, b)] == [200, 503]
     yield a, b
     # Release the TrainJobs through whichever replica leads, then stop both.
     k8s.kubectl("-n", k8s_namespace, "delete", TRAINJOBS, "--all", "--wait=false",

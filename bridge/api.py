@@ -18,7 +18,10 @@ Routes (JSON unless stated):
   ``standby``); with ``ready=1`` 503 until ready. Also served alone, without
   credentials, on ``daemon.health`` (``host:port``) for a kubelet's probes.
 
-Errors are ``{"error": message}`` with 400 (bad input), 403, 404, 409.
+Errors are ``{"error": message}`` with 400 (bad input: a body that is not a UTF-8 JSON
+TrainJob within :func:`bridge.model.check_shape`'s limits, an unknown or repeated query
+parameter, a bad value), 401, 403, 404 (no such job or route), 405, 409 and 413 (a
+body over :data:`MAX_BODY`); never a 5xx for anything a caller sends.
 
 Identity: on the unix socket the caller is who the kernel says it is (peer
 credentials); the request body never names the caller. On TCP, a token from a
@@ -37,7 +40,7 @@ import os
 import pwd
 import socket
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,7 +52,7 @@ from aiohttp import web
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.engine import Engine, EngineError
 from bridge.filemodes import check_secret_file
-from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob
+from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob, parse_json_object
 from bridge.output import OutputRefused
 from bridge.refs import AmbiguousJob
 from bridge.scheduling import scheduling_of
@@ -133,8 +136,10 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
     return view
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None
+           ) -> web.Response:
+    extra = {k: v for k, v in (headers or {}).items() if k in ("Allow", "Retry-After")}
+    return web.json_response({"error": message}, status=status, headers=extra)
 
 
 def peer_owner(sock: socket.socket) -> Owner:
@@ -189,15 +194,28 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def identity_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Attach the caller's :class:`Owner`; refuse unauthenticated TCP callers."""
+    """Attach the caller's :class:`Owner`; refuse unauthenticated TCP callers. Every
+    refusal, aiohttp's own included (no route, method, body too large), is a JSON
+    ``{"error": message}``."""
+    try:
+        return await _identified(request, handler)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, _http_message(request, exc), headers=exc.headers)
+
+
+async def _identified(request: web.Request, handler: Handler) -> web.StreamResponse:
     sock = request.transport.get_extra_info("socket") if request.transport else None
     if sock is not None and sock.family == socket.AF_UNIX:
         owner = peer_owner(sock)
     else:
         tokens: dict[str, Owner] = request.app[TOKENS_KEY]
         given = bearer_token(request.headers.get("Authorization", ""))
+        # Header bytes that are not UTF-8 arrive as surrogates; they match no token.
+        raw = given.encode(errors="surrogateescape")
         match = next((o for t, o in tokens.items()
-                      if given and hmac.compare_digest(t.encode(), given.encode())), None)
+                      if raw and hmac.compare_digest(t.encode(), raw)), None)
         if match is None:
             return _error(401, "missing or invalid bearer token")
         owner = match
@@ -214,10 +232,36 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
         return _error(409, str(exc))
 
 
-def _find(request: web.Request) -> JobRecord:
-    """The job ``{ref}`` names for this caller (:func:`bridge.refs.resolve`)."""
+def _http_message(request: web.Request, exc: web.HTTPException) -> str:
+    if isinstance(exc, web.HTTPNotFound):
+        return f"no such route: {request.method} {request.path}"
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return (f"method {request.method} not allowed on {request.path}; allowed: "
+                f"{', '.join(sorted(exc.allowed_methods))}")
+    default = f"{exc.status}: {exc.reason}"
+    return exc.text if exc.text and exc.text != default else exc.reason
+
+
+def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
+    """The request's query parameters; an unknown or repeated one is a 400."""
+    params: dict[str, str] = {}
+    for key, value in request.query.items():
+        if key not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise ValidationError([("", f"unknown query parameter {key!r}; known: {known}")])
+        if key in params:
+            raise ValidationError([("", f"query parameter {key!r} given more than once")])
+        params[key] = value
+    return params
+
+
+def _find(request: web.Request, allowed: frozenset[str] = frozenset({"namespace"})
+          ) -> JobRecord:
+    """The job ``{ref}`` names for this caller (:func:`bridge.refs.resolve`); an unknown
+    query parameter is a 400."""
     engine = request.app[ENGINE_KEY]
-    return engine.store.find(request.match_info["ref"], request.query.get("namespace"),
+    namespace = _query(request, allowed).get("namespace")
+    return engine.store.find(request.match_info["ref"], namespace,
                              caller_uid=request[OWNER_KEY].uid)
 
 
@@ -264,18 +308,13 @@ async def submit(request: web.Request) -> web.Response:
     job (stored with it, so this holds across daemon restarts)."""
     engine = request.app[ENGINE_KEY]
     owner = request[OWNER_KEY]
+    _query(request, frozenset())
     key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
     raw = await request.read()
     digest = hashlib.sha256(raw).hexdigest()
     if key is not None and (replayed := _replay(engine, owner, key, digest)) is not None:
         return replayed
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        return _error(400, f"request body is not JSON: {exc}")
-    if not isinstance(body, dict):
-        return _error(400, "request body must be a TrainJob object")
-    job = load_trainjob(body, "request")
+    job = load_trainjob(parse_json_object(raw, "request body"), "request")
     try:
         record = engine.admit(job, owner, idempotency_key=key, request_digest=digest)
     except EngineError as exc:
@@ -289,7 +328,8 @@ async def submit(request: web.Request) -> web.Response:
 
 async def list_jobs(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    states_q = request.query.get("states")
+    query = _query(request, frozenset({"states", "user"}))
+    states_q = query.get("states")
     states: list[JobState] | None
     if states_q is None:
         states = [s for s in JobState if s not in TERMINAL]
@@ -301,7 +341,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         except ValueError:
             return _error(400, f"unknown state in {states_q!r}; known: "
                                f"{', '.join(s.value for s in JobState)}")
-    records = engine.store.list_jobs(states, user=request.query.get("user"))
+    records = engine.store.list_jobs(states, user=query.get("user"))
     viewer = request[OWNER_KEY]
     return web.json_response({"items": [job_view(r, engine, viewer=viewer) for r in records]})
 
@@ -329,20 +369,27 @@ async def resume(request: web.Request) -> web.Response:
     return web.json_response(job_view(rec, engine), status=202)
 
 
+_FLAGS = {"0": False, "1": True, "false": False, "true": True, "no": False, "yes": True}
+
+
 async def logs(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
-    rec = _find(request)
+    rec = _find(request, frozenset({"namespace", "stream", "offset", "follow"}))
     caller = request[OWNER_KEY]
     if caller.uid not in (0, rec.owner.uid):
         return _error(403, "Access/permission denied: only the job's owner may read its output")
-    stream = request.query.get("stream", "stdout")
+    query = request.query
+    stream = query.get("stream", "stdout")
     if stream not in ("stdout", "stderr"):
         return _error(400, "stream must be stdout or stderr")
-    try:
-        offset = int(request.query.get("offset", "0"))
-    except ValueError:
-        return _error(400, "offset must be an integer")
-    follow = request.query.get("follow", "0") in ("1", "true", "yes")
+    text = query.get("offset", "0")
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        return _error(400, f"offset must be a byte count (0 to 18 digits), got {text!r}")
+    offset = int(text)
+    follow_q = query.get("follow", "0").lower()
+    if follow_q not in _FLAGS:
+        return _error(400, f"follow must be one of {', '.join(_FLAGS)}, got {follow_q!r}")
+    follow = _FLAGS[follow_q]
     backend = engine.backends[rec.backend]
     response: web.StreamResponse | None = None
     while True:
@@ -389,17 +436,22 @@ class Health:
 HEALTH_KEY = web.AppKey("health", Health)
 
 
-def _health(request: web.Request, health: Health) -> web.Response:
-    """200 while the process serves (liveness); with ``?ready=1``, 503 until it is
-    ready to take jobs (readiness: a standby replica never is)."""
+def _health(health: Health, wanted: bool) -> web.Response:
+    """200 while the process serves (liveness); with ``?ready=1`` (``wanted``), 503
+    until it is ready to take jobs (readiness: a standby replica never is)."""
     ready = health.ready()
-    wanted = request.query.get("ready", "0") in ("1", "true", "yes")
     return web.json_response({"ok": True, "ready": ready, "role": health.role},
                              status=503 if wanted and not ready else 200)
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return _health(request, request.app[HEALTH_KEY])
+    try:  # the health app has no middleware to turn this into a 400
+        params = _query(request, frozenset({"ready"}))
+    except ValidationError as exc:
+        return _error(400, str(exc))
+    if params.get("ready", "0") not in ("0", "1"):
+        return _error(400, "ready must be 0 or 1")
+    return _health(request.app[HEALTH_KEY], params.get("ready") == "1")
 
 
 def make_health_app(health: Health) -> web.Application:

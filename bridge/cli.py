@@ -177,10 +177,12 @@ def _read_script(path: str | None) -> str:
         raise SbatchError(f"Batch script is too large (more than {MAX_SCRIPT_BYTES} bytes)")
     try:
         return data.decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as exc:
         if not data.startswith(b"#!"):
             return data.decode("utf-8", "replace")  # check_script says what is wrong
-        raise SbatchError(f"{path or '<stdin>'}: the batch script is not UTF-8 text") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SbatchError(f"{path or '<stdin>'}:{line}: the batch script is not UTF-8 text "
+                          f"(byte {data[exc.start]:#04x})") from None
 
 
 def _getcwd() -> str:

@@ -40,17 +40,33 @@ log = structlog.get_logger("hpc_bridge.daemon")
 
 
 def configure_logging(fmt: str, level: str) -> None:
-    """structlog to stderr: JSON lines (for journald/collectors) or console."""
-    logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    """structlog to stderr: JSON lines (for journald/collectors) or console.
+
+    Records of the standard ``logging`` module (the adapters', libraries') go through the
+    same renderer: one JSON object per line too, with the logger's name and the record's
+    ``extra`` fields as keys, never plain text inside a JSON log."""
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder(),
+                           *shared],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, renderer],
+    ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.format_exc_info,
             renderer,
         ],

@@ -430,7 +430,9 @@ class Store:
         ``namespace`` if given) resolved for the caller by :func:`bridge.refs.resolve`:
         the caller's own jobs first; :class:`bridge.refs.AmbiguousJob` when several
         users' jobs match. :class:`JobNotFound` when none does."""
-        if ref.isdigit():
+        if ref.isascii() and ref.isdigit():  # not str.isdigit alone: "²" is a digit
+            if len(ref) > 18:  # beyond SQLite's 64-bit ids
+                raise JobNotFound(ref)
             row = self._db.execute("SELECT * FROM jobs WHERE id=?", (int(ref),)).fetchone()
             if row is None:
                 raise JobNotFound(ref)

@@ -45,6 +45,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -95,6 +96,8 @@ from mpi_launch.hostlist import HostlistError, expand
 
 __all__ = ["FluxBackend", "create", "default_mpi_launch"]
 
+#: Standard logging with the fields in ``extra``: the daemon renders every record as one
+#: structlog line (JSON with these keys in production), see bridge.daemon.configure_logging.
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -105,6 +108,8 @@ T = TypeVar("T")
 SINCE_MARGIN = 300.0
 #: Seconds after which a job nobody shows any more leaves the caches.
 FORGET_AFTER = 3600.0
+#: Longest wait (seconds) between two attempts to reach a lost broker again.
+RECONNECT_CAP = 10.0
 #: flux-core before this cannot stage the batch script ({{tmpdir}}, RFC 37 files).
 MIN_FLUX_CORE = (0, 48)
 _SUBMIT_REJECTS = frozenset({errno.EINVAL, errno.EPERM, errno.EPROTO, errno.E2BIG,
@@ -195,7 +200,8 @@ class FluxBackend:
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
-            log.warning("flux back end %s: %s", self.name, message)
+            log.warning("flux back end %s: %s", self.name, message,
+                        extra={"backend": self.name, "error": message})
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -213,7 +219,9 @@ class FluxBackend:
             self._warn_once(f"flux-core {version} is older than 0.48: batch scripts "
                             f"({{{{tmpdir}}}}, RFC 37 files) will not work")
         log.info("flux back end %s: flux-core %s, instance owner uid %d, daemon uid %d, "
-                 "submitting as %s", self.name, version, owner, os.geteuid(), self.submit_as)
+                 "submitting as %s", self.name, version, owner, os.geteuid(), self.submit_as,
+                 extra={"backend": self.name, "flux_core": version, "instance_owner": owner,
+                        "submit_as": self.submit_as})
 
     async def close(self) -> None:
         if self._closed:
@@ -304,7 +312,8 @@ class FluxBackend:
         try:
             specs = await self._call(lambda c: c.jobspecs(wanted))
         except Exception as exc:  # paths and confirmation are best effort
-            log.info("flux back end %s: jobspecs not readable: %s", self.name, exc)
+            log.info("flux back end %s: jobspecs not readable: %s", self.name, exc,
+                     extra={"backend": self.name, "error": str(exc)})
             return
         for job_id, spec in specs.items():
             self._info[job_id] = JobspecInfo.from_jobspec(spec)
@@ -405,11 +414,11 @@ class FluxBackend:
                 self._warn_once(f"no status for now: {exc}")
             except Exception:
                 log.exception("flux back end %s: unexpected error in the status stream",
-                              self.name)
+                              self.name, extra={"backend": self.name})
             if self._closed:
                 return
             await asyncio.sleep(delay)
-            delay = min(max(delay, 0.5) * 2, 30.0)
+            delay = min(max(delay, 0.5) * 2, RECONNECT_CAP)
 
     async def _try_snapshot(self) -> StatusBatch | None:
         try:
@@ -568,7 +577,9 @@ class FluxBackend:
             try:
                 tracked.nodes = tuple(nodes_of(resp["R"]))
             except RError as exc:
-                log.warning("flux back end %s: job %d: %s", self.name, job_id, exc)
+                log.warning("flux back end %s: job %d: %s", self.name, job_id, exc,
+                            extra={"backend": self.name, "flux_job": job_id,
+                                   "error": str(exc)})
         return job_id
 
     # --- inventory --------------------------------------------------------------------
@@ -611,7 +622,8 @@ class FluxBackend:
                 owner_uid = self._owner_uids.get(int(job.backend_id))
         if owner_uid is None:
             log.warning("read_log: owner of Flux job %s unknown; not reading %s",
-                        job.backend_id, path)
+                        job.backend_id, path,
+                        extra={"backend": self.name, "flux_job": job.backend_id})
             return b"", offset
         data = await asyncio.to_thread(read_owned, path, owner_uid, offset)
         return data, offset + len(data)
@@ -685,4 +697,13 @@ def create(name: str, settings: dict[str, Any]) -> FluxBackend:
         name, uri=str(uri) if uri else None, queue=settings.get("queue") or None,
         mpi_launch=settings.get("mpi_launch") or None, request_timeout=timeout,
         submit_as=submit_as, reconcile_interval=reconcile,
-        flux_command=str(settings.get("flux_command") or "flux"))
+        flux_command=_absolute(str(settings.get("flux_command") or "flux")))
+
+
+def _absolute(command: str) -> str:
+    """``command`` as an absolute path when it is found on the daemon's PATH (so its
+    directory can go first on the jobs' PATH), else unchanged."""
+    if os.path.isabs(command):
+        return command
+    found = shutil.which(command)
+    return os.path.abspath(found) if found else command

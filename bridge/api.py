@@ -5,11 +5,16 @@ Routes (JSON unless stated):
 
 * ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``. With an
   ``Idempotency-Key`` header (per caller), a retry answers 200 with the first job.
-* ``GET /v1/jobs?states=Pending,Running|all&user=U`` — ``{"items": [JobView]}``; without
-  ``states`` only jobs that are not finished (like ``squeue``).
-* ``GET /v1/jobs/{ref}`` — a JobView with ``transitions``; ``ref`` is the numeric id
-  (global), the TrainJob uid or its ``metadata.name``, the caller's own jobs first
-  (:mod:`bridge.refs`); 409 listing the candidates when it names several users' jobs.
+* ``GET /v1/jobs?states=Pending,Running|all&user=U&backend=B&limit=N&continue=T`` —
+  one page ``{"items": [JobView without trainJob], "metadata": {"continue": T}}``,
+  oldest first; without ``states`` only jobs that are not finished (like ``squeue``).
+  As Kubernetes' ``limit``/``continue``: at most ``limit`` items (default 500, at most
+  5000); ``metadata.continue`` is present while more follow, and the next page is asked
+  for with it and the same filters. Served from light rows (no document decoded).
+* ``GET /v1/jobs/{ref}`` — a JobView with ``trainJob`` (the whole document) and
+  ``transitions``; ``ref`` is the numeric id (global), the TrainJob uid or its
+  ``metadata.name``, the caller's own jobs first (:mod:`bridge.refs`); 409 listing the
+  candidates when it names several users' jobs.
 * ``POST /v1/jobs/{ref}/cancel`` (also ``DELETE /v1/jobs/{ref}``) — 202 JobView.
 * ``POST /v1/jobs/{ref}/suspend`` and ``/resume``.
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
@@ -20,8 +25,12 @@ Routes (JSON unless stated):
 
 Errors are ``{"error": message}`` with 400 (bad input: a body that is not a UTF-8 JSON
 TrainJob within :func:`bridge.model.check_shape`'s limits, an unknown or repeated query
-parameter, a bad value), 401, 403, 404 (no such job or route), 405, 409 and 413 (a
-body over :data:`MAX_BODY`); never a 5xx for anything a caller sends.
+parameter, a bad value), 401, 403, 404 (no such job or route), 405, 409, 413 (a body or
+batch script over ``limits.max_request_bytes``/``limits.max_script_bytes``; the message
+names the setting) and 429 (a per-user limit, :mod:`bridge.limits`: with ``Retry-After``
+in seconds, and ``"limit"`` naming it); never a 5xx for anything a caller sends.
+Validation of a submitted job runs in a worker thread, never on the event loop; the
+store is only touched from the loop.
 
 Identity: on the unix socket the caller is who the kernel says it is (peer
 credentials); the request body never names the caller. On TCP, a token from a
@@ -32,6 +41,8 @@ names the user.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import csv
 import hashlib
 import hmac
@@ -40,7 +51,8 @@ import os
 import pwd
 import socket
 import struct
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,12 +62,20 @@ import structlog
 from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
-from bridge.engine import Engine, EngineError
+from bridge.engine import Admission, Engine, EngineError
 from bridge.filemodes import check_secret_file
-from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob, parse_json_object
+from bridge.gate import GatedSockSite, GatedUnixSite, prepaid
+from bridge.job_summary import job_summary
+from bridge.limits import LimitExceeded, LimitSettings, UserLimits
+from bridge.model import (
+    ANN_BATCH_SCRIPT,
+    TrainJob,
+    ValidationError,
+    load_trainjob,
+    parse_json_object,
+)
 from bridge.output import OutputRefused
 from bridge.refs import AmbiguousJob
-from bridge.scheduling import scheduling_of
 from bridge.states import TERMINAL, JobState
 from bridge.store import JobNotFound, JobRecord
 
@@ -64,7 +84,13 @@ log = structlog.get_logger("hpc_bridge.api")
 OWNER_KEY = web.RequestKey("owner", Owner)
 ENGINE_KEY = web.AppKey("engine", Engine)
 TOKENS_KEY = web.AppKey("tokens", dict)
-MAX_BODY = 8 * 1024 * 1024
+LIMITS_KEY = web.AppKey("limits", UserLimits)
+#: Items in a page of ``GET /v1/jobs`` when the caller names no ``limit``, and the most.
+DEFAULT_PAGE = 500
+MAX_PAGE = 5000
+#: Connections the kernel queues for the daemon (one user's flood of connects must
+#: not leave no room for another's; Linux caps it at net.core.somaxconn).
+LISTEN_BACKLOG = 4096
 
 
 def _iso(ts: float | None) -> str | None:
@@ -84,26 +110,15 @@ def _redacted(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
-             viewer: Owner | None = None) -> dict[str, Any]:
-    """The JSON view of a job the API and CLI share. A ``viewer`` who is neither the
-    owner nor root sees the TrainJob without its environment values and script."""
-    try:
-        options = scheduling_of(rec.job)
-        job_name, partition, limit = (options.job_name, options.partition,
-                                      options.time_limit_minutes)
-    except ValidationError:
-        job_name, partition, limit = None, None, None
-    doc = rec.job.to_dict()
-    if viewer is not None and viewer.uid not in (0, rec.owner.uid):
-        doc = _redacted(doc)
-    trainer = rec.job.spec.trainer
-    view: dict[str, Any] = {
+def list_view(rec: JobRecord) -> dict[str, Any]:
+    """The JSON view of a job in a listing: its row and summary, no document."""
+    summary = rec.summary or job_summary(rec.job)
+    return {
         "id": rec.id,
         "uid": rec.uid,
         "name": rec.name,
         "namespace": rec.namespace,
-        "jobName": job_name or rec.name,
+        "jobName": summary.get("jobName") or rec.name,
         "user": rec.owner.user,
         "unixUid": rec.owner.uid,
         "backend": rec.backend,
@@ -111,12 +126,12 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
         "state": rec.state.value,
         "reason": rec.reason,
         "message": rec.message,
-        "runtime": rec.job.spec.runtime_ref.name,
-        "numNodes": (trainer.num_nodes if trainer and trainer.num_nodes else 1),
+        "runtime": summary.get("runtime"),
+        "numNodes": summary.get("numNodes") or 1,
         "nodes": rec.nodes,
         "exitCode": rec.exit_code,
-        "partition": partition or rec.queue,
-        "timeLimitMinutes": limit,
+        "partition": summary.get("partition") or rec.queue,
+        "timeLimitMinutes": summary.get("timeLimitMinutes"),
         "submitTime": _iso(rec.created_at),
         "startTime": _iso(rec.started_at),
         "endTime": _iso(rec.finished_at),
@@ -125,8 +140,19 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
         "cancelRequested": rec.cancel_requested,
         "attempts": rec.attempts,
         "placement": rec.placement,
-        "trainJob": doc,
     }
+
+
+def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
+             viewer: Owner | None = None) -> dict[str, Any]:
+    """The JSON view of one job the API and CLI share: :func:`list_view` and the
+    TrainJob document (``trainJob``). A ``viewer`` who is neither the owner nor root
+    sees the TrainJob without its environment values and script."""
+    doc = rec.job.to_dict()
+    if viewer is not None and viewer.uid not in (0, rec.owner.uid):
+        doc = _redacted(doc)
+    view = list_view(rec)
+    view["trainJob"] = doc
     if with_transitions:
         view["transitions"] = [
             {"from": t.src.value if t.src else None, "to": t.dst.value, "reason": t.reason,
@@ -140,6 +166,34 @@ def _error(status: int, message: str, headers: Mapping[str, str] | None = None
            ) -> web.Response:
     extra = {k: v for k, v in (headers or {}).items() if k in ("Allow", "Retry-After")}
     return web.json_response({"error": message}, status=status, headers=extra)
+
+
+#: A refused request's unread body up to this size is read and dropped (aiohttp's
+#: lingering close), so that the client, still writing it, reads the answer; a larger
+#: one (or one of unknown size) is not read: its connection is closed after the answer.
+DRAIN_BYTES = 64 * 1024
+
+
+async def _refuse(request: web.Request, response: web.Response) -> web.Response:
+    """Send a refusal; when the request's unread body is large (or of unknown size),
+    send it now and close the connection instead of reading the rest."""
+    length = request.content_length
+    if (length is None or length > DRAIN_BYTES) and request.can_read_body:
+        await response.prepare(request)
+        await response.write_eof()
+        request.protocol.force_close()  # the answer is flushed before the close
+    return response
+
+
+def _too_many(exc: LimitExceeded) -> web.Response:
+    return web.json_response({"error": str(exc), "limit": exc.limit}, status=429,
+                             headers={"Retry-After": str(exc.retry_after)})
+
+
+def _body_too_large(limit: int, size: int | None = None) -> web.Response:
+    got = f" ({size} bytes)" if size is not None else ""
+    return _error(413, f"request body too large{got}: at most {limit} bytes "
+                       f"(limits.max_request_bytes)")
 
 
 def peer_owner(sock: socket.socket) -> Owner:
@@ -220,6 +274,13 @@ async def _identified(request: web.Request, handler: Handler) -> web.StreamRespo
             return _error(401, "missing or invalid bearer token")
         owner = match
     request[OWNER_KEY] = owner
+    limits = request.app[LIMITS_KEY]
+    try:
+        if not prepaid(request.transport):  # else charged at accept (bridge.gate)
+            limits.check_request(owner.uid, owner.user)
+        limits.enter(owner.uid, owner.user)
+    except LimitExceeded as exc:
+        return await _refuse(request, _too_many(exc))
     try:
         return await handler(request)
     except ValidationError as exc:
@@ -230,6 +291,10 @@ async def _identified(request: web.Request, handler: Handler) -> web.StreamRespo
         return _error(404, f"job {exc.args[0]} not found")
     except AmbiguousJob as exc:
         return _error(409, str(exc))
+    except LimitExceeded as exc:
+        return await _refuse(request, _too_many(exc))
+    finally:
+        limits.leave(owner.uid)
 
 
 def _http_message(request: web.Request, exc: web.HTTPException) -> str:
@@ -302,21 +367,55 @@ def _replay(engine: Engine, owner: Owner, key: str, digest: str) -> web.Response
     return _submitted(first, 200)
 
 
+def _parse_submission(raw: bytes, engine: Engine, owner: Owner, max_script: int,
+                      ) -> tuple[TrainJob, Admission] | web.Response:
+    """Decode, check and prepare a submitted body (in a worker thread: it touches no
+    store and no loop state). An answer to send instead, or the job ready to admit;
+    a bad body raises :class:`ValidationError` (400)."""
+    job = load_trainjob(parse_json_object(raw, "request body"), "request")
+    script = job.metadata.annotations.get(ANN_BATCH_SCRIPT)
+    if script is not None and len(script) > max_script // 4:  # cheap first: <= 4 bytes/char
+        size = len(script.encode("utf-8", "surrogatepass"))
+        if size > max_script:
+            return _error(413, f"batch script too large ({size} bytes; "
+                               f"metadata.annotations[{ANN_BATCH_SCRIPT}]): at most "
+                               f"{max_script} bytes (limits.max_script_bytes)")
+    return job, engine.prepare(job, owner)
+
+
 async def submit(request: web.Request) -> web.Response:
-    """Admit a TrainJob: 201 with the new job. With an ``Idempotency-Key`` header the
-    submission happens once per caller and key: a retry answers 200 with the first
-    job (stored with it, so this holds across daemon restarts)."""
+    """Admit a job: the caller's rate, the body's size, validation (off the loop), the
+    caller's count of unfinished jobs and the insert, in that order. With an
+    ``Idempotency-Key`` header the submission happens once per caller and key: a retry
+    answers 200 with the first job (stored with it, so this holds across restarts)."""
     engine = request.app[ENGINE_KEY]
+    limits = request.app[LIMITS_KEY]
     owner = request[OWNER_KEY]
     _query(request, frozenset())
     key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
-    raw = await request.read()
+    max_body = limits.settings.max_request_bytes
+    if request.content_length is not None and request.content_length > max_body:
+        # Not read at all: the connection closes after the answer.
+        return await _refuse(request, _body_too_large(max_body, request.content_length))
+    limits.check_submit(owner.uid, owner.user)
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _body_too_large(max_body)
     digest = hashlib.sha256(raw).hexdigest()
     if key is not None and (replayed := _replay(engine, owner, key, digest)) is not None:
         return replayed
-    job = load_trainjob(parse_json_object(raw, "request body"), "request")
+    parsed = await asyncio.to_thread(_parse_submission, raw, engine, owner,
+                                     limits.settings.max_script_bytes)
+    if isinstance(parsed, web.Response):
+        return parsed
+    job, prepared = parsed
+    # No await from the count to the insert: two submissions cannot both take the last
+    # place under limits.max_active_jobs.
+    limits.check_active(owner.uid, owner.user, engine.store.count_active(owner.uid))
     try:
-        record = engine.admit(job, owner, idempotency_key=key, request_digest=digest)
+        record = engine.admit(job, owner, prepared=prepared, idempotency_key=key,
+                              request_digest=digest)
     except EngineError as exc:
         # Two retries raced past the check: the loser answers with the winner's job.
         if key is not None and exc.status == 409 and (
@@ -326,9 +425,25 @@ async def submit(request: web.Request) -> web.Response:
     return _submitted(record, 201)
 
 
+def _continue_token(last_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": last_id}).encode()).decode()
+
+
+def _after_id(token: str) -> int:
+    """The id a ``continue`` token resumes after; ValueError when it is not one of ours."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    except (ValueError, binascii.Error, UnicodeEncodeError):
+        raise ValueError(token) from None
+    after = data.get("after") if isinstance(data, dict) else None
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise ValueError(token)
+    return after
+
+
 async def list_jobs(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    query = _query(request, frozenset({"states", "user"}))
+    query = _query(request, frozenset({"states", "user", "backend", "limit", "continue"}))
     states_q = query.get("states")
     states: list[JobState] | None
     if states_q is None:
@@ -341,9 +456,27 @@ async def list_jobs(request: web.Request) -> web.Response:
         except ValueError:
             return _error(400, f"unknown state in {states_q!r}; known: "
                                f"{', '.join(s.value for s in JobState)}")
-    records = engine.store.list_jobs(states, user=query.get("user"))
-    viewer = request[OWNER_KEY]
-    return web.json_response({"items": [job_view(r, engine, viewer=viewer) for r in records]})
+    try:
+        limit = int(query.get("limit", str(DEFAULT_PAGE)))
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(limit)
+    except ValueError:
+        return _error(400, f"limit must be an integer from 1 to {MAX_PAGE}")
+    after: int | None = None
+    if query.get("continue"):
+        try:
+            after = _after_id(query["continue"])
+        except ValueError:
+            return _error(400, "continue: not a token from this daemon's job list "
+                               "(pass metadata.continue of the previous page)")
+    records = engine.store.list_jobs(states, user=query.get("user"),
+                                     backend=query.get("backend"),
+                                     after_id=after, limit=limit + 1)
+    more = len(records) > limit
+    records = records[:limit]
+    metadata = {"continue": _continue_token(records[-1].id)} if more else {}
+    return web.json_response({"items": [list_view(r) for r in records],
+                              "metadata": metadata})
 
 
 async def show(request: web.Request) -> web.Response:
@@ -419,6 +552,8 @@ async def logs(request: web.Request) -> web.StreamResponse:
             continue
         if not follow or finished:
             break
+        if request.transport is None or request.transport.is_closing():
+            break  # the reader went away: free its place (limits.max_concurrent_requests)
         await asyncio.sleep(0.5)
     await response.write_eof()
     return response
@@ -476,14 +611,39 @@ async def serve_health(health: Health, address: str) -> web.AppRunner:
     return runner
 
 
+async def _log_limit_hits(app: web.Application) -> AsyncIterator[None]:
+    """Every ``limits.log_interval`` seconds, log who was refused by which per-user
+    limit how often (nothing when nobody was)."""
+    limits = app[LIMITS_KEY]
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(limits.settings.log_interval)
+            counts = limits.take_hits()
+            if counts:
+                log.warning("per-user limits hit", counts=counts, total=limits.total_hits)
+
+    task = asyncio.create_task(loop(), name="limit-hits-log")
+    yield
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
+
+
 def make_app(engine: Engine, tokens: dict[str, Owner] | None = None,
-             health: Health | None = None) -> web.Application:
-    """The API; ``health`` is what ``/v1/healthz`` reports (default: ``single``, ready
-    once the engine is)."""
-    app = web.Application(middlewares=[identity_middleware], client_max_size=MAX_BODY)
+             limits: LimitSettings | None = None, health: Health | None = None
+             ) -> web.Application:
+    """The API application; ``limits``: the per-user limits (defaults when None);
+    ``health``: what ``/v1/healthz`` reports (default: ``single``, ready once the
+    engine is)."""
+    user_limits = UserLimits(limits or LimitSettings())
+    app = web.Application(middlewares=[identity_middleware],
+                          client_max_size=user_limits.settings.max_request_bytes)
     app[ENGINE_KEY] = engine
     app[HEALTH_KEY] = health or Health("single", engine.ready.is_set)
     app[TOKENS_KEY] = tokens or {}
+    app[LIMITS_KEY] = user_limits
+    app.cleanup_ctx.append(_log_limit_hits)
     app.router.add_post("/v1/jobs", submit)
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{ref}", show)
@@ -520,7 +680,8 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None,
     try:
         if inherited:
             for sock in inherited:
-                await web.SockSite(runner, sock).start()
+                await GatedSockSite(runner, sock, app[LIMITS_KEY],
+                                    backlog=LISTEN_BACKLOG).start()
         else:
             path = Path(socket_path)
             # The daemon's umask is 077: directories it makes must still let users reach
@@ -534,7 +695,7 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None,
                     raise ValueError(f"another process answers on the API socket {path}: "
                                      f"is another hpc-bridge daemon running?")
                 path.unlink()  # a stale socket from a killed daemon
-            site = web.UnixSite(runner, str(path))
+            site = GatedUnixSite(runner, str(path), app[LIMITS_KEY], backlog=LISTEN_BACKLOG)
             await site.start()
             os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
         if tcp:

@@ -12,12 +12,18 @@ API (JSON unless stated; errors are ``{"error": message}``):
 
 * ``POST /v1/jobs`` (a TrainJob document, ``Idempotency-Key`` header) -> 201
   ``{id, uid, name, state}``; 200 with the same job for a retry with the same key
-* ``GET /v1/jobs?states=A,B|all&user=U`` -> ``{"items": [JobView]}``; no ``states``:
-  only jobs not finished
-* ``GET /v1/jobs/{ref}`` -> JobView with ``transitions``
+* ``GET /v1/jobs?states=A,B|all&user=U&limit=N&continue=T`` -> one page
+  ``{"items": [JobView], "metadata": {"continue": T}}`` (no ``trainJob`` in a listing);
+  no ``states``: only jobs not finished; :meth:`BridgeClient.iter_jobs` follows the pages
+* ``GET /v1/jobs/{ref}`` -> JobView with ``trainJob`` and ``transitions``
 * ``POST /v1/jobs/{ref}/cancel`` -> 202 JobView (403 not the owner, 404 unknown)
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` -> raw bytes,
   streamed; with ``follow=1`` until the job has finished and its output is drained.
+
+A 429 (a per-user limit of the daemon) is asked again after its ``Retry-After`` when
+that is at most ``max_busy_wait`` seconds, at most ``busy_retries`` times (the daemon did
+nothing with a refused request, so asking again is safe); then, or when it asks for a
+longer wait (too many unfinished jobs), the daemon's message is raised.
 
 Contract: every failure (daemon unreachable, HTTP error, garbage answer) raises
 :class:`BridgeClientError` with a message fit for a user and the HTTP status (``None``
@@ -88,11 +94,13 @@ class BridgeClientError(Exception):
     may be repeated (a submission only with its idempotency key)."""
 
     def __init__(self, message: str, status: int | None = None,
-                 transient: bool = False) -> None:
+                 transient: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.transient = transient
+        #: A 429's ``Retry-After`` (seconds), when it gave one.
+        self.retry_after = retry_after
 
 
 Transition = TypedDict(
@@ -155,6 +163,16 @@ def _ref(ref: str | int) -> str:
     return quote(text, safe="")
 
 
+def _retry_after(response: HTTPResponse) -> float | None:
+    """A ``Retry-After`` in seconds (the HTTP-date form is not used by the daemon)."""
+    value = response.getheader("Retry-After")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 86400 else None
+
+
 def _header_safe(value: str) -> bool:
     """Whether ``value`` can go into an HTTP header as it is (printable ASCII)."""
     return value.isascii() and value.isprintable()
@@ -168,14 +186,27 @@ class _UnixHTTPConnection(HTTPConnection):
         self.socket_path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        """Connect; while the daemon's listen queue is full (``EAGAIN``: it is busy),
+        try again with a growing pause, until the timeout has passed."""
+        deadline = time.monotonic() + (self.timeout or 30.0)
+        pause = 0.002
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(self.socket_path)
+            except BlockingIOError:
+                sock.close()
+                if time.monotonic() + pause > deadline:
+                    raise TimeoutError("the daemon's listen queue stayed full") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+            return
 
 
 class BridgeClient:
@@ -192,13 +223,19 @@ class BridgeClient:
         url: str | None = None,
         token: str | None = None,
         timeout: float = 30.0,
+        busy_retries: int = 3,
+        max_busy_wait: float = 10.0,
     ) -> None:
         """Talk to ``url`` (TCP, with ``token``) or else to the unix socket ``socket_path``.
 
         ``timeout`` (seconds) bounds connecting and every wait for the daemon, except
-        while following a log (:meth:`stream_log` with ``follow``).
+        while following a log (:meth:`stream_log` with ``follow``). A 429 is asked again
+        up to ``busy_retries`` times when its ``Retry-After`` is at most
+        ``max_busy_wait`` seconds.
         """
         self._timeout = timeout
+        self._busy_retries = busy_retries
+        self._max_busy_wait = max_busy_wait
         self._headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
         self._prefix = ""
         self._new_connection: Callable[[], HTTPConnection]
@@ -311,7 +348,8 @@ class BridgeClient:
             message = data.decode("utf-8", "replace").strip()[:_MAX_ERROR_TEXT] or response.reason
         if status == 401:
             message += f" (set {ENV_TOKEN})"
-        return BridgeClientError(message or f"HTTP {status}", status)
+        return BridgeClientError(message or f"HTTP {status}", status,
+                                 retry_after=_retry_after(response) if status == 429 else None)
 
     def _request(
         self,
@@ -362,14 +400,22 @@ class BridgeClient:
         self, method: str, path: str, *, params: Mapping[str, str] | None = None,
         body: Any = None, headers: Mapping[str, str] | None = None,
     ) -> Any:
-        connection, response = self._request(method, path, params=params, body=body,
-                                             headers=headers)
-        try:
-            data = self._read(response)
-        finally:
-            connection.close()
-        if response.status >= 400:
-            raise self._http_error(response, data)
+        retries = self._busy_retries
+        while True:
+            connection, response = self._request(method, path, params=params, body=body,
+                                                 headers=headers)
+            try:
+                data = self._read(response)
+            finally:
+                connection.close()
+            if response.status < 400:
+                break
+            error = self._http_error(response, data)
+            wait = error.retry_after
+            if error.status != 429 or wait is None or wait > self._max_busy_wait or retries <= 0:
+                raise error
+            retries -= 1
+            time.sleep(wait)
         try:
             return json.loads(data)
         except ValueError:
@@ -420,14 +466,18 @@ class BridgeClient:
                 f"hpc-bridge sent an unexpected submit answer: {json.dumps(data)[:200]}"
             ) from None
 
-    def list_jobs(
+    def iter_pages(
         self,
         *,
         states: Sequence[str] | None = None,
         all_states: bool = False,
         user: str | None = None,
-    ) -> list[JobView]:
-        """Jobs, by state (default: those not finished; ``all_states``: every job)."""
+        backend: str | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[list[JobView]]:
+        """Jobs by state (default: those not finished; ``all_states``: every job), oldest
+        first, one page (one request) at a time; ``page_size`` items at most per page
+        (the daemon's default when None)."""
         params: dict[str, str] = {}
         if all_states:
             params["states"] = "all"
@@ -435,11 +485,37 @@ class BridgeClient:
             params["states"] = ",".join(states)
         if user:
             params["user"] = user
-        data = self._object(self._call("GET", "/v1/jobs", params=params), "job list")
-        items = data.get("items")
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise BridgeClientError("hpc-bridge sent an unexpected job list")
-        return cast(list[JobView], items)
+        if backend:
+            params["backend"] = backend
+        if page_size:
+            params["limit"] = str(page_size)
+        seen: set[str] = set()
+        while True:
+            data = self._object(self._call("GET", "/v1/jobs", params=params), "job list")
+            items = data.get("items")
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise BridgeClientError("hpc-bridge sent an unexpected job list")
+            yield cast(list[JobView], items)
+            metadata = data.get("metadata")
+            token = metadata.get("continue") if isinstance(metadata, dict) else None
+            if not token:
+                return
+            if not isinstance(token, str) or token in seen:
+                raise BridgeClientError("hpc-bridge sent an unexpected job list (continue)")
+            seen.add(token)
+            params["continue"] = token
+
+    def list_jobs(
+        self,
+        *,
+        states: Sequence[str] | None = None,
+        all_states: bool = False,
+        user: str | None = None,
+        backend: str | None = None,
+    ) -> list[JobView]:
+        """Every job :meth:`iter_pages` gives, in one list."""
+        return [job for page in self.iter_pages(states=states, all_states=all_states,
+                                                 user=user, backend=backend) for job in page]
 
     def get_job(self, ref: str | int) -> JobView:
         """One job, with its state transitions."""

@@ -30,6 +30,7 @@ from bridge.engine import Engine, EngineSettings
 from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.leader import Elector, load_elector, lost_lease, reset_store, stand_by, start_fence
+from bridge.limits import LimitSettings
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.statelock import acquire as lock_state_dir
@@ -154,7 +155,14 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
     health.ready = engine.ready.is_set
-    app = make_app(engine, tokens, health)
+    lim = config.limits
+    app = make_app(engine, tokens, LimitSettings(
+        max_active_jobs=lim.max_active_jobs, submit_rate=lim.submit_rate,
+        submit_burst=lim.submit_burst, max_concurrent_requests=lim.max_concurrent_requests,
+        request_rate=lim.request_rate, request_burst=lim.request_burst,
+        log_interval=lim.log_interval,
+        max_request_bytes=lim.max_request_bytes, max_script_bytes=lim.max_script_bytes),
+        health)
     try:  # the socket first: a refused one (another daemon answers) must submit nothing
         runner = await serve(app, config.daemon.socket, config.daemon.tcp, inherited)
     except BaseException:

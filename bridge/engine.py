@@ -33,6 +33,7 @@ submitted without the constraint. Jobs placed in one pass never share capacity.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import time
@@ -58,6 +59,7 @@ from bridge.backend import (
     SubmitRequest,
     Suspendable,
 )
+from bridge.job_summary import job_summary
 from bridge.model import (
     ANN_BACKEND,
     TrainJob,
@@ -241,6 +243,19 @@ def plan_placement(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions, 
                              options=updates, note=note)
 
 
+@dataclass(frozen=True)
+class Admission:
+    """A job checked and made ready to store by :meth:`Engine.prepare`."""
+
+    job: TrainJob
+    backend: str
+    num_nodes: int
+    partition: str | None
+    #: ``json.dumps(job.to_dict())`` and :func:`bridge.job_summary.job_summary`.
+    document: str
+    summary: dict[str, Any]
+
+
 class Engine:
     """Owns the reconcile loop; the API and front doors call :meth:`admit`/:meth:`cancel`."""
 
@@ -275,16 +290,12 @@ class Engine:
 
     # -- front-door calls ----------------------------------------------------------
 
-    def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
-              idempotency_key: str | None = None,
-              request_digest: str | None = None) -> JobRecord:
-        """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
-
-        Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
-        end) or :class:`EngineError` (duplicate name, or an ``idempotency_key`` the
-        owner used already: 409; the back end's admission refused the caller: 403).
-        Nothing is stored on error.
-        """
+    def prepare(self, job: TrainJob, owner: Owner, origin: str = "api") -> Admission:
+        """The checks and work of :meth:`admit` that need neither the store nor the
+        loop's state: validation, the back end's admission of the caller, identity, back
+        end, runtime, the stored forms. Safe to run in a worker thread (it reads only
+        configuration); raises :class:`bridge.model.ValidationError` naming the field, or
+        :class:`EngineError` 403 when the back end's admission refuses the caller."""
         validate_trainjob(job)
         backend = job.metadata.annotations.get(ANN_BACKEND) or self.settings.default_backend
         if backend not in self.backends:
@@ -301,13 +312,31 @@ class Engine:
                 raise EngineError(str(exc), status=403) from exc
         ensure_identity(job, self.settings.default_namespace)
         options = scheduling_of(job)
-        self._check_capacity(backend, plan.num_nodes, options.partition)
+        return Admission(job, backend, plan.num_nodes, options.partition,
+                         json.dumps(job.to_dict()), job_summary(job))
+
+    def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
+              prepared: Admission | None = None, idempotency_key: str | None = None,
+              request_digest: str | None = None) -> JobRecord:
+        """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
+
+        ``prepared``: :meth:`prepare` of this ``job`` for this ``owner`` and ``origin``,
+        done already (off the loop). Raises :class:`bridge.model.ValidationError` (bad
+        job, unknown runtime or back end) or :class:`EngineError` (duplicate name, or an
+        ``idempotency_key`` the owner used already: 409; the back end's admission refused
+        the caller: 403). Nothing is stored on error.
+        """
+        if prepared is None or prepared.job is not job:
+            prepared = self.prepare(job, owner, origin)
+        backend = prepared.backend
+        self._check_capacity(backend, prepared.num_nodes, prepared.partition)
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
                                     reason="Suspended" if job.spec.suspend else "Created",
                                     idempotency_key=idempotency_key,
-                                    request_digest=request_digest)
+                                    request_digest=request_digest,
+                                    document=prepared.document, summary=prepared.summary)
         except DuplicateJob as exc:
             raise EngineError(str(exc), status=409) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,
@@ -455,7 +484,7 @@ class Engine:
             backend = self.backends.get(rec.backend)
             if not isinstance(backend, Suspendable) or rec.backend_id is None:
                 continue
-            want = bool(rec.job.spec.suspend)
+            want = rec.suspend_requested  # from the summary: no document decoded
             sent = self._suspend_sent.get(rec.id)
             if sent is None:  # not sent by this process: what the world last showed
                 sent = rec.reason in ("Suspended", "BackendSuspended")
@@ -689,7 +718,7 @@ class Engine:
                    else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
         # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
         # before the submit call has returned. Kept, and applied once it is recorded.
-        tracked_uids = {r.uid for r in tracked}
+        tracked_uids = {r.uid for r in tracked}  # once: per element it was quadratic
         untracked = [u for u in seen if u not in tracked_uids]
         if untracked:
             for rec in self.store.by_uids(untracked, [JobState.PENDING]):

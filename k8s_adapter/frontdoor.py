@@ -248,7 +248,7 @@ class TrainJobFrontDoor:
                 self._handled[uid] = generation
             return
         want = bool((obj.get("spec") or {}).get("suspend"))
-        if not rec.state.terminal and want != bool(rec.job.spec.suspend):
+        if not rec.state.terminal and want != rec.suspend_requested:
             try:
                 self._engine.set_suspend(rec, want, ROOT)
                 log.info("TrainJob %s %s", _ref(obj), "suspended" if want else "resumed")

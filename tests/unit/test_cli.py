@@ -705,7 +705,7 @@ def test_ctrl_c_is_quiet(
     def interrupted(self: BridgeClient, **kwargs: Any) -> list[JobView]:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(BridgeClient, "list_jobs", interrupted)
+    monkeypatch.setattr(BridgeClient, "iter_pages", interrupted)
     assert tqueue_main([]) == 130
     assert capsys.readouterr().err == ""
 

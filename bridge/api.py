@@ -19,7 +19,9 @@ Routes (JSON unless stated):
 * ``POST /v1/jobs/{ref}/suspend`` and ``/resume``.
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
   bytes, streamed; with ``follow=1`` until the job has finished and its output is drained.
-* ``GET /v1/healthz``.
+* ``GET /v1/healthz[?ready=1]`` — ``{ok, ready, role}`` (role ``single``, ``leader`` or
+  ``standby``); with ``ready=1`` 503 until ready. Also served alone, without
+  credentials, on ``daemon.health`` (``host:port``) for a kubelet's probes.
 
 Errors are ``{"error": message}`` with 400 (bad input: a body that is not a UTF-8 JSON
 TrainJob within :func:`bridge.model.check_shape`'s limits, an unknown or repeated query
@@ -49,8 +51,9 @@ import os
 import pwd
 import socket
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,7 +64,7 @@ from aiohttp import web
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.engine import Admission, Engine, EngineError
 from bridge.filemodes import check_secret_file
-from bridge.gate import GatedUnixSite, prepaid
+from bridge.gate import GatedSockSite, GatedUnixSite, prepaid
 from bridge.job_summary import job_summary
 from bridge.limits import LimitExceeded, LimitSettings, UserLimits
 from bridge.model import (
@@ -574,9 +577,56 @@ async def logs(request: web.Request) -> web.StreamResponse:
     return response
 
 
+@dataclass
+class Health:
+    """What ``/v1/healthz`` reports: the role (``single``, ``standby``, ``leader``) and
+    whether the daemon is ready to take jobs (changed as the daemon moves on)."""
+
+    role: str = "single"
+    ready: Callable[[], bool] = field(default=lambda: False)
+
+
+HEALTH_KEY = web.AppKey("health", Health)
+
+
+def _health(health: Health, wanted: bool) -> web.Response:
+    """200 while the process serves (liveness); with ``?ready=1`` (``wanted``), 503
+    until it is ready to take jobs (readiness: a standby replica never is)."""
+    ready = health.ready()
+    return web.json_response({"ok": True, "ready": ready, "role": health.role},
+                             status=503 if wanted and not ready else 200)
+
+
 async def healthz(request: web.Request) -> web.Response:
-    _query(request, frozenset())
-    return web.json_response({"ok": True, "ready": request.app[ENGINE_KEY].ready.is_set()})
+    try:  # the health app has no middleware to turn this into a 400
+        params = _query(request, frozenset({"ready"}))
+    except ValidationError as exc:
+        return _error(400, str(exc))
+    if params.get("ready", "0") not in ("0", "1"):
+        return _error(400, "ready must be 0 or 1")
+    return _health(request.app[HEALTH_KEY], params.get("ready") == "1")
+
+
+def make_health_app(health: Health) -> web.Application:
+    """``/v1/healthz`` alone, without credentials (``daemon.health``: the kubelet's
+    probes); it tells nothing about jobs."""
+    app = web.Application()
+    app[HEALTH_KEY] = health
+    app.router.add_get("/v1/healthz", healthz)
+    return app
+
+
+async def serve_health(health: Health, address: str) -> web.AppRunner:
+    """Serve :func:`make_health_app` on ``address`` (``host:port``)."""
+    runner = web.AppRunner(make_health_app(health), access_log=None)
+    await runner.setup()
+    host, _, port = address.rpartition(":")
+    try:
+        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
 
 
 async def _log_limit_hits(app: web.Application) -> AsyncIterator[None]:
@@ -599,12 +649,16 @@ async def _log_limit_hits(app: web.Application) -> AsyncIterator[None]:
 
 
 def make_app(engine: Engine, tokens: dict[str, Owner] | None = None,
-             limits: LimitSettings | None = None) -> web.Application:
-    """The API application; ``limits``: the per-user limits (defaults when None)."""
+             limits: LimitSettings | None = None, health: Health | None = None
+             ) -> web.Application:
+    """The API application; ``limits``: the per-user limits (defaults when None);
+    ``health``: what ``/v1/healthz`` reports (default: ``single``, ready once the
+    engine is)."""
     user_limits = UserLimits(limits or LimitSettings())
     app = web.Application(middlewares=[identity_middleware],
                           client_max_size=user_limits.settings.max_request_bytes)
     app[ENGINE_KEY] = engine
+    app[HEALTH_KEY] = health or Health("single", engine.ready.is_set)
     app[TOKENS_KEY] = tokens or {}
     app[LIMITS_KEY] = user_limits
     app.cleanup_ctx.append(_log_limit_hits)
@@ -620,27 +674,54 @@ def make_app(engine: Engine, tokens: dict[str, Owner] | None = None,
     return app
 
 
-async def serve(app: web.Application, socket_path: str, tcp: str | None = None
-                ) -> web.AppRunner:
+def _answers(path: Path) -> bool:
+    """Whether some process accepts connections on the unix socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+async def serve(app: web.Application, socket_path: str, tcp: str | None = None,
+                inherited: Sequence[socket.socket] = ()) -> web.AppRunner:
     """Start listening on the unix socket (mode 0666: anyone may connect; identity is
-    checked per request) and on ``tcp`` (``host:port``) if given."""
+    checked per request) and on ``tcp`` (``host:port``) if given.
+
+    ``inherited``: listening sockets systemd passed (socket activation); they replace
+    ``socket_path``, which systemd owns then. A socket file left by a killed daemon is
+    replaced; one that another process still answers on is never removed (ValueError)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    path = Path(socket_path)
-    # The daemon's umask is 077: directories it makes must still let users reach the
-    # socket (existing ones are the admin's, e.g. systemd's RuntimeDirectory).
-    missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
-    for directory in reversed(missing):
-        directory.mkdir(exist_ok=True)
-        directory.chmod(0o755)
-    if path.is_socket():
-        path.unlink()  # a stale socket from a killed daemon
-    site = GatedUnixSite(runner, str(path), app[LIMITS_KEY], backlog=LISTEN_BACKLOG)
-    await site.start()
-    os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
-    if tcp:
-        host, _, port = tcp.rpartition(":")
-        if not app[TOKENS_KEY]:
-            raise ValueError("a TCP listener needs api.token_file (no anonymous TCP access)")
-        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    try:
+        if inherited:
+            for sock in inherited:
+                await GatedSockSite(runner, sock, app[LIMITS_KEY],
+                                    backlog=LISTEN_BACKLOG).start()
+        else:
+            path = Path(socket_path)
+            # The daemon's umask is 077: directories it makes must still let users reach
+            # the socket (existing ones are the admin's, e.g. systemd's RuntimeDirectory).
+            missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+            for directory in reversed(missing):
+                directory.mkdir(exist_ok=True)
+                directory.chmod(0o755)
+            if path.is_socket():
+                if _answers(path):
+                    raise ValueError(f"another process answers on the API socket {path}: "
+                                     f"is another hpc-bridge daemon running?")
+                path.unlink()  # a stale socket from a killed daemon
+            site = GatedUnixSite(runner, str(path), app[LIMITS_KEY], backlog=LISTEN_BACKLOG)
+            await site.start()
+            os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
+        if tcp:
+            host, _, port = tcp.rpartition(":")
+            if not app[TOKENS_KEY]:
+                raise ValueError("a TCP listener needs api.token_file (no anonymous TCP access)")
+            await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner

@@ -6,6 +6,7 @@ Example (every key optional except one back end)::
     state_dir = "/var/lib/hpc-bridge"        # SQLite store lives here
     socket = "/run/hpc-bridge/bridge.sock"   # unix socket of the API
     tcp = "127.0.0.1:8765"                   # optional; needs token_file
+    health = "0.0.0.0:8081"                  # optional: /v1/healthz alone, for probes
     token_file = "/etc/hpc-bridge/tokens.csv"
     log_format = "json"                      # or "console"
     log_level = "info"
@@ -37,6 +38,10 @@ Example (every key optional except one back end)::
     kind = "kubernetes"
     kubeconfig = "/etc/hpc-bridge/kubeconfig"
 
+    [leader_election]                        # optional: replicas (docs/operations.md)
+    kind = "kubernetes"                      # a coordination.k8s.io Lease
+    lease = "hpc-bridge"
+
 Contract: :func:`load_config` returns a :class:`Config` or raises :class:`ConfigError`
 whose message names the file and the key.
 """
@@ -62,6 +67,8 @@ class DaemonSection(BaseModel):
     socket: str = "/run/hpc-bridge/bridge.sock"
     tcp: str | None = None
     token_file: Path | None = None
+    #: ``host:port`` serving ``/v1/healthz`` alone, without credentials (probes).
+    health: str | None = None
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     durable: bool = Field(default=False, description="fsync every commit (power-loss safe)")
@@ -146,6 +153,18 @@ class FrontDoorSection(BaseModel):
         return dict(self.model_extra or {})
 
 
+class LeaderElectionSection(BaseModel):
+    """Replicas with one leader (bridge/leader.py): ``kind`` picks the elector (e.g.
+    ``kubernetes``: a Lease); other keys are its settings."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -155,6 +174,7 @@ class Config(BaseModel):
     limits: LimitsSection = Field(default_factory=LimitsSection)
     backends: dict[str, BackendSection]
     frontdoors: dict[str, FrontDoorSection] = Field(default_factory=dict)
+    leader_election: LeaderElectionSection | None = None
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> Config:

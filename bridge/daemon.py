@@ -15,44 +15,29 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
+import threading
 from contextlib import suppress
+from pathlib import Path
+from typing import Any
 
 import structlog
 
-from bridge.api import load_tokens, make_app, serve
+from bridge.api import Health, load_tokens, make_app, serve, serve_health
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
 from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
+from bridge.leader import Elector, load_elector, lost_lease, reset_store, stand_by, start_fence
 from bridge.limits import LimitSettings
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
+from bridge.statelock import acquire as lock_state_dir
 from bridge.store import Store
+from bridge.systemd import listen_fds, sd_notify, watchdog_interval, watchdog_pings
 
 log = structlog.get_logger("hpc_bridge.daemon")
-
-
-def sd_notify(state: str) -> bool:
-    """Send ``state`` (e.g. ``READY=1``) to systemd if it is listening.
-
-    The protocol is one datagram to ``$NOTIFY_SOCKET`` (an abstract socket when it
-    starts with ``@``); a few lines, so no dependency. Returns whether it was sent.
-    """
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return False
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.connect(address)
-            sock.sendall(state.encode())
-        except OSError:
-            return False
-    return True
 
 
 def configure_logging(fmt: str, level: str) -> None:
@@ -105,11 +90,55 @@ def build_frontdoors(config: Config) -> dict[str, FrontDoor]:
 
 
 async def run_daemon(config: Config) -> None:
-    """Serve until SIGTERM/SIGINT."""
+    """Serve until SIGTERM/SIGINT.
+
+    Refuses (ValueError) to start on a state directory another daemon holds
+    (:mod:`bridge.statelock`) or a store written by a newer version; serves on the
+    socket systemd passed if it did (:func:`bridge.systemd.listen_fds`)."""
     state_dir = config.daemon.state_dir
     os.umask(DAEMON_UMASK)
     for fix in secure_state_dir(state_dir):
         log.warning("state file was open to other users; fixed", change=fix)
+    lock = lock_state_dir(state_dir)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    elector: Elector | None = None
+    health = Health("single")
+    health_runner = None
+    hold: asyncio.Task[None] | None = None
+    fence: threading.Event | None = None
+    try:
+        if config.leader_election is not None:  # replicas: bridge/leader.py
+            elector = load_elector(config.leader_election.kind,
+                                   config.leader_election.settings())
+            health.role = "standby"
+        if config.daemon.health:
+            health_runner = await serve_health(health, config.daemon.health)
+        if elector is not None:
+            if not await stand_by(elector, stop):
+                return
+            hold = asyncio.create_task(elector.hold(), name="leader-hold")
+            fence = start_fence(elector)
+            reset_store(state_dir / "bridge.sqlite")
+            health.role = "leader"
+        await _serve_locked(config, state_dir, stop, health, hold)
+    finally:
+        if fence is not None:
+            fence.set()  # from here on, not holding the lease is on purpose
+        if hold is not None:
+            hold.cancel()
+        if elector is not None:
+            await elector.release()  # a standby takes over at its next attempt
+        if health_runner is not None:
+            await health_runner.cleanup()
+        lock.release()
+
+
+async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
+                        health: Health, hold: asyncio.Task[None] | None = None) -> None:
+    inherited = listen_fds()
     store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
     backends = build_backends(config)
     frontdoors = build_frontdoors(config)
@@ -125,30 +154,42 @@ async def run_daemon(config: Config) -> None:
         placement_max_age=e.placement_max_age,
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
+    health.ready = engine.ready.is_set
     lim = config.limits
     app = make_app(engine, tokens, LimitSettings(
         max_active_jobs=lim.max_active_jobs, submit_rate=lim.submit_rate,
         submit_burst=lim.submit_burst, max_concurrent_requests=lim.max_concurrent_requests,
         request_rate=lim.request_rate, request_burst=lim.request_burst,
         log_interval=lim.log_interval,
-        max_request_bytes=lim.max_request_bytes, max_script_bytes=lim.max_script_bytes))
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        max_request_bytes=lim.max_request_bytes, max_script_bytes=lim.max_script_bytes),
+        health)
+    try:  # the socket first: a refused one (another daemon answers) must submit nothing
+        runner = await serve(app, config.daemon.socket, config.daemon.tcp, inherited)
+    except BaseException:
+        store.close()
+        raise
+    # Pings from the start: adopting many jobs may take longer than WatchdogSec.
+    interval = watchdog_interval()
+    pings = asyncio.create_task(watchdog_pings(interval)) if interval else None
     engine_task = asyncio.create_task(engine.run(), name="engine")
-    runner = await serve(app, config.daemon.socket, config.daemon.tcp)
     await engine.ready.wait()
     door_tasks = [asyncio.create_task(door.run(engine), name=f"frontdoor-{name}")
                   for name, door in frontdoors.items()]
     sd_notify("READY=1")
-    log.info("serving", socket=config.daemon.socket, tcp=config.daemon.tcp,
-             backends=sorted(backends), frontdoors=sorted(frontdoors),
+    log.info("serving", socket=config.daemon.socket, inherited_sockets=len(inherited),
+             tcp=config.daemon.tcp, backends=sorted(backends), frontdoors=sorted(frontdoors),
              store=str(state_dir / "bridge.sqlite"))
     stopped = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({stopped, engine_task}, return_when=asyncio.FIRST_COMPLETED)
+    watched: set[asyncio.Task[Any]] = {stopped, engine_task}
+    if hold is not None:
+        watched.add(hold)
+    done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    if hold is not None and hold in done:
+        lost_lease("the lease was lost")  # ends the process: no cleanup that writes
     sd_notify("STOPPING=1")
     log.info("shutting down")
+    if pings is not None:
+        pings.cancel()
     for task in door_tasks:
         task.cancel()
     await asyncio.gather(*door_tasks, return_exceptions=True)
@@ -175,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     p_rt = sub.add_parser("runtimes", help="list the training runtimes (built-in, and the "
                                            "configuration's with --config)")
     p_rt.add_argument("--config", "-c")
+    p_rt.add_argument("--yaml", action="store_true",
+                      help="print the built-in ones as ClusterTrainingRuntime YAML "
+                           "(the Helm chart's files/runtimes.yaml)")
     p_crds = sub.add_parser("crds", help="print the TrainJob, TrainingRuntime and "
                                          "ClusterTrainingRuntime CRDs (YAML)")
     p_crds.add_argument("--output", "-o", metavar="DIR",
@@ -192,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
             crds.write_crds(args.output, group, log=print)
         else:
             sys.stdout.write(crds.render_crds(group))
+        return 0
+    if args.command == "runtimes" and args.yaml:
+        from bridge.runtimes import runtimes_yaml
+
+        sys.stdout.write(runtimes_yaml())
         return 0
     if args.command == "runtimes":
         try:
@@ -213,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             load_runtime_files(config.runtimes.paths)
             build_backends(config)
             build_frontdoors(config)
+            if config.leader_election is not None:
+                load_elector(config.leader_election.kind, config.leader_election.settings())
         except ValueError as exc:
             print(f"hpc-bridge: error: {exc}", file=sys.stderr)
             return 2
@@ -224,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(run_daemon(config))
     except ValueError as exc:  # InsecureFile is one
         log.error("cannot start", error=str(exc))
+        print(f"hpc-bridge: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

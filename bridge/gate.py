@@ -140,3 +140,21 @@ class GatedUnixSite(web.UnixSite):
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
             lambda: _Gate(server, self._limits), self._path, backlog=self._backlog)
+
+
+class GatedSockSite(web.SockSite):
+    """:class:`aiohttp.web.SockSite` (a listening unix socket passed by systemd) whose
+    connections pass :class:`_Gate` first, as :class:`GatedUnixSite`'s do."""
+
+    def __init__(self, runner: web.AppRunner, sock: socket.socket, limits: UserLimits,
+                 backlog: int = 128):
+        super().__init__(runner, sock, backlog=backlog)
+        self._limits = limits
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(
+            lambda: _Gate(server, self._limits), sock=self._sock, backlog=self._backlog)

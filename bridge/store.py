@@ -116,6 +116,24 @@ CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at 
 """
 
 
+class SchemaTooNew(ValueError):
+    """The database was written by a newer daemon than this one."""
+
+
+def _check_version(conn: sqlite3.Connection, path: str | Path) -> None:
+    """Refuse a database whose schema is newer than :data:`SCHEMA_VERSION` (a
+    downgrade): this daemon would misread it and would stamp it with its own version."""
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() if (
+        has_meta) else None
+    if row is not None and int(row["value"]) > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"store {path} has schema version {row['value']}, newer than this hpc-bridge "
+            f"knows ({SCHEMA_VERSION}): it was written by a newer release; run that release "
+            f"(or newer), or restore the backup taken before the upgrade")
+
+
 def _migrate_idempotency(conn: sqlite3.Connection) -> None:
     """Version 4: ``jobs.idempotency_key`` and ``jobs.request_digest`` (a client's key
     for a submission and the SHA-256 of its body), unique per owner. Idempotent; a step
@@ -130,11 +148,16 @@ def _migrate_idempotency(conn: sqlite3.Connection) -> None:
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
-    (version 2 added ``jobs.placement``; version 3 made names unique among unfinished
-    jobs only, which rebuilds the table without its ``UNIQUE (namespace, name)``;
-    version 4: :func:`_migrate_idempotency`, :func:`bridge.job_summary.add_summary_column`
-    and names unique per owner). Idempotent."""
+    (the first version-1 release had no ``jobs.queue``, added later without a version
+    change; version 2 added ``jobs.placement``; version 3 made names unique among
+    unfinished jobs only, which rebuilds the table without its ``UNIQUE (namespace,
+    name)``; version 4: :func:`_migrate_idempotency`,
+    :func:`bridge.job_summary.add_summary_column` and names unique per owner).
+    Idempotent. tests/unit/fixtures/store/ keeps a database written by each past
+    version."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "queue" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
     if "placement" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN placement TEXT")
     table_sql = conn.execute(
@@ -310,7 +333,8 @@ class Store:
 
     @classmethod
     def open(cls, path: str | Path, *, durable: bool = False) -> Store:
-        """Open (creating if needed) the database at ``path`` (``:memory:`` for tests)."""
+        """Open (creating if needed) the database at ``path`` (``:memory:`` for tests),
+        migrating an older schema; :class:`SchemaTooNew` for a newer one."""
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
@@ -319,6 +343,11 @@ class Store:
         conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=5000")
+        try:
+            _check_version(conn, path)
+        except SchemaTooNew:
+            conn.close()
+            raise
         conn.executescript(_SCHEMA)
         _migrate(conn)
         return cls(conn)

@@ -237,6 +237,13 @@ class TrainJobFrontDoor:
             await self._deleting(obj, rec)
             return
         if rec is None:
+            if _finished(obj) and ANN_REFUSED not in (meta.get("annotations") or {}):
+                # Finished before this store knew it (a new leader rebuilds its store
+                # from the CRs): done, never run again. A later delete only needs the
+                # finalizer removed (_deleting with no record). A refused one goes on
+                # to _admit, which admits it again once its spec has changed.
+                self._handled[uid] = generation
+                return
             if await self._admit(obj):
                 self._handled[uid] = generation
             return
@@ -280,7 +287,11 @@ class TrainJobFrontDoor:
         generation = str(meta.get("generation") or "")
         if (meta.get("annotations") or {}).get(ANN_REFUSED) == generation and generation:
             return True  # refused before and unchanged since
-        if FINALIZER not in (meta.get("finalizers") or []):
+        # The finalizer goes on before a job is admitted, so before any submit: a
+        # TrainJob that has it but no record here was taken by a bridge before (a
+        # leader that went away, a lost store), and its job may exist in the back end.
+        taken_before = FINALIZER in (meta.get("finalizers") or [])
+        if not taken_before:
             obj = await self._add_finalizer(obj)
             meta = obj.get("metadata") or {}
         try:
@@ -299,6 +310,8 @@ class TrainJobFrontDoor:
             annotations[ANN_ORIGIN] = ORIGIN_KUBERNETES
             rec = self._engine.admit(job, self._owner(str(meta.get("namespace"))),
                                      origin=ORIGIN)
+            if taken_before:  # the engine looks it up (adopts it) before any submit
+                rec = self._engine.store.update(rec.id, attempts=1)
         except (ValidationError, EngineError) as exc:
             await self._refuse(obj, str(exc))
             return True
@@ -447,6 +460,12 @@ class TrainJobFrontDoor:
 def _ref(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _finished(obj: Mapping[str, Any]) -> bool:
+    """Whether the TrainJob's status says it has finished (``Complete`` or ``Failed``)."""
+    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def _document(obj: Mapping[str, Any]) -> dict[str, Any]:

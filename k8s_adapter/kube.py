@@ -171,6 +171,12 @@ class Kube:
         except Exception as exc:
             raise classify(exc, "reach the apiserver") from exc
 
+    @property
+    def api_client(self) -> Any:
+        """The connected ``ApiClient`` (for APIs beyond ``core`` and ``custom``)."""
+        assert self._api is not None, "connect() first"
+        return self._api
+
     def impersonating(self, username: str) -> Kube:
         """A client acting as ``username`` (one per user, kept): same apiserver and
         credentials, every request with ``Impersonate-User``. Connect first."""

@@ -32,6 +32,9 @@ PACKAGES=(
   # Go toolchain (ca-certificates). Go itself (1.26, see testbed/k8s/versions.env)
   # is not a Debian bookworm package and must already be installed.
   openssl bc ca-certificates
+  # packaging/systemd tests: systemd-analyze, systemd-socket-activate (no systemd as
+  # PID 1 needed; policy-rc.d keeps the install from starting anything).
+  systemd
 )
 
 TEST_USERS=(alice bob)

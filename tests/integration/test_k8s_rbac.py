@@ -51,9 +51,10 @@ def install_rbac(k8s: K8sBed, namespace: str, without: str | None = None) -> Non
         {"apiVersion": "v1", "kind": "List", "items": docs}))
 
 
-def service_account_kubeconfig(k8s: K8sBed, namespace: str, path: Path) -> None:
-    """Write a kubeconfig with a token of the service account ``hpc-bridge``."""
-    token = k8s.kubectl("-n", namespace, "create", "token", "hpc-bridge",
+def service_account_kubeconfig(k8s: K8sBed, namespace: str, path: Path,
+                               account: str = "hpc-bridge") -> None:
+    """Write a kubeconfig with a token of the service account ``account``."""
+    token = k8s.kubectl("-n", namespace, "create", "token", account,
                         "--duration=1h").stdout.strip()
     admin = yaml.safe_load(Path(k8s.kubeconfig).read_text())
     cluster = admin["clusters"][0]["cluster"]

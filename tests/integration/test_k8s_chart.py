@@ -1,0 +1,214 @@
+"""The Helm chart (charts/hpc-bridge) with the real tools on the real bed: ``helm lint``,
+``helm template | kubeconform -strict`` against schemas generated from the bed's
+apiserver and CRDs (testbed/k8s/schemas.sh), ``hpc-bridge check-config`` on the TOML
+each documented set-up renders, and ``helm install`` / ``helm upgrade`` on the bed.
+kwok runs no containers, so the test runs the daemon itself, as the pod would: with
+the ServiceAccount the chart made (a token of it) and the ConfigMap the chart rendered,
+and that daemon completes a TrainJob."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.bed import BIN, REPO, cleanup, fresh_daemon_dir
+from tests.integration.k8s_bridge import (
+    TRAINJOBS,
+    all_trainjobs,
+    apply,
+    conditions,
+    is_true,
+    trainjob,
+)
+from tests.integration.k8sbed import K8sBed
+from tests.integration.test_k8s_leader import Replica, _free_port
+from tests.integration.test_k8s_rbac import service_account_kubeconfig
+from tests.requirements import require
+
+pytestmark = pytest.mark.integration
+
+CHART = REPO / "charts" / "hpc-bridge"
+SETUPS = sorted((CHART / "ci").glob("*.yaml"))
+
+
+def _tool(k8s: K8sBed, name: str) -> str:
+    path = Path(k8s.env["K8S_BIN_DIR"]) / name
+    require(path.exists(), f"{path} is missing: bash testbed/k8s/build.sh")
+    return str(path)
+
+
+def _run(*argv: str, input: str | None = None, timeout: float = 180
+         ) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout,
+                         check=False)
+    assert res.returncode == 0, f"{' '.join(argv[:3])} …: {res.stdout[-2000:]}{res.stderr[-3000:]}"
+    return res
+
+
+def _helm(k8s: K8sBed, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return _run(_tool(k8s, "helm"), "--kubeconfig", k8s.kubeconfig, *args, timeout=timeout)
+
+
+def _kube_version(k8s: K8sBed) -> str:
+    return k8s.env.get("K8S_VERSION", "v1.34.4").lstrip("v")
+
+
+@pytest.fixture(scope="module")
+def schemas(k8s: K8sBed) -> list[str]:
+    """kubeconform ``-schema-location`` arguments: the chart's own CRDs first (what the
+    chart installs), then the apiserver's kinds and CRDs."""
+    res = _run("bash", str(REPO / "testbed" / "k8s" / "schemas.sh"), timeout=600)
+    chart, bed = res.stdout.strip().splitlines()[-2:]
+    return ["-schema-location", chart, "-schema-location", bed]
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=[p.stem for p in SETUPS])
+def test_each_setup_lints_validates_strictly_and_renders_a_valid_config(
+        k8s: K8sBed, schemas: list[str], setup: Path, tmp_path: Path) -> None:
+    version = _kube_version(k8s)
+    _helm(k8s, "lint", "--strict", "--kube-version", version, str(CHART), "-f", str(setup))
+    rendered = _helm(k8s, "template", "hpcb", str(CHART), "--namespace", "hpc-bridge-system",
+                     "--kube-version", version, "-f", str(setup)).stdout
+    check = _run(_tool(k8s, "kubeconform"), "-strict", "-summary", "-kubernetes-version",
+                 version, *schemas, input=rendered)
+    assert "Invalid: 0, Errors: 0, Skipped: 0" in check.stdout, check.stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
+            "Service", "ClusterTrainingRuntime"} <= kinds
+    # The ClusterRoles are those of files/rbac.yaml, the file the RBAC test runs; the
+    # bridge's own is bound to the chart's ServiceAccount.
+    shipped = {d["metadata"]["name"]: d["rules"]
+               for d in yaml.safe_load_all((CHART / "files" / "rbac.yaml").read_text())
+               if d and d["kind"] == "ClusterRole"}
+    roles = {d["metadata"]["labels"]["hpc-bridge.io/role"]: d for d in docs
+             if d["kind"] == "ClusterRole"}
+    assert {name: role["rules"] for name, role in roles.items()} == shipped
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == roles["hpc-bridge"]["metadata"]["name"]
+    # The daemon accepts the configuration the chart renders.
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["bridge.toml"]
+    toml = tomllib.loads(config)
+    for backend in toml["backends"].values():
+        if "jwt_key" in backend:  # the Secret's mount point: a file here
+            key = tmp_path / "jwt.key"
+            key.write_bytes(b"\0" * 32)
+            config = config.replace(backend["jwt_key"], str(key))
+    path = tmp_path / "bridge.toml"
+    path.write_text(config)
+    _run(str(BIN / "hpc-bridge"), "check-config", "--config", str(path))
+    deploy = next(d for d in docs if d["kind"] == "Deployment")
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/healthz?ready=1"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v1/healthz"
+    assert toml["leader_election"]["kind"] == "kubernetes"
+
+
+def test_values_the_schema_refuses(k8s: K8sBed) -> None:
+    helm = _tool(k8s, "helm")
+    for bad in (["--set", "backends.slurm.enabled=true"],         # no restUrl
+                ["--set", "frontdoor.backend=pbs"],
+                ["--set", "leaderElection.leaseDuration=0"],
+                ["--set", "unknownKey=1"]):
+        res = subprocess.run([helm, "template", "x", str(CHART), "--kube-version",
+                              _kube_version(k8s), *bad], capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert res.returncode != 0 and "values don't meet the specifications" in res.stderr, (
+            bad, res.stderr)
+
+
+@pytest.fixture
+def release(k8s: K8sBed, k8s_namespace: str) -> Iterator[str]:
+    name = f"hpc-bridge-{k8s_namespace}"  # contains the chart's name: the full name
+    yield name
+    k8s.kubectl("-n", k8s_namespace, "delete", TRAINJOBS, "--all", "--wait=false", check=False)
+    subprocess.run([_tool(k8s, "helm"), "--kubeconfig", k8s.kubeconfig, "uninstall", name,
+                    "--namespace", k8s_namespace, "--wait=false"], capture_output=True,
+                   timeout=120, check=False)
+
+
+def test_install_upgrade_and_a_trainjob_run_by_the_charts_objects(
+        k8s: K8sBed, k8s_namespace: str, release: str, tmp_path: Path) -> None:
+    ns = k8s_namespace
+    values = ["--set", f"frontdoor.namespaces={{{ns}}}", "--set", "frontdoor.runAs=alice",
+              "--set", "runtimes.install=false",  # cluster-wide: other runs may hold them
+              "--set", "leaderElection.leaseDuration=4", "--set",
+              "leaderElection.renewDeadline=3", "--set", "leaderElection.retryPeriod=1"]
+    _helm(k8s, "install", release, str(CHART), "--namespace", ns, "--wait=false", *values)
+    deploy = k8s.get_json("-n", ns, "deployment", release)
+    assert deploy["spec"]["replicas"] == 2
+    # A change of values rolls the pods (the config checksum) and keeps the release.
+    _helm(k8s, "upgrade", release, str(CHART), "--namespace", ns, "--wait=false", *values,
+          "--set", "engine.maxParallelSubmits=4")
+    history = json.loads(_helm(k8s, "history", release, "--namespace", ns, "-o",
+                               "json").stdout)
+    assert [h["status"] for h in history][-1] == "deployed" and len(history) == 2
+    config = k8s.get_json("-n", ns, "configmap", release)["data"]["bridge.toml"]
+    assert "max_parallel_submits = 4" in config
+    # The pod, as kwok cannot run it: the chart's ConfigMap and ServiceAccount.
+    kubeconfig = tmp_path / "sa.kubeconfig"
+    service_account_kubeconfig(k8s, ns, kubeconfig, account=release)
+    daemon = _as_the_pod(config, kubeconfig)
+    daemon.start()
+    try:
+        k8s.wait_for(lambda: daemon.is_("leader", True), 60, "the chart's daemon to lead")
+        lease = k8s.get_json("-n", ns, "lease", "hpc-bridge")
+        assert lease["spec"]["holderIdentity"].startswith("chart-pod")
+        apply(k8s, ns, trainjob("via-chart", runtime="torch-distributed", nodes=2))
+        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "via-chart"), "Complete"), 120,
+                     "the TrainJob to complete under the chart's objects")
+        refused = [line for line in daemon.daemon.log.read_text().splitlines()
+                   if "(403)" in line or "forbidden" in line.lower()]
+        assert not refused, "\n".join(refused[:5])
+        k8s.kubectl("-n", ns, "delete", TRAINJOBS, "via-chart", "--timeout=90s")
+        assert not all_trainjobs(k8s, ns)
+    finally:
+        daemon.stop()
+        cleanup(daemon.daemon.workdir)
+
+
+def _as_the_pod(config_text: str, kubeconfig: Path) -> Replica:
+    """A replica run from the chart's TOML: its paths moved to a scratch directory, and a
+    kubeconfig with the chart's ServiceAccount token where the pod would use the mounted
+    one (kubernetes_asyncio reads the in-cluster token from a fixed path)."""
+    from tests.integration.bed import Daemon
+
+    workdir = fresh_daemon_dir("chart")
+    config: dict[str, Any] = tomllib.loads(config_text)
+    port = _free_port()
+    config["daemon"].update({"state_dir": str(workdir / "state"),
+                             "socket": str(workdir / "run" / "bridge.sock"),
+                             "health": f"127.0.0.1:{port}", "log_format": "json"})
+    sections = [config["leader_election"], *config["backends"].values(),
+                *config.get("frontdoors", {}).values()]
+    for section in sections:
+        if section.get("kind") == "kubernetes":
+            section["kubeconfig"] = str(kubeconfig)
+    config["leader_election"]["identity"] = "chart-pod-0"
+    daemon = Daemon(workdir, {})
+    daemon.config.write_text(_toml(config))
+    replica = Replica(daemon, port)
+    replica.daemon.write_config = lambda: None  # type: ignore[method-assign]
+    return replica
+
+
+def _toml(data: dict[str, Any], prefix: str = "") -> str:
+    """A small TOML writer for the nested tables of the daemon's configuration."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables.append((f"{prefix}{key}", value))
+        else:
+            lines.append(f"{json.dumps(key)} = {json.dumps(value)}")
+    out = "\n".join(lines) + "\n"
+    for name, table in tables:
+        out += f"\n[{name}]\n" + _toml(table, f"{name}.")
+    return out

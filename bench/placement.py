@@ -39,13 +39,11 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
+from bench.placement_algorithms import block_placement, first_fit, kueue_tas  # noqa: E402
 from bridge.backend import Inventory, NodeInfo  # noqa: E402
 from bridge.placement import (  # noqa: E402
     Placement,
     PlacementRequest,
-    block_placement,
-    first_fit,
-    kueue_tas,
     tree_best_fit,
     within_switches,
 )

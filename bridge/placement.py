@@ -1,6 +1,6 @@
 """Topology-aware placement: pure functions ``(Topology, PlacementRequest) -> Placement``.
 
-Every algorithm here
+Every algorithm (here and in ``bench/placement_algorithms.py``)
 
 * is **pure** and **deterministic**: it reads its arguments only, changes nothing, and
   the same input gives the same output (ties are broken by the world's order of
@@ -12,14 +12,14 @@ Every algorithm here
 * reports its **score**: the domains used at each level, leaf level first
   (:attr:`Placement.levels`).
 
-The algorithms (docs/placement.md has worked examples):
-
-* :func:`tree_best_fit` — Slurm ``topology/tree`` + ``select/cons_tres`` best fit;
-  with ``max_leaf_domains`` it is ``--switches=N``;
-* :func:`block_placement` — Slurm ``topology/block``;
-* :func:`kueue_tas` — Kueue Topology Aware Scheduling (``required`` / ``preferred`` /
-  ``unconstrained``, the default BestFit profile);
-* :func:`first_fit` — the baseline that ignores the topology (benchmarks).
+This module holds the request and answer types, the building blocks every algorithm
+shares (what fits on each host and domain, best-fit host choice, the result), and the
+algorithm the engine uses (docs/placement.md has worked examples):
+:func:`tree_best_fit` — Slurm ``topology/tree`` + ``select/cons_tres`` best fit; with
+``max_leaf_domains`` it is ``--switches=N`` (:func:`within_switches`). The emulations
+that only the benchmark compares it with (Slurm ``topology/block``, Kueue TAS, a
+topology-blind first fit) live in ``bench/placement_algorithms.py``; a TrainJob becomes
+a request in :mod:`bridge.placement_request`.
 
 A *unit* is what the request counts: a node for Slurm (``one_per_host=True``: each
 unit on its own host), a pod for Kueue (several pods may share a host when
@@ -28,29 +28,25 @@ unit on its own host), a pod for Kueue (several pods may share a host when
 
 from __future__ import annotations
 
-import itertools
 import math
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-import hostlist
-
-from bridge.model import TrainJob
-from bridge.runtimes import Framework, LaunchPlan
-from bridge.scheduling import SchedulingOptions
-from bridge.topology import Domain, Host, Topology, cpu_millis, memory_mb
+from bridge.topology import Domain, Host, Topology
 
 __all__ = [
     "LevelUse",
     "Placement",
     "PlacementRequest",
-    "block_placement",
-    "features_of",
-    "first_fit",
-    "kueue_tas",
-    "request_from_job",
+    "Units",
+    "domain_capacities",
+    "domain_index",
+    "fitting_units",
+    "no_fit",
+    "placement_of",
+    "shortage",
+    "take_hosts",
     "tree_best_fit",
     "within_switches",
 ]
@@ -189,12 +185,13 @@ class Placement:
                    reason=str(data.get("reason") or ""))
 
 
-# --- shared machinery ----------------------------------------------------------------
+# --- building blocks shared by the algorithms ------------------------------------------
 
+#: Host name -> units of the request that fit on it now.
 Units = dict[str, int]
 
 
-def _units(topology: Topology, request: PlacementRequest) -> Units:
+def fitting_units(topology: Topology, request: PlacementRequest) -> Units:
     """Host -> units that fit now, for hosts in the tree with room for at least one.
 
     The same as :meth:`PlacementRequest.units_on` for every host (a test checks it),
@@ -229,7 +226,7 @@ def _units(topology: Topology, request: PlacementRequest) -> Units:
     return out
 
 
-def _capacities(topology: Topology, units: Units) -> dict[int, int]:
+def domain_capacities(topology: Topology, units: Units) -> dict[int, int]:
     """``id(domain)`` -> units that fit in the whole domain."""
     caps = dict.fromkeys(map(id, topology.domains), 0)
     leaf_of = topology.leaf_of
@@ -241,7 +238,8 @@ def _capacities(topology: Topology, units: Units) -> dict[int, int]:
     return caps
 
 
-def _index(topology: Topology) -> dict[int, int]:
+def domain_index(topology: Topology) -> dict[int, int]:
+    """``id(domain)`` -> its position in the topology's order (the tie-breaker)."""
     return {id(d): i for i, d in enumerate(topology.domains)}
 
 
@@ -252,8 +250,8 @@ def _tightness(topology: Topology, name: str) -> tuple[int, int, int, int]:
     return (h.free_gpus, h.free_cpu_millis, h.free_memory_mb, topology.order[name])
 
 
-def _take_hosts(topology: Topology, hosts: Iterable[str], need: int,
-                units: Units) -> list[tuple[str, int]]:
+def take_hosts(topology: Topology, hosts: Iterable[str], need: int,
+               units: Units) -> list[tuple[str, int]]:
     """``need`` units from ``hosts``, tightest hosts first (Slurm's node best fit)."""
     chosen: list[tuple[str, int]] = []
     for name in sorted((h for h in hosts if units.get(h, 0) > 0),
@@ -268,7 +266,7 @@ def _take_hosts(topology: Topology, hosts: Iterable[str], need: int,
 
 def _levels(topology: Topology, hosts: Iterable[str]) -> tuple[LevelUse, ...]:
     """The domains holding ``hosts``, per level, leaf level first."""
-    index = _index(topology)
+    index = domain_index(topology)
     by_level: dict[str, dict[int, Domain]] = {}
     height: dict[str, int] = {}
     for h in hosts:
@@ -283,8 +281,11 @@ def _levels(topology: Topology, hosts: Iterable[str]) -> tuple[LevelUse, ...]:
         for level, ds in sorted(by_level.items(), key=lambda kv: height[kv[0]]))
 
 
-def _result(topology: Topology, algorithm: str, request: PlacementRequest,
-            chosen: Sequence[tuple[str, int]]) -> Placement:
+def placement_of(topology: Topology, algorithm: str, request: PlacementRequest,
+                 chosen: Sequence[tuple[str, int]]) -> Placement:
+    """The :class:`Placement` of ``chosen`` (host, units) pairs: hosts merged and in
+    topology order, with the domains used per level; never a partial gang (a result
+    that does not hold exactly ``request.count`` units does not fit)."""
     merged: dict[str, int] = {}
     for name, n in chosen:
         merged[name] = merged.get(name, 0) + n
@@ -295,11 +296,13 @@ def _result(topology: Topology, algorithm: str, request: PlacementRequest,
                      _levels(topology, names))
 
 
-def _no_fit(algorithm: str, request: PlacementRequest, reason: str) -> Placement:
+def no_fit(algorithm: str, request: PlacementRequest, reason: str) -> Placement:
+    """The answer "does not fit now", with ``reason``."""
     return Placement(algorithm, request.count, reason=reason)
 
 
-def _shortage(request: PlacementRequest, total: int) -> str:
+def shortage(request: PlacementRequest, total: int) -> str:
+    """The reason for a request larger than the ``total`` units that fit anywhere."""
     return (f"{request.count} {request.unit}(s) requested but only {total} fit on the "
             f"free hosts now")
 
@@ -338,9 +341,9 @@ def tree_best_fit(topology: Topology, request: PlacementRequest, *,
     that fit"). All-or-nothing; never more than a host's free capacity.
     """
     algorithm = "tree_best_fit"
-    units = _units(topology, request)
-    caps = _capacities(topology, units)
-    index = _index(topology)
+    units = fitting_units(topology, request)
+    caps = domain_capacities(topology, units)
+    index = domain_index(topology)
     count = request.count
     total = sum(caps[id(r)] for r in topology.roots)
     fitting = [d for d in topology.domains if caps[id(d)] >= count]
@@ -352,14 +355,14 @@ def tree_best_fit(topology: Topology, request: PlacementRequest, *,
         chosen = _fill(topology, list(topology.roots), count, units, caps, index)
     elif total >= count:
         biggest = max(caps[id(r)] for r in topology.roots)
-        return _no_fit(algorithm, request,
+        return no_fit(algorithm, request,
                        f"{_within(max_leaf_domains)}{count} {request.unit}(s) requested; "
                        f"{total} fit now but at most "
                        f"{biggest} under one top-level switch (no job spans switches "
                        f"without a common parent)")
     else:
-        return _no_fit(algorithm, request, _within(max_leaf_domains) + _shortage(request, total))
-    placement = _result(topology, algorithm, request, chosen)
+        return no_fit(algorithm, request, _within(max_leaf_domains) + shortage(request, total))
+    placement = placement_of(topology, algorithm, request, chosen)
     if max_leaf_domains is None or len(placement.leaf_domains) <= max_leaf_domains:
         return placement
     return _within_leaves(topology, request, max_leaf_domains, units, caps, index)
@@ -386,7 +389,7 @@ def _fill(topology: Topology, candidates: Sequence[Domain], need: int, units: Un
         take = min(need, room[id(d)])
         room[id(d)] = 0
         if d.hosts:
-            chosen += _take_hosts(topology, d.hosts, take, units)
+            chosen += take_hosts(topology, d.hosts, take, units)
         else:
             chosen += _fill(topology, d.children, take, units, caps, index)
         need -= take
@@ -431,7 +434,7 @@ def _within_leaves(topology: Topology, request: PlacementRequest, limit: int, un
             best = (key, ranked)
     if best is None:
         hint = "" if fewest is math.inf else f"; the fewest that hold it now: {int(fewest)}"
-        return _no_fit("tree_best_fit", request,
+        return no_fit("tree_best_fit", request,
                        f"{_within(limit)}{count} {request.unit}(s) requested{hint}")
     ranked = best[1]
     chosen: list[tuple[str, int]] = []
@@ -443,312 +446,11 @@ def _within_leaves(topology: Topology, request: PlacementRequest, limit: int, un
                 else rest[0])
         rest.remove(leaf)
         take = min(need, caps[id(leaf)])
-        chosen += _take_hosts(topology, leaf.hosts, take, units)
+        chosen += take_hosts(topology, leaf.hosts, take, units)
         need -= take
-    return _result(topology, "tree_best_fit", request, chosen)
+    return placement_of(topology, "tree_best_fit", request, chosen)
 
 
 def within_switches(topology: Topology, request: PlacementRequest, switches: int) -> Placement:
     """``--switches=N``: :func:`tree_best_fit` with at most ``switches`` leaf domains."""
     return tree_best_fit(topology, request, max_leaf_domains=switches)
-
-
-# --- Slurm topology/block --------------------------------------------------------------
-
-
-def block_placement(topology: Topology, request: PlacementRequest,
-                    block_sizes: Sequence[int] | None = None) -> Placement:
-    """Slurm ``topology/block`` placement.
-
-    Contract (topology.yaml(5) and topology.conf(5) "topology/block"; Slurm Topology
-    Guide "Block Topology"): the leaf domains, in topology order, are the *base blocks*
-    (``bblocks``). ``block_sizes`` are node counts: the planning base block size first,
-    then the aggregate sizes, each a power-of-two multiple of the base size larger than
-    the one before (default: base = the smallest leaf, then doubling while there are
-    enough base blocks). An aggregate block of size S is S/base consecutive base blocks,
-    aligned on multiples of S/base (as Slurm aggregates them).
-
-    1. Levels are tried from the smallest size that can hold ``count`` upwards; at a
-       level the aggregate with enough free units and the fewest free units is taken
-       (best fit), first in order on a tie.
-    2. Inside it, the fewest base blocks: largest first, the tightest sufficient one
-       last; inside a base block hosts go tightest first (as :func:`tree_best_fit`).
-    3. A job larger than the largest size uses the fewest aggregates of the largest
-       size, filled as in 2. If nothing holds it now, the result does not fit.
-
-    Raises ValueError for block sizes that are not power-of-two multiples of the base.
-    """
-    algorithm = "block_placement"
-    bblocks = list(topology.leaves)
-    if not bblocks:
-        return _no_fit(algorithm, request, "the topology has no blocks")
-    sizes = list(block_sizes) if block_sizes else _default_block_sizes(bblocks)
-    base = sizes[0]
-    for a, b in itertools.pairwise(sizes):
-        ratio = b // base
-        if b <= a or b % base or ratio & (ratio - 1):
-            raise ValueError(f"block sizes must grow by powers of two of {base}: {sizes}")
-    units = _units(topology, request)
-    caps = _capacities(topology, units)
-    index = _index(topology)
-    count = request.count
-    total = sum(caps[id(b)] for b in bblocks)
-    if total < count:
-        return _no_fit(algorithm, request, _shortage(request, total))
-
-    def groups(size: int) -> list[list[Domain]]:
-        per = max(size // base, 1)
-        return [bblocks[i:i + per] for i in range(0, len(bblocks), per)]
-
-    def cap(group: Sequence[Domain]) -> int:
-        return sum(caps[id(b)] for b in group)
-
-    def fewest(items: list[list[Domain]], need: int) -> list[list[Domain]]:
-        """Largest first, the tightest sufficient last (Kueue's BestFit order too)."""
-        out: list[list[Domain]] = []
-        rest = [g for g in items if cap(g) > 0]
-        while need > 0 and rest:
-            enough = [g for g in rest if cap(g) >= need]
-            g = (min(enough, key=lambda g: (cap(g), index[id(g[0])])) if enough
-                 else min(rest, key=lambda g: (-cap(g), index[id(g[0])])))
-            rest.remove(g)
-            out.append(g)
-            need -= cap(g)
-        return out if need <= 0 else []
-
-    chosen_groups: list[list[Domain]] = []
-    level_size = sizes[-1]
-    for size in [s for s in sizes if s >= count]:
-        fit = [g for g in groups(size) if cap(g) >= count]
-        if fit:
-            chosen_groups = [min(fit, key=lambda g: (cap(g), index[id(g[0])]))]
-            level_size = size
-            break
-    else:
-        if count > sizes[-1]:
-            chosen_groups = fewest(groups(sizes[-1]), count)
-        if not chosen_groups:
-            return _no_fit(algorithm, request,
-                           f"no block of {'/'.join(map(str, sizes))} {request.unit}s has "
-                           f"{count} free {request.unit}(s) now")
-    chosen: list[tuple[str, int]] = []
-    need = count
-    for group in chosen_groups:
-        for one in fewest([[b] for b in group], min(need, cap(group))):
-            take = min(need, caps[id(one[0])])
-            chosen += _take_hosts(topology, one[0].hosts, take, units)
-            need -= take
-            if need <= 0:
-                break
-    placement = _result(topology, algorithm, request, chosen)
-    if not placement.fits or level_size == base:
-        return placement
-    used = set(placement.hosts)
-    labels = tuple(f"{g[0].name}..{g[-1].name}" if len(g) > 1 else g[0].name
-                   for g in groups(level_size)
-                   if any(h in used for b in g for h in b.hosts))
-    return Placement(algorithm, count, placement.hosts, placement.units,
-                     (*placement.levels[:1], LevelUse(f"block{level_size}", labels)))
-
-
-def _default_block_sizes(bblocks: Sequence[Domain]) -> list[int]:
-    base = max(min(len(b.hosts) for b in bblocks), 1)
-    sizes = [base]
-    while (1 << len(sizes)) <= len(bblocks):
-        sizes.append(base << len(sizes))
-    return sizes
-
-
-# --- Kueue TAS -------------------------------------------------------------------------
-
-Node = Domain | str  # a domain, or a host by name
-
-
-def kueue_tas(topology: Topology, request: PlacementRequest, level: str,
-              mode: Literal["required", "preferred", "unconstrained"] = "required"
-              ) -> Placement:
-    """Kueue Topology Aware Scheduling with the default BestFit profile.
-
-    Contract (Kueue docs "Topology Aware Scheduling",
-    https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/, and the
-    algorithm of ``TASFlavorSnapshot.findTopologyAssignment`` in
-    ``pkg/cache/tas_flavor_snapshot.go``):
-
-    * Phase 1: every host's count is the units that fit on it; a domain's count is
-      the sum of its children's.
-    * Phase 2a, at ``level`` (a name of :attr:`Topology.levels` or the host level):
-      domains sorted by count, largest first, ties by their level values (path). If
-      the largest holds all ``count`` units, BestFit takes the *smallest* one that
-      does. Otherwise ``required`` fails ("topology ... allows to fit only M out of
-      N"); ``preferred`` retries one level up; at the top level (or ``unconstrained``,
-      which never goes up) it takes domains largest first — the last one the smallest
-      that holds the rest — until all fit, or fails.
-    * Phase 2b: level by level down to the hosts, the children of the chosen domains
-      sorted the same way are taken largest first with the last one best fit —
-      minimising the number of domains at each level.
-
-    Spanning several roots happens only if ``topology.spanning``. All-or-nothing.
-    """
-    algorithm = f"kueue_tas({mode}:{level})"
-    all_levels = [*topology.levels, topology.host_level]
-    if level not in all_levels:
-        return _no_fit(algorithm, request, f"no requested topology level: {level}")
-    units = _units(topology, request)
-    caps = _capacities(topology, units)
-    count = request.count
-
-    def state(n: Node) -> int:
-        return units.get(n, 0) if isinstance(n, str) else caps[id(n)]
-
-    def path(n: Node) -> tuple[str, ...]:
-        if isinstance(n, str):
-            return (*topology.leaf_of[n].path, n)
-        return n.path
-
-    def ordered(nodes: Iterable[Node]) -> list[Node]:
-        return sorted(nodes, key=lambda n: (-state(n), path(n)))
-
-    def at(idx: int) -> list[Node]:
-        name = all_levels[idx]
-        if name == topology.host_level:
-            return list(topology.order)
-        return [d for d in topology.domains if d.level == name]
-
-    def best_fit(items: Sequence[Node], need: int) -> int:
-        best = 0
-        for i, it in enumerate(items):
-            if state(it) >= need and state(it) != state(items[best]):
-                best = i
-        return best
-
-    idx = all_levels.index(level)
-    fit: list[Node] = []
-    while True:
-        items = ordered(at(idx))
-        if not items:
-            return _no_fit(algorithm, request, f"no topology domains at level: {all_levels[idx]}")
-        top = items[0]
-        if state(top) >= count:
-            fit = [items[best_fit(items, count)]]
-            break
-        if mode == "required":
-            return _no_fit(algorithm, request,
-                           f"topology {level!r} allows to fit only {state(top)} out of "
-                           f"{count} {request.unit}(s)")
-        if idx > 0 and mode == "preferred":
-            idx -= 1
-            continue
-        remaining = count
-        i = 0
-        while remaining > 0 and i < len(items) and state(items[i]) > 0:
-            offset = best_fit(items[i:], remaining) if state(items[i]) >= remaining else 0
-            fit.append(items[i + offset])
-            remaining -= state(items[i])
-            i += 1
-        if remaining > 0:
-            return _no_fit(algorithm, request, _shortage(request, count - remaining))
-        if (not topology.spanning and idx == 0 and all_levels[0] != topology.host_level
-                and len(fit) > 1):
-            return _no_fit(algorithm, request,
-                           f"{count} {request.unit}(s) would span {len(fit)} top-level "
-                           f"domains, which this topology does not allow")
-        break
-
-    assigned = _to_minimum(fit, count, state, best_fit)
-    while any(not isinstance(n, str) for n, _ in assigned):
-        lower: list[Node] = []
-        for n, _ in assigned:
-            if isinstance(n, str):
-                lower.append(n)
-            else:
-                lower.extend(n.children or n.hosts)
-        assigned = _to_minimum(ordered(lower), count, state, best_fit)
-    chosen = [(n, c) for n, c in assigned if isinstance(n, str)]
-    return _result(topology, algorithm, request, chosen)
-
-
-def _to_minimum(items: Sequence[Node], count: int, state: Callable[[Node], int],
-                best_fit: Callable[[Sequence[Node], int], int]) -> list[tuple[Node, int]]:
-    """Kueue's ``updateCountsToMinimum``: largest first, the last one best fit."""
-    out: list[tuple[Node, int]] = []
-    remaining = count
-    for i, it in enumerate(items):
-        if state(it) >= remaining:
-            it = items[i + best_fit(items[i:], remaining)]
-            out.append((it, remaining))
-            return out
-        remaining -= state(it)
-        out.append((it, state(it)))
-    return out
-
-
-# --- the baseline ----------------------------------------------------------------------
-
-
-def first_fit(topology: Topology, request: PlacementRequest) -> Placement:
-    """The first hosts in topology order that fit, ignoring the tree (the benchmark
-    baseline; what a topology-blind scheduler does). All-or-nothing."""
-    units = _units(topology, request)
-    if sum(units.values()) < request.count:
-        return _no_fit("first_fit", request, _shortage(request, sum(units.values())))
-    chosen: list[tuple[str, int]] = []
-    need = request.count
-    for name, n in units.items():
-        take = min(n, need)
-        chosen.append((name, take))
-        need -= take
-        if need == 0:
-            break
-    return _result(topology, "first_fit", request, chosen)
-
-
-# --- requests from a TrainJob ----------------------------------------------------------
-
-_SIMPLE_FEATURES = re.compile(r"^[A-Za-z0-9_.:-]+(?:[&,][A-Za-z0-9_.:-]+)*$")
-
-
-def features_of(constraint: str | None) -> frozenset[str] | None:
-    """The features a Slurm ``--constraint`` requires, when it is a plain conjunction
-    (``ib``, ``ib&v100``); ``None`` when it is anything else (``a|b``, counts,
-    brackets), which the bridge does not evaluate."""
-    if not constraint:
-        return frozenset()
-    if not _SIMPLE_FEATURES.match(constraint):
-        return None
-    return frozenset(re.split(r"[&,]", constraint))
-
-
-def request_from_job(job: TrainJob, plan: LaunchPlan,
-                     options: SchedulingOptions) -> PlacementRequest:
-    """The placement request of a TrainJob: ``plan.num_nodes`` nodes, each needing
-    ``resourcesPerNode.requests`` (cpu, memory, ``nvidia.com/gpu``) when given, else
-    what the Slurm options ask per node (tasks per node x CPUs per task, ``--mem``,
-    ``--gpus-per-node``; one CPU by default). Partition, ``--exclusive``,
-    ``--exclude`` and a plain-conjunction ``--constraint`` restrict the hosts.
-    Raises ValueError for a malformed quantity or host list."""
-    nodes = plan.num_nodes
-    trainer = job.spec.trainer
-    requests: Mapping[str, str | int | float] = {}
-    if trainer and trainer.resources_per_node and trainer.resources_per_node.requests:
-        requests = trainer.resources_per_node.requests
-    if options.ntasks_per_node is not None:
-        tasks = options.ntasks_per_node
-    elif options.ntasks is not None:
-        tasks = math.ceil(options.ntasks / nodes)
-    elif plan.framework is not Framework.PLAIN and plan.proc_per_node:
-        tasks = plan.proc_per_node
-    else:
-        tasks = 1
-    cpu = (cpu_millis(requests["cpu"]) if "cpu" in requests
-           else tasks * (options.cpus_per_task or 1) * 1000)
-    mem = (memory_mb(requests["memory"]) if "memory" in requests
-           else options.mem_per_node_mb or 0)
-    gpus = (math.ceil(float(requests["nvidia.com/gpu"])) if "nvidia.com/gpu" in requests
-            else options.gpus_per_node or 0)
-    excluded = frozenset(hostlist.expand_hostlist(options.exclude)) if options.exclude else (
-        frozenset())
-    return PlacementRequest(count=nodes, cpu_millis=cpu, memory_mb=mem, gpus=gpus,
-                            exclusive=options.exclusive, partition=options.partition,
-                            features=features_of(options.constraint) or frozenset(),
-                            excluded=excluded)
-

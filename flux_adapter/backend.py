@@ -8,17 +8,19 @@ Threads: a Flux handle is not thread-safe, so request/response calls (submit, ca
 job-list, resources) run on ONE worker thread that owns one handle; the event stream
 runs on its own thread with its own handle. Nothing blocking runs on the event loop.
 
-Status (:meth:`FluxBackend.watch`) is event-driven: ONE ``job-manager.events-journal``
-stream carries every event of every job of the instance (RFC 21), the redacted
-jobspec with each ``submit`` (hence the TrainJob uid in ``attributes.user``) and R
-with each ``alloc`` (hence the nodes). The journal starts with the backlog of active
-jobs (``full: false``: not the whole retained history), then streams events in real
-time; each event batch becomes a ``StatusBatch(complete=False)``. Per-job
-``event_watch`` would need one streaming RPC (and a KVS watch) per job; the journal
-is one stream whatever the number of jobs. A full snapshot (``complete=True``) comes
-from one ``job-list`` query every ``reconcile_interval`` seconds (only jobs active
-since the previous snapshot, RFC 43 ``since``), so jobs that finished while the
-daemon was down, or were purged, are seen too.
+Status (:meth:`FluxBackend.watch`, run by :class:`flux_adapter.stream.StatusStream`
+over the job table of :class:`flux_adapter.jobtable.JobTable`) is event-driven: ONE
+``job-manager.events-journal`` stream carries every event of every job of the instance
+(RFC 21), the redacted jobspec with each ``submit`` (hence the TrainJob uid in
+``attributes.user``) and R with each ``alloc`` (hence the nodes). The journal starts
+with the backlog of active jobs (``full: false``: not the whole retained history),
+then streams events in real time; each event batch becomes a
+``StatusBatch(complete=False)``. Per-job ``event_watch`` would need one streaming RPC
+(and a KVS watch) per job; the journal is one stream whatever the number of jobs. A
+full snapshot (``complete=True``) comes from one ``job-list`` query every
+``reconcile_interval`` seconds (only jobs active since the previous snapshot, RFC 43
+``since``), so jobs that finished while the daemon was down, or were purged, are seen
+too.
 
 The journal needs the instance owner's role. A daemon that is a guest of a system
 instance (``EPERM``) falls back to one ``job-list`` query per poll interval, the
@@ -47,12 +49,9 @@ import logging
 import os
 import shutil
 import sys
-import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import aclosing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,23 +75,10 @@ from flux_adapter.client import (
     owner_command_env,
     run_flux_as,
 )
-from flux_adapter.events import (
-    JobHistory,
-    JobStatus,
-    replay,
-    status_from_history,
-    status_from_list,
-    to_backend_job,
-)
-from flux_adapter.jobspec import (
-    JobspecInfo,
-    build_jobspec,
-    parse_job_id,
-    resolve_output,
-    uid_from_name,
-)
-from flux_adapter.resources import RError, inventory_nodes, nodes_of
-from mpi_launch.hostlist import HostlistError, expand
+from flux_adapter.jobspec import JobspecInfo, build_jobspec, parse_job_id
+from flux_adapter.jobtable import JobTable
+from flux_adapter.resources import RError, inventory_nodes
+from flux_adapter.stream import StatusStream
 
 __all__ = ["FluxBackend", "create", "default_mpi_launch"]
 
@@ -102,32 +88,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: At most this much output per :meth:`FluxBackend.read_log` call.
-#: Seconds subtracted from the previous snapshot's time in a ``since`` query (clock
-#: skew between the daemon's host and the broker's).
-SINCE_MARGIN = 300.0
-#: Seconds after which a job nobody shows any more leaves the caches.
-FORGET_AFTER = 3600.0
-#: Longest wait (seconds) between two attempts to reach a lost broker again.
-RECONNECT_CAP = 10.0
 #: flux-core before this cannot stage the batch script ({{tmpdir}}, RFC 37 files).
 MIN_FLUX_CORE = (0, 48)
 _SUBMIT_REJECTS = frozenset({errno.EINVAL, errno.EPERM, errno.EPROTO, errno.E2BIG,
                              errno.EOVERFLOW, errno.ENOENT, errno.EACCES})
-
-
-class _JournalRefused(Exception):
-    """The journal needs the instance owner's role."""
-
-
-@dataclass
-class _Tracked:
-    """One of the bridge's Flux jobs as the journal showed it."""
-
-    job_id: int
-    uid: str
-    history: JobHistory = field(default_factory=JobHistory)
-    nodes: tuple[str, ...] = ()
 
 
 def default_mpi_launch() -> str:
@@ -158,16 +122,10 @@ class FluxBackend:
         self._connect = connect or (lambda: PythonFlux(uri, request_timeout))
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"flux-{name}")
         self._conn: FluxConnection | None = None  # touched only on the executor's thread
-        self._tracked: dict[int, _Tracked] = {}
-        self._foreign: set[int] = set()
-        self._info: dict[int, JobspecInfo] = {}
-        self._owner_uids: dict[int, int] = {}
-        #: job id -> when Flux or the daemon last showed it (to forget old cache entries)
-        self._seen: dict[int, float] = {}
-        self._since: float | None = None
-        self._journal_sessions: set[tuple[threading.Event,
-                                          asyncio.Queue[tuple[str, Any]]]] = set()
         self._warned: set[str] = set()
+        self._table = JobTable(name, self._warn_once)
+        self._stream = StatusStream(name, self._connect, self._table, self._snapshot,
+                                    reconcile_interval, self._warn_once)
         self._closed = False
 
     # --- calls on the worker thread ---------------------------------------------------
@@ -227,9 +185,7 @@ class FluxBackend:
         if self._closed:
             return
         self._closed = True
-        for stop, queue in list(self._journal_sessions):
-            stop.set()
-            queue.put_nowait(("closed", None))
+        self._stream.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._drop)
         self._executor.shutdown(wait=False)
@@ -256,10 +212,8 @@ class FluxBackend:
                 raise
             except Exception as exc:  # classified below
                 raise classify(exc, "flux job submit", permanent=_SUBMIT_REJECTS) from None
-        self._info[job_id] = JobspecInfo.from_jobspec(spec)
-        self._seen[job_id] = time.time()
-        self._owner_uids[job_id] = (request.owner.uid if self.submit_as == "owner"
-                                    else os.geteuid())
+        self._table.submitted(job_id, JobspecInfo.from_jobspec(spec),
+                              request.owner.uid if self.submit_as == "owner" else os.geteuid())
         return str(job_id)
 
     async def _submit_as_owner(self, spec: Mapping[str, Any], owner: Owner) -> int:
@@ -306,7 +260,7 @@ class FluxBackend:
 
     async def _jobspec_infos(self, job_ids: Iterable[int]) -> None:
         """Fill the jobspec cache for these ids (best effort, one pipelined batch)."""
-        wanted = [j for j in job_ids if j not in self._info]
+        wanted = self._table.missing_infos(job_ids)
         if not wanted:
             return
         try:
@@ -315,63 +269,21 @@ class FluxBackend:
             log.info("flux back end %s: jobspecs not readable: %s", self.name, exc,
                      extra={"backend": self.name, "error": str(exc)})
             return
-        for job_id, spec in specs.items():
-            self._info[job_id] = JobspecInfo.from_jobspec(spec)
+        self._table.add_infos(specs)
 
     async def _listing(self, since: float) -> dict[tuple[str, int | None], BackendJob]:
         """The jobs carrying a bridge key, by (uid, owner's userid), from one job-list
-        query (merged with what the journal knows, which is never older). Jobs of
-        other owners carrying one key are all kept, for the engine to tell the real one
-        from a forgery (:mod:`bridge.ownership`)."""
+        query (merged with what the journal knows, which is never older:
+        :meth:`JobTable.merge_listing`)."""
         try:
             entries = await self._call(lambda c: c.list_jobs(since))
         except BackendError:
             raise
         except Exception as exc:
             raise classify(exc, "flux job-list") from None
-        candidates: dict[int, tuple[str, Mapping[str, Any]]] = {}
-        for entry in entries:
-            uid = uid_from_name(entry.get("name"))
-            job_id = entry.get("id")
-            if uid is not None and isinstance(job_id, int):
-                candidates[job_id] = (uid, entry)
+        candidates = self._table.candidates(entries)
         await self._jobspec_infos(candidates)
-        now = time.time()
-        found: dict[tuple[str, int | None], BackendJob] = {}
-        for job_id, (uid, rec) in candidates.items():
-            info = self._info.get(job_id)
-            if info is not None and info.uid != uid:
-                self._warn_once(f"job {job_id}: its name says uid {uid}, its attributes.user "
-                                f"says {info.uid}; not one of the bridge's jobs")
-                continue
-            self._seen[job_id] = now
-            userid = rec.get("userid")
-            if isinstance(userid, int):
-                self._owner_uids[job_id] = userid
-            tracked = self._tracked.get(job_id)
-            listed = status_from_list(rec)
-            if tracked is not None and status_from_history(tracked.history).progress >= (
-                    listed.progress):
-                job = self._job_from_tracked(tracked)
-            else:
-                nodes = _hostlist(rec.get("nodelist"))
-                job = self._job(job_id, uid, listed, nodes, rec.get("queue"))
-            key = (uid, job.owner_uid)
-            found[key] = _prefer(found.get(key), job)
-        return found
-
-    def _job(self, job_id: int, uid: str, status: JobStatus, nodes: tuple[str, ...],
-             queue: object = None) -> BackendJob:
-        info = self._info.get(job_id) or JobspecInfo(None, None, None, None, None, None)
-        q = queue if isinstance(queue, str) and queue else info.queue
-        return to_backend_job(
-            job_id, uid, status, nodes=nodes,
-            stdout_path=resolve_output(info.stdout, job_id, info.cwd),
-            stderr_path=resolve_output(info.stderr, job_id, info.cwd),
-            owner_uid=self._owner_uids.get(job_id), queue=q)
-
-    def _job_from_tracked(self, t: _Tracked) -> BackendJob:
-        return self._job(t.job_id, t.uid, status_from_history(t.history), t.nodes)
+        return self._table.merge_listing(candidates)
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
         """The Flux jobs carrying these uids, with their owners: one job-list query of
@@ -394,193 +306,19 @@ class FluxBackend:
     async def watch(self, interval: float) -> AsyncGenerator[StatusBatch, None]:
         """Event batches from the journal (``complete=False``) and a full snapshot
         every ``reconcile_interval`` s (``complete=True``); without the owner's role, a
-        snapshot every ``interval`` s. Never raises: while Flux cannot be reached
-        nothing is yielded, and it reconnects with backoff."""
-        delay = interval
-        polling = False
-        while not self._closed:
-            try:
-                source = self._poll(interval) if polling else self._journal(interval)
-                async with aclosing(source) as stream:
-                    async for batch in stream:
-                        yield batch
-                        delay = interval
-            except _JournalRefused as exc:
-                self._warn_once(f"the event journal needs the instance owner's role "
-                                f"({exc}); polling job-list every {interval:g}s instead")
-                polling = True
-                continue
-            except BackendError as exc:
-                self._warn_once(f"no status for now: {exc}")
-            except Exception:
-                log.exception("flux back end %s: unexpected error in the status stream",
-                              self.name, extra={"backend": self.name})
-            if self._closed:
-                return
-            await asyncio.sleep(delay)
-            delay = min(max(delay, 0.5) * 2, RECONNECT_CAP)
-
-    async def _try_snapshot(self) -> StatusBatch | None:
-        try:
-            return await self._snapshot()
-        except BackendError as exc:
-            self._warn_once(f"job-list snapshot failed (events still flow): {exc}")
-            return None
+        snapshot every ``interval`` s (:class:`flux_adapter.stream.StatusStream`). Never
+        raises: while Flux cannot be reached nothing is yielded, and it reconnects with
+        backoff."""
+        async for batch in self._stream.watch(interval):
+            yield batch
 
     async def _snapshot(self) -> StatusBatch:
         """One complete snapshot: job-list since the last one (all on the first), merged
         with the journal's table; prunes what neither holds any more."""
         started = time.time()
-        since = 0.0 if self._since is None else max(self._since - SINCE_MARGIN, 0.0)
+        since = self._table.window()
         listed = await self._listing(since)
-        self._since = started
-        jobs = {j.backend_id: j for j in listed.values()}
-        for t in list(self._tracked.values()):
-            if str(t.job_id) in jobs:
-                continue
-            h = t.history
-            if h.state == "INACTIVE" and (h.clean_time or 0.0) < since:
-                del self._tracked[t.job_id]  # reported long ago and out of the window
-                continue
-            jobs[str(t.job_id)] = self._job_from_tracked(t)
-        for job_id in self._tracked:
-            self._seen[job_id] = started
-        # Forget what neither Flux nor the journal showed for an hour (a job submitted a
-        # moment ago may not be listed yet: its output paths must survive until it is).
-        stale = [j for j in self._info if self._seen.get(j, started) < started - FORGET_AFTER]
-        for job_id in stale:
-            self._info.pop(job_id, None)
-            self._owner_uids.pop(job_id, None)
-            self._seen.pop(job_id, None)
-        return StatusBatch(jobs=tuple(jobs.values()), complete=True, at=started)
-
-    async def _poll(self, interval: float) -> AsyncGenerator[StatusBatch, None]:
-        while True:
-            yield await self._snapshot()
-            await asyncio.sleep(interval)
-
-    def _journal_thread(self, loop: asyncio.AbstractEventLoop,
-                        queue: asyncio.Queue[tuple[str, Any]], stop: threading.Event) -> None:
-        def put(item: tuple[str, Any]) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop is closed: the daemon is exiting
-                stop.set()
-
-        conn: FluxConnection | None = None
-        try:
-            conn = self._connect()
-            for resp in conn.journal(stop):
-                put(("event", resp))
-                if stop.is_set():
-                    return
-            if not stop.is_set():
-                put(("end", None))
-        except BaseException as exc:  # handed to the event loop
-            put(("error", exc))
-        finally:
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:
-                    log.debug("closing the journal handle failed", exc_info=True)
-
-    async def _journal(self, interval: float) -> AsyncGenerator[StatusBatch, None]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        stop = threading.Event()
-        thread = threading.Thread(target=self._journal_thread, args=(loop, queue, stop),
-                                  name=f"flux-{self.name}-journal", daemon=True)
-        thread.start()
-        session = (stop, queue)
-        self._journal_sessions.add(session)
-        self._tracked.clear()
-        self._foreign.clear()
-        caught_up = False
-        next_snapshot = 0.0
-        try:
-            while True:
-                timeout = None if not caught_up else max(0.0, next_snapshot - loop.time())
-                try:
-                    item = await asyncio.wait_for(queue.get(), timeout)
-                except TimeoutError:
-                    snapshot = await self._try_snapshot()
-                    if snapshot is not None:
-                        yield snapshot
-                    next_snapshot = loop.time() + (self.reconcile_interval if snapshot
-                                                   else min(interval, self.reconcile_interval))
-                    continue
-                changed: set[int] = set()
-                sentinel = False
-                while True:
-                    kind, payload = item
-                    if kind == "closed":
-                        return
-                    if kind == "error":
-                        if isinstance(payload, OSError) and payload.errno == errno.EPERM:
-                            raise _JournalRefused(payload.strerror or str(payload))
-                        raise classify(payload, "flux event journal")
-                    if kind == "end":
-                        raise BackendUnavailable("the Flux event journal ended (broker or "
-                                                 "job-manager restarted?)")
-                    result = self._apply(payload)
-                    if result is None:
-                        sentinel = True
-                    elif result >= 0:
-                        changed.add(result)
-                    if queue.empty():
-                        break
-                    item = queue.get_nowait()
-                if sentinel and not caught_up:
-                    caught_up = True
-                    snapshot = await self._try_snapshot()
-                    next_snapshot = loop.time() + (self.reconcile_interval if snapshot
-                                                   else min(interval, self.reconcile_interval))
-                    if snapshot is not None:
-                        yield snapshot  # it holds every tracked job, changed or not
-                        continue
-                jobs = tuple(self._job_from_tracked(self._tracked[j]) for j in sorted(changed)
-                             if j in self._tracked)
-                if caught_up and jobs:
-                    yield StatusBatch(jobs=jobs, complete=False, at=time.time())
-        finally:
-            stop.set()
-            self._journal_sessions.discard(session)
-
-    def _apply(self, resp: Mapping[str, Any]) -> int | None:
-        """Apply one journal response: None for the end-of-backlog sentinel, the job id
-        of one of the bridge's jobs it changed, or -1 (not ours, malformed)."""
-        job_id = resp.get("id")
-        events = resp.get("events")
-        if job_id in (-1, 2**64 - 1):
-            return None
-        if not isinstance(job_id, int) or not isinstance(events, list):
-            return -1
-        tracked = self._tracked.get(job_id)
-        if tracked is None:
-            if job_id in self._foreign:
-                if any(isinstance(e, Mapping) and e.get("name") == "clean" for e in events):
-                    self._foreign.discard(job_id)
-                return -1
-            info = JobspecInfo.from_jobspec(resp.get("jobspec"))
-            if info.uid is None:
-                if "jobspec" in resp:
-                    self._foreign.add(job_id)
-                return -1
-            self._info[job_id] = info
-            self._seen[job_id] = time.time()
-            tracked = self._tracked[job_id] = _Tracked(job_id=job_id, uid=info.uid)
-        tracked.history = replay(events, tracked.history)
-        if tracked.history.userid is not None:
-            self._owner_uids.setdefault(job_id, tracked.history.userid)
-        if resp.get("R") is not None:
-            try:
-                tracked.nodes = tuple(nodes_of(resp["R"]))
-            except RError as exc:
-                log.warning("flux back end %s: job %d: %s", self.name, job_id, exc,
-                            extra={"backend": self.name, "flux_job": job_id,
-                                   "error": str(exc)})
-        return job_id
+        return self._table.snapshot(listed, since, started)
 
     # --- inventory --------------------------------------------------------------------
 
@@ -619,7 +357,7 @@ class FluxBackend:
         else:
             owner_uid = job.owner_uid
             if owner_uid is None and job.backend_id.isdigit():
-                owner_uid = self._owner_uids.get(int(job.backend_id))
+                owner_uid = self._table.owner_uid(int(job.backend_id))
         if owner_uid is None:
             log.warning("read_log: owner of Flux job %s unknown; not reading %s",
                         job.backend_id, path,
@@ -627,25 +365,6 @@ class FluxBackend:
             return b"", offset
         data = await asyncio.to_thread(read_owned, path, owner_uid, offset)
         return data, offset + len(data)
-
-
-def _prefer(a: BackendJob | None, b: BackendJob) -> BackendJob:
-    """Of two Flux jobs with one uid: the unfinished one, else the newest (larger id:
-    Flux ids grow with submission time)."""
-    if a is None:
-        return b
-    if a.state.finished != b.state.finished:
-        return b if a.state.finished else a
-    return a if int(a.backend_id) > int(b.backend_id) else b
-
-
-def _hostlist(value: object) -> tuple[str, ...]:
-    if not isinstance(value, str) or not value:
-        return ()
-    try:
-        return tuple(expand(value, source="nodelist"))
-    except HostlistError:
-        return ()
 
 
 _SETTINGS = {"uri", "queue", "mpi_launch", "request_timeout", "submit_as",

@@ -18,8 +18,9 @@ from bridge.backend import (
     StatusBatch,
     Suspendable,
 )
-from bridge.engine import Engine, EngineError, EngineSettings, plan_placement
+from bridge.engine import Engine, EngineError, EngineSettings
 from bridge.model import ValidationError
+from bridge.placement_decision import plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from bridge.states import JobState

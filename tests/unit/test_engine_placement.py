@@ -1,5 +1,5 @@
 """The engine places jobs before submitting them (docs/placement.md): the decision
-(:func:`bridge.engine.plan_placement`), the ``--switches`` wait, pinning, recording."""
+(:func:`bridge.placement_decision.plan_placement`), the ``--switches`` wait, pinning, recording."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from bridge.backend import (
     StatusBatch,
     SubmitRequest,
 )
-from bridge.engine import Engine, EngineSettings, plan_placement
+from bridge.engine import Engine, EngineSettings
 from bridge.model import ANN_SCHEDULING, TrainJob, ensure_identity, load_trainjob
+from bridge.placement_decision import plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from bridge.states import JobState

@@ -25,6 +25,7 @@ from bridge.api import load_tokens, make_app, serve
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
+from bridge.eventtasks import start_event_tasks, stop_event_tasks
 from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.model import ValidationError
@@ -109,6 +110,7 @@ async def run_daemon(config: Config) -> None:
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
     app = make_app(engine, tokens)
+    events = await start_event_tasks(config, store, app)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -135,6 +137,7 @@ async def run_daemon(config: Config) -> None:
     await engine.stop()
     with suppress(asyncio.CancelledError):
         await engine_task
+    await stop_event_tasks(events)
     stopped.cancel()
     await runner.cleanup()
     store.close()

@@ -38,6 +38,9 @@ from bridge.store import Event, Store
 log = structlog.get_logger("hpc_bridge.publisher")
 
 ClientFactory = Callable[[], aiomqtt.Client]
+#: Messages handed to the client at once (bench/events.py: smaller windows stall on
+#: their last acknowledgement; larger ones spend more in aiomqtt's bookkeeping).
+WINDOW = 1000
 
 
 def read_password(settings: MqttSection) -> str | None:
@@ -63,10 +66,15 @@ def client_factory(settings: MqttSection) -> ClientFactory:
     identifier = settings.client_id or f"hpc-bridge-{socket.gethostname()}"
 
     def make() -> aiomqtt.Client:
-        return aiomqtt.Client(settings.host, settings.port, username=settings.username,
-                              password=password, identifier=identifier, tls_params=tls,
-                              keepalive=settings.keepalive,
-                              timeout=settings.publish_timeout)
+        client = aiomqtt.Client(settings.host, settings.port, username=settings.username,
+                                password=password, identifier=identifier, tls_params=tls,
+                                keepalive=settings.keepalive,
+                                timeout=settings.publish_timeout,
+                                max_inflight_messages=settings.max_inflight)
+        # A window of messages is sent at once: they are the expected pending calls
+        # (aiomqtt would log a warning per message above its default of 10).
+        client.pending_calls_threshold = WINDOW + 1
+        return client
     return make
 
 
@@ -118,14 +126,22 @@ class Publisher:
         """Send ``batch``; mark and return how many of its events count as published.
         Raises :class:`aiomqtt.MqttError` when not all did (the connection is suspect)."""
         messages = plan_batch(self.settings.prefix, batch)
-        # Tasks start in order, so paho queues the PUBLISH packets in sequence order.
-        results = await asyncio.gather(
-            *(client.publish(m.topic, m.payload, qos=1, retain=m.retain) for m in messages),
-            return_exceptions=True)
+        results: list[BaseException | None] = []
+        for start in range(0, len(messages), WINDOW):
+            # Tasks start in order, so paho queues the PUBLISH packets in sequence order
+            # (and sends at most max_inflight unacknowledged). One WINDOW at a time:
+            # aiomqtt's cost per publish grows with the calls pending, and after a
+            # failure nothing more is sent.
+            results += await asyncio.gather(
+                *(client.publish(m.topic, m.payload, qos=1, retain=m.retain)
+                  for m in messages[start:start + WINDOW]), return_exceptions=True)
+            if any(r is not None for r in results):
+                break
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, Exception):
                 raise result  # cancellation, KeyboardInterrupt
-        done = acked_prefix(batch, messages, [r is None for r in results])
+        acked = [r is None for r in results] + [False] * (len(messages) - len(results))
+        done = acked_prefix(batch, messages, acked)
         if done:
             self.store.mark_published(done)
             self.published_total += len(done)

@@ -53,6 +53,8 @@ class MqttSection(BaseModel):
     keepalive: int = Field(default=30, ge=5)
     #: Events published per round (each awaits its PUBACK).
     batch_size: int = Field(default=500, ge=1, le=10_000)
+    #: QoS 1 messages sent and not yet acknowledged, at most (the client's window).
+    max_inflight: int = Field(default=100, ge=1, le=65_535)
     #: A warning is logged when this many events wait to be published.
     backlog_warn: int = Field(default=1000, ge=1)
     #: Reconnect backoff (seconds, doubling up to the cap).

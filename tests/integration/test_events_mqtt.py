@@ -135,3 +135,23 @@ def test_broker_outage_mid_burst_loses_nothing_and_keeps_per_job_order(
         d.stop()
         broker.stop()
         cleanup(workdir)
+
+
+def test_a_password_file_others_may_read_keeps_the_daemon_from_starting(
+        testbed: dict[str, str]) -> None:
+    host, port = _broker()
+    workdir = fresh_daemon_dir("mqtt-secret")
+    secret = workdir / "mqtt.password"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o644)
+    d = Daemon(workdir, rest_settings(testbed), extra_toml=mqtt_toml(
+        host, port, "hpcb-secret", username="bridge", password_file=str(secret)))
+    try:
+        with pytest.raises(AssertionError, match=r"MQTT password file .* mode 0644"):
+            d.start()
+        secret.chmod(0o600)
+        d.start()  # readable by its owner only: accepted
+        assert d.api("GET", "/v1/healthz").json()["ready"] is True
+    finally:
+        d.stop()
+        cleanup(workdir)

@@ -28,6 +28,8 @@ from bridge.engine import Engine, EngineSettings
 from bridge.eventtasks import start_event_tasks, stop_event_tasks
 from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
+from bridge.metrics import Metrics
+from bridge.metrics_backend import instrument
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.store import Store
@@ -95,7 +97,10 @@ async def run_daemon(config: Config) -> None:
     for fix in secure_state_dir(state_dir):
         log.warning("state file was open to other users; fixed", change=fix)
     store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
+    metrics = Metrics(store) if config.metrics.listen else None
     backends = build_backends(config)
+    if metrics is not None:  # time the back ends' calls (bridge/metrics_backend.py)
+        backends = instrument(backends, metrics.registry)
     frontdoors = build_frontdoors(config)
     e = config.engine
     assert e.default_backend is not None
@@ -110,7 +115,7 @@ async def run_daemon(config: Config) -> None:
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
     app = make_app(engine, tokens)
-    events = await start_event_tasks(config, store, app)
+    events = await start_event_tasks(config, store, app, metrics)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

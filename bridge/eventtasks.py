@@ -33,10 +33,10 @@ class EventTasks:
     metrics_runner: web.AppRunner | None = None
 
 
-async def start_event_tasks(config: Config, store: Store, app: web.Application
-                            ) -> EventTasks:
-    """Build and start what ``config`` asks for; wire ``/v1/events`` into ``app``."""
-    metrics = Metrics(store) if config.metrics.listen else None
+async def start_event_tasks(config: Config, store: Store, app: web.Application,
+                            metrics: Metrics | None = None) -> EventTasks:
+    """Build and start what ``config`` asks for; wire ``/v1/events`` into ``app``.
+    ``metrics`` (the daemon's, made when ``[metrics] listen`` is set) is served."""
     feed = EventFeed(store, observers=[metrics.observe_events] if metrics else [])
     publisher = None
     if config.events.mqtt is not None:

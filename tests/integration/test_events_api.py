@@ -104,6 +104,11 @@ def test_metrics_scrape_shows_jobs_counters_and_publishing(
         assert m[("hpcbridge_api_requests_total", route)] == 1
         missing = (("code", "404"), ("method", "GET"), ("route", "/v1/jobs/{ref}"))
         assert m[("hpcbridge_api_requests_total", missing)] == 1
+        submit = (("backend", "slurm"), ("call", "submit"))
+        assert m[("hpcbridge_backend_call_seconds_count", submit)] == 1
+        polls = [v for (name, labels), v in m.items()
+                 if name == "hpcbridge_backend_poll_jobs_count"]
+        assert sum(polls) >= 1
     finally:
         d.stop()
         cleanup(workdir)

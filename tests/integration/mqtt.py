@@ -37,14 +37,15 @@ class OwnBroker:
     """A mosquitto of this test only, on a free port, with persistence (a persistent
     subscriber session survives its restart, as in production)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, extra_conf: str = "") -> None:
         self.port = free_port()
         self.workdir = workdir
         self.conf = workdir / "mosquitto.conf"
+        anonymous = "false" if "password_file" in extra_conf else "true"
         self.conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\nuser root\n"
+            f"listener {self.port} 127.0.0.1\nallow_anonymous {anonymous}\nuser root\n"
             f"persistence true\npersistence_location {workdir}/\n"
-            "max_queued_messages 0\nlog_dest stderr\n")
+            f"max_queued_messages 0\nlog_dest stderr\n{extra_conf}")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -74,12 +75,17 @@ class Subscriber:
     session (``clean_session=False``) with a fixed client id, so messages published
     while it is away are kept for it by a broker with persistence."""
 
-    def __init__(self, host: str, port: int, topic: str, client_id: str) -> None:
+    def __init__(self, host: str, port: int, topic: str, client_id: str, *,
+                 ca_file: Path | None = None, auth: tuple[str, str] | None = None) -> None:
         self.topic = topic
         self.messages: list[tuple[str, dict[str, Any], bool]] = []
         self._lock = threading.Lock()
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
                                   clean_session=False)
+        if ca_file is not None:
+            self.client.tls_set(ca_certs=str(ca_file))
+        if auth is not None:
+            self.client.username_pw_set(*auth)
         self.client.reconnect_delay_set(1, 1)
         self.client.on_connect = self._connected
         self.client.on_message = self._message
@@ -111,3 +117,19 @@ def mqtt_toml(host: str, port: int, prefix: str, **extra: Any) -> str:
              "retry_base = 0.2", "retry_cap = 1.0", "publish_timeout = 3.0"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
     return "\n".join(lines) + "\n"
+
+
+def make_tls_files(workdir: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 (openssl); returns (ca, cert, key)."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=workdir, check=True, capture_output=True,
+                       timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.crt", "-days", "1", "-subj", "/CN=hpc-bridge test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out",
+            "server.csr", "-subj", "/CN=127.0.0.1")
+    (workdir / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "san.ext")
+    return workdir / "ca.crt", workdir / "server.crt", workdir / "server.key"

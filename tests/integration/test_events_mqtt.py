@@ -5,6 +5,7 @@ real MQTT subscriber (docs/events.md)."""
 from __future__ import annotations
 
 import re
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,13 @@ import pytest
 
 from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, wait_for
 from tests.integration.conftest import rest_settings
-from tests.integration.mqtt import OwnBroker, Subscriber, bed_broker, mqtt_toml
+from tests.integration.mqtt import (
+    OwnBroker,
+    Subscriber,
+    bed_broker,
+    make_tls_files,
+    mqtt_toml,
+)
 from tests.requirements import require
 
 pytestmark = pytest.mark.integration
@@ -154,4 +161,35 @@ def test_a_password_file_others_may_read_keeps_the_daemon_from_starting(
         assert d.api("GET", "/v1/healthz").json()["ready"] is True
     finally:
         d.stop()
+        cleanup(workdir)
+
+
+def test_events_reach_a_broker_that_wants_tls_and_a_password(
+        testbed: dict[str, str], outdir: Path) -> None:
+    workdir = fresh_daemon_dir("mqtt-tls")
+    ca, cert, key = make_tls_files(workdir)
+    users = workdir / "mosquitto.passwd"
+    subprocess.run(["mosquitto_passwd", "-c", "-b", str(users), "bridge", "s3cret"],
+                   check=True, capture_output=True, timeout=30)
+    broker = OwnBroker(workdir, f"cafile {ca}\ncertfile {cert}\nkeyfile {key}\n"
+                                f"password_file {users}\n")
+    broker.start()
+    secret = workdir / "mqtt.password"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o600)
+    sub = Subscriber("127.0.0.1", broker.port, "hpcb-tls/jobs/+/events",
+                     f"tls-{uuid.uuid4().hex}", ca_file=ca, auth=("bridge", "s3cret"))
+    d = Daemon(workdir, rest_settings(testbed), extra_toml=mqtt_toml(
+        "127.0.0.1", broker.port, "hpcb-tls", tls=True, ca_file=str(ca),
+        username="bridge", password_file=str(secret)))
+    d.start()
+    try:
+        job_id = _submit(d, "alice", outdir, "true")
+        d.wait_state(job_id, ["Succeeded", "Failed"])
+        wait_for(lambda: [e["state"] for e in sub.events() if e["jobId"] == job_id]
+                 == _states(d, job_id), 30, "the job's events over TLS")
+    finally:
+        sub.close()
+        d.stop()
+        broker.stop()
         cleanup(workdir)

@@ -55,3 +55,26 @@ def test_optional_protocols_are_those_of_the_wrapped_back_end() -> None:
                          CollectorRegistry())
     assert not isinstance(wrapped["a"], Suspendable)
     assert isinstance(wrapped["b"], Suspendable)
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_daemon_exports() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    from bridge.metrics import Metrics
+    from bridge.metrics_backend import BackendMetrics
+    from bridge.store import Store
+
+    metrics = Metrics(Store.open(":memory:"))
+    BackendMetrics(metrics.registry)
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"],
+                "gauge": [""]}
+    exported = {family.name + suffix for family in metrics.registry.collect()
+                for suffix in suffixes[family.type]}
+    exported |= {"hpcbridge_mqtt_connected"}  # only with [events.mqtt]
+    dashboard = Path(__file__).parents[2] / "charts/hpc-bridge/files/grafana-dashboard.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"]
+             for t in p["targets"]]
+    used = {name for e in exprs for name in re.findall(r"hpcbridge_[a-z_]+", e)}
+    assert used and used <= exported, used - exported

@@ -40,7 +40,10 @@ class EventFeed:
 
     async def run(self) -> None:
         while True:
-            await self.check()
+            try:
+                await self.check()
+            except Exception:  # e.g. a busy database: look again next time
+                log.exception("reading the outbox failed")
             await asyncio.sleep(self.interval)
 
     async def check(self) -> None:

@@ -107,6 +107,8 @@ class Publisher:
             except aiomqtt.MqttError as exc:
                 log.warning("MQTT broker unavailable; retrying", host=self.settings.host,
                             port=self.settings.port, error=str(exc), retry_in=round(delay, 2))
+            except Exception:  # a bug must not end publishing for the daemon's life
+                log.exception("MQTT publisher failed; retrying", retry_in=round(delay, 2))
             finally:
                 self.connected = False
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # noqa: S311 - jitter

@@ -137,6 +137,7 @@ def test_broker_outage_mid_burst_loses_nothing_and_keeps_per_job_order(
                     firsts.append(event["id"])
             assert firsts == sorted(firsts), (job_id, firsts)
             assert [by_id[i]["state"] for i in firsts] == _states(d, job_id)
+        assert "MQTT broker unavailable" in d.log.read_text()  # the outage was seen
     finally:
         sub.close()
         d.stop()

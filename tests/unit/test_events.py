@@ -114,3 +114,22 @@ def test_a_password_file_others_may_read_is_refused(tmp_path: Path) -> None:
         read_password(settings)
     secret.chmod(0o600)
     assert read_password(settings) == "s3cret"
+
+
+def test_twatch_lines_show_the_change_and_escape_control_characters() -> None:
+    from bridge.watch import format_event
+
+    event = event_payload(_event(42, 7))
+    event["message"] = "evil\x1b[2Jtext\nmore"
+    line = format_event(event)
+    assert line.startswith("42 2025-12-01T05:01:02.345Z 7 j7 alice Submitted->Running Started ")
+    assert "\x1b" not in line and "\n" not in line and "\\x1b[2J" in line
+    first = dict(event, **{"from": None, "state": "Pending", "message": ""})
+    assert format_event(first).endswith("alice -->Pending Started")
+
+
+def test_twatch_refuses_a_negative_since(capsys: pytest.CaptureFixture[str]) -> None:
+    from bridge.watch import twatch_main
+
+    assert twatch_main(["--since", "-3"]) == 1
+    assert "twatch: error: --since must be 0 or more" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.store import Event
+from bridge.outbox import Event
 
 EVENT_TRANSITION = "transition"
 

@@ -20,7 +20,8 @@ from contextlib import suppress
 
 import structlog
 
-from bridge.store import Event, Store
+from bridge.outbox import Event
+from bridge.store import Store
 
 log = structlog.get_logger("hpc_bridge.feed")
 

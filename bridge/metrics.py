@@ -31,8 +31,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from bridge.api import Handler
+from bridge.outbox import Event
 from bridge.publisher import Publisher
-from bridge.store import Event, Store
+from bridge.store import Store
 
 _LEAVING_PENDING = {"Submitted", "Running"}
 _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)

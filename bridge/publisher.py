@@ -32,8 +32,9 @@ import structlog
 from bridge.events import acked_prefix, plan_batch
 from bridge.feed import EventFeed
 from bridge.filemodes import check_secret_file
+from bridge.outbox import Event
 from bridge.settings_events import MqttSection
-from bridge.store import Event, Store
+from bridge.store import Store
 
 log = structlog.get_logger("hpc_bridge.publisher")
 

@@ -7,8 +7,9 @@ Tables:
 * ``transitions`` — every state change with its reason and time.
   ``placement`` is the engine's placement decision as JSON (hosts, domains per level,
   mode; see :mod:`bridge.placement`), or NULL.
-* ``outbox`` — state changes not yet published (MQTT, Kubernetes status); a publisher
-  reads :meth:`Store.pending_events` and marks them :meth:`Store.mark_published`.
+* ``outbox`` — every state change as an event (MQTT, ``/v1/events``, metrics); the
+  publisher reads :meth:`Store.pending_events` and marks them :meth:`Store.mark_published`
+  (more queries of it in :class:`bridge.outbox.OutboxQueries`).
 
 Contract: every method is one transaction. A state change, its transition row and
 its outbox row are written together or not at all, so a daemon killed at any
@@ -27,12 +28,13 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bridge.backend import Owner
 from bridge.model import TrainJob, load_document
+from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
 from bridge.states import JobState, check_transition
 
@@ -200,15 +202,6 @@ class Transition:
     at: float
 
 
-@dataclass(frozen=True)
-class Event:
-    """An outbox row: a state change waiting to be published."""
-
-    id: int
-    job_id: int
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
 def _row_to_record(row: sqlite3.Row) -> JobRecord:
     doc = load_document(json.loads(row["document"]))
     assert isinstance(doc, TrainJob)
@@ -244,7 +237,7 @@ def _row_to_record(row: sqlite3.Row) -> JobRecord:
     )
 
 
-class Store:
+class Store(OutboxQueries):
     """SQLite-backed job store. Open with :meth:`open`; one instance per process."""
 
     def __init__(self, conn: sqlite3.Connection):
@@ -479,40 +472,6 @@ class Store:
             "SELECT * FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT ?", (limit,)
         ).fetchall()
         return [Event(r["id"], r["job_id"], json.loads(r["event"])) for r in rows]
-
-    def events_after(self, seq: int, limit: int = 100, *, upto: int | None = None,
-                     owner_uid: int | None = None) -> list[Event]:
-        """Outbox rows with ``seq < id <= upto`` (published or not), oldest first, at
-        most ``limit``; only the jobs of ``owner_uid`` when given (``/v1/events``)."""
-        sql = "SELECT o.* FROM outbox o"
-        args: list[Any] = []
-        if owner_uid is not None:
-            sql += " JOIN jobs j ON j.id = o.job_id AND j.owner_uid=?"
-            args.append(owner_uid)
-        sql += " WHERE o.id > ?"
-        args.append(seq)
-        if upto is not None:
-            sql += " AND o.id <= ?"
-            args.append(upto)
-        rows = self._db.execute(sql + " ORDER BY o.id LIMIT ?", [*args, limit]).fetchall()
-        return [Event(r["id"], r["job_id"], json.loads(r["event"])) for r in rows]
-
-    def last_event_id(self) -> int:
-        """The newest outbox sequence number (0 when there is none)."""
-        row = self._db.execute("SELECT max(id) FROM outbox").fetchone()
-        return int(row[0] or 0)
-
-    def outbox_backlog(self) -> tuple[int, float | None]:
-        """How many events wait to be published, and when the oldest was written."""
-        row = self._db.execute("SELECT count(*), min(created_at) FROM outbox "
-                               "WHERE published_at IS NULL").fetchone()
-        return int(row[0]), row[1]
-
-    def count_jobs(self) -> dict[tuple[str, str], int]:
-        """Jobs per (back end, state): one ``GROUP BY`` (for metrics at scrape time)."""
-        rows = self._db.execute("SELECT backend, state, count(*) FROM jobs "
-                                "GROUP BY backend, state").fetchall()
-        return {(r[0], r[1]): int(r[2]) for r in rows}
 
     def mark_published(self, event_ids: Sequence[int]) -> None:
         with self._tx() as db:

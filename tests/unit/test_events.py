@@ -20,9 +20,10 @@ from bridge.events import (
 )
 from bridge.feed import EventFeed
 from bridge.filemodes import InsecureFile
+from bridge.outbox import Event
 from bridge.publisher import read_password
 from bridge.settings_events import MetricsSection, MqttSection, check_prefix
-from bridge.store import Event, Store
+from bridge.store import Store
 
 
 def _event(seq: int, job: int, to: str = "Running") -> Event:

@@ -109,6 +109,7 @@ def test_metrics_scrape_shows_jobs_counters_and_publishing(
         polls = [v for (name, labels), v in m.items()
                  if name == "hpcbridge_backend_poll_jobs_count"]
         assert sum(polls) >= 1
+        assert d.stop() == 0  # and the metrics listener closes with the daemon
     finally:
         d.stop()
         cleanup(workdir)

@@ -95,6 +95,7 @@ def test_a_jobs_transitions_arrive_in_order_with_the_documented_payload(
             assert retained[0][2] is True and retained[0][1] == last
         finally:
             late.close()
+        assert d.stop() == 0  # SIGTERM ends the publisher and the feed cleanly
     finally:
         sub.close()
         d.stop()

@@ -19,6 +19,8 @@ API (JSON unless stated; errors are ``{"error": message}``):
 * ``POST /v1/jobs/{ref}/cancel`` -> 202 JobView (403 not the owner, 404 unknown)
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` -> raw bytes,
   streamed; with ``follow=1`` until the job has finished and its output is drained.
+* ``GET /v1/events?since=SEQ&timeout=S`` -> ``{"items": [event], "next": SEQ}``
+  (long-poll; the caller's jobs' events, every job's for root)
 
 A 429 (a per-user limit of the daemon) is asked again after its ``Retry-After`` when
 that is at most ``max_busy_wait`` seconds, at most ``busy_retries`` times (the daemon did
@@ -525,6 +527,23 @@ class BridgeClient:
         """Ask for the job to be cancelled; returns it as it is now."""
         path = f"/v1/jobs/{_ref(ref)}/cancel"
         return cast(JobView, self._object(self._call("POST", path), "job"))
+
+    def events(self, *, since: int | None = None, wait: float = 20.0,
+               limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+        """Job events after sequence number ``since`` (None: from now on), waiting up to
+        ``wait`` seconds (kept below this client's timeout) for the first; returns the
+        events (docs/events.md) and the ``since`` of the next call."""
+        params = {"timeout": f"{max(0.0, min(wait, self._timeout - 5)):g}"}
+        if since is not None:
+            params["since"] = str(since)
+        if limit is not None:
+            params["limit"] = str(limit)
+        data = self._object(self._call("GET", "/v1/events", params=params), "event list")
+        items, following = data.get("items"), data.get("next")
+        if (not isinstance(items, list) or not all(isinstance(i, dict) for i in items)
+                or not isinstance(following, int)):
+            raise BridgeClientError("hpc-bridge sent an unexpected event list")
+        return items, following
 
     def stream_log(
         self, ref: str | int, *, stream: str = "stdout", offset: int = 0, follow: bool = False

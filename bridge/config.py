@@ -42,6 +42,12 @@ Example (every key optional except one back end)::
     kind = "kubernetes"                      # a coordination.k8s.io Lease
     lease = "hpc-bridge"
 
+    [events.mqtt]                            # optional: the event stream (docs/events.md)
+    host = "mqtt.example.org"
+
+    [metrics]                                # optional: Prometheus (docs/events.md)
+    listen = "127.0.0.1:9464"
+
 Contract: :func:`load_config` returns a :class:`Config` or raises :class:`ConfigError`
 whose message names the file and the key.
 """
@@ -54,6 +60,8 @@ from typing import Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
+
+from bridge.settings_events import EventsSection, MetricsSection
 
 
 class ConfigError(ValueError):
@@ -175,6 +183,8 @@ class Config(BaseModel):
     backends: dict[str, BackendSection]
     frontdoors: dict[str, FrontDoorSection] = Field(default_factory=dict)
     leader_election: LeaderElectionSection | None = None
+    events: EventsSection = Field(default_factory=EventsSection)
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> Config:

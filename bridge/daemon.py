@@ -27,10 +27,13 @@ from bridge.api import Health, load_tokens, make_app, serve, serve_health
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config
 from bridge.engine import Engine, EngineSettings
+from bridge.eventtasks import start_event_tasks, stop_event_tasks
 from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.leader import Elector, load_elector, lost_lease, reset_store, stand_by, start_fence
 from bridge.limits import LimitSettings
+from bridge.metrics import Metrics
+from bridge.metrics_backend import instrument
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.statelock import acquire as lock_state_dir
@@ -140,7 +143,10 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
                         health: Health, hold: asyncio.Task[None] | None = None) -> None:
     inherited = listen_fds()
     store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
+    metrics = Metrics(store) if config.metrics.listen else None
     backends = build_backends(config)
+    if metrics is not None:  # time the back ends' calls (bridge/metrics_backend.py)
+        backends = instrument(backends, metrics.registry)
     frontdoors = build_frontdoors(config)
     e = config.engine
     assert e.default_backend is not None
@@ -163,9 +169,12 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
         log_interval=lim.log_interval,
         max_request_bytes=lim.max_request_bytes, max_script_bytes=lim.max_script_bytes),
         health)
+    # Before the app is served (it adds the events route; aiohttp freezes the app).
+    events = await start_event_tasks(config, store, app, metrics)
     try:  # the socket first: a refused one (another daemon answers) must submit nothing
         runner = await serve(app, config.daemon.socket, config.daemon.tcp, inherited)
     except BaseException:
+        await stop_event_tasks(events)
         store.close()
         raise
     # Pings from the start: adopting many jobs may take longer than WatchdogSec.
@@ -199,6 +208,7 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     await engine.stop()
     with suppress(asyncio.CancelledError):
         await engine_task
+    await stop_event_tasks(events)
     stopped.cancel()
     await runner.cleanup()
     store.close()

@@ -7,8 +7,9 @@ Tables:
 * ``transitions`` — every state change with its reason and time.
   ``placement`` is the engine's placement decision as JSON (hosts, domains per level,
   mode; see :mod:`bridge.placement`), or NULL.
-* ``outbox`` — state changes not yet published (MQTT, Kubernetes status); a publisher
-  reads :meth:`Store.pending_events` and marks them :meth:`Store.mark_published`.
+* ``outbox`` — every state change as an event (MQTT, ``/v1/events``, metrics); the
+  publisher reads :meth:`Store.pending_events` and marks them :meth:`Store.mark_published`
+  (more queries of it in :class:`bridge.outbox.OutboxQueries`).
 
 Contract: every method is one transaction. A state change, its transition row and
 its outbox row are written together or not at all, so a daemon killed at any
@@ -43,6 +44,7 @@ from typing import Any
 from bridge.backend import Owner
 from bridge.job_summary import add_summary_column, job_summary
 from bridge.model import TrainJob, load_document
+from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
 from bridge.states import TERMINAL, JobState, check_transition
 
@@ -267,15 +269,6 @@ class Transition:
     at: float
 
 
-@dataclass(frozen=True)
-class Event:
-    """An outbox row: a state change waiting to be published."""
-
-    id: int
-    job_id: int
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
 #: Every column of ``jobs`` but the document (what listings read).
 _LIGHT_COLUMNS = (
     "id, uid, namespace, name, owner_uid, owner_gid, owner_user, backend, origin, state, "
@@ -325,7 +318,7 @@ def _row_to_record(row: sqlite3.Row,
     )
 
 
-class Store:
+class Store(OutboxQueries):
     """SQLite-backed job store. Open with :meth:`open`; one instance per process."""
 
     def __init__(self, conn: sqlite3.Connection):

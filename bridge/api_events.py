@@ -1,0 +1,90 @@
+"""``GET /v1/events``: job events for users, without MQTT (a long-poll over the API).
+
+Query: ``since=SEQ`` (events with a larger sequence number; absent: only events from
+now on), ``timeout=S`` (seconds to wait when there is none yet, 0-60, default 25),
+``limit=N`` (1-1000, default 200). Answer ``{"items": [event], "next": SEQ}``: the
+events (the payload of docs/events.md) oldest first, and the ``since`` for the next
+call. Without events before the timeout, ``items`` is empty.
+
+Who sees what: the caller sees the events of their own jobs; root sees every job's.
+A bad parameter is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from bridge.api import ENGINE_KEY, OWNER_KEY
+from bridge.events import event_payload
+from bridge.feed import EventFeed
+
+FEED_KEY = web.AppKey("feed", EventFeed)
+MAX_WAIT = 60.0
+DEFAULT_WAIT = 25.0
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 200
+_MAX_SEQ = 2**63 - 1
+
+
+class BadParameter(ValueError):
+    """A query parameter out of its range; the message names it."""
+
+
+def _number(query: dict[str, str], name: str, default: float | None, low: float,
+            high: float, integer: bool) -> float | None:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(int(raw)) if integer else float(raw)
+    except ValueError:
+        raise BadParameter(f"{name}: {raw[:40]!r} is not a "
+                           f"{'whole ' if integer else ''}number") from None
+    if not low <= value <= high:  # also refuses NaN
+        raise BadParameter(f"{name}: must be between {low:g} and {high:g}")
+    return value
+
+
+def parse_query(query: dict[str, str]) -> tuple[int | None, float, int]:
+    """``(since, timeout, limit)`` of a ``/v1/events`` query; :class:`BadParameter`
+    naming the parameter that is not a number in its range."""
+    since = _number(query, "since", None, 0, _MAX_SEQ, True)
+    wait = _number(query, "timeout", DEFAULT_WAIT, 0, MAX_WAIT, False)
+    limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT, True)
+    assert wait is not None and limit is not None
+    return (None if since is None else int(since)), wait, int(limit)
+
+
+async def list_events(request: web.Request) -> web.Response:
+    """The caller's events after ``since``, waiting up to ``timeout`` for the first."""
+    try:
+        since, wait, limit = parse_query(dict(request.query))
+    except BadParameter as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    store = request.app[ENGINE_KEY].store
+    feed = request.app[FEED_KEY]
+    owner = request[OWNER_KEY]
+    only = None if owner.uid == 0 else owner.uid
+    cursor = store.last_event_id() if since is None else since
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        newest = store.last_event_id()
+        rows = store.events_after(cursor, limit, upto=newest, owner_uid=only)
+        if rows:
+            following = rows[-1].id if len(rows) == limit else max(cursor, newest)
+            return web.json_response({"items": [event_payload(r) for r in rows],
+                                      "next": following})
+        cursor = max(cursor, newest)  # other users' events: skipped for good
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return web.json_response({"items": [], "next": cursor})
+        await feed.wait_after(cursor, remaining)
+
+
+def add_routes(app: web.Application, feed: EventFeed) -> None:
+    """Serve ``/v1/events`` from ``app`` (before it starts)."""
+    app[FEED_KEY] = feed
+    app.router.add_get("/v1/events", list_events)

@@ -1,0 +1,64 @@
+"""Start and stop the daemon's event machinery: the outbox feed (always: it serves
+``GET /v1/events``), the MQTT publisher (``[events.mqtt]``) and the metrics listener
+(``[metrics] listen``). Each runs as its own task, so none of them can slow the engine.
+
+Contract: :func:`start_event_tasks` is called before the API app starts (it adds the
+``/v1/events`` route and, with metrics, the request-counting middleware); an insecure
+MQTT password file raises :class:`bridge.filemodes.InsecureFile` there, so the daemon
+refuses to start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from bridge.api_events import add_routes
+from bridge.config import Config
+from bridge.feed import EventFeed
+from bridge.metrics import Metrics
+from bridge.publisher import Publisher
+from bridge.store import Store
+
+
+@dataclass
+class EventTasks:
+    feed: EventFeed
+    publisher: Publisher | None
+    metrics: Metrics | None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    metrics_runner: web.AppRunner | None = None
+
+
+async def start_event_tasks(config: Config, store: Store, app: web.Application,
+                            metrics: Metrics | None = None) -> EventTasks:
+    """Build and start what ``config`` asks for; wire ``/v1/events`` into ``app``.
+    ``metrics`` (the daemon's, made when ``[metrics] listen`` is set) is served."""
+    feed = EventFeed(store, observers=[metrics.observe_events] if metrics else [])
+    publisher = None
+    if config.events.mqtt is not None:
+        publisher = Publisher(store, feed, config.events.mqtt,
+                              on_published=metrics.observe_published if metrics else None)
+    add_routes(app, feed)
+    running = EventTasks(feed, publisher, metrics)
+    if metrics is not None and config.metrics.listen:
+        metrics.publisher = publisher
+        app.middlewares.insert(0, metrics.middleware)
+        running.metrics_runner = await metrics.serve(config.metrics.listen)
+    running.tasks.append(asyncio.create_task(feed.run(), name="event-feed"))
+    if publisher is not None:
+        running.tasks.append(asyncio.create_task(publisher.run(), name="mqtt-publisher"))
+    return running
+
+
+async def stop_event_tasks(running: EventTasks) -> None:
+    for task in running.tasks:
+        task.cancel()
+    for task in running.tasks:
+        with suppress(asyncio.CancelledError):
+            await task
+    if running.metrics_runner is not None:
+        await running.metrics_runner.cleanup()

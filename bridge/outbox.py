@@ -1,0 +1,62 @@
+"""Outbox events and the read-only queries of them (and of job counts) that the event
+stream and the metrics use; :class:`bridge.store.Store` has them as a mixin.
+
+Contract: every query is one indexed statement, cheap enough to run on the event loop
+(the outbox feed asks :meth:`OutboxQueries.last_event_id` every 20 ms).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    """An outbox row: a state change (``payload`` as the store wrote it)."""
+
+    id: int
+    job_id: int
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+class OutboxQueries:
+    """Queries of the outbox and of job counts (mixed into the store)."""
+
+    _db: sqlite3.Connection
+
+    def events_after(self, seq: int, limit: int = 100, *, upto: int | None = None,
+                     owner_uid: int | None = None) -> list[Event]:
+        """Outbox rows with ``seq < id <= upto`` (published or not), oldest first, at
+        most ``limit``; only the jobs of ``owner_uid`` when given (``/v1/events``)."""
+        sql = "SELECT o.* FROM outbox o"
+        args: list[Any] = []
+        if owner_uid is not None:
+            sql += " JOIN jobs j ON j.id = o.job_id AND j.owner_uid=?"
+            args.append(owner_uid)
+        sql += " WHERE o.id > ?"
+        args.append(seq)
+        if upto is not None:
+            sql += " AND o.id <= ?"
+            args.append(upto)
+        rows = self._db.execute(sql + " ORDER BY o.id LIMIT ?", [*args, limit]).fetchall()
+        return [Event(r["id"], r["job_id"], json.loads(r["event"])) for r in rows]
+
+    def last_event_id(self) -> int:
+        """The newest outbox sequence number (0 when there is none)."""
+        row = self._db.execute("SELECT max(id) FROM outbox").fetchone()
+        return int(row[0] or 0)
+
+    def outbox_backlog(self) -> tuple[int, float | None]:
+        """How many events wait to be published, and when the oldest was written."""
+        row = self._db.execute("SELECT count(*), min(created_at) FROM outbox "
+                               "WHERE published_at IS NULL").fetchone()
+        return int(row[0]), row[1]
+
+    def count_jobs(self) -> dict[tuple[str, str], int]:
+        """Jobs per (back end, state): one ``GROUP BY`` (for metrics at scrape time)."""
+        rows = self._db.execute("SELECT backend, state, count(*) FROM jobs "
+                                "GROUP BY backend, state").fetchall()
+        return {(r[0], r[1]): int(r[2]) for r in rows}

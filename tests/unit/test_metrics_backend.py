@@ -1,0 +1,80 @@
+"""The back-end call wrapper of bridge/metrics_backend.py: timing, failures, and the
+optional protocols seen exactly as the wrapped back end has them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bridge.backend import BackendUnavailable, StatusBatch, Suspendable
+from bridge.metrics_backend import instrument
+
+
+class _Plain:
+    """Enough of a back end for the wrapper (it only forwards)."""
+
+    packs_units = True
+
+    async def submit(self, request: object) -> str:
+        return "42"
+
+    async def cancel(self, backend_id: str, owner: object) -> None:
+        raise BackendUnavailable("down")
+
+    async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
+        yield StatusBatch(jobs=(), complete=True, at=0.0)
+
+
+class _Suspending(_Plain):
+    async def set_suspended(self, backend_id: str, suspend: bool) -> None:
+        return None
+
+
+async def test_calls_are_timed_failures_counted_and_batches_sized() -> None:
+    registry = CollectorRegistry()
+    backend = instrument({"slurm": _Plain()}, registry)["slurm"]
+    assert await backend.submit(None) == "42"
+    with pytest.raises(BackendUnavailable):
+        await backend.cancel("1", None)
+    batches = [b async for b in backend.watch(1.0)]
+    assert len(batches) == 1
+    value = registry.get_sample_value
+    assert value("hpcbridge_backend_call_seconds_count",
+                 {"backend": "slurm", "call": "submit"}) == 1
+    assert value("hpcbridge_backend_call_failures_total",
+                 {"backend": "slurm", "call": "cancel", "error": "BackendUnavailable"}) == 1
+    assert value("hpcbridge_backend_poll_jobs_count",
+                 {"backend": "slurm", "complete": "true"}) == 1
+    assert getattr(backend, "packs_units", False) is True
+
+
+def test_optional_protocols_are_those_of_the_wrapped_back_end() -> None:
+    wrapped = instrument({"a": _Plain(), "b": _Suspending()},
+                         CollectorRegistry())
+    assert not isinstance(wrapped["a"], Suspendable)
+    assert isinstance(wrapped["b"], Suspendable)
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_daemon_exports() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    from bridge.metrics import Metrics
+    from bridge.metrics_backend import BackendMetrics
+    from bridge.store import Store
+
+    metrics = Metrics(Store.open(":memory:"))
+    BackendMetrics(metrics.registry)
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"],
+                "gauge": [""]}
+    exported = {family.name + suffix for family in metrics.registry.collect()
+                for suffix in suffixes[family.type]}
+    exported |= {"hpcbridge_mqtt_connected"}  # only with [events.mqtt]
+    dashboard = Path(__file__).parents[2] / "charts/hpc-bridge/files/grafana-dashboard.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"]
+             for t in p["targets"]]
+    used = {name for e in exprs for name in re.findall(r"hpcbridge_[a-z_]+", e)}
+    assert used and used <= exported, used - exported

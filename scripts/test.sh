@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 bash testbed/install.sh
 bash scripts/setup-python.sh
 bash testbed/slurm.sh up
+bash testbed/slurm-versions.sh up   # Slurm 24.11 and 26.05 in chroots (cached)
 bash testbed/k8s/k8s.sh up
 
 echo "== ruff"; .venv/bin/ruff check .

@@ -325,18 +325,25 @@ class SlurmBackend:
         first (:class:`BackendRejected` when the server offers none the bridge speaks:
         waiting would not help)."""
         if self.rest is not None:
-            if self.negotiate_version:
-                served = served_versions(await self.rest.openapi(self.rest_user))
-                try:
-                    self.rest.dialect = negotiate(served)
-                except ValueError as exc:
-                    raise BackendRejected(f"slurm back end {self.name}: {exc}") from None
-                log.info("slurm back end %s: slurmrestd at %s offers %s; speaking %s",
-                         self.name, self.rest.where, ", ".join(served),
-                         self.rest.dialect.version)
+            await self._rest_client()
             await self.rest.ping(self.rest_user)
         else:
             await self.cli.ping()
+
+    async def _rest_client(self) -> SlurmRestClient:
+        """The REST client, its dialect chosen from the server's OpenAPI document the
+        first time it is needed (at start, or later if slurmrestd was down then)."""
+        assert self.rest is not None
+        if self.negotiate_version:
+            served = served_versions(await self.rest.openapi(self.rest_user))
+            try:
+                self.rest.dialect = negotiate(served)
+            except ValueError as exc:
+                raise BackendRejected(f"slurm back end {self.name}: {exc}") from None
+            self.negotiate_version = False
+            log.info("slurm back end %s: slurmrestd at %s offers %s; speaking %s",
+                     self.name, self.rest.where, ", ".join(served), self.rest.dialect.version)
+        return self.rest
 
     async def close(self) -> None:
         if self.rest is not None:
@@ -360,8 +367,9 @@ class SlurmBackend:
         # "(null)-<id>.out". sbatch sets it only when exporting its own environment.
         cli_env = {**env, "SLURM_JOB_NAME": spec.name}
         if self.rest is not None:
+            rest = await self._rest_client()
             try:
-                body = rest_job(spec, env, self.rest.dialect)
+                body = rest_job(spec, env, rest.dialect)
             except UnsupportedOption as exc:
                 if self.cli.has("sbatch"):
                     log.info("job %s: %s; submitting it with sbatch instead", request.job_uid,
@@ -371,7 +379,7 @@ class SlurmBackend:
                 raise BackendRejected(str(exc)) from None
             except hostlist.HostlistError as exc:
                 raise BackendRejected(str(exc)) from None
-            return await self.rest.submit(request.owner.user, script, body)
+            return await rest.submit(request.owner.user, script, body)
         return await self.cli.submit(script, sbatch_args(spec), cli_env, request.owner,
                                      spec.script_args)
 
@@ -379,10 +387,11 @@ class SlurmBackend:
         if self.rest is not None:
             # Ask "anything changed since the last listing?" (a few seconds of margin
             # for clock skew with slurmctld); 304 means the cached listing holds.
+            rest = await self._rest_client()
             asked_at = int(time.time())
             since = self._listed_at - 5 if self._listing_cache is not None else None
-            answer = await self.rest.jobs(self.rest_user, changed_since=since)
-            dialect = self.rest.dialect
+            answer = await rest.jobs(self.rest_user, changed_since=since)
+            dialect = rest.dialect
             if answer is None and self._listing_cache is not None:
                 return self._listing_cache, dialect
             data = answer or {}
@@ -441,7 +450,7 @@ class SlurmBackend:
         """Cancel as ``owner`` (SIGKILL request: Slurm sends SIGTERM, then SIGKILL after
         KillWait). A finished or unknown job is not an error."""
         if self.rest is not None:
-            await self.rest.cancel(owner.user, backend_id)
+            await (await self._rest_client()).cancel(owner.user, backend_id)
         else:
             await self.cli.cancel(backend_id, owner)
 
@@ -451,8 +460,9 @@ class SlurmBackend:
         """Nodes (slurmrestd ``/nodes`` or ``sinfo --json``) and the switch tree
         (``scontrol show topology``)."""
         if self.rest is not None:
-            data = await self.rest.nodes(self.rest_user)
-            dialect = self.rest.dialect
+            rest = await self._rest_client()
+            data = await rest.nodes(self.rest_user)
+            dialect = rest.dialect
         else:
             data = await self.cli.nodes()
             dialect = dialect_from_meta(data.get("meta"))

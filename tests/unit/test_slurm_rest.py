@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from bridge.backend import BackendRejected, BackendUnavailable
+from slurm_adapter.backend import create
 from slurm_adapter.dialects import V0_0_38, V0_0_41
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient
 
@@ -264,3 +265,43 @@ async def test_jobs_not_modified_since(server: tuple[FakeRest, str], key_file: s
     finally:
         await rest.close()
     assert fake.requests[-1]["path"] == "/slurm/v0.0.38/jobs"
+
+
+async def test_auto_version_speaks_the_newest_one_both_know(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    fake, sock = server
+    fake.answers[("GET", "/openapi/v3")] = (200, {"paths": {
+        "/slurm/v0.0.41/ping": {}, "/slurm/v0.0.42/ping": {}, "/slurm/v0.0.99/ping": {}}})
+    fake.answers[("GET", "/slurm/v0.0.42/ping")] = (200, {"pings": [], "errors": []})
+    backend = create("s", {"rest_socket": sock, "jwt_key": key_file})
+    try:
+        await backend.start()
+    finally:
+        await backend.close()
+    assert backend.rest is not None and backend.rest.dialect.version == "v0.0.42"
+    assert [r["path"] for r in fake.requests] == ["/openapi/v3", "/slurm/v0.0.42/ping"]
+
+
+async def test_auto_version_fails_naming_both_lists(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    fake, sock = server
+    fake.answers[("GET", "/openapi/v3")] = (200, {"paths": {"/slurm/v0.0.37/ping": {}}})
+    backend = create("old", {"rest_socket": sock, "jwt_key": key_file})
+    try:
+        with pytest.raises(BackendRejected, match=r"slurm back end old: slurmrestd offers "
+                                                  r"v0\.0\.37; this bridge speaks v0\.0\.38, "):
+            await backend.start()
+    finally:
+        await backend.close()
+
+
+async def test_explicit_rest_version_reads_no_openapi_document(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    fake, sock = server
+    fake.answers[("GET", "/slurm/v0.0.41/ping")] = (200, {"pings": [], "errors": []})
+    backend = create("s", {"rest_socket": sock, "jwt_key": key_file, "rest_version": "v0.0.41"})
+    try:
+        await backend.start()
+    finally:
+        await backend.close()
+    assert [r["path"] for r in fake.requests] == ["/slurm/v0.0.41/ping"]

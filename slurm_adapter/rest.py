@@ -294,15 +294,21 @@ class SlurmRestClient:
                    ) -> dict[str, Any] | None:
         """``GET /jobs`` as ``user``: the whole answer (``meta``, ``jobs``).
 
-        With ``changed_since`` (epoch seconds) slurmctld answers 304 and no data when no
-        job changed since then (its ``update_time`` filter is all-or-nothing): that
-        gives ``None``, and the caller's last listing still holds. The listing is
-        megabytes on a busy cluster; this keeps a quiet one from reparsing it."""
+        With ``changed_since`` (epoch seconds) slurmctld sends no jobs when none changed
+        since then (its ``update_time`` filter is all-or-nothing): that gives ``None``,
+        and the caller's last listing still holds. v0.0.38 (22.05) says so with HTTP
+        304; v0.0.40+ (24.11, 26.05) with HTTP 200, an empty ``jobs`` list and
+        ``last_update`` 0 (a real listing carries the controller's time there). The
+        listing is megabytes on a busy cluster; this keeps a quiet one from reparsing it."""
         path = "/jobs" if changed_since is None else f"/jobs?update_time={changed_since}"
         answer = await self._request("GET", path, user)
         if answer.status == 304:
             return None
         assert answer.body is not None
+        if (changed_since is not None and answer.status == 200
+                and answer.body.get("jobs") == [] and "last_update" in answer.body
+                and self.dialect.number(answer.body["last_update"]) in (0, None)):
+            return None
         if answer.status == 200 and isinstance(answer.body.get("jobs"), list):
             return answer.body
         raise classify(self._errors(answer) or [{"error": f"HTTP {answer.status}"}],

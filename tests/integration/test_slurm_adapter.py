@@ -127,6 +127,25 @@ async def test_cancel(slurm_backend: SlurmBackend, alice: Owner, alice_dir: Path
     await slurm_backend.cancel("99999999", alice)  # unknown: no error
 
 
+async def test_status_polls_keep_jobs_when_nothing_changed(slurm_backend: SlurmBackend,
+                                                          alice: Owner,
+                                                          alice_dir: Path) -> None:
+    """Later REST listings ask only for changes since the last one (``update_time``,
+    with 5 s of margin); a quiet cluster must not make the bridge's jobs vanish from
+    the snapshot. The job is looked up again and again for longer than the margin,
+    so that the later polls find nothing changed."""
+    req = make_request(alice, alice_dir, command=["true"])
+    await slurm_backend.submit(req)
+    job = await watch_until(slurm_backend, req.job_uid, finished)
+    quiet_until = time.monotonic() + (7.0 if slurm_backend.rest is not None else 0.0)
+    polls = 0
+    while polls < 3 or time.monotonic() < quiet_until:
+        found = await slurm_backend.lookup([req.job_uid])
+        assert found.get(req.job_uid) == job, f"poll {polls}: {found}"
+        polls += 1
+        await asyncio.sleep(0.5)
+
+
 async def test_hostile_strings_reach_the_job_verbatim(slurm_backend: SlurmBackend,
                                                       alice: Owner, alice_dir: Path) -> None:
     marker = alice_dir / "pwned"

@@ -305,3 +305,24 @@ async def test_explicit_rest_version_reads_no_openapi_document(
     finally:
         await backend.close()
     assert [r["path"] for r in fake.requests] == ["/slurm/v0.0.41/ping"]
+
+
+async def test_nothing_changed_in_the_newer_dialects_is_not_an_empty_listing(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    """v0.0.40+ answer an unchanged ``update_time`` poll with 200, no jobs and
+    ``last_update`` 0 (seen on 24.11 and 26.05); a real empty listing has a time."""
+    fake, sock = server
+    rest = SlurmRestClient(V0_0_41, JwtSigner(key_file), socket_path=sock)
+    unset = {"set": True, "infinite": False, "number": 0}
+    try:
+        fake.answers[("GET", "/slurm/v0.0.41/jobs")] = (
+            200, {"jobs": [], "last_update": unset, "errors": []})
+        assert await rest.jobs("root", changed_since=1000) is None
+        listing = {"jobs": [], "last_update": {**unset, "number": 1796101441}, "errors": []}
+        fake.answers[("GET", "/slurm/v0.0.41/jobs")] = (200, listing)
+        assert await rest.jobs("root", changed_since=1000) == listing
+        fake.answers[("GET", "/slurm/v0.0.41/jobs")] = (
+            200, {"jobs": [], "last_update": unset, "errors": []})
+        assert await rest.jobs("root") == {"jobs": [], "last_update": unset, "errors": []}
+    finally:
+        await rest.close()

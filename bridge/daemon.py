@@ -23,7 +23,7 @@ import structlog
 
 from bridge.api import load_tokens, make_app, serve
 from bridge.backend import Backend, load_backend
-from bridge.config import Config, ConfigError, load_config
+from bridge.config import Config, ConfigError, load_config, partition_routes
 from bridge.engine import Engine, EngineSettings
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.model import ValidationError
@@ -103,6 +103,7 @@ async def run_daemon(config: Config) -> None:
         lost_after_seconds=e.lost_after_seconds, default_namespace=e.default_namespace,
         placement={name: section.placement for name, section in config.backends.items()},
         placement_max_age=e.placement_max_age,
+        partition_routes=partition_routes(config),
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
     app = make_app(engine, tokens)

@@ -117,6 +117,8 @@ class EngineSettings:
     placement: Mapping[str, str] = field(default_factory=dict)
     #: An inventory older than this (seconds) is read again before a job is placed.
     placement_max_age: float = 5.0
+    #: Routing rule: partition -> back end, for jobs that name no back end.
+    partition_routes: Mapping[str, str] = field(default_factory=dict)
 
 
 #: The placement mode of a back end its configuration does not name (docs/placement.md;
@@ -279,14 +281,16 @@ class Engine:
         """
         validate_trainjob(job)
         ensure_identity(job, self.settings.default_namespace)
-        backend = job.metadata.annotations.get(ANN_BACKEND) or self.settings.default_backend
+        options = scheduling_of(job)
+        backend = (job.metadata.annotations.get(ANN_BACKEND)
+                   or self.settings.partition_routes.get(options.partition or "")
+                   or self.settings.default_backend)
         if backend not in self.backends:
             raise ValidationError([(
                 f"metadata.annotations[{ANN_BACKEND}]",
                 f"unknown back end {backend!r}; configured: {', '.join(sorted(self.backends))}",
             )])
         plan = self.catalog.resolve(job)
-        options = scheduling_of(job)
         self._check_capacity(backend, plan.num_nodes, options.partition)
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:

@@ -3,18 +3,32 @@ optionally, over TCP with bearer tokens.
 
 Routes (JSON unless stated):
 
-* ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``.
-* ``GET /v1/jobs?states=Pending,Running|all&user=U`` — ``{"items": [JobView]}``; without
-  ``states`` only jobs that are not finished (like ``squeue``).
-* ``GET /v1/jobs/{ref}`` — a JobView with ``transitions``; ``ref`` is the numeric id,
-  the TrainJob uid or its ``metadata.name``.
+* ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``. With an
+  ``Idempotency-Key`` header (per caller), a retry answers 200 with the first job.
+* ``GET /v1/jobs?states=Pending,Running|all&user=U&backend=B&limit=N&continue=T`` —
+  one page ``{"items": [JobView without trainJob], "metadata": {"continue": T}}``,
+  oldest first; without ``states`` only jobs that are not finished (like ``squeue``).
+  As Kubernetes' ``limit``/``continue``: at most ``limit`` items (default 500, at most
+  5000); ``metadata.continue`` is present while more follow, and the next page is asked
+  for with it and the same filters. Served from light rows (no document decoded).
+* ``GET /v1/jobs/{ref}`` — a JobView with ``trainJob`` (the whole document) and
+  ``transitions``; ``ref`` is the numeric id (global), the TrainJob uid or its
+  ``metadata.name``, the caller's own jobs first (:mod:`bridge.refs`); 409 listing the
+  candidates when it names several users' jobs.
 * ``POST /v1/jobs/{ref}/cancel`` (also ``DELETE /v1/jobs/{ref}``) — 202 JobView.
 * ``POST /v1/jobs/{ref}/suspend`` and ``/resume``.
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
   bytes, streamed; with ``follow=1`` until the job has finished and its output is drained.
 * ``GET /v1/healthz``.
 
-Errors are ``{"error": message}`` with 400 (bad input), 403, 404, 409.
+Errors are ``{"error": message}`` with 400 (bad input: a body that is not a UTF-8 JSON
+TrainJob within :func:`bridge.model.check_shape`'s limits, an unknown or repeated query
+parameter, a bad value), 401, 403, 404 (no such job or route), 405, 409, 413 (a body or
+batch script over ``limits.max_request_bytes``/``limits.max_script_bytes``; the message
+names the setting) and 429 (a per-user limit, :mod:`bridge.limits`: with ``Retry-After``
+in seconds, and ``"limit"`` naming it); never a 5xx for anything a caller sends.
+Validation of a submitted job runs in a worker thread, never on the event loop; the
+store is only touched from the loop.
 
 Identity: on the unix socket the caller is who the kernel says it is (peer
 credentials); the request body never names the caller. On TCP, a token from a
@@ -25,14 +39,18 @@ names the user.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import csv
+import hashlib
 import hmac
 import json
 import os
 import pwd
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,9 +59,20 @@ import structlog
 from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
-from bridge.engine import Engine, EngineError
-from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob
-from bridge.scheduling import scheduling_of
+from bridge.engine import Admission, Engine, EngineError
+from bridge.filemodes import check_secret_file
+from bridge.gate import GatedUnixSite, prepaid
+from bridge.job_summary import job_summary
+from bridge.limits import LimitExceeded, LimitSettings, UserLimits
+from bridge.model import (
+    ANN_BATCH_SCRIPT,
+    TrainJob,
+    ValidationError,
+    load_trainjob,
+    parse_json_object,
+)
+from bridge.output import OutputRefused
+from bridge.refs import AmbiguousJob
 from bridge.states import TERMINAL, JobState
 from bridge.store import JobNotFound, JobRecord
 
@@ -52,7 +81,13 @@ log = structlog.get_logger("hpc_bridge.api")
 OWNER_KEY = web.RequestKey("owner", Owner)
 ENGINE_KEY = web.AppKey("engine", Engine)
 TOKENS_KEY = web.AppKey("tokens", dict)
-MAX_BODY = 8 * 1024 * 1024
+LIMITS_KEY = web.AppKey("limits", UserLimits)
+#: Items in a page of ``GET /v1/jobs`` when the caller names no ``limit``, and the most.
+DEFAULT_PAGE = 500
+MAX_PAGE = 5000
+#: Connections the kernel queues for the daemon (one user's flood of connects must
+#: not leave no room for another's; Linux caps it at net.core.somaxconn).
+LISTEN_BACKLOG = 4096
 
 
 def _iso(ts: float | None) -> str | None:
@@ -72,26 +107,15 @@ def _redacted(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
-             viewer: Owner | None = None) -> dict[str, Any]:
-    """The JSON view of a job the API and CLI share. A ``viewer`` who is neither the
-    owner nor root sees the TrainJob without its environment values and script."""
-    try:
-        options = scheduling_of(rec.job)
-        job_name, partition, limit = (options.job_name, options.partition,
-                                      options.time_limit_minutes)
-    except ValidationError:
-        job_name, partition, limit = None, None, None
-    doc = rec.job.to_dict()
-    if viewer is not None and viewer.uid not in (0, rec.owner.uid):
-        doc = _redacted(doc)
-    trainer = rec.job.spec.trainer
-    view: dict[str, Any] = {
+def list_view(rec: JobRecord) -> dict[str, Any]:
+    """The JSON view of a job in a listing: its row and summary, no document."""
+    summary = rec.summary or job_summary(rec.job)
+    return {
         "id": rec.id,
         "uid": rec.uid,
         "name": rec.name,
         "namespace": rec.namespace,
-        "jobName": job_name or rec.name,
+        "jobName": summary.get("jobName") or rec.name,
         "user": rec.owner.user,
         "unixUid": rec.owner.uid,
         "backend": rec.backend,
@@ -99,12 +123,12 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
         "state": rec.state.value,
         "reason": rec.reason,
         "message": rec.message,
-        "runtime": rec.job.spec.runtime_ref.name,
-        "numNodes": (trainer.num_nodes if trainer and trainer.num_nodes else 1),
+        "runtime": summary.get("runtime"),
+        "numNodes": summary.get("numNodes") or 1,
         "nodes": rec.nodes,
         "exitCode": rec.exit_code,
-        "partition": partition or rec.queue,
-        "timeLimitMinutes": limit,
+        "partition": summary.get("partition") or rec.queue,
+        "timeLimitMinutes": summary.get("timeLimitMinutes"),
         "submitTime": _iso(rec.created_at),
         "startTime": _iso(rec.started_at),
         "endTime": _iso(rec.finished_at),
@@ -113,8 +137,19 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
         "cancelRequested": rec.cancel_requested,
         "attempts": rec.attempts,
         "placement": rec.placement,
-        "trainJob": doc,
     }
+
+
+def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
+             viewer: Owner | None = None) -> dict[str, Any]:
+    """The JSON view of one job the API and CLI share: :func:`list_view` and the
+    TrainJob document (``trainJob``). A ``viewer`` who is neither the owner nor root
+    sees the TrainJob without its environment values and script."""
+    doc = rec.job.to_dict()
+    if viewer is not None and viewer.uid not in (0, rec.owner.uid):
+        doc = _redacted(doc)
+    view = list_view(rec)
+    view["trainJob"] = doc
     if with_transitions:
         view["transitions"] = [
             {"from": t.src.value if t.src else None, "to": t.dst.value, "reason": t.reason,
@@ -124,8 +159,38 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
     return view
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None
+           ) -> web.Response:
+    extra = {k: v for k, v in (headers or {}).items() if k in ("Allow", "Retry-After")}
+    return web.json_response({"error": message}, status=status, headers=extra)
+
+
+#: A refused request's unread body up to this size is read and dropped (aiohttp's
+#: lingering close), so that the client, still writing it, reads the answer; a larger
+#: one (or one of unknown size) is not read: its connection is closed after the answer.
+DRAIN_BYTES = 64 * 1024
+
+
+async def _refuse(request: web.Request, response: web.Response) -> web.Response:
+    """Send a refusal; when the request's unread body is large (or of unknown size),
+    send it now and close the connection instead of reading the rest."""
+    length = request.content_length
+    if (length is None or length > DRAIN_BYTES) and request.can_read_body:
+        await response.prepare(request)
+        await response.write_eof()
+        request.protocol.force_close()  # the answer is flushed before the close
+    return response
+
+
+def _too_many(exc: LimitExceeded) -> web.Response:
+    return web.json_response({"error": str(exc), "limit": exc.limit}, status=429,
+                             headers={"Retry-After": str(exc.retry_after)})
+
+
+def _body_too_large(limit: int, size: int | None = None) -> web.Response:
+    got = f" ({size} bytes)" if size is not None else ""
+    return _error(413, f"request body too large{got}: at most {limit} bytes "
+                       f"(limits.max_request_bytes)")
 
 
 def peer_owner(sock: socket.socket) -> Owner:
@@ -140,21 +205,39 @@ def peer_owner(sock: socket.socket) -> Owner:
 
 
 def load_tokens(path: str | Path) -> dict[str, Owner]:
-    """Read a static token file: CSV lines ``token,user,uid[,"group1,group2"]``."""
+    """Read a static token file: CSV lines ``token,user,uid[,"group1,group2"]``.
+
+    Refused (``ValueError`` naming the file and line) when group or others may access
+    the file (:func:`bridge.filemodes.check_secret_file`, as ssh refuses a key), when a
+    user has no passwd entry, or when the ``uid`` column is set and is not that user's
+    Unix uid (an empty ``uid`` takes the passwd one).
+    """
+    check_secret_file(Path(path))
     tokens: dict[str, Owner] = {}
     with open(path, newline="") as fh:
         for lineno, row in enumerate(csv.reader(fh), 1):
             if not row or row[0].startswith("#"):
                 continue
-            if len(row) < 2:
+            if len(row) < 2 or not row[0].strip():
                 raise ValueError(f"{path}:{lineno}: expected token,user,uid")
             user = row[1].strip()
             try:
                 pw = pwd.getpwnam(user)
             except KeyError as exc:
                 raise ValueError(f"{path}:{lineno}: unknown user {user!r}") from exc
+            uid = row[2].strip() if len(row) > 2 else ""
+            if uid and uid != str(pw.pw_uid):
+                raise ValueError(f"{path}:{lineno}: uid {uid!r} is not the uid of user "
+                                 f"{user!r} ({pw.pw_uid})")
             tokens[row[0].strip()] = Owner(uid=pw.pw_uid, gid=pw.pw_gid, user=user)
     return tokens
+
+
+def bearer_token(header: str) -> str:
+    """The credentials of an ``Authorization: Bearer <token>`` header ('' if none); the
+    scheme name is case-insensitive (RFC 7235 section 2.1)."""
+    scheme, _, credentials = header.strip().partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -162,20 +245,39 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def identity_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Attach the caller's :class:`Owner`; refuse unauthenticated TCP callers."""
+    """Attach the caller's :class:`Owner`; refuse unauthenticated TCP callers. Every
+    refusal, aiohttp's own included (no route, method, body too large), is a JSON
+    ``{"error": message}``."""
+    try:
+        return await _identified(request, handler)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, _http_message(request, exc), headers=exc.headers)
+
+
+async def _identified(request: web.Request, handler: Handler) -> web.StreamResponse:
     sock = request.transport.get_extra_info("socket") if request.transport else None
     if sock is not None and sock.family == socket.AF_UNIX:
         owner = peer_owner(sock)
     else:
         tokens: dict[str, Owner] = request.app[TOKENS_KEY]
-        header = request.headers.get("Authorization", "")
-        given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        given = bearer_token(request.headers.get("Authorization", ""))
+        # Header bytes that are not UTF-8 arrive as surrogates; they match no token.
+        raw = given.encode(errors="surrogateescape")
         match = next((o for t, o in tokens.items()
-                      if given and hmac.compare_digest(t.encode(), given.encode())), None)
+                      if raw and hmac.compare_digest(t.encode(), raw)), None)
         if match is None:
             return _error(401, "missing or invalid bearer token")
         owner = match
     request[OWNER_KEY] = owner
+    limits = request.app[LIMITS_KEY]
+    try:
+        if not prepaid(request.transport):  # else charged at accept (bridge.gate)
+            limits.check_request(owner.uid, owner.user)
+        limits.enter(owner.uid, owner.user)
+    except LimitExceeded as exc:
+        return await _refuse(request, _too_many(exc))
     try:
         return await handler(request)
     except ValidationError as exc:
@@ -184,31 +286,162 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
         return _error(exc.status, str(exc))
     except JobNotFound as exc:
         return _error(404, f"job {exc.args[0]} not found")
+    except AmbiguousJob as exc:
+        return _error(409, str(exc))
+    except LimitExceeded as exc:
+        return await _refuse(request, _too_many(exc))
+    finally:
+        limits.leave(owner.uid)
 
 
-def _find(request: web.Request) -> JobRecord:
+def _http_message(request: web.Request, exc: web.HTTPException) -> str:
+    if isinstance(exc, web.HTTPNotFound):
+        return f"no such route: {request.method} {request.path}"
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return (f"method {request.method} not allowed on {request.path}; allowed: "
+                f"{', '.join(sorted(exc.allowed_methods))}")
+    default = f"{exc.status}: {exc.reason}"
+    return exc.text if exc.text and exc.text != default else exc.reason
+
+
+def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
+    """The request's query parameters; an unknown or repeated one is a 400."""
+    params: dict[str, str] = {}
+    for key, value in request.query.items():
+        if key not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise ValidationError([("", f"unknown query parameter {key!r}; known: {known}")])
+        if key in params:
+            raise ValidationError([("", f"query parameter {key!r} given more than once")])
+        params[key] = value
+    return params
+
+
+def _find(request: web.Request, allowed: frozenset[str] = frozenset({"namespace"})
+          ) -> JobRecord:
+    """The job ``{ref}`` names for this caller (:func:`bridge.refs.resolve`); an unknown
+    query parameter is a 400."""
     engine = request.app[ENGINE_KEY]
-    return engine.store.find(request.match_info["ref"], request.query.get("namespace"))
+    namespace = _query(request, allowed).get("namespace")
+    return engine.store.find(request.match_info["ref"], namespace,
+                             caller_uid=request[OWNER_KEY].uid)
+
+
+#: Header of a client's idempotency key: a retried POST with the same key (same caller)
+#: answers the first job instead of making a second.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header's value (None if absent); ``ValidationError``
+    naming the header when it is empty, longer than 200 characters or not printable
+    ASCII."""
+    if value is None:
+        return None
+    if not value or len(value) > MAX_IDEMPOTENCY_KEY or not all(
+            "!" <= c <= "~" for c in value):
+        raise ValidationError([(f"{IDEMPOTENCY_HEADER} header",
+                                f"must be 1-{MAX_IDEMPOTENCY_KEY} printable ASCII characters "
+                                f"without spaces")])
+    return value
+
+
+def _submitted(record: JobRecord, status: int) -> web.Response:
+    return web.json_response({"id": record.id, "uid": record.uid, "name": record.name,
+                              "state": record.state.value}, status=status)
+
+
+def _replay(engine: Engine, owner: Owner, key: str, digest: str) -> web.Response | None:
+    """The answer to a retried submission: the first job with this caller's key (200),
+    409 when the key came with another body; None when the key is new."""
+    first = engine.store.by_idempotency_key(owner.uid, key)
+    if first is None:
+        return None
+    if first.request_digest != digest:
+        return _error(409, f"{IDEMPOTENCY_HEADER} {key!r} was used for another request "
+                           f"(job {first.id}); use a new key for a new job")
+    return _submitted(first, 200)
+
+
+def _parse_submission(raw: bytes, engine: Engine, owner: Owner, max_script: int,
+                      ) -> tuple[TrainJob, Admission] | web.Response:
+    """Decode, check and prepare a submitted body (in a worker thread: it touches no
+    store and no loop state). An answer to send instead, or the job ready to admit;
+    a bad body raises :class:`ValidationError` (400)."""
+    job = load_trainjob(parse_json_object(raw, "request body"), "request")
+    script = job.metadata.annotations.get(ANN_BATCH_SCRIPT)
+    if script is not None and len(script) > max_script // 4:  # cheap first: <= 4 bytes/char
+        size = len(script.encode("utf-8", "surrogatepass"))
+        if size > max_script:
+            return _error(413, f"batch script too large ({size} bytes; "
+                               f"metadata.annotations[{ANN_BATCH_SCRIPT}]): at most "
+                               f"{max_script} bytes (limits.max_script_bytes)")
+    return job, engine.prepare(job, owner)
 
 
 async def submit(request: web.Request) -> web.Response:
+    """Admit a job: the caller's rate, the body's size, validation (off the loop), the
+    caller's count of unfinished jobs and the insert, in that order. With an
+    ``Idempotency-Key`` header the submission happens once per caller and key: a retry
+    answers 200 with the first job (stored with it, so this holds across restarts)."""
     engine = request.app[ENGINE_KEY]
-    raw = await request.text()
+    limits = request.app[LIMITS_KEY]
+    owner = request[OWNER_KEY]
+    _query(request, frozenset())
+    key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
+    max_body = limits.settings.max_request_bytes
+    if request.content_length is not None and request.content_length > max_body:
+        # Not read at all: the connection closes after the answer.
+        return await _refuse(request, _body_too_large(max_body, request.content_length))
+    limits.check_submit(owner.uid, owner.user)
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        return _error(400, f"request body is not JSON: {exc}")
-    if not isinstance(body, dict):
-        return _error(400, "request body must be a TrainJob object")
-    job = load_trainjob(body, "request")
-    record = engine.admit(job, request[OWNER_KEY])
-    return web.json_response({"id": record.id, "uid": record.uid, "name": record.name,
-                              "state": record.state.value}, status=201)
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _body_too_large(max_body)
+    digest = hashlib.sha256(raw).hexdigest()
+    if key is not None and (replayed := _replay(engine, owner, key, digest)) is not None:
+        return replayed
+    parsed = await asyncio.to_thread(_parse_submission, raw, engine, owner,
+                                     limits.settings.max_script_bytes)
+    if isinstance(parsed, web.Response):
+        return parsed
+    job, prepared = parsed
+    # No await from the count to the insert: two submissions cannot both take the last
+    # place under limits.max_active_jobs.
+    limits.check_active(owner.uid, owner.user, engine.store.count_active(owner.uid))
+    try:
+        record = engine.admit(job, owner, prepared=prepared, idempotency_key=key,
+                              request_digest=digest)
+    except EngineError as exc:
+        # Two retries raced past the check: the loser answers with the winner's job.
+        if key is not None and exc.status == 409 and (
+                replayed := _replay(engine, owner, key, digest)) is not None:
+            return replayed
+        raise
+    return _submitted(record, 201)
+
+
+def _continue_token(last_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": last_id}).encode()).decode()
+
+
+def _after_id(token: str) -> int:
+    """The id a ``continue`` token resumes after; ValueError when it is not one of ours."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    except (ValueError, binascii.Error, UnicodeEncodeError):
+        raise ValueError(token) from None
+    after = data.get("after") if isinstance(data, dict) else None
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise ValueError(token)
+    return after
 
 
 async def list_jobs(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    states_q = request.query.get("states")
+    query = _query(request, frozenset({"states", "user", "backend", "limit", "continue"}))
+    states_q = query.get("states")
     states: list[JobState] | None
     if states_q is None:
         states = [s for s in JobState if s not in TERMINAL]
@@ -220,9 +453,27 @@ async def list_jobs(request: web.Request) -> web.Response:
         except ValueError:
             return _error(400, f"unknown state in {states_q!r}; known: "
                                f"{', '.join(s.value for s in JobState)}")
-    records = engine.store.list_jobs(states, user=request.query.get("user"))
-    viewer = request[OWNER_KEY]
-    return web.json_response({"items": [job_view(r, engine, viewer=viewer) for r in records]})
+    try:
+        limit = int(query.get("limit", str(DEFAULT_PAGE)))
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(limit)
+    except ValueError:
+        return _error(400, f"limit must be an integer from 1 to {MAX_PAGE}")
+    after: int | None = None
+    if query.get("continue"):
+        try:
+            after = _after_id(query["continue"])
+        except ValueError:
+            return _error(400, "continue: not a token from this daemon's job list "
+                               "(pass metadata.continue of the previous page)")
+    records = engine.store.list_jobs(states, user=query.get("user"),
+                                     backend=query.get("backend"),
+                                     after_id=after, limit=limit + 1)
+    more = len(records) > limit
+    records = records[:limit]
+    metadata = {"continue": _continue_token(records[-1].id)} if more else {}
+    return web.json_response({"items": [list_view(r) for r in records],
+                              "metadata": metadata})
 
 
 async def show(request: web.Request) -> web.Response:
@@ -248,23 +499,29 @@ async def resume(request: web.Request) -> web.Response:
     return web.json_response(job_view(rec, engine), status=202)
 
 
+_FLAGS = {"0": False, "1": True, "false": False, "true": True, "no": False, "yes": True}
+
+
 async def logs(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
-    rec = _find(request)
+    rec = _find(request, frozenset({"namespace", "stream", "offset", "follow"}))
     caller = request[OWNER_KEY]
     if caller.uid not in (0, rec.owner.uid):
         return _error(403, "Access/permission denied: only the job's owner may read its output")
-    stream = request.query.get("stream", "stdout")
+    query = request.query
+    stream = query.get("stream", "stdout")
     if stream not in ("stdout", "stderr"):
         return _error(400, "stream must be stdout or stderr")
-    try:
-        offset = int(request.query.get("offset", "0"))
-    except ValueError:
-        return _error(400, "offset must be an integer")
-    follow = request.query.get("follow", "0") in ("1", "true", "yes")
-    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-    await response.prepare(request)
+    text = query.get("offset", "0")
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        return _error(400, f"offset must be a byte count (0 to 18 digits), got {text!r}")
+    offset = int(text)
+    follow_q = query.get("follow", "0").lower()
+    if follow_q not in _FLAGS:
+        return _error(400, f"follow must be one of {', '.join(_FLAGS)}, got {follow_q!r}")
+    follow = _FLAGS[follow_q]
     backend = engine.backends[rec.backend]
+    response: web.StreamResponse | None = None
     while True:
         rec = engine.store.get(rec.id)
         finished = rec.state.terminal
@@ -278,24 +535,61 @@ async def logs(request: web.Request) -> web.StreamResponse:
                 data, offset = await backend.read_log(bj, stream, offset)
             except BackendUnavailable as exc:
                 log.warning("reading output failed", job_id=rec.id, error=str(exc))
+            except OutputRefused as exc:
+                log.warning("output not read", job_id=rec.id, reason=str(exc))
+                if response is None:  # nothing sent yet: the caller learns why
+                    return _error(403, f"not reading the output of job {rec.id}: {exc}")
+                break  # refused mid-stream (the file was swapped): stop there
+        if response is None:
+            response = web.StreamResponse(
+                headers={"Content-Type": "application/octet-stream"})
+            await response.prepare(request)
         if data:
             await response.write(data)
             continue
         if not follow or finished:
             break
+        if request.transport is None or request.transport.is_closing():
+            break  # the reader went away: free its place (limits.max_concurrent_requests)
         await asyncio.sleep(0.5)
     await response.write_eof()
     return response
 
 
 async def healthz(request: web.Request) -> web.Response:
+    _query(request, frozenset())
     return web.json_response({"ok": True, "ready": request.app[ENGINE_KEY].ready.is_set()})
 
 
-def make_app(engine: Engine, tokens: dict[str, Owner] | None = None) -> web.Application:
-    app = web.Application(middlewares=[identity_middleware], client_max_size=MAX_BODY)
+async def _log_limit_hits(app: web.Application) -> AsyncIterator[None]:
+    """Every ``limits.log_interval`` seconds, log who was refused by which per-user
+    limit how often (nothing when nobody was)."""
+    limits = app[LIMITS_KEY]
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(limits.settings.log_interval)
+            counts = limits.take_hits()
+            if counts:
+                log.warning("per-user limits hit", counts=counts, total=limits.total_hits)
+
+    task = asyncio.create_task(loop(), name="limit-hits-log")
+    yield
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
+
+
+def make_app(engine: Engine, tokens: dict[str, Owner] | None = None,
+             limits: LimitSettings | None = None) -> web.Application:
+    """The API application; ``limits``: the per-user limits (defaults when None)."""
+    user_limits = UserLimits(limits or LimitSettings())
+    app = web.Application(middlewares=[identity_middleware],
+                          client_max_size=user_limits.settings.max_request_bytes)
     app[ENGINE_KEY] = engine
     app[TOKENS_KEY] = tokens or {}
+    app[LIMITS_KEY] = user_limits
+    app.cleanup_ctx.append(_log_limit_hits)
     app.router.add_post("/v1/jobs", submit)
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{ref}", show)
@@ -315,10 +609,15 @@ async def serve(app: web.Application, socket_path: str, tcp: str | None = None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     path = Path(socket_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # The daemon's umask is 077: directories it makes must still let users reach the
+    # socket (existing ones are the admin's, e.g. systemd's RuntimeDirectory).
+    missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        directory.chmod(0o755)
     if path.is_socket():
         path.unlink()  # a stale socket from a killed daemon
-    site = web.UnixSite(runner, str(path))
+    site = GatedUnixSite(runner, str(path), app[LIMITS_KEY], backlog=LISTEN_BACKLOG)
     await site.start()
     os.chmod(path, 0o666)  # noqa: S103 - every local user may connect; identity per request
     if tcp:

@@ -42,6 +42,11 @@ class BackendRejected(BackendError):
     """Permanent: the back end refused the job. Do not retry."""
 
 
+class AdmissionDenied(BackendRejected):
+    """At admission: the caller may not run this job on this back end (the API answers
+    403 with the message, which names the field or the setting)."""
+
+
 @dataclass(frozen=True)
 class Owner:
     """The Unix user a job runs as (from the API caller's peer credentials)."""
@@ -111,8 +116,13 @@ class BackendJob:
     stdout_path: str | None = None
     stderr_path: str | None = None
     #: Unix uid of the job's owner, when the caller knows it (``read_log`` checks that
-    #: the output file belongs to it before a root daemon reads it).
+    #: the output file belongs to it before a root daemon reads it). Back ends report
+    #: the world's owner (Slurm ``user_id``, Flux ``userid``): the engine adopts or
+    #: tracks a job only when it is the stored job's (:mod:`bridge.ownership`).
     owner_uid: int | None = None
+    #: The namespace the world keeps the job in (a JobSet's), when it has namespaces;
+    #: it must be the stored job's (:mod:`bridge.ownership`).
+    namespace: str | None = None
     #: Where the world queued it: Slurm partition, Flux queue, Kueue LocalQueue.
     queue: str | None = None
     #: Why it ended, in words, when the world says more than a state (the failing pod's
@@ -178,24 +188,27 @@ class Backend(Protocol):
         """Start the job; return its back-end id. Carries ``request.job_uid`` so that
         :meth:`lookup` can find it later. Raises :class:`BackendRejected` if refused."""
 
-    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
-        """The back-end jobs carrying these uids (absent uids are not in the world).
-        One query for all of them."""
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        """Every back-end job carrying one of these uids, whoever owns it (absent uids
+        are not in the world; a uid may be carried by several jobs, e.g. another user's
+        forgery: the engine keeps the one whose owner matches). One query for all."""
 
     async def cancel(self, backend_id: str, owner: Owner) -> None:
         """Ask the world to stop the job. Cancelling a finished job is not an error."""
 
     def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
         """Status of all the bridge's jobs, forever: snapshots (one query per interval)
-        or event batches. Raises nothing: outages show as a pause in the stream."""
+        or event batches. Raises nothing: outages show as a pause in the stream. Every
+        job carrying a key is reported with its owner, as :meth:`lookup` does."""
 
     async def inventory(self) -> Inventory:
         """Nodes with free capacity and the topology above them."""
 
     async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
         """Output of the job from ``offset``: (data, new offset). ``stream`` is
-        ``stdout`` or ``stderr``. Missing output, or a file that does not belong to
-        ``job.owner_uid``, gives ``(b"", offset)``."""
+        ``stdout`` or ``stderr``. Missing output gives ``(b"", offset)``; a file that
+        does not belong to ``job.owner_uid`` (or a link, or not a regular file) raises
+        :class:`bridge.output.OutputRefused` with the reason."""
 
 
 @runtime_checkable
@@ -206,6 +219,18 @@ class Suspendable(Protocol):
 
     async def set_suspended(self, backend_id: str, suspend: bool) -> None:
         """Suspend (``True``) or resume the job; idempotent."""
+
+
+@runtime_checkable
+class Admitting(Protocol):
+    """A back end with its own admission rules (Kubernetes: who may run where)."""
+
+    def check_admission(self, job: TrainJob, plan: LaunchPlan, owner: Owner,
+                        origin: str) -> None:
+        """Called by the engine before a job is stored. Raise :class:`AdmissionDenied`
+        (or ``bridge.model.ValidationError``) to refuse it; may fill what the user left
+        empty (``metadata.namespace``). ``origin`` is the front door (``api``,
+        ``kubernetes``)."""
 
 
 ENTRY_POINT_GROUP = "hpc_bridge.backends"

@@ -3,8 +3,10 @@
 Each entry point is ``(argv: list[str] | None = None) -> int`` (``None``: ``sys.argv``)
 and returns the exit status. User errors (bad options, unreachable daemon, refused
 request) print ``<prog>: error: <message>`` on stderr and return 1 -- never a
-traceback. Ctrl-C returns 130; a closed stdout pipe (``tlog ... | head``) returns 1
-quietly.
+traceback. A request refused by a per-user limit of the daemon (429) is asked again
+after its ``Retry-After`` when that is at most 10 s, at most 3 times
+(:class:`bridge.client.BridgeClient`); then the daemon's message is printed. Ctrl-C
+returns 130; a closed stdout pipe (``tlog ... | head``) returns 1 quietly.
 
 * ``tbatch [OPTIONS] [script.sh [ARGS]]`` / ``--wrap CMD`` / ``-f TRAINJOB.yaml``: submit
   (the script comes from stdin when none is named, like sbatch); prints
@@ -178,10 +180,12 @@ def _read_script(path: str | None) -> str:
         raise SbatchError(f"Batch script is too large (more than {MAX_SCRIPT_BYTES} bytes)")
     try:
         return data.decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as exc:
         if not data.startswith(b"#!"):
             return data.decode("utf-8", "replace")  # check_script says what is wrong
-        raise SbatchError(f"{path or '<stdin>'}: the batch script is not UTF-8 text") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SbatchError(f"{path or '<stdin>'}:{line}: the batch script is not UTF-8 text "
+                          f"(byte {data[exc.start]:#04x})") from None
 
 
 def _getcwd() -> str:
@@ -389,23 +393,30 @@ def _tqueue(argv: list[str]) -> int:
     wanted = [j for j in (args.jobs or "").split(",") if j]
     if wanted and not args.states:
         all_states = True  # like squeue -j: show the job whatever its state
+    collected: list[JobView] = []
+    header = not args.noheader and not args.json
     with _client() as client:
-        jobs = client.list_jobs(
+        # The daemon pages oldest first: each page is printed as it arrives.
+        for page in client.iter_pages(
             states=states or None,
             all_states=all_states,
             user=users[0] if len(set(users)) == 1 else None,
-        )
-    if users:
-        jobs = [j for j in jobs if j.get("user") in users]
-    if wanted:
-        jobs = [j for j in jobs if {str(j.get("id")), j.get("name"), j.get("uid")} & set(wanted)]
-    if clusters and "all" not in clusters:
-        jobs = [j for j in jobs if j.get("backend") in clusters]
-    jobs = sorted(jobs, key=lambda j: j.get("id") or 0)
+        ):
+            jobs = sorted(page, key=lambda j: j.get("id") or 0)  # pages come in id order
+            if users:
+                jobs = [j for j in jobs if j.get("user") in users]
+            if wanted:
+                jobs = [j for j in jobs
+                        if {str(j.get("id")), j.get("name"), j.get("uid")} & set(wanted)]
+            if clusters and "all" not in clusters:
+                jobs = [j for j in jobs if j.get("backend") in clusters]
+            if args.json:
+                collected += jobs
+            elif jobs or header:
+                sys.stdout.write(format_queue(jobs, header=header, cluster=bool(clusters)))
+                header = False
     if args.json:
-        print(json.dumps({"items": jobs}, indent=2, ensure_ascii=False))
-    else:
-        sys.stdout.write(format_queue(jobs, header=not args.noheader, cluster=bool(clusters)))
+        print(json.dumps({"items": collected}, indent=2, ensure_ascii=False))
     return 0
 
 

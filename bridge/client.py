@@ -10,13 +10,20 @@ Where the daemon is, from the environment (:meth:`BridgeClient.from_env`):
 
 API (JSON unless stated; errors are ``{"error": message}``):
 
-* ``POST /v1/jobs`` (a TrainJob document) -> 201 ``{id, uid, name, state}``
-* ``GET /v1/jobs?states=A,B|all&user=U`` -> ``{"items": [JobView]}``; no ``states``:
-  only jobs not finished
-* ``GET /v1/jobs/{ref}`` -> JobView with ``transitions``
+* ``POST /v1/jobs`` (a TrainJob document, ``Idempotency-Key`` header) -> 201
+  ``{id, uid, name, state}``; 200 with the same job for a retry with the same key
+* ``GET /v1/jobs?states=A,B|all&user=U&limit=N&continue=T`` -> one page
+  ``{"items": [JobView], "metadata": {"continue": T}}`` (no ``trainJob`` in a listing);
+  no ``states``: only jobs not finished; :meth:`BridgeClient.iter_jobs` follows the pages
+* ``GET /v1/jobs/{ref}`` -> JobView with ``trainJob`` and ``transitions``
 * ``POST /v1/jobs/{ref}/cancel`` -> 202 JobView (403 not the owner, 404 unknown)
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` -> raw bytes,
   streamed; with ``follow=1`` until the job has finished and its output is drained.
+
+A 429 (a per-user limit of the daemon) is asked again after its ``Retry-After`` when
+that is at most ``max_busy_wait`` seconds, at most ``busy_retries`` times (the daemon did
+nothing with a refused request, so asking again is safe); then, or when it asks for a
+longer wait (too many unfinished jobs), the daemon's message is raised.
 
 Contract: every failure (daemon unreachable, HTTP error, garbage answer) raises
 :class:`BridgeClientError` with a message fit for a user and the HTTP status (``None``
@@ -38,6 +45,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.client import (
     HTTPConnection,
@@ -70,17 +79,28 @@ ENV_SOCKET = "HPC_BRIDGE_SOCKET"
 ENV_URL = "HPC_BRIDGE_URL"
 ENV_TOKEN = "HPC_BRIDGE_TOKEN"  # noqa: S105 -- the name of a variable, not a secret
 _USER_AGENT = "hpc-bridge-client/1"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: A submission is sent at most this many times (the same key each time) ...
+SUBMIT_ATTEMPTS = 3
+#: ... waiting this many seconds times the attempt number between two.
+SUBMIT_RETRY_DELAY = 1.0
 _MAX_ERROR_TEXT = 2000
 _CHUNK = 64 * 1024
 
 
 class BridgeClientError(Exception):
-    """A failed call: ``message`` for the user, ``status`` the HTTP status (or ``None``)."""
+    """A failed call: ``message`` for the user, ``status`` the HTTP status (or ``None``).
+    ``transient``: no answer came (timeout, connection refused or reset), so the call
+    may be repeated (a submission only with its idempotency key)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None,
+                 transient: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.transient = transient
+        #: A 429's ``Retry-After`` (seconds), when it gave one.
+        self.retry_after = retry_after
 
 
 Transition = TypedDict(
@@ -143,6 +163,16 @@ def _ref(ref: str | int) -> str:
     return quote(text, safe="")
 
 
+def _retry_after(response: HTTPResponse) -> float | None:
+    """A ``Retry-After`` in seconds (the HTTP-date form is not used by the daemon)."""
+    value = response.getheader("Retry-After")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 86400 else None
+
+
 def _header_safe(value: str) -> bool:
     """Whether ``value`` can go into an HTTP header as it is (printable ASCII)."""
     return value.isascii() and value.isprintable()
@@ -156,14 +186,27 @@ class _UnixHTTPConnection(HTTPConnection):
         self.socket_path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        """Connect; while the daemon's listen queue is full (``EAGAIN``: it is busy),
+        try again with a growing pause, until the timeout has passed."""
+        deadline = time.monotonic() + (self.timeout or 30.0)
+        pause = 0.002
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(self.socket_path)
+            except BlockingIOError:
+                sock.close()
+                if time.monotonic() + pause > deadline:
+                    raise TimeoutError("the daemon's listen queue stayed full") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+            return
 
 
 class BridgeClient:
@@ -180,13 +223,19 @@ class BridgeClient:
         url: str | None = None,
         token: str | None = None,
         timeout: float = 30.0,
+        busy_retries: int = 3,
+        max_busy_wait: float = 10.0,
     ) -> None:
         """Talk to ``url`` (TCP, with ``token``) or else to the unix socket ``socket_path``.
 
         ``timeout`` (seconds) bounds connecting and every wait for the daemon, except
-        while following a log (:meth:`stream_log` with ``follow``).
+        while following a log (:meth:`stream_log` with ``follow``). A 429 is asked again
+        up to ``busy_retries`` times when its ``Retry-After`` is at most
+        ``max_busy_wait`` seconds.
         """
         self._timeout = timeout
+        self._busy_retries = busy_retries
+        self._max_busy_wait = max_busy_wait
         self._headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
         self._prefix = ""
         self._new_connection: Callable[[], HTTPConnection]
@@ -260,7 +309,8 @@ class BridgeClient:
 
     def _timed_out(self) -> BridgeClientError:
         return BridgeClientError(
-            f"hpc-bridge at {self.where} did not answer within {self._timeout:g} s"
+            f"hpc-bridge at {self.where} did not answer within {self._timeout:g} s",
+            transient=True,
         )
 
     def _connect_error(self, exc: OSError) -> BridgeClientError:
@@ -272,7 +322,8 @@ class BridgeClient:
         detail = f" [{exc}]" if self._hint == ENV_URL else ""
         return BridgeClientError(
             f"cannot reach hpc-bridge at {self.where}: is the daemon running? "
-            f"(set {self._hint}){detail}"
+            f"(set {self._hint}){detail}",
+            transient=True,
         )
 
     def _transport_error(self, exc: OSError | HTTPException) -> BridgeClientError:
@@ -280,7 +331,8 @@ class BridgeClient:
         if isinstance(exc, TimeoutError):
             return self._timed_out()
         detail = str(exc) or type(exc).__name__
-        return BridgeClientError(f"connection to hpc-bridge at {self.where} failed: {detail}")
+        return BridgeClientError(f"connection to hpc-bridge at {self.where} failed: {detail}",
+                                 transient=True)
 
     @staticmethod
     def _http_error(response: HTTPResponse, data: bytes) -> BridgeClientError:
@@ -296,7 +348,8 @@ class BridgeClient:
             message = data.decode("utf-8", "replace").strip()[:_MAX_ERROR_TEXT] or response.reason
         if status == 401:
             message += f" (set {ENV_TOKEN})"
-        return BridgeClientError(message or f"HTTP {status}", status)
+        return BridgeClientError(message or f"HTTP {status}", status,
+                                 retry_after=_retry_after(response) if status == 429 else None)
 
     def _request(
         self,
@@ -306,13 +359,14 @@ class BridgeClient:
         params: Mapping[str, str] | None = None,
         body: Any = None,
         read_timeout: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[HTTPConnection, HTTPResponse]:
         """Send one request and read the answer's head; the caller reads the body and
         closes the connection. ``read_timeout=False``: wait for the daemon forever."""
         target = self._prefix + path
         if params:
             target += "?" + urlencode(params)
-        headers = dict(self._headers)
+        headers = {**self._headers, **(headers or {})}
         payload = None
         if body is not None:
             # ASCII JSON: a string with lone surrogates (os.environ's way of keeping
@@ -343,15 +397,25 @@ class BridgeClient:
             raise self._transport_error(exc) from None
 
     def _call(
-        self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: Any = None
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None,
+        body: Any = None, headers: Mapping[str, str] | None = None,
     ) -> Any:
-        connection, response = self._request(method, path, params=params, body=body)
-        try:
-            data = self._read(response)
-        finally:
-            connection.close()
-        if response.status >= 400:
-            raise self._http_error(response, data)
+        retries = self._busy_retries
+        while True:
+            connection, response = self._request(method, path, params=params, body=body,
+                                                 headers=headers)
+            try:
+                data = self._read(response)
+            finally:
+                connection.close()
+            if response.status < 400:
+                break
+            error = self._http_error(response, data)
+            wait = error.retry_after
+            if error.status != 429 or wait is None or wait > self._max_busy_wait or retries <= 0:
+                raise error
+            retries -= 1
+            time.sleep(wait)
         try:
             return json.loads(data)
         except ValueError:
@@ -368,12 +432,28 @@ class BridgeClient:
 
     # ----------------------------------------------------------------------- API
 
-    def submit(self, job: TrainJob | Mapping[str, Any]) -> SubmitResult:
-        """Submit a TrainJob (model or camelCase document)."""
+    def submit(self, job: TrainJob | Mapping[str, Any], *,
+               idempotency_key: str | None = None) -> SubmitResult:
+        """Submit a TrainJob (model or camelCase document) once.
+
+        The request carries an ``Idempotency-Key`` (``idempotency_key``, or a fresh
+        random one per call); when no answer comes (timeout, connection refused or
+        reset) it is sent again with the same key, up to :data:`SUBMIT_ATTEMPTS` times,
+        and the daemon answers a repeat with the job the first one made: a submission
+        that timed out after it was admitted is never made twice."""
         # A Mapping check, not isinstance(job, TrainJob): importing the model (pydantic)
         # would double the start-up time of the commands that never submit.
         document = dict(job) if isinstance(job, Mapping) else job.to_dict()
-        data = self._object(self._call("POST", "/v1/jobs", body=document), "submit answer")
+        headers = {IDEMPOTENCY_HEADER: idempotency_key or uuid.uuid4().hex}
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            try:
+                answer = self._call("POST", "/v1/jobs", body=document, headers=headers)
+                break
+            except BridgeClientError as exc:
+                if not exc.transient or attempt == SUBMIT_ATTEMPTS:
+                    raise
+                time.sleep(SUBMIT_RETRY_DELAY * attempt)
+        data = self._object(answer, "submit answer")
         try:
             return SubmitResult(
                 id=int(data["id"]),
@@ -386,14 +466,18 @@ class BridgeClient:
                 f"hpc-bridge sent an unexpected submit answer: {json.dumps(data)[:200]}"
             ) from None
 
-    def list_jobs(
+    def iter_pages(
         self,
         *,
         states: Sequence[str] | None = None,
         all_states: bool = False,
         user: str | None = None,
-    ) -> list[JobView]:
-        """Jobs, by state (default: those not finished; ``all_states``: every job)."""
+        backend: str | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[list[JobView]]:
+        """Jobs by state (default: those not finished; ``all_states``: every job), oldest
+        first, one page (one request) at a time; ``page_size`` items at most per page
+        (the daemon's default when None)."""
         params: dict[str, str] = {}
         if all_states:
             params["states"] = "all"
@@ -401,11 +485,37 @@ class BridgeClient:
             params["states"] = ",".join(states)
         if user:
             params["user"] = user
-        data = self._object(self._call("GET", "/v1/jobs", params=params), "job list")
-        items = data.get("items")
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise BridgeClientError("hpc-bridge sent an unexpected job list")
-        return cast(list[JobView], items)
+        if backend:
+            params["backend"] = backend
+        if page_size:
+            params["limit"] = str(page_size)
+        seen: set[str] = set()
+        while True:
+            data = self._object(self._call("GET", "/v1/jobs", params=params), "job list")
+            items = data.get("items")
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise BridgeClientError("hpc-bridge sent an unexpected job list")
+            yield cast(list[JobView], items)
+            metadata = data.get("metadata")
+            token = metadata.get("continue") if isinstance(metadata, dict) else None
+            if not token:
+                return
+            if not isinstance(token, str) or token in seen:
+                raise BridgeClientError("hpc-bridge sent an unexpected job list (continue)")
+            seen.add(token)
+            params["continue"] = token
+
+    def list_jobs(
+        self,
+        *,
+        states: Sequence[str] | None = None,
+        all_states: bool = False,
+        user: str | None = None,
+        backend: str | None = None,
+    ) -> list[JobView]:
+        """Every job :meth:`iter_pages` gives, in one list."""
+        return [job for page in self.iter_pages(states=states, all_states=all_states,
+                                                 user=user, backend=backend) for job in page]
 
     def get_job(self, ref: str | int) -> JobView:
         """One job, with its state transitions."""

@@ -14,6 +14,17 @@ Example (every key optional except one back end)::
     default_backend = "slurm"
     poll_interval = 2.0
 
+    [limits]                                 # per user; 0 = off; root is exempt
+    max_active_jobs = 5000
+    submit_rate = 20.0                       # submissions per second ...
+    submit_burst = 200                       # ... after a burst of this many
+    max_concurrent_requests = 32
+    request_rate = 50.0                      # requests of any kind per second ...
+    request_burst = 200                      # ... after a burst of this many
+    log_interval = 60.0                      # seconds between "per-user limits hit" lines
+    max_request_bytes = 8388608
+    max_script_bytes = 4194304
+
     [runtimes]
     paths = ["/etc/hpc-bridge/runtimes/*.yaml"]  # more ClusterTrainingRuntimes
 
@@ -72,6 +83,33 @@ class EngineSection(BaseModel):
     placement_max_age: float = Field(default=5.0, ge=0)
 
 
+class LimitsSection(BaseModel):
+    """Per-user limits of the API (docs/operations.md, "Fair share"): each user's share
+    of one daemon. 0 turns a limit off. root (uid 0) is exempt from the per-user limits
+    (it is the admin, and in-cluster tools run as it); the size limits apply to all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Unfinished jobs (Pending, Suspended, Submitted, Running) one user may have.
+    max_active_jobs: int = Field(default=5000, ge=0)
+    #: Submissions per second one user may sustain (a token bucket) ...
+    submit_rate: float = Field(default=20.0, ge=0)
+    #: ... and how many may come at once before the rate applies.
+    submit_burst: int = Field(default=200, ge=1)
+    #: Requests of one user in progress at once (a followed log holds one).
+    max_concurrent_requests: int = Field(default=32, ge=0)
+    #: Requests per second one user may sustain, of any kind, after a burst of
+    #: ``request_burst`` (``watch tqueue`` makes one every 2 s).
+    request_rate: float = Field(default=50.0, ge=0)
+    request_burst: int = Field(default=200, ge=1)
+    #: How often the counts of refusals are logged ("per-user limits hit"), seconds.
+    log_interval: float = Field(default=60.0, gt=0)
+    #: Largest request body the daemon reads (413 above it).
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    #: Largest batch script (``hpc-bridge.io/batch-script``); tbatch's and Slurm's default.
+    max_script_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+
+
 class RuntimesSection(BaseModel):
     """Training runtimes the admin adds to the built-in catalog: YAML files (globs
     allowed) of ClusterTrainingRuntime / TrainingRuntime documents, as for Kubeflow."""
@@ -118,6 +156,7 @@ class Config(BaseModel):
     daemon: DaemonSection = Field(default_factory=DaemonSection)
     engine: EngineSection = Field(default_factory=EngineSection)
     runtimes: RuntimesSection = Field(default_factory=RuntimesSection)
+    limits: LimitsSection = Field(default_factory=LimitsSection)
     backends: dict[str, BackendSection]
     frontdoors: dict[str, FrontDoorSection] = Field(default_factory=dict)
 

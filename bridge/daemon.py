@@ -25,7 +25,9 @@ from bridge.api import load_tokens, make_app, serve
 from bridge.backend import Backend, load_backend
 from bridge.config import Config, ConfigError, load_config, partition_routes
 from bridge.engine import Engine, EngineSettings
+from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
+from bridge.limits import LimitSettings
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.store import Store
@@ -54,17 +56,33 @@ def sd_notify(state: str) -> bool:
 
 
 def configure_logging(fmt: str, level: str) -> None:
-    """structlog to stderr: JSON lines (for journald/collectors) or console."""
-    logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    """structlog to stderr: JSON lines (for journald/collectors) or console.
+
+    Records of the standard ``logging`` module (the adapters', libraries') go through the
+    same renderer: one JSON object per line too, with the logger's name and the record's
+    ``extra`` fields as keys, never plain text inside a JSON log."""
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder(),
+                           *shared],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, renderer],
+    ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.format_exc_info,
             renderer,
         ],
@@ -89,7 +107,9 @@ def build_frontdoors(config: Config) -> dict[str, FrontDoor]:
 async def run_daemon(config: Config) -> None:
     """Serve until SIGTERM/SIGINT."""
     state_dir = config.daemon.state_dir
-    state_dir.mkdir(parents=True, exist_ok=True)
+    os.umask(DAEMON_UMASK)
+    for fix in secure_state_dir(state_dir):
+        log.warning("state file was open to other users; fixed", change=fix)
     store = Store.open(state_dir / "bridge.sqlite", durable=config.daemon.durable)
     backends = build_backends(config)
     frontdoors = build_frontdoors(config)
@@ -106,7 +126,13 @@ async def run_daemon(config: Config) -> None:
         partition_routes=partition_routes(config),
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
-    app = make_app(engine, tokens)
+    lim = config.limits
+    app = make_app(engine, tokens, LimitSettings(
+        max_active_jobs=lim.max_active_jobs, submit_rate=lim.submit_rate,
+        submit_burst=lim.submit_burst, max_concurrent_requests=lim.max_concurrent_requests,
+        request_rate=lim.request_rate, request_burst=lim.request_burst,
+        log_interval=lim.log_interval,
+        max_request_bytes=lim.max_request_bytes, max_script_bytes=lim.max_script_bytes))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -197,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(config.daemon.log_format, config.daemon.log_level)
     try:
         asyncio.run(run_daemon(config))
-    except ValueError as exc:
+    except ValueError as exc:  # InsecureFile is one
         log.error("cannot start", error=str(exc))
         return 2
     return 0

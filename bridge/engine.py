@@ -33,10 +33,11 @@ submitted without the constraint. Jobs placed in one pass never share capacity.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -45,6 +46,8 @@ from typing import Any
 import structlog
 
 from bridge.backend import (
+    AdmissionDenied,
+    Admitting,
     Backend,
     BackendJob,
     BackendRejected,
@@ -56,6 +59,7 @@ from bridge.backend import (
     SubmitRequest,
     Suspendable,
 )
+from bridge.job_summary import job_summary
 from bridge.model import (
     ANN_BACKEND,
     TrainJob,
@@ -63,6 +67,7 @@ from bridge.model import (
     ensure_identity,
     validate_trainjob,
 )
+from bridge.ownership import OwnerCheck
 from bridge.placement import (
     Placement,
     PlacementRequest,
@@ -240,6 +245,19 @@ def plan_placement(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions, 
                              options=updates, note=note)
 
 
+@dataclass(frozen=True)
+class Admission:
+    """A job checked and made ready to store by :meth:`Engine.prepare`."""
+
+    job: TrainJob
+    backend: str
+    num_nodes: int
+    partition: str | None
+    #: ``json.dumps(job.to_dict())`` and :func:`bridge.job_summary.job_summary`.
+    document: str
+    summary: dict[str, Any]
+
+
 class Engine:
     """Owns the reconcile loop; the API and front doors call :meth:`admit`/:meth:`cancel`."""
 
@@ -260,6 +278,7 @@ class Engine:
         #: uid -> status a back end reported while the job was still Pending here.
         self._early: dict[str, BackendJob] = {}
         self._missing: dict[int, tuple[int, float]] = {}
+        self._owners = OwnerCheck()
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
@@ -273,14 +292,13 @@ class Engine:
 
     # -- front-door calls ----------------------------------------------------------
 
-    def admit(self, job: TrainJob, owner: Owner, origin: str = "api") -> JobRecord:
-        """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
-
-        Raises :class:`bridge.model.ValidationError` (bad job, unknown runtime or back
-        end) or :class:`EngineError` (duplicate name). Nothing is stored on error.
-        """
+    def prepare(self, job: TrainJob, owner: Owner, origin: str = "api") -> Admission:
+        """The checks and work of :meth:`admit` that need neither the store nor the
+        loop's state: validation, the back end's admission of the caller, identity, back
+        end, runtime, the stored forms. Safe to run in a worker thread (it reads only
+        configuration); raises :class:`bridge.model.ValidationError` naming the field, or
+        :class:`EngineError` 403 when the back end's admission refuses the caller."""
         validate_trainjob(job)
-        ensure_identity(job, self.settings.default_namespace)
         options = scheduling_of(job)
         backend = (job.metadata.annotations.get(ANN_BACKEND)
                    or self.settings.partition_routes.get(options.partition or "")
@@ -291,11 +309,38 @@ class Engine:
                 f"unknown back end {backend!r}; configured: {', '.join(sorted(self.backends))}",
             )])
         plan = self.catalog.resolve(job)
-        self._check_capacity(backend, plan.num_nodes, options.partition)
+        chosen = self.backends[backend]
+        if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
+            try:
+                chosen.check_admission(job, plan, owner, origin)
+            except AdmissionDenied as exc:
+                raise EngineError(str(exc), status=403) from exc
+        ensure_identity(job, self.settings.default_namespace)
+        return Admission(job, backend, plan.num_nodes, options.partition,
+                         json.dumps(job.to_dict()), job_summary(job))
+
+    def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
+              prepared: Admission | None = None, idempotency_key: str | None = None,
+              request_digest: str | None = None) -> JobRecord:
+        """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
+
+        ``prepared``: :meth:`prepare` of this ``job`` for this ``owner`` and ``origin``,
+        done already (off the loop). Raises :class:`bridge.model.ValidationError` (bad
+        job, unknown runtime or back end) or :class:`EngineError` (duplicate name, or an
+        ``idempotency_key`` the owner used already: 409; the back end's admission refused
+        the caller: 403). Nothing is stored on error.
+        """
+        if prepared is None or prepared.job is not job:
+            prepared = self.prepare(job, owner, origin)
+        backend = prepared.backend
+        self._check_capacity(backend, prepared.num_nodes, prepared.partition)
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
-                                    reason="Suspended" if job.spec.suspend else "Created")
+                                    reason="Suspended" if job.spec.suspend else "Created",
+                                    idempotency_key=idempotency_key,
+                                    request_digest=request_digest,
+                                    document=prepared.document, summary=prepared.summary)
         except DuplicateJob as exc:
             raise EngineError(str(exc), status=409) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,
@@ -443,7 +488,7 @@ class Engine:
             backend = self.backends.get(rec.backend)
             if not isinstance(backend, Suspendable) or rec.backend_id is None:
                 continue
-            want = bool(rec.job.spec.suspend)
+            want = rec.suspend_requested  # from the summary: no document decoded
             sent = self._suspend_sent.get(rec.id)
             if sent is None:  # not sent by this process: what the world last showed
                 sent = rec.reason in ("Suspended", "BackendSuspended")
@@ -461,10 +506,11 @@ class Engine:
 
     async def _submit_due(self, name: str, backend: Backend, records: list[JobRecord]) -> None:
         uncertain = [r for r in records if r.attempts > 0]
-        found: dict[str, BackendJob] = {}
+        found: dict[str, list[BackendJob]] = {}
         if uncertain:
             try:
-                found = await backend.lookup([r.uid for r in uncertain])
+                for carrier in await backend.lookup([r.uid for r in uncertain]):
+                    found.setdefault(carrier.job_uid, []).append(carrier)
             except BackendUnavailable as exc:
                 for rec in uncertain:
                     self._retry_later(rec, exc)
@@ -473,7 +519,7 @@ class Engine:
         topology: Topology | None = None
         topology_read = False
         for rec in records:
-            bj = found.get(rec.uid)
+            bj = self._own(name, rec, found.get(rec.uid, ()))
             if bj is not None:
                 adopted = self.store.transition(
                     rec.id, JobState.SUBMITTED, "Adopted",
@@ -663,8 +709,12 @@ class Engine:
                 log.exception("applying status failed", backend=name)
 
     def apply_status(self, name: str, batch: StatusBatch) -> None:
-        """Move tracked jobs of back end ``name`` according to one status batch."""
-        seen = {bj.job_uid: bj for bj in batch.jobs}
+        """Move tracked jobs of back end ``name`` according to one status batch. Only a
+        back-end job whose key AND owner are the stored job's counts
+        (:mod:`bridge.ownership`); a foreign one is ignored and logged."""
+        seen: dict[str, list[BackendJob]] = {}
+        for carrier in batch.jobs:
+            seen.setdefault(carrier.job_uid, []).append(carrier)
         active = [JobState.SUBMITTED, JobState.RUNNING]
         # A change batch concerns its own jobs only: read just those (a watch sends a
         # batch per event; reading every tracked job each time costs jobs x events).
@@ -672,15 +722,17 @@ class Engine:
                    else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
         # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
         # before the submit call has returned. Kept, and applied once it is recorded.
-        untracked = [u for u in seen if u not in {r.uid for r in tracked}]
+        tracked_uids = {r.uid for r in tracked}  # once: per element it was quadratic
+        untracked = [u for u in seen if u not in tracked_uids]
         if untracked:
             for rec in self.store.by_uids(untracked, [JobState.PENDING]):
-                if rec.backend == name:
-                    self._early[rec.uid] = seen[rec.uid]
+                own = self._own(name, rec, seen[rec.uid]) if rec.backend == name else None
+                if own is not None:
+                    self._early[rec.uid] = own
                     while len(self._early) > EARLY_STATUS_LIMIT:
                         self._early.pop(next(iter(self._early)))
         for rec in tracked:
-            bj = seen.get(rec.uid)
+            bj = self._own(name, rec, seen.get(rec.uid, ()))
             if bj is None or bj.backend_id != rec.backend_id:
                 if bj is not None:
                     log.error("back-end id differs from the recorded one", job_id=rec.id,
@@ -690,6 +742,11 @@ class Engine:
                 continue
             self._missing.pop(rec.id, None)
             self._apply_one(rec, bj)
+
+    def _own(self, name: str, rec: JobRecord, jobs: Iterable[BackendJob]) -> BackendJob | None:
+        """The stored job's own back-end job among ``jobs`` (all carrying its uid)."""
+        return self._owners.pick(name, self.backends[name], rec.id, rec.uid, rec.owner,
+                                 rec.namespace, jobs, rec.backend_id)
 
     def _note_missing(self, rec: JobRecord, at: float) -> None:
         # A job submitted after the snapshot was taken is not missing.

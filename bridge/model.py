@@ -14,13 +14,18 @@ Contract:
 * :func:`load_trainjob` / :func:`load_document` accept YAML or JSON text and raise
   :class:`ValidationError` whose message names the offending field
   (``spec.trainer.numNodes: must be >= 1, got 0``); they never raise anything else
-  for bad input.
+  for bad input. Untrusted text goes through :func:`parse_json_object` (API bodies) or
+  :func:`parse_text` (YAML); both, and :func:`load_trainjob` given a dict, apply
+  :func:`check_shape` (depth, size, JSON types, 64-bit integers, valid Unicode)
+  before the models see the document.
 * :meth:`TrainJob.to_dict` gives the camelCase document, without ``None`` fields.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
 import uuid as uuid_mod
 from datetime import UTC, datetime
@@ -302,20 +307,135 @@ def _errors(exc: pydantic.ValidationError) -> ValidationError:
     return ValidationError(items)
 
 
+#: Limits on an untrusted document's shape (see :func:`check_shape`): deeper than any
+#: Kubernetes object, more values than any TrainJob, Kubernetes' own integer range.
+MAX_DEPTH = 64
+MAX_VALUES = 200_000
+_INT_RANGE = range(-(2**63), 2**63)
+_SCALARS = (str, bool, int, float, type(None))
+
+
+def _where(path: tuple[str | int, ...]) -> str:
+    """A path inside a raw document as in messages: ``spec.trainer.command[0]``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "(document)"
+
+
+def check_shape(data: Any, source: str = "<input>") -> None:
+    """Refuse what no TrainJob holds and what would break a later step: nesting deeper
+    than :data:`MAX_DEPTH`, more than :data:`MAX_VALUES` values (as YAML aliases expand
+    them), keys that are not strings, values that are not JSON (dates, bytes, sets from
+    YAML tags), NaN or infinite numbers, integers outside 64 bits, and text with lone
+    surrogates (not encodable as UTF-8). Raises :class:`ValidationError` naming the path.
+    Iterative: a self-referencing YAML document ends at the depth limit."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    count = 0
+    while stack:
+        value, path = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ValidationError([("", f"{source}: more than {MAX_VALUES} values")])
+        if isinstance(value, dict | list):
+            if len(path) >= MAX_DEPTH:
+                raise ValidationError([(_where(path), f"nested deeper than {MAX_DEPTH} levels")])
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(value, dict) and not isinstance(key, str):
+                    raise ValidationError([(_where(path), f"key {key!r} is not a string")])
+                if isinstance(key, str) and not _utf8(key):
+                    raise ValidationError([(_where(path), f"key {key!r} is not valid Unicode "
+                                                          "(lone surrogate)")])
+                stack.append((item, (*path, key)))
+        elif not isinstance(value, _SCALARS):
+            raise ValidationError([(_where(path), f"a {type(value).__name__} is not a JSON "
+                                                  "value (quote it)")])
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError([(_where(path), f"{value} is not a number JSON allows")])
+        elif isinstance(value, int) and value not in _INT_RANGE:
+            raise ValidationError([(_where(path), "integer out of range (64 bits)")])
+        elif isinstance(value, str) and not _utf8(value):
+            raise ValidationError([(_where(path), "not valid Unicode (lone surrogate)")])
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_json_object(raw: bytes, source: str = "request body") -> dict[str, Any]:
+    """Decode an untrusted JSON object (UTF-8, RFC 8259: no NaN or Infinity) and check its
+    :func:`check_shape`. Raises :class:`ValidationError` saying what is wrong."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError([("", f"{source} is not UTF-8: byte {raw[exc.start]:#04x} at "
+                                    f"offset {exc.start}")]) from None
+
+    def constant(name: str) -> None:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        data = json.loads(text, parse_constant=constant)
+    except RecursionError:
+        raise ValidationError([("", f"{source}: nested deeper than {MAX_DEPTH} levels")]
+                              ) from None
+    except ValueError as exc:
+        raise ValidationError([("", f"{source} is not JSON: {exc}")]) from None
+    if not isinstance(data, dict):
+        raise ValidationError([("", f"{source} must be a JSON object (a TrainJob), got "
+                                    f"{_json_type(data)}")])
+    check_shape(data, source)
+    return data
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
+
+
+@functools.cache
+def _yaml_loader() -> Any:
+    """PyYAML's safe loader (libyaml's when PyYAML has it: the pure-Python scanner is
+    quadratic in flow nesting) without implicit timestamps: an unquoted date stays the
+    text it is, as kubectl reads it (Kubernetes fields holding times are strings)."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    resolvers = {
+        first: [(tag, rx) for tag, rx in found if tag != "tag:yaml.org,2002:timestamp"]
+        for first, found in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    return type("Loader", (base,), {"yaml_implicit_resolvers": resolvers})
+
+
 def parse_text(text: str, source: str = "<input>") -> dict[str, Any]:
-    """Parse YAML or JSON text holding one object. Errors name the source and line."""
+    """Parse YAML or JSON text holding one object, checked by :func:`check_shape`.
+    Errors name the source and line (or the path inside the document)."""
     import yaml  # here, not at the top: most importers (tbatch) never parse YAML
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = getattr(exc, "problem", None) or str(exc)
         raise ValidationError([("", f"{where}: malformed YAML: {problem}")]) from None
+    except RecursionError:
+        raise ValidationError([("", f"{source}: nested deeper than {MAX_DEPTH} levels")]
+                              ) from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise ValidationError([("", f"{source}: {exc}")]) from None
     if not isinstance(data, dict):
         raise ValidationError([("", f"{source}: expected a mapping (a TrainJob object), got "
                                     f"{type(data).__name__}")])
+    check_shape(data, source)
     return data
 
 
@@ -337,6 +457,8 @@ def load_document(data: dict[str, Any] | str, source: str = "<input>") -> Docume
 
 def load_trainjob(data: dict[str, Any] | str, source: str = "<input>") -> TrainJob:
     """Build and statically validate a TrainJob (see :func:`validate_trainjob`)."""
+    if isinstance(data, dict):
+        check_shape(data, source)
     doc = load_document(data, source)
     if not isinstance(doc, TrainJob):
         raise ValidationError([("kind", f"expected TrainJob, got {doc.kind}")])
@@ -351,6 +473,10 @@ def validate_trainjob(job: TrainJob) -> None:
     if name and (len(name) > 63 or not _DNS1123_LABEL.fullmatch(name)):
         errors.append(("metadata.name", f"must be a DNS-1123 label (a-z, 0-9, '-', at most 63 "
                                         f"characters), got {name!r}"))
+    namespace = job.metadata.namespace
+    if namespace and (len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace)):
+        errors.append(("metadata.namespace", f"must be a DNS-1123 label (a-z, 0-9, '-', at "
+                                             f"most 63 characters), got {namespace!r}"))
     if job.spec.runtime_ref.api_group != GROUP:
         errors.append(("spec.runtimeRef.apiGroup", f"must be {GROUP!r}, got "
                                                    f"{job.spec.runtime_ref.api_group!r}"))
@@ -366,11 +492,29 @@ def validate_trainjob(job: TrainJob) -> None:
         raise ValidationError(errors)
 
 
+#: An RFC 4122 uid in its canonical text form (lower-case hex, 8-4-4-4-12, the RFC's
+#: variant bits ``10xx``): what ``uuid4()`` and Kubernetes (a CR's ``metadata.uid``) make.
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def is_job_uid(uid: str) -> bool:
+    """Whether ``uid`` is an RFC 4122 uid in canonical form (nothing else: no NUL, no
+    upper case, no braces, no prefix or suffix)."""
+    return _UID.fullmatch(uid) is not None
+
+
 def ensure_identity(job: TrainJob, default_namespace: str = "default") -> TrainJob:
-    """Give the job a uid, a namespace and a name (``tj-<uid prefix>``) where missing."""
+    """Give the job a uid, a namespace and a name (``tj-<uid prefix>``) where missing.
+    A uid the job brings must be RFC 4122 (:func:`is_job_uid`), else
+    :class:`ValidationError` on ``metadata.uid``: the uid is the key back-end jobs
+    carry, so it must not be confusable with another job's."""
     meta = job.metadata
     if not meta.uid:
         meta.uid = str(uuid_mod.uuid4())
+    elif not is_job_uid(meta.uid):
+        raise ValidationError([("metadata.uid", f"{meta.uid[:80]!r} is not an RFC 4122 uid "
+                                                "(lower-case 8-4-4-4-12 hex); omit it and "
+                                                "the bridge makes one")])
     if not meta.namespace:
         meta.namespace = default_namespace
     if not meta.name:

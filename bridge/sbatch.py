@@ -927,8 +927,9 @@ def check_script(text: str) -> None:
 
     Also refuses text that is not valid UTF-8 and scripts over :data:`MAX_SCRIPT_BYTES`.
     """
-    if _has_surrogates(text):
-        raise SbatchError("the batch script is not valid UTF-8 text")
+    bad = _first_surrogate(text)
+    if bad >= 0:
+        raise SbatchError(f"the batch script is not valid UTF-8 text (line {_line_of(text, bad)})")
     size = len(text.encode("utf-8"))
     if size > MAX_SCRIPT_BYTES:
         raise SbatchError(f"Batch script is too large ({size} bytes; at most {MAX_SCRIPT_BYTES})")
@@ -943,7 +944,8 @@ def check_script(text: str) -> None:
             "For instance: #!/bin/sh"
         )
     if "\x00" in text:
-        raise SbatchError("hpc-bridge does not allow scripts that\ncontain a NULL character '\\0'.")
+        raise SbatchError("hpc-bridge does not allow scripts that\ncontain a NULL character '\\0' "
+                          f"(line {_line_of(text, text.index(chr(0)))}).")
     if "\r\n" in text:
         raise SbatchError(
             "Batch script contains DOS line breaks (\\r\\n)\n"
@@ -951,12 +953,17 @@ def check_script(text: str) -> None:
         )
 
 
-def _has_surrogates(text: str) -> bool:
+def _first_surrogate(text: str) -> int:
+    """The index of the first character UTF-8 cannot encode (a lone surrogate), or -1."""
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return -1
+
+
+def _line_of(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
 
 
 def _directive_words(rest: str, source: str, lineno: int) -> list[str]:
@@ -1119,9 +1126,8 @@ def default_job_name(request: BatchRequest) -> str:
 
 
 def _exportable(name: str, value: str) -> bool:
-    return (
-        bool(_ENV_NAME.fullmatch(name)) and not _has_surrogates(value) and not _has_surrogates(name)
-    )
+    return (bool(_ENV_NAME.fullmatch(name)) and _first_surrogate(value) < 0
+            and _first_surrogate(name) < 0)
 
 
 def exported_environment(export: ExportSpec | None, environ: Mapping[str, str]) -> dict[str, str]:
@@ -1149,7 +1155,7 @@ def exported_environment(export: ExportSpec | None, environ: Mapping[str, str]) 
     for name, value in spec.items:
         if value is None:
             if name in environ:
-                if _has_surrogates(environ[name]):
+                if _first_surrogate(environ[name]) >= 0:
                     raise SbatchError(f"--export: the value of {name} is not valid UTF-8")
                 env[name] = environ[name]
         elif not (spec.all and name in env):

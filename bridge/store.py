@@ -16,7 +16,15 @@ instant restarts into exactly the state it had (SQLite WAL survives a killed
 process with ``synchronous=NORMAL``; ``durable=True`` selects ``FULL`` for power loss).
 
 The store is synchronous on purpose: every call is a few small indexed statements
-(well under a millisecond); the engine calls it from the event loop.
+(well under a millisecond); the engine calls it from the event loop, and only from
+the thread that runs it (one connection; SQLite transactions are per connection, so
+another thread's statements would land inside this one's transaction).
+
+Light reads: listings (:meth:`Store.list_jobs`, :meth:`Store.by_uids`) do not read the
+TrainJob document; a record's :attr:`JobRecord.job` is read and decoded on first use.
+What a listing shows from the document (job name, partition, time limit, runtime, node
+count, ``spec.suspend``) is kept beside it in ``jobs.summary`` (version 4), written
+with the document.
 """
 
 from __future__ import annotations
@@ -25,17 +33,20 @@ import json
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from bridge.backend import Owner
+from bridge.job_summary import add_summary_column, job_summary
 from bridge.model import TrainJob, load_document
-from bridge.states import JobState, check_transition
+from bridge.refs import resolve
+from bridge.states import TERMINAL, JobState, check_transition
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,14 +78,21 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at        REAL NOT NULL,
     started_at        REAL,
     finished_at       REAL,
-    placement         TEXT
+    placement         TEXT,
+    idempotency_key   TEXT,
+    request_digest    TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+-- References by name across namespaces (tshow NAME).
+CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
 -- A name is unique among unfinished jobs only: as in Kubernetes, a TrainJob deleted
 -- and created again under the same name is a new job (version 3).
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_name ON jobs (namespace, name)
     WHERE state NOT IN ('Succeeded', 'Failed', 'Cancelled');
 CREATE INDEX IF NOT EXISTS jobs_origin_updated ON jobs (origin, updated_at);
+-- Per-user counts (limits.max_active_jobs) and listings (version 4).
+CREATE INDEX IF NOT EXISTS jobs_owner_state ON jobs (owner_uid, state);
+CREATE INDEX IF NOT EXISTS jobs_user ON jobs (owner_user, id);
 CREATE TABLE IF NOT EXISTS transitions (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id    INTEGER NOT NULL REFERENCES jobs (id),
@@ -96,11 +114,23 @@ CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at 
 """
 
 
+def _migrate_idempotency(conn: sqlite3.Connection) -> None:
+    """Version 4: ``jobs.idempotency_key`` and ``jobs.request_digest`` (a client's key
+    for a submission and the SHA-256 of its body), unique per owner. Idempotent; a step
+    of its own so that other schema steps merge beside it."""
+    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+    for column in ("idempotency_key", "request_digest"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+    conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs "
+                 "(owner_uid, idempotency_key) WHERE idempotency_key IS NOT NULL")
+
+
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
     (version 2 added ``jobs.placement``; version 3 made names unique among unfinished
-    jobs only, which rebuilds the table without its ``UNIQUE (namespace, name)``).
-    Idempotent."""
+    jobs only, which rebuilds the table without its ``UNIQUE (namespace, name)``;
+    version 4: :func:`_migrate_idempotency`). Idempotent."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
     if "placement" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN placement TEXT")
@@ -124,6 +154,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         finally:
             conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(_SCHEMA)
+    _migrate_idempotency(conn)
+    add_summary_column(conn)
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                  (str(SCHEMA_VERSION),))
 
@@ -138,7 +170,7 @@ class JobNotFound(KeyError):
 
 @dataclass
 class JobRecord:
-    """One row of ``jobs``, decoded."""
+    """One row of ``jobs``, decoded; the TrainJob (:attr:`job`) on first use."""
 
     id: int
     uid: str
@@ -147,7 +179,6 @@ class JobRecord:
     owner: Owner
     backend: str
     origin: str
-    job: TrainJob
     state: JobState
     reason: str
     message: str
@@ -167,6 +198,35 @@ class JobRecord:
     finished_at: float | None
     #: The engine's placement decision (JSON object), if it made one.
     placement: dict[str, Any] | None = None
+    #: The client's idempotency key of the submission that made the job, and the
+    #: SHA-256 (hex) of that request's body.
+    idempotency_key: str | None = None
+    request_digest: str | None = None
+    #: :func:`job_summary` of the document.
+    summary: dict[str, Any] = field(default_factory=dict)
+    #: The stored document (JSON text), or None when the row was read without it ...
+    document: str | None = field(default=None, repr=False, compare=False)
+    #: ... and then how to read it.
+    load_document: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def job(self) -> TrainJob:
+        """The TrainJob, decoded (and read, for a listed row) on first use; the same
+        object afterwards (changes to it are saved with :meth:`Store.save_document`)."""
+        text = self.document
+        if text is None:
+            assert self.load_document is not None
+            text = self.load_document()
+        doc = load_document(json.loads(text))
+        assert isinstance(doc, TrainJob)
+        return doc
+
+    @property
+    def suspend_requested(self) -> bool:
+        """The document's ``spec.suspend``, without decoding the document."""
+        if "suspend" in self.summary:
+            return bool(self.summary["suspend"])
+        return bool(self.job.spec.suspend)
 
 
 @dataclass(frozen=True)
@@ -187,9 +247,21 @@ class Event:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
-def _row_to_record(row: sqlite3.Row) -> JobRecord:
-    doc = load_document(json.loads(row["document"]))
-    assert isinstance(doc, TrainJob)
+#: Every column of ``jobs`` but the document (what listings read).
+_LIGHT_COLUMNS = (
+    "id, uid, namespace, name, owner_uid, owner_gid, owner_user, backend, origin, state, "
+    "reason, message, backend_id, exit_code, nodes, stdout_path, stderr_path, queue, "
+    "attempts, submitting_since, next_attempt_at, cancel_requested, created_at, updated_at, "
+    "started_at, finished_at, placement, summary, idempotency_key, request_digest")
+
+
+def _row_to_record(row: sqlite3.Row,
+                   load: Callable[[int], str] | None = None) -> JobRecord:
+    """A record from a row; a row without ``document`` needs ``load`` (id -> text)."""
+    keys = row.keys()
+    document = row["document"] if "document" in keys else None
+    job_id = row["id"]
+    loader = (lambda: load(job_id)) if document is None and load is not None else None
     return JobRecord(
         id=row["id"],
         uid=row["uid"],
@@ -198,7 +270,6 @@ def _row_to_record(row: sqlite3.Row) -> JobRecord:
         owner=Owner(uid=row["owner_uid"], gid=row["owner_gid"], user=row["owner_user"]),
         backend=row["backend"],
         origin=row["origin"],
-        job=doc,
         state=JobState(row["state"]),
         reason=row["reason"],
         message=row["message"],
@@ -217,6 +288,11 @@ def _row_to_record(row: sqlite3.Row) -> JobRecord:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         placement=json.loads(row["placement"]) if row["placement"] else None,
+        idempotency_key=row["idempotency_key"],
+        request_digest=row["request_digest"],
+        summary=json.loads(row["summary"]) if row["summary"] else {},
+        document=document,
+        load_document=loader,
     )
 
 
@@ -259,20 +335,31 @@ class Store:
 
     def add(self, job: TrainJob, owner: Owner, backend: str, *, origin: str = "api",
             state: JobState = JobState.PENDING, reason: str = "Created",
-            message: str = "") -> JobRecord:
-        """Insert a new job (its metadata must carry uid, namespace and name)."""
+            message: str = "", idempotency_key: str | None = None,
+            request_digest: str | None = None, document: str | None = None,
+            summary: dict[str, Any] | None = None) -> JobRecord:
+        """Insert a new job (its metadata must carry uid, namespace and name).
+
+        ``idempotency_key`` is unique per owner: a second job with the owner's key is a
+        :class:`DuplicateJob` (find the first with :meth:`by_idempotency_key`).
+        ``document`` and ``summary``, when given, must be ``json.dumps(job.to_dict())``
+        and :func:`job_summary` of ``job`` (made off the event loop by the caller)."""
         now = time.time()
         meta = job.metadata
         assert meta.uid and meta.namespace and meta.name, "job identity not set"
+        if document is None:
+            document = json.dumps(job.to_dict())
         try:
             with self._tx() as db:
                 cur = db.execute(
                     "INSERT INTO jobs (uid, namespace, name, owner_uid, owner_gid, owner_user,"
-                    " backend, origin, document, state, reason, message, created_at, updated_at)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " backend, origin, document, state, reason, message, created_at, updated_at,"
+                    " idempotency_key, request_digest, summary)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (meta.uid, meta.namespace, meta.name, owner.uid, owner.gid, owner.user,
-                     backend, origin, json.dumps(job.to_dict()), state.value, reason, message,
-                     now, now),
+                     backend, origin, document, state.value, reason, message,
+                     now, now, idempotency_key, request_digest,
+                     json.dumps(summary or job_summary(job))),
                 )
                 job_id = cur.lastrowid
                 assert job_id is not None
@@ -336,7 +423,7 @@ class Store:
         "state", "reason", "message", "backend_id", "exit_code", "nodes", "stdout_path",
         "stderr_path", "queue", "attempts", "submitting_since", "next_attempt_at",
         "cancel_requested", "updated_at", "started_at", "finished_at", "document",
-        "placement",
+        "placement", "summary",
     })
 
     def _update(self, db: sqlite3.Connection, job_id: int, **fields: Any) -> None:
@@ -358,32 +445,65 @@ class Store:
     def save_document(self, job_id: int, job: TrainJob) -> None:
         """Replace the stored TrainJob document (e.g. ``spec.suspend`` changed)."""
         with self._tx() as db:
-            self._update(db, job_id, document=json.dumps(job.to_dict()), updated_at=time.time())
+            self._update(db, job_id, document=json.dumps(job.to_dict()),
+                         summary=json.dumps(job_summary(job)), updated_at=time.time())
 
     # -- reading -----------------------------------------------------------------
 
     def get(self, job_id: int) -> JobRecord:
-        row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        row = self._db.execute(f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE id=?",
+                               (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
-        return _row_to_record(row)
+        return _row_to_record(row, self._document)
 
-    def find(self, ref: str, namespace: str | None = None) -> JobRecord:
-        """A job by numeric id, uid, or metadata.name (in ``namespace`` if given)."""
-        if ref.isdigit():
-            row = self._db.execute("SELECT * FROM jobs WHERE id=?", (int(ref),)).fetchone()
-        else:
-            row = self._db.execute("SELECT * FROM jobs WHERE uid=?", (ref,)).fetchone()
-            if row is None:
-                sql = "SELECT * FROM jobs WHERE name=?"
-                args: tuple[Any, ...] = (ref,)
-                if namespace:
-                    sql += " AND namespace=?"
-                    args += (namespace,)
-                row = self._db.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
+    def _document(self, job_id: int) -> str:
+        """The stored document (JSON text) of job ``job_id``."""
+        row = self._db.execute("SELECT document FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
+            raise JobNotFound(job_id)
+        text: str = row["document"]
+        return text
+
+    def count_active(self, owner_uid: int) -> int:
+        """How many unfinished jobs the user ``owner_uid`` has (an index lookup)."""
+        states = [s.value for s in JobState if s not in TERMINAL]
+        row = self._db.execute(
+            f"SELECT COUNT(*) FROM jobs WHERE owner_uid=? AND state IN "
+            f"({','.join('?' * len(states))})", (owner_uid, *states)).fetchone()
+        return int(row[0])
+
+    def find(self, ref: str, namespace: str | None = None,
+             caller_uid: int | None = None) -> JobRecord:
+        """A job by numeric id (global), or by uid or ``metadata.name`` (in
+        ``namespace`` if given) resolved for the caller by :func:`bridge.refs.resolve`:
+        the caller's own jobs first; :class:`bridge.refs.AmbiguousJob` when several
+        users' jobs match. :class:`JobNotFound` when none does."""
+        if ref.isascii() and ref.isdigit():  # not str.isdigit alone: "²" is a digit
+            if len(ref) > 18:  # beyond SQLite's 64-bit ids
+                raise JobNotFound(ref)
+            row = self._db.execute(f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE id=?",
+                                   (int(ref),)).fetchone()
+            if row is None:
+                raise JobNotFound(ref)
+            return _row_to_record(row, self._document)
+        sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE (uid=? OR name=?)"
+        args: tuple[Any, ...] = (ref, ref)
+        if namespace:
+            sql += " AND namespace=?"
+            args += (namespace,)
+        rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        found = resolve(ref, [_row_to_record(r, self._document) for r in rows], caller_uid)
+        if found is None:
             raise JobNotFound(ref)
-        return _row_to_record(row)
+        return found
+
+    def by_idempotency_key(self, owner_uid: int, key: str) -> JobRecord | None:
+        """The job ``owner_uid`` submitted with idempotency key ``key``, or None."""
+        row = self._db.execute(f"SELECT {_LIGHT_COLUMNS} FROM jobs"
+                               " WHERE owner_uid=? AND idempotency_key=?",
+                               (owner_uid, key)).fetchone()
+        return _row_to_record(row, self._document) if row is not None else None
 
     def get_by_uid(self, uid: str) -> JobRecord | None:
         """The job with this uid (a TrainJob's ``metadata.uid``), or None."""
@@ -396,20 +516,27 @@ class Store:
         found: list[JobRecord] = []
         for start in range(0, len(uids), 500):  # SQLite's bound-parameter limit
             chunk = list(uids[start:start + 500])
-            sql = f"SELECT * FROM jobs WHERE uid IN ({','.join('?' * len(chunk))})"
+            sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE uid IN ({','.join('?' * len(chunk))})"
             args: list[Any] = chunk
             if states is not None:
                 sql += f" AND state IN ({','.join('?' * len(states))})"
                 args = [*chunk, *(s.value for s in states)]
-            found += [_row_to_record(r) for r in self._db.execute(sql + " ORDER BY id", args)]
+            found += [_row_to_record(r, self._document)
+                      for r in self._db.execute(sql + " ORDER BY id", args)]
         return sorted(found, key=lambda r: r.id)
 
     def list_jobs(self, states: Sequence[JobState] | None = None, user: str | None = None,
                   backend: str | None = None, origin: str | None = None,
-                  updated_after: float | None = None) -> list[JobRecord]:
-        """Jobs matching every filter given, oldest first."""
-        sql = "SELECT * FROM jobs WHERE 1=1"
+                  updated_after: float | None = None, after_id: int | None = None,
+                  limit: int | None = None) -> list[JobRecord]:
+        """Jobs matching every filter given, oldest first (by id): with ``after_id``
+        only those after that id, and at most ``limit`` of them (a page). Light rows:
+        each document is read on first use of its record's :attr:`JobRecord.job`."""
+        sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE 1=1"
         args: list[Any] = []
+        if after_id is not None:
+            sql += " AND id>?"
+            args.append(after_id)
         if origin is not None:
             sql += " AND origin=?"
             args.append(origin)
@@ -425,8 +552,12 @@ class Store:
         if backend is not None:
             sql += " AND backend=?"
             args.append(backend)
-        rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
-        return [_row_to_record(r) for r in rows]
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        rows = self._db.execute(sql, args).fetchall()
+        return [_row_to_record(r, self._document) for r in rows]
 
     def transitions(self, job_id: int) -> list[Transition]:
         rows = self._db.execute(

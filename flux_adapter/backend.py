@@ -45,6 +45,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -95,6 +96,8 @@ from mpi_launch.hostlist import HostlistError, expand
 
 __all__ = ["FluxBackend", "create", "default_mpi_launch"]
 
+#: Standard logging with the fields in ``extra``: the daemon renders every record as one
+#: structlog line (JSON with these keys in production), see bridge.daemon.configure_logging.
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -105,6 +108,8 @@ T = TypeVar("T")
 SINCE_MARGIN = 300.0
 #: Seconds after which a job nobody shows any more leaves the caches.
 FORGET_AFTER = 3600.0
+#: Longest wait (seconds) between two attempts to reach a lost broker again.
+RECONNECT_CAP = 10.0
 #: flux-core before this cannot stage the batch script ({{tmpdir}}, RFC 37 files).
 MIN_FLUX_CORE = (0, 48)
 _SUBMIT_REJECTS = frozenset({errno.EINVAL, errno.EPERM, errno.EPROTO, errno.E2BIG,
@@ -195,7 +200,8 @@ class FluxBackend:
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
-            log.warning("flux back end %s: %s", self.name, message)
+            log.warning("flux back end %s: %s", self.name, message,
+                        extra={"backend": self.name, "error": message})
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -213,7 +219,9 @@ class FluxBackend:
             self._warn_once(f"flux-core {version} is older than 0.48: batch scripts "
                             f"({{{{tmpdir}}}}, RFC 37 files) will not work")
         log.info("flux back end %s: flux-core %s, instance owner uid %d, daemon uid %d, "
-                 "submitting as %s", self.name, version, owner, os.geteuid(), self.submit_as)
+                 "submitting as %s", self.name, version, owner, os.geteuid(), self.submit_as,
+                 extra={"backend": self.name, "flux_core": version, "instance_owner": owner,
+                        "submit_as": self.submit_as})
 
     async def close(self) -> None:
         if self._closed:
@@ -304,14 +312,17 @@ class FluxBackend:
         try:
             specs = await self._call(lambda c: c.jobspecs(wanted))
         except Exception as exc:  # paths and confirmation are best effort
-            log.info("flux back end %s: jobspecs not readable: %s", self.name, exc)
+            log.info("flux back end %s: jobspecs not readable: %s", self.name, exc,
+                     extra={"backend": self.name, "error": str(exc)})
             return
         for job_id, spec in specs.items():
             self._info[job_id] = JobspecInfo.from_jobspec(spec)
 
-    async def _listing(self, since: float) -> dict[str, BackendJob]:
-        """The bridge's jobs by uid from one job-list query (merged with what the
-        journal knows, which is never older)."""
+    async def _listing(self, since: float) -> dict[tuple[str, int | None], BackendJob]:
+        """The jobs carrying a bridge key, by (uid, owner's userid), from one job-list
+        query (merged with what the journal knows, which is never older). Jobs of
+        other owners carrying one key are all kept, for the engine to tell the real one
+        from a forgery (:mod:`bridge.ownership`)."""
         try:
             entries = await self._call(lambda c: c.list_jobs(since))
         except BackendError:
@@ -326,7 +337,7 @@ class FluxBackend:
                 candidates[job_id] = (uid, entry)
         await self._jobspec_infos(candidates)
         now = time.time()
-        found: dict[str, BackendJob] = {}
+        found: dict[tuple[str, int | None], BackendJob] = {}
         for job_id, (uid, rec) in candidates.items():
             info = self._info.get(job_id)
             if info is not None and info.uid != uid:
@@ -345,7 +356,8 @@ class FluxBackend:
             else:
                 nodes = _hostlist(rec.get("nodelist"))
                 job = self._job(job_id, uid, listed, nodes, rec.get("queue"))
-            found[uid] = _prefer(found.get(uid), job)
+            key = (uid, job.owner_uid)
+            found[key] = _prefer(found.get(key), job)
         return found
 
     def _job(self, job_id: int, uid: str, status: JobStatus, nodes: tuple[str, ...],
@@ -361,15 +373,21 @@ class FluxBackend:
     def _job_from_tracked(self, t: _Tracked) -> BackendJob:
         return self._job(t.job_id, t.uid, status_from_history(t.history), t.nodes)
 
-    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
-        """The Flux jobs carrying these uids: one job-list query of every retained job,
-        then the jobspecs of the matching ones (see the module docstring). Should two
-        jobs carry one uid, the unfinished one (else the newest) is returned."""
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        """The Flux jobs carrying these uids, with their owners: one job-list query of
+        every retained job, then the jobspecs of the matching ones (see the module
+        docstring). Should two jobs of one owner carry one uid, the unfinished one (else
+        the newest) is returned."""
         wanted = set(job_uids)
         if not wanted:
-            return {}
+            return []
         jobs = await self._listing(0.0)
-        return {uid: job for uid, job in jobs.items() if uid in wanted}
+        return [job for (uid, _), job in jobs.items() if uid in wanted]
+
+    def world_uid(self, owner: Owner) -> int:
+        """The userid Flux shows on ``owner``'s jobs (the daemon's with
+        ``submit_as = "daemon"``): :class:`bridge.ownership.RunsAs`."""
+        return owner.uid if self.submit_as == "owner" else os.geteuid()
 
     # --- status stream ----------------------------------------------------------------
 
@@ -396,11 +414,11 @@ class FluxBackend:
                 self._warn_once(f"no status for now: {exc}")
             except Exception:
                 log.exception("flux back end %s: unexpected error in the status stream",
-                              self.name)
+                              self.name, extra={"backend": self.name})
             if self._closed:
                 return
             await asyncio.sleep(delay)
-            delay = min(max(delay, 0.5) * 2, 30.0)
+            delay = min(max(delay, 0.5) * 2, RECONNECT_CAP)
 
     async def _try_snapshot(self) -> StatusBatch | None:
         try:
@@ -559,7 +577,9 @@ class FluxBackend:
             try:
                 tracked.nodes = tuple(nodes_of(resp["R"]))
             except RError as exc:
-                log.warning("flux back end %s: job %d: %s", self.name, job_id, exc)
+                log.warning("flux back end %s: job %d: %s", self.name, job_id, exc,
+                            extra={"backend": self.name, "flux_job": job_id,
+                                   "error": str(exc)})
         return job_id
 
     # --- inventory --------------------------------------------------------------------
@@ -602,7 +622,8 @@ class FluxBackend:
                 owner_uid = self._owner_uids.get(int(job.backend_id))
         if owner_uid is None:
             log.warning("read_log: owner of Flux job %s unknown; not reading %s",
-                        job.backend_id, path)
+                        job.backend_id, path,
+                        extra={"backend": self.name, "flux_job": job.backend_id})
             return b"", offset
         data = await asyncio.to_thread(read_owned, path, owner_uid, offset)
         return data, offset + len(data)
@@ -676,4 +697,13 @@ def create(name: str, settings: dict[str, Any]) -> FluxBackend:
         name, uri=str(uri) if uri else None, queue=settings.get("queue") or None,
         mpi_launch=settings.get("mpi_launch") or None, request_timeout=timeout,
         submit_as=submit_as, reconcile_interval=reconcile,
-        flux_command=str(settings.get("flux_command") or "flux"))
+        flux_command=_absolute(str(settings.get("flux_command") or "flux")))
+
+
+def _absolute(command: str) -> str:
+    """``command`` as an absolute path when it is found on the daemon's PATH (so its
+    directory can go first on the jobs' PATH), else unchanged."""
+    if os.path.isabs(command):
+        return command
+    found = shutil.which(command)
+    return os.path.abspath(found) if found else command

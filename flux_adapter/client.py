@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from bridge.backend import BackendError, BackendRejected, BackendUnavailable, Owner
+from bridge.filemodes import JOB_UMASK
 
 __all__ = [
     "CONNECTION_ERRNOS",
@@ -156,7 +157,7 @@ class FluxConnection(Protocol):
         """The ``job-manager.events-journal`` stream (``full: false``): one response per
         job of the backlog of active jobs, ``{"id": -1, "events": []}`` after it, then one
         response per event, until ``stop`` is set. Needs the instance owner's role
-        (``EPERM`` otherwise)."""
+        (``EPERM`` otherwise). A lost broker raises ``OSError`` (``ECONNRESET``)."""
 
     def close(self) -> None:
         """Disconnect (ends a journal stream)."""
@@ -268,6 +269,12 @@ class PythonFlux:
                     return
                 raise
             future.reset()
+            if resp is None:
+                # What flux-python (0.88) answers, at once and forever, once the broker
+                # has died: no error. Every journal response has a payload, so None means
+                # the connection is gone; raise, so the caller reconnects.
+                raise OSError(errno.ECONNRESET, "the Flux broker connection was lost "
+                                                "(the event journal answered nothing)")
             if isinstance(resp, Mapping):
                 yield dict(resp)
 
@@ -337,7 +344,7 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd="/", env=dict(env), **kwargs)
+            stderr=asyncio.subprocess.PIPE, cwd="/", env=dict(env), umask=JOB_UMASK, **kwargs)
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {program}: {exc.strerror or exc}") from None
     try:

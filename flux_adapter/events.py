@@ -269,10 +269,14 @@ def to_backend_job(job_id: int, uid: str, status: JobStatus, *, nodes: tuple[str
                    stdout_path: str | None = None, stderr_path: str | None = None,
                    owner_uid: int | None = None, queue: str | None = None) -> BackendJob:
     """A :class:`BackendJob` (``backend_id`` is the decimal Flux job id). stderr goes to
-    the stdout file unless the job names its own."""
+    the stdout file unless the job names its own. A finished job's reason (Flux's
+    exception type and note: ``alloc: … unsatisfiable …``, ``exec: task 0 (host node1):
+    start failed: …``, ``node-failure: …``) is also its ``detail``, which the engine puts
+    in the job's message: the exit code alone would hide why the job failed."""
     return BackendJob(
         backend_id=str(job_id), job_uid=uid, state=status.state,
         native_state=status.native_state, exit_code=status.exit_code, signal=status.signal,
-        reason=status.reason, nodes=nodes, start_time=status.start_time,
+        reason=status.reason, detail=status.reason if status.state.finished else None,
+        nodes=nodes, start_time=status.start_time,
         end_time=status.end_time, stdout_path=stdout_path,
         stderr_path=stderr_path or stdout_path, owner_uid=owner_uid, queue=queue)

@@ -58,6 +58,7 @@ from typing import Any
 from bridge.backend import BackendRejected, SubmitRequest
 from bridge.runtimes import Framework, LaunchPlan
 from bridge.scheduling import SchedulingOptions
+from flux_adapter.resources import placement_constraint
 from mpi_launch.hostlist import HostlistError, compress, expand
 from mpi_launch.plan import USER_LAUNCHERS
 
@@ -364,7 +365,7 @@ def constraints_for(request: SubmitRequest) -> dict[str, Any] | None:
     hosts = tuple(getattr(placement, "hosts", ()) or ())
     if hosts:
         try:
-            terms.append({"hostlist": [compress(hosts, source="placement")]})
+            terms.append(placement_constraint(hosts))
         except HostlistError as exc:
             raise _refuse(str(exc)) from None
     if o.nodelist:
@@ -416,17 +417,18 @@ def output_template(pattern: str, *, job_name: str, user: str) -> str:
 
 
 def job_environment(plan: LaunchPlan, *, flux_command: str = "flux") -> dict[str, str]:
-    """The job's environment: exactly the plan's, plus ``PATH`` when it sets none (with
-    the directory of an absolute ``flux_command`` first, so ``mpi-launch`` and a nested
-    ``flux broker`` find ``flux`` on the compute nodes)."""
+    """The job's environment: the plan's, with ``PATH`` the plan's (the submitter's, as
+    ``tbatch`` exports it) or else a default, and the directory of an absolute
+    ``flux_command`` first unless it is already on it: ``mpi-launch`` (``flux job info``)
+    and a nested ``flux broker`` find the instance's own ``flux`` whatever the
+    submitter's PATH held."""
     env = dict(plan.env)
-    if "PATH" not in env:
-        path = DEFAULT_PATH
-        if os.path.isabs(flux_command):
-            bindir = os.path.dirname(flux_command)
-            if bindir not in path.split(":"):
-                path = f"{bindir}:{path}"
-        env["PATH"] = path
+    path = env.get("PATH") or DEFAULT_PATH
+    if os.path.isabs(flux_command):
+        bindir = os.path.dirname(flux_command)
+        if bindir not in path.split(":"):
+            path = f"{bindir}:{path}"
+    env["PATH"] = path
     return env
 
 

@@ -17,15 +17,23 @@ Malformed input raises :class:`RError` (a ``ValueError``) naming the key.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import NodeInfo
 from mpi_launch.allocation import AllocationError, parse_idset
-from mpi_launch.hostlist import HostlistError, expand
+from mpi_launch.hostlist import HostlistError, compress, expand
 
-__all__ = ["RError", "RankResources", "inventory_nodes", "nodes_of", "parse_r", "queues_of"]
+__all__ = ["RANK_MARK", "RError", "RankResources", "inventory_nodes", "nodes_of", "parse_r",
+           "placement_constraint", "queues_of"]
+
+#: In the inventory, a broker that shares its host name with another (``flux start
+#: --test-size``, several brokers per node) is ``<host>@<rank>``: placement must see
+#: each broker as its own node, and a host name cannot tell them apart for Flux.
+RANK_MARK = "@"
 
 
 class RError(ValueError):
@@ -167,12 +175,15 @@ def inventory_nodes(all_r: object, allocated_r: object = None, down_r: object = 
     id); a rank in ``down_r`` (down or drained) is ``DOWN`` with nothing free. State:
     ``IDLE`` (nothing allocated), ``MIXED``, ``ALLOCATED`` (nothing free), ``DOWN`` —
     Slurm's words, so placement reads both worlds alike. Properties become features;
-    ``queues`` (instance config) gives each node's queues as partitions.
+    ``queues`` (instance config) gives each node's queues as partitions. Brokers that
+    share a host name are named ``<host>@<rank>`` (:data:`RANK_MARK`).
     """
     allocated = {x.rank: x for x in parse_r(allocated_r, source="allocated")}
     down = {x.rank for x in parse_r(down_r, source="down")}
+    ranks = parse_r(all_r, source="all")
+    shared = {h for h, n in Counter(x.host for x in ranks).items() if n > 1}
     nodes = []
-    for x in parse_r(all_r, source="all"):
+    for x in ranks:
         used = allocated.get(x.rank)
         used_cores = (x.cores & used.cores) if used else frozenset()
         used_gpus = (x.gpus & used.gpus) if used else frozenset()
@@ -188,9 +199,42 @@ def inventory_nodes(all_r: object, allocated_r: object = None, down_r: object = 
             else:
                 state = "MIXED"
         nodes.append(NodeInfo(
-            name=x.host, state=state, cpus=len(x.cores), free_cpus=free_cores,
+            name=f"{x.host}{RANK_MARK}{x.rank}" if x.host in shared else x.host,
+            state=state, cpus=len(x.cores), free_cpus=free_cores,
             gpus=len(x.gpus), free_gpus=free_gpus,
             partitions=queues_of(x.properties, queues or {}),
             features=tuple(sorted(x.properties))))
     return tuple(nodes)
 
+
+
+_RANKED = re.compile(r"(?P<host>[^@]+)@(?P<rank>[0-9]{1,9})")
+
+
+def _idset(ranks: Sequence[int]) -> str:
+    """RFC 22 idset of ``ranks`` (``0-2,5``)."""
+    parts: list[str] = []
+    ordered = sorted(set(ranks))
+    start = prev = ordered[0]
+    for r in [*ordered[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ",".join(parts)
+
+
+def placement_constraint(names: Sequence[str]) -> dict[str, object]:
+    """The RFC 31 constraint for the inventory names the engine placed a job on: host
+    names as a ``hostlist``, ``<host>@<rank>`` names as ``ranks`` (either matches).
+    Raises :class:`HostlistError` for names no hostlist can hold."""
+    hosts = [n for n in names if not _RANKED.fullmatch(n)]
+    ranks = [int(m["rank"]) for n in names if (m := _RANKED.fullmatch(n))]
+    terms: list[dict[str, object]] = []
+    if hosts:
+        terms.append({"hostlist": [compress(hosts, source="placement")]})
+    if ranks:
+        terms.append({"ranks": [_idset(ranks)]})
+    return terms[0] if len(terms) == 1 else {"or": terms}

@@ -4,8 +4,10 @@ Modules: :mod:`k8s_adapter.kube` (the kubernetes_asyncio client, error classes, 
 resumable list-then-watch), :mod:`k8s_adapter.jobset` (TrainJob → JobSet in Kubeflow
 Trainer's layout, JobSet → engine state; pure), :mod:`k8s_adapter.inventory` (nodes
 and pods → inventory with label topology; pure), :mod:`k8s_adapter.sshauth` (the MPI
-SSH Secret), :mod:`k8s_adapter.backend` (entry point ``hpc_bridge.backends:
-kubernetes``), :mod:`k8s_adapter.status` (stored job → TrainJob status; pure),
+SSH Secret), :mod:`k8s_adapter.access` (who may run where, as whom, with what: with
+:mod:`k8s_adapter.identity` and :mod:`k8s_adapter.podsecurity`; pure),
+:mod:`k8s_adapter.backend` (entry point ``hpc_bridge.backends: kubernetes``),
+:mod:`k8s_adapter.status` (stored job → TrainJob status; pure),
 :mod:`k8s_adapter.frontdoor` (entry point ``hpc_bridge.frontdoors: kubernetes``).
 kubernetes_asyncio is imported only when a connection is made.
 """

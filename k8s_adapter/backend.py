@@ -16,9 +16,17 @@
   from a watch of the nodes and of the bound, unfinished pods (no API call per
   placement).
 
+* Identity (:mod:`k8s_adapter.access`): a local user's job is admitted only into the
+  namespace an admin mapped the user to, and its JobSet, ConfigMap and Secret are
+  created — and later deleted or patched — *impersonating* the mapped service account
+  (a dry-run Pod of each pod template first, so that a Pod Security refusal fails the
+  job with the apiserver's words); its pods run as the user's uid/gid. Watches,
+  inventory and logs use the bridge's own identity.
+
 Settings (``[backends.NAME]``, ``kind = "kubernetes"``): ``kubeconfig`` (absent: the
 in-cluster service account), ``context``, ``default_image``, ``service_account``,
-``scheduler_name``, ``topology_labels`` (top level first), ``request_timeout``.
+``scheduler_name``, ``topology_labels`` (top level first), ``request_timeout``;
+``users``, ``groups``, ``namespace_accounts``, ``allow_privileges`` (identity).
 """
 
 from __future__ import annotations
@@ -42,7 +50,17 @@ from bridge.backend import (
 )
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
+from bridge.model import TrainJob
+from bridge.runtimes import LaunchPlan
 from k8s_adapter import sshauth
+from k8s_adapter.access import (
+    ANN_IDENTITY,
+    ANN_ORIGIN,
+    AccessPolicy,
+    access_policy,
+    from_cr_door,
+)
+from k8s_adapter.identity import Identity
 from k8s_adapter.inventory import inventory_from_nodes
 from k8s_adapter.jobset import (
     GROUP,
@@ -68,10 +86,6 @@ __all__ = ["ANN_ORIGIN", "KubernetesBackend", "create"]
 
 log = logging.getLogger(__name__)
 
-#: Annotation the TrainJob front door puts on the bridge's copy of a TrainJob that
-#: exists in this cluster: the JobSet is then owned by it (garbage-collected with it).
-ANN_ORIGIN = "hpc-bridge.io/origin"
-ORIGIN_KUBERNETES = "kubernetes"
 DEFAULT_TOPOLOGY_LABELS = ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 MAX_LOG_BYTES = 1 << 20
@@ -134,10 +148,12 @@ class KubernetesBackend:
     #: A TrainJob node is a pod; several may share a Kubernetes node.
     packs_units = True
 
-    def __init__(self, name: str, kube: KubeSettings, options: JobSetOptions):
+    def __init__(self, name: str, kube: KubeSettings, options: JobSetOptions,
+                 access: AccessPolicy | None = None):
         self.name = name
         self.kube = Kube(kube)
         self.options = options
+        self.access = access or access_policy(f"backends.{name}", {})
         self._jobsets: dict[str, dict[str, Any]] = {}
         self._pods: dict[str, _Pods] = {}
         self._capacity = _Capacity()
@@ -152,17 +168,34 @@ class KubernetesBackend:
 
     # -- jobs ------------------------------------------------------------------------
 
+    def check_admission(self, job: TrainJob, plan: LaunchPlan, owner: Owner,
+                        origin: str) -> None:
+        """:class:`bridge.backend.Admitting`: the access policy (:mod:`k8s_adapter.access`)."""
+        self.access.admit(job, plan, owner, origin)
+
+    def _client(self, identity: Identity | None) -> Kube:
+        return self.kube if identity is None else self.kube.impersonating(identity.username)
+
     async def submit(self, request: SubmitRequest) -> str:
-        """Create the JobSet (see the module docstring). An MPI job's ConfigMap and
-        SSH Secret are created *first* (a retry finds them: 409 is fine), so that the
-        JobSet never exists without them; once it exists they are handed to it as
-        owner (garbage-collected with it)."""
+        """Create the JobSet (see the module docstring) as the job's identity. An MPI
+        job's ConfigMap and SSH Secret are created *first* (a retry finds them: 409 is
+        fine), so that the JobSet never exists without them; once it exists they are
+        handed to it as owner (garbage-collected with it)."""
         job = request.job
+        identity = self.access.identity_of(job, request.owner)
+        kube = self._client(identity)
         owner_ref = None
-        if job.metadata.annotations.get(ANN_ORIGIN) == ORIGIN_KUBERNETES and job.metadata.uid:
+        if from_cr_door(job) and job.metadata.uid:
             owner_ref = controller_reference(f"{TRAINER_GROUP}/{TRAINER_VERSION}", "TrainJob",
                                              job.metadata.name, job.metadata.uid)
         body = render_jobset(request, self.options, owner_ref)
+        self.access.secure(body, job, request.owner, self.options.service_account,
+                           impersonated=identity is not None)
+        annotations = body["metadata"].setdefault("annotations", {})
+        annotations.pop(ANN_IDENTITY, None)
+        if identity is not None:
+            annotations[ANN_IDENTITY] = str(identity)
+            await self._admission_dry_run(kube, body)
         namespace = body["metadata"]["namespace"]
         name = jobset_name(request)
         dependents: list[tuple[str, Any, Any, dict[str, Any]]] = []
@@ -172,27 +205,26 @@ class KubernetesBackend:
             secret = sshauth.secret(name, namespace, dict(cm["metadata"]["labels"]),
                                     private, public)
             dependents = [
-                ("ConfigMap", self.kube.core.create_namespaced_config_map,
-                 self.kube.core.patch_namespaced_config_map, cm),
-                ("Secret", self.kube.core.create_namespaced_secret,
-                 self.kube.core.patch_namespaced_secret, secret)]
+                ("ConfigMap", kube.core.create_namespaced_config_map,
+                 kube.core.patch_namespaced_config_map, cm),
+                ("Secret", kube.core.create_namespaced_secret,
+                 kube.core.patch_namespaced_secret, secret)]
             for kind, create_fn, _, obj in dependents:
                 try:
-                    await self.kube.call(f"create {kind} {namespace}/{obj['metadata']['name']}",
-                                         create_fn, namespace, obj)
+                    await kube.call(f"create {kind} {namespace}/{obj['metadata']['name']}",
+                                    create_fn, namespace, obj)
                 except BackendRejected as exc:
                     if not is_status(exc, 409):  # made by an earlier attempt: keep it
                         raise
         try:
-            created = await self.kube.call(
-                f"create JobSet {namespace}/{name}",
-                self.kube.custom.create_namespaced_custom_object,
+            created = await kube.call(
+                f"create JobSet {namespace}/{name}", kube.custom.create_namespaced_custom_object,
                 GROUP, VERSION, namespace, PLURAL, body)
         except BackendRejected as exc:
             if not is_status(exc, 409):
                 raise
-            created = await self.kube.call(
-                f"get JobSet {namespace}/{name}", self.kube.custom.get_namespaced_custom_object,
+            created = await kube.call(
+                f"get JobSet {namespace}/{name}", kube.custom.get_namespaced_custom_object,
                 GROUP, VERSION, namespace, PLURAL, name)
             labels = (created.get("metadata") or {}).get("labels") or {}
             if labels.get(UID_LABEL) != request.job_uid:
@@ -204,34 +236,69 @@ class KubernetesBackend:
             f"{GROUP}/{VERSION}", "JobSet", name, created["metadata"].get("uid"))]}}
         for kind, _, patch_fn, obj in dependents:
             try:
-                await self.kube.call(f"hand {kind} {obj['metadata']['name']} to its JobSet",
-                                     patch_fn, obj["metadata"]["name"], namespace, owned)
+                await kube.call(f"hand {kind} {obj['metadata']['name']} to its JobSet",
+                                patch_fn, obj["metadata"]["name"], namespace, owned)
             except (BackendRejected, BackendUnavailable) as exc:
                 # The job runs; only the clean-up of this object is at stake.
                 log.error("%s %s/%s is not owned by its JobSet (delete it by hand after "
                           "the job): %s", kind, namespace, obj["metadata"]["name"], exc)
         return f"{namespace}/{name}"
 
+    async def _admission_dry_run(self, kube: Kube, body: Mapping[str, Any]) -> None:
+        """Create each pod template as a Pod with ``dryRun=All`` as the job's identity:
+        a Pod Security refusal (which would otherwise only show in the Job's events)
+        fails the job now, with the apiserver's message. Nothing is persisted."""
+        namespace = body["metadata"]["namespace"]
+        for rj in body["spec"]["replicatedJobs"]:
+            template = rj["template"]["spec"]["template"]
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"{body['metadata']['name']}-{rj['name']}-check",
+                                "namespace": namespace,
+                                "labels": dict((template.get("metadata") or {}).get("labels")
+                                               or {})},
+                   "spec": template["spec"]}
+            await kube.call(f"create pods of replicatedJob {rj['name']!r} in {namespace} "
+                            f"(dry run)", kube.core.create_namespaced_pod, namespace, pod,
+                            dry_run="All")
+
+    async def _jobset_client(self, namespace: str, name: str) -> Kube:
+        """The client acting as the identity a JobSet was created as (its annotation,
+        trusted only for an account of the JobSet's own namespace)."""
+        obj = next((o for o in self._jobsets.values()
+                    if _key(o) == f"{namespace}/{name}"), None)
+        if obj is None:
+            try:
+                obj = await self.kube.call(
+                    f"get JobSet {namespace}/{name}", self.kube.custom.get_namespaced_custom_object,
+                    GROUP, VERSION, namespace, PLURAL, name)
+            except BackendRejected as exc:
+                if not is_status(exc, 404):
+                    raise
+                return self.kube
+        text = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_IDENTITY)
+        identity = Identity.parse(str(text)) if text else None
+        if identity is None or identity.namespace != namespace:
+            return self.kube
+        return self._client(identity)
     async def _list_jobsets(self) -> list[dict[str, Any]]:
         listing = await self.kube.call(
             "list JobSets", self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
             label_selector=SELECTOR)
         return list(listing.get("items") or [])
 
-    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        """Every JobSet labelled with one of these uids, in any namespace (the engine
+        keeps the one in the job's own namespace: :mod:`bridge.ownership`)."""
         wanted = set(job_uids)
-        found: dict[str, BackendJob] = {}
-        for obj in await self._list_jobsets():
-            bj = self._backend_job(obj)
-            if bj is not None and bj.job_uid in wanted:
-                found[bj.job_uid] = bj
-        return found
+        return [bj for obj in await self._list_jobsets()
+                if (bj := self._backend_job(obj)) is not None and bj.job_uid in wanted]
 
     async def cancel(self, backend_id: str, owner: Owner) -> None:
         namespace, name = split_id(backend_id)
+        kube = await self._jobset_client(namespace, name)
         try:
-            await self.kube.call(
-                f"delete JobSet {backend_id}", self.kube.custom.delete_namespaced_custom_object,
+            await kube.call(
+                f"delete JobSet {backend_id}", kube.custom.delete_namespaced_custom_object,
                 GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Foreground")
         except BackendRejected as exc:
             if not is_status(exc, 404):
@@ -240,8 +307,9 @@ class KubernetesBackend:
     async def set_suspended(self, backend_id: str, suspend: bool) -> None:
         """Suspend (pods deleted, Jobs kept) or resume the JobSet through ``spec.suspend``."""
         namespace, name = split_id(backend_id)
-        await self.kube.call(
-            f"patch JobSet {backend_id}", self.kube.custom.patch_namespaced_custom_object,
+        kube = await self._jobset_client(namespace, name)
+        await kube.call(
+            f"patch JobSet {backend_id}", kube.custom.patch_namespaced_custom_object,
             GROUP, VERSION, namespace, PLURAL, name, {"spec": {"suspend": suspend}},
             _content_type=MERGE_PATCH)
 
@@ -413,7 +481,8 @@ def _topology_labels(value: Any) -> tuple[str, ...]:
 
 KNOWN_SETTINGS = frozenset({"kubeconfig", "context", "default_image", "service_account",
                             "scheduler_name", "topology_labels", "request_timeout",
-                            "watch_timeout"})
+                            "watch_timeout", "users", "groups", "namespace_accounts",
+                            "allow_privileges"})
 
 
 def create(name: str, settings: Mapping[str, Any]) -> KubernetesBackend:
@@ -428,4 +497,5 @@ def create(name: str, settings: Mapping[str, Any]) -> KubernetesBackend:
                             service_account=settings.get("service_account"),
                             scheduler_name=settings.get("scheduler_name"),
                             topology_labels=_topology_labels(settings.get("topology_labels")))
-    return KubernetesBackend(name, kube, options)
+    return KubernetesBackend(name, kube, options,
+                             access_policy(f"backends.{name}", settings))

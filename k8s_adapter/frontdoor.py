@@ -49,7 +49,8 @@ from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
 from bridge.states import JobState
 from bridge.store import JobRecord
-from k8s_adapter.backend import ANN_ORIGIN, ORIGIN_KUBERNETES, KubernetesBackend
+from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
+from k8s_adapter.backend import KubernetesBackend
 from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status, kube_settings
 from k8s_adapter.status import desired_status, failed_status, same_status
 
@@ -240,7 +241,7 @@ class TrainJobFrontDoor:
                 self._handled[uid] = generation
             return
         want = bool((obj.get("spec") or {}).get("suspend"))
-        if not rec.state.terminal and want != bool(rec.job.spec.suspend):
+        if not rec.state.terminal and want != rec.suspend_requested:
             try:
                 self._engine.set_suspend(rec, want, ROOT)
                 log.info("TrainJob %s %s", _ref(obj), "suspended" if want else "resumed")

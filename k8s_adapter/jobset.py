@@ -422,6 +422,7 @@ def backend_job_from_jobset(obj: Mapping[str, Any], deleted: bool = False) -> Ba
     return BackendJob(backend_id=backend_id, job_uid=uid, state=state, native_state=native,
                       exit_code=exit_code, reason=reason,
                       queue=str(meta.get("namespace") or "") or None,
+                      namespace=str(meta.get("namespace") or ""),
                       start_time=None, end_time=None,
                       nodes=tuple(str(n) for n in status.get("hpcBridgeNodes") or ()))
 

@@ -10,7 +10,11 @@ Contracts:
   401/403 (the bridge's credentials or RBAC: an admin fixes them, no job should fail
   for it), connection and timeout errors are :class:`BackendUnavailable` (retry);
   other 4xx refusals (validation, conflict, not found) are :class:`KubeRejected` with
-  the apiserver's message and status.
+  the apiserver's message and status. A 403 from Pod Security Admission ("violates
+  PodSecurity") refuses the job, not the bridge: :class:`KubeRejected`.
+* :meth:`Kube.impersonating` is a client that acts as another user
+  (``Impersonate-User``), one per user, cached: the apiserver's RBAC and admission
+  then judge that user's requests. Its 401/403 name that user, not the bridge.
 * :meth:`Kube.list_watch` yields ``("SYNC", items)`` after every (re)list — a complete
   snapshot — then ``(TYPE, object)`` for ``ADDED``/``MODIFIED``/``DELETED``. A watch
   that ends (server timeout) is resumed from the last resourceVersion (bookmarks keep
@@ -92,18 +96,30 @@ class KubeRejected(BackendRejected):
         self.status = status
 
 
-def classify(exc: BaseException, what: str) -> BackendUnavailable | KubeRejected:
-    """The back-end error for a failed call (``what`` says what was being done)."""
+#: The apiserver's words when Pod Security Admission refuses a pod.
+PSA_REFUSAL = "violates PodSecurity"
+
+
+def classify(exc: BaseException, what: str,
+             acting_as: str | None = None) -> BackendUnavailable | KubeRejected:
+    """The back-end error for a failed call (``what`` says what was being done;
+    ``acting_as`` is the impersonated user, if any)."""
     status = api_status(exc)
     if status is None or status >= 500 or status == 429:
         text = api_message(exc) if status else (str(exc) or type(exc).__name__)
         return BackendUnavailable(f"Kubernetes API: {what}: {text}")
+    if status == 403 and PSA_REFUSAL in api_message(exc):
+        return KubeRejected(f"Kubernetes API refused to {what} ({status}): "
+                            f"{api_message(exc)}", status)
     if status in (401, 403):
-        # The bridge's own credentials or RBAC, not the job: retried (with backoff)
-        # until an admin fixes them, so that no job is failed for it.
+        # Credentials or RBAC, not the job: retried (with backoff) until an admin fixes
+        # them, so that no job is failed for it.
+        if acting_as and "cannot impersonate" not in api_message(exc):
+            whose = f"the RBAC of {acting_as}, whom the bridge impersonates for this job"
+        else:
+            whose = "the bridge's credentials and RBAC: charts/hpc-bridge/files/rbac.yaml"
         return BackendUnavailable(f"Kubernetes API refused to {what} ({status}): "
-                                  f"{api_message(exc)} (check the bridge's credentials and "
-                                  f"RBAC: charts/hpc-bridge/files/rbac.yaml)")
+                                  f"{api_message(exc)} (check {whose})")
     return KubeRejected(f"Kubernetes API refused to {what} ({status}): {api_message(exc)}",
                         status)
 
@@ -116,11 +132,15 @@ def is_status(exc: BaseException, *statuses: int) -> bool:
 class Kube:
     """A connected client: ``core`` (CoreV1Api) and ``custom`` (CustomObjectsApi)."""
 
-    def __init__(self, settings: KubeSettings):
+    def __init__(self, settings: KubeSettings, acting_as: str | None = None):
         self.settings = settings
+        #: The impersonated user (None: the bridge's own credentials).
+        self.acting_as = acting_as
         self._api: Any = None
+        self._cfg: Any = None
         self.core: Any = None
         self.custom: Any = None
+        self._impersonated: dict[str, Kube] = {}
 
     async def connect(self) -> None:
         """Load credentials and check that the apiserver answers (``/version``).
@@ -141,6 +161,7 @@ class Kube:
                                                   persist_config=False)
             except (config.ConfigException, OSError) as exc:
                 raise BackendUnavailable(f"Kubernetes credentials: {exc}") from exc
+            self._cfg = cfg
             self._api = client.ApiClient(cfg)
             self.core = client.CoreV1Api(self._api)
             self.custom = client.CustomObjectsApi(self._api)
@@ -150,7 +171,28 @@ class Kube:
         except Exception as exc:
             raise classify(exc, "reach the apiserver") from exc
 
+    def impersonating(self, username: str) -> Kube:
+        """A client acting as ``username`` (one per user, kept): same apiserver and
+        credentials, every request with ``Impersonate-User``. Connect first."""
+        from kubernetes_asyncio import client
+
+        if self._cfg is None:
+            raise BackendUnavailable("Kubernetes API: not connected yet")
+        kube = self._impersonated.get(username)
+        if kube is None:
+            kube = Kube(self.settings, acting_as=username)
+            kube._cfg = self._cfg
+            kube._api = client.ApiClient(self._cfg, header_name="Impersonate-User",
+                                         header_value=username)
+            kube.core = client.CoreV1Api(kube._api)
+            kube.custom = client.CustomObjectsApi(kube._api)
+            self._impersonated[username] = kube
+        return kube
+
     async def close(self) -> None:
+        for kube in self._impersonated.values():
+            await kube.close()
+        self._impersonated.clear()
         if self._api is not None:
             await self._api.close()
             self._api = None
@@ -163,7 +205,7 @@ class Kube:
         except (BackendRejected, BackendUnavailable):
             raise
         except Exception as exc:
-            raise classify(exc, what) from exc
+            raise classify(exc, what, self.acting_as) from exc
 
     async def raw(self, what: str, fn: Callable[..., Awaitable[Any]], *args: Any,
                   **kwargs: Any) -> Any:

@@ -66,7 +66,7 @@ def desired_conditions(rec: JobRecord) -> list[dict[str, Any]]:
                            rec.updated_at))
         return conds
     if state == JobState.RUNNING:
-        held = bool(rec.job.spec.suspend) or rec.reason in ("Suspended", "BackendSuspended")
+        held = rec.suspend_requested or rec.reason in ("Suspended", "BackendSuspended")
         running_since = rec.started_at or rec.updated_at
         if held:
             conds.append(_cond("Running", False, "Suspended", rec.message, rec.updated_at))
@@ -89,7 +89,7 @@ def synthetic_jobs_status(rec: JobRecord) -> list[dict[str, Any]]:
     """One ``node`` entry counting the back end's one job, for batch back ends."""
     state = rec.state
     suspended = state == JobState.SUSPENDED or (state == JobState.RUNNING
-                                                and bool(rec.job.spec.suspend))
+                                                and rec.suspend_requested)
     return [{"name": "node",
              "active": int(state in (JobState.SUBMITTED, JobState.RUNNING) and not suspended),
              "ready": int(state == JobState.RUNNING and not suspended),

@@ -31,6 +31,7 @@ from mpi_launch.allocation import (
     Allocation,
     AllocationError,
     detect_world,
+    flux_node_rank,
     from_flux_r,
     from_host_list,
     from_jobset_env,
@@ -119,6 +120,7 @@ def read_allocation(world: str, env: Mapping[str, str], *, hosts: str | None = N
         else:
             text = _flux_job_info_r(job_id)
         return from_flux_r(text, job_id=job_id, hostname=hostname or socket.gethostname(),
+                           node_rank=flux_node_rank(env),
                            proc_rank=_opt_int(env, "FLUX_TASK_RANK"),
                            local_rank=_opt_int(env, "FLUX_TASK_LOCAL_ID"), source=source)
     spec = hosts if hosts is not None else (hostname or socket.gethostname())

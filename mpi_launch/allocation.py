@@ -29,6 +29,7 @@ __all__ = [
     "AllocationError",
     "Host",
     "detect_world",
+    "flux_node_rank",
     "from_flux_r",
     "from_host_list",
     "from_jobset_env",
@@ -312,7 +313,8 @@ def from_flux_r(r: str | Mapping[str, Any], *, job_id: str, hostname: str | None
     Broker ranks of all ``execution.R_lite`` entries, sorted, map one to one onto the
     names of ``execution.nodelist`` (RFC 29 hostlists, concatenated); slots are the cores
     of ``children.core``, GPUs those of ``children.gpu``. This node is ``node_rank`` if
-    given, else the position of ``hostname`` (or its short name) in the node list.
+    given (from :func:`flux_node_rank`: host names need not be unique), else the position
+    of ``hostname`` (or its short name) in the node list.
     """
     doc: Any = r
     if isinstance(r, str):
@@ -362,6 +364,27 @@ def from_flux_r(r: str | Mapping[str, Any], *, job_id: str, hostname: str | None
         raise AllocationError("node rank", str(node_rank), f"outside the {len(hosts)} nodes")
     return Allocation(world="flux", job_id=job_id, hosts=hosts, node_rank=node_rank,
                       proc_rank=proc_rank, local_rank=local_rank)
+
+
+def flux_node_rank(env: Mapping[str, str]) -> int | None:
+    """This task's node: its position among the job's brokers, in R's rank order.
+
+    The job shell of the job's ``i``-th broker (broker ranks sorted) starts tasks
+    ``i*P … i*P+P-1`` when every node runs ``P`` tasks (Flux's default block task map,
+    which every jobspec of the bridge gets: one task per node, or ``per-resource`` node
+    count P), so the node is ``FLUX_TASK_RANK // (FLUX_JOB_SIZE / FLUX_JOB_NNODES)``.
+    This holds where several brokers share one host name (``flux start --test-size``,
+    several brokers per node), where the host name cannot tell nodes apart. None when a
+    variable is missing or the tasks do not divide evenly over the nodes.
+    """
+    try:
+        rank, size, nnodes = (int(env[k]) for k in ("FLUX_TASK_RANK", "FLUX_JOB_SIZE",
+                                                     "FLUX_JOB_NNODES"))
+    except (KeyError, ValueError):
+        return None
+    if nnodes < 1 or size < nnodes or size % nnodes or not 0 <= rank < size:
+        return None
+    return rank // (size // nnodes)
 
 
 def _find_host(names: Sequence[str], hostname: str | None, source: str) -> int:

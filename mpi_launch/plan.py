@@ -189,6 +189,11 @@ def _plan_mpi(alloc: Allocation, opts: LaunchOptions, env: dict[str, str],
     path = os.path.join(hostfile_dir, f"hostfile.{opts.mpi}")
     text = render_hostfile(opts.mpi, alloc.hosts)
     env.update(hostfile_env(opts.mpi, path, alloc.hosts))
+    if opts.mpi == "openmpi" and alloc.world == "flux" and "OMPI_MCA_pmix" not in os.environ:
+        # Open MPI 4.1 picks its pmix/flux component whenever FLUX_JOB_ID is set, and
+        # mpirun then segfaults: mpirun and the ranks it starts use Open MPI's own PMIx.
+        # (Not for ranks Flux starts, --runtime plain: they need that component.)
+        env["OMPI_MCA_pmix"] = "^flux"
     if opts.launcher == "none" or (opts.launcher == "auto"
                                    and os.path.basename(opts.command[0]) in USER_LAUNCHERS):
         # The command starts the ranks itself (a batch script calling mpirun, or

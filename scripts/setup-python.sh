@@ -18,8 +18,15 @@ fi
 stamp=.venv/.hpc-bridge-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   .venv/bin/pip install --quiet --upgrade pip
-  .venv/bin/pip install --quiet -e '.[dev,runtimes]'
+  .venv/bin/pip install --quiet -e '.[dev,runtimes,flux]'
   touch "$stamp"
+fi
+
+# flux-python must match the flux-core of the instance: testbed/flux.sh's 0.88.0 (the
+# wheel needs libflux-core.so.2, which testbed/flux.sh installs; ply: the [flux] extra).
+if [[ $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("flux-python"))' \
+  2>/dev/null) != 0.88.0 ]]; then
+  .venv/bin/pip install --quiet 'flux-python==0.88.0' ply
 fi
 
 # A second environment with MPICH (the PyPI wheel ships libmpi and Hydra's mpiexec;

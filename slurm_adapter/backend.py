@@ -58,6 +58,7 @@ from slurm_adapter.dialects import (
     negotiate,
     served_versions,
 )
+from slurm_adapter.launch import LAUNCH_FAILURE, launch_failure_detail
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
 from slurm_adapter.script import (
     COMMENT_PREFIX,
@@ -174,6 +175,14 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
 
     reason = _text(raw.get("state_reason"))
     description = _text(raw.get("state_description"))
+    detail: str | None = None
+    owner_uid = dialect.number(raw.get("user_id"))
+    if state is BackendState.FAILED and reason == LAUNCH_FAILURE and (signal or 0) >= 32:
+        # Not a signal the script got (a script killed by SIGKILL also reads
+        # JobLaunchFailure, with signal 9) but slurmd's error code: say which output
+        # file could not be opened instead of "killed by signal 53".
+        exit_code, signal = None, None
+        detail = launch_failure_detail((resolve(out_pattern), resolve(err_pattern)), owner_uid)
     if description:
         reason = f"{reason}: {description}" if reason and reason != "None" else description
     return BackendJob(
@@ -190,6 +199,8 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         stdout_path=resolve(out_pattern),
         stderr_path=resolve(err_pattern),
         queue=str(raw.get("partition") or "") or None,
+        owner_uid=owner_uid,
+        detail=detail,
     )
 
 
@@ -405,10 +416,13 @@ class SlurmBackend:
         jobs = data.get("jobs")
         return (jobs if isinstance(jobs, list) else []), dialect
 
-    async def _bridge_jobs(self) -> dict[str, BackendJob]:
-        """All the bridge's jobs by uid, from one listing."""
+    async def _bridge_jobs(self) -> list[BackendJob]:
+        """All the jobs carrying a bridge key, from one listing, each with its owner
+        (Slurm ``user_id``). Of several jobs with one key and one owner, the unfinished
+        one (else the newest); jobs of other owners are all kept, for the engine to
+        tell the real one from a forgery (:mod:`bridge.ownership`)."""
         raw_jobs, dialect = await self._listing()
-        by_uid: dict[str, BackendJob] = {}
+        by_key: dict[tuple[str, int | None], BackendJob] = {}
         owners: dict[str, int] = {}
         for raw in raw_jobs:
             if not isinstance(raw, dict):
@@ -416,20 +430,20 @@ class SlurmBackend:
             job = job_from_slurm(raw, dialect)
             if job is None:
                 continue
-            user_id = dialect.number(raw.get("user_id"))
-            if user_id is not None:
-                owners[job.backend_id] = user_id
-            seen = by_uid.get(job.job_uid)
-            by_uid[job.job_uid] = job if seen is None else _prefer(seen, job)
+            if job.owner_uid is not None:
+                owners[job.backend_id] = job.owner_uid
+            key = (job.job_uid, job.owner_uid)
+            seen = by_key.get(key)
+            by_key[key] = job if seen is None else _prefer(seen, job)
         # Only what Slurm still holds: bounded by Slurm's own job table.
         self._owner_uids = owners
-        return by_uid
+        return list(by_key.values())
 
-    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
-        """The Slurm jobs carrying these uids, from one listing of all jobs. Should two
-        Slurm jobs carry one uid, the unfinished one (else the newest) is returned."""
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        """The Slurm jobs carrying these uids, with their owners, from one listing of
+        all jobs (see :meth:`_bridge_jobs`)."""
         wanted = set(job_uids)
-        return {uid: job for uid, job in (await self._bridge_jobs()).items() if uid in wanted}
+        return [job for job in await self._bridge_jobs() if job.job_uid in wanted]
 
     async def watch(self, interval: float) -> AsyncGenerator[StatusBatch, None]:
         """A complete snapshot of the bridge's jobs every ``interval`` seconds (one
@@ -443,7 +457,7 @@ class SlurmBackend:
                 log.exception("slurm back end %s: unexpected error reading job status",
                               self.name)
             else:
-                yield StatusBatch(jobs=tuple(jobs.values()), complete=True, at=time.time())
+                yield StatusBatch(jobs=tuple(jobs), complete=True, at=time.time())
             await asyncio.sleep(interval)
 
     async def cancel(self, backend_id: str, owner: Owner) -> None:

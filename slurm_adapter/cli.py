@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
+from bridge.filemodes import JOB_UMASK
 from slurm_adapter.errors import classify, is_transient_message
 
 __all__ = ["Completed", "SlurmCli"]
@@ -165,6 +166,7 @@ class SlurmCli:
                 env=self._env(),
                 cwd="/",
                 pass_fds=tuple(pass_fds),
+                umask=JOB_UMASK,  # sbatch hands it on to the job (SLURM_UMASK)
                 **switch,
             )
         except OSError as exc:

@@ -2,7 +2,8 @@
 
 Under ``CI=true`` a missing test bed FAILS the test (it never skips): CI must have
 started it with ``testbed/slurm.sh up`` (and ``testbed/k8s/k8s.sh up`` for the
-``k8s`` fixtures of conftest_k8s.py, imported here). Outside CI it skips with the reason.
+``k8s`` fixtures of conftest_k8s.py, ``testbed/flux.sh up`` for the ``flux_*`` fixtures
+of conftest_flux.py, both imported here). Outside CI it skips with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from tests.integration.bed import (
     fresh_daemon_dir,
     read_testbed_env,
     shared_dir,
+)
+from tests.integration.conftest_flux import (  # noqa: F401 - registers the fixtures
+    flux_bed_fixture,
+    flux_daemon_fixture,
 )
 from tests.integration.conftest_k8s import (  # noqa: F401 - registers the fixtures
     k8s_fixture,
@@ -61,6 +66,16 @@ def cli_daemon(testbed: dict[str, str]) -> Iterator[Daemon]:
     yield d
     d.stop()
     cleanup(workdir)
+
+
+@pytest.fixture(params=["slurm", "flux"])
+def bed_daemon(request: pytest.FixtureRequest) -> Daemon:
+    """The same test on every back end that can express it: a daemon on the Slurm bed
+    (the ``daemon`` fixture, slurmrestd) or on the Flux bed (``flux_daemon``). Its
+    ``backend_kind`` says which."""
+    name = "daemon" if request.param == "slurm" else "flux_daemon"
+    d: Daemon = request.getfixturevalue(name)
+    return d
 
 
 @pytest.fixture

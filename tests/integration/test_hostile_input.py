@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import select
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tests.hostile import (
+    CASE_TIMEOUT,
+    HOSTILE_WORDS,
+    QUERIES,
+    REF_ROUTES,
+    assert_refused_or_ok,
+    cases,
+    follows,
+    mutated_trainjobs,
+    quoted,
+    raw_bodies,
+    url_query,
+)
 from tests.integration.bed import Daemon
 
 pytestmark = pytest.mark.integration
@@ -120,3 +139,103 @@ spec:
     done = daemon.wait_state(job_id, ["Succeeded", "Failed"])
     assert done["state"] == "Succeeded", done
     assert daemon.cli("alice", "tlog", str(job_id)).stdout == "$(not expanded) it's\n"
+
+
+# --- the hostile-input suite's sample against a real daemon, as alice -------------------
+
+class AliceApi:
+    """tests/integration/api_worker.py run as alice: requests over the daemon's unix
+    socket with alice's peer credentials, one answer per request or a hang reported."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.proc = subprocess.Popen(
+            ["runuser", "-u", "alice", "--", sys.executable, "-I", str(WORKER),
+             str(daemon.socket), str(CASE_TIMEOUT)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.deadline = CASE_TIMEOUT + 5
+
+    def call(self, method: str, path: str, body: bytes | None = None,
+             head_only: bool = False) -> tuple[int, bytes, str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({
+            "method": method, "path": path, "head_only": head_only,
+            "body": base64.b64encode(body).decode() if body is not None else None}) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.deadline)
+        assert ready, f"no answer within {self.deadline} s: {method} {path}"
+        answer = json.loads(self.proc.stdout.readline())
+        assert "failed" not in answer, (method, path, answer)
+        return answer["status"], base64.b64decode(answer["body"]), answer["type"].split(";")[0]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+WORKER = Path(__file__).with_name("api_worker.py")
+
+
+def _held(body: bytes) -> bytes:
+    """The body with ``spec.suspend: true`` where it is a TrainJob the daemon may admit,
+    so that no fuzzed job reaches Slurm (the bed is shared)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    if isinstance(doc, dict) and isinstance(doc.get("spec"), dict):
+        doc["spec"]["suspend"] = True
+        return json.dumps(doc).encode()
+    return body
+
+
+def test_hostile_api_requests_as_alice(daemon: Daemon, outdir: Path) -> None:
+    """A sample of the hostile-input suite (tests/unit/test_api_fuzz.py) against a real
+    daemon on the Slurm bed, sent as alice over the unix socket: every answer a 4xx with
+    a JSON message or a correct one; no fuzzed job reaches Slurm."""
+    script = outdir / "ran.sh"
+    script.write_text("#!/bin/bash\necho ran\n")
+    res = daemon.cli("alice", "tbatch", "--parsable", "-J", "ran", "-o", str(outdir / "r.out"),
+                     str(script), cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    ran = daemon.wait_state(int(res.stdout), ["Succeeded", "Failed"])
+    alice = AliceApi(daemon)
+    try:
+        @cases(0.3)
+        @given(st.one_of(mutated_trainjobs().map(lambda d: json.dumps(d).encode()),
+                         raw_bodies()))
+        def submissions(body: bytes) -> None:
+            status, raw, ctype = alice.call("POST", "/v1/jobs", _held(body))
+            answer = assert_refused_or_ok(status, raw, ctype)
+            if status < 400:
+                assert status == 201 and answer["state"] == "Suspended", answer
+
+        @cases(0.3)
+        @given(st.sampled_from(REF_ROUTES), QUERIES, st.one_of(
+            st.sampled_from([str(ran["id"]), ran["uid"], ran["name"]]),
+            st.sampled_from(HOSTILE_WORDS).filter(bool)))
+        def routes(route: tuple[str, str], query: list[tuple[str, str]], ref: str) -> None:
+            method, suffix = route
+            path = f"/v1/jobs/{quoted(ref)}{suffix}{url_query(query)}"
+            status, raw, ctype = alice.call(method, path, head_only=follows(query))
+            assert_refused_or_ok(status, raw, ctype)
+            if (status == 200 and suffix == "/log" and ref == str(ran["id"])
+                    and not {k for k, _ in query} - {"follow"} and not follows(query)):
+                assert raw == b"ran\n"
+
+        @cases(0.1)
+        @given(QUERIES)
+        def listings(query: list[tuple[str, str]]) -> None:
+            status, raw, ctype = alice.call("GET", "/v1/jobs" + url_query(query))
+            answer = assert_refused_or_ok(status, raw, ctype)
+            if status < 400:
+                assert isinstance(answer["items"], list)
+
+        submissions()
+        routes()
+        listings()
+    finally:
+        alice.close()
+    jobs = daemon.api("GET", "/v1/jobs", params={"states": "all"}).json()["items"]
+    fuzzed = [j for j in jobs if j["id"] != ran["id"]]
+    assert all(j["user"] == "alice" and j["backendId"] is None for j in fuzzed), fuzzed[:3]

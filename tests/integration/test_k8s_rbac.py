@@ -23,10 +23,12 @@ from tests.integration.k8s_bridge import (
     k8s_daemon,
     trainjob,
 )
+from tests.integration.k8s_users import start_bridge, submit_as, torch_job, users_namespace
 from tests.integration.k8sbed import K8sBed
 
 pytestmark = pytest.mark.integration
 RBAC = REPO / "charts" / "hpc-bridge" / "files" / "rbac.yaml"
+ROLES = ("hpc-bridge", "hpc-bridge-impersonate", "hpc-bridge-job-submitter")
 
 
 def install_rbac(k8s: K8sBed, namespace: str, without: str | None = None) -> None:
@@ -37,7 +39,7 @@ def install_rbac(k8s: K8sBed, namespace: str, without: str | None = None) -> Non
         if doc["kind"] == "ServiceAccount":
             doc["metadata"]["namespace"] = namespace
         elif doc["kind"] == "ClusterRole":
-            doc["metadata"]["name"] = f"hpc-bridge-{namespace}"
+            doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
             for rule in doc["rules"]:
                 rule["resources"] = [r for r in rule["resources"] if r != without]
             doc["rules"] = [r for r in doc["rules"] if r["resources"]]
@@ -77,8 +79,10 @@ def bridge(k8s: K8sBed, k8s_namespace: str, tmp_path: Path,
     k8s.wait_for(lambda: not all_trainjobs(k8s, k8s_namespace), 60,
                  "the bridge to release its TrainJobs")
     daemon.stop()
-    for kind in ("clusterrolebinding", "clusterrole"):
-        k8s.kubectl("delete", kind, f"hpc-bridge-{k8s_namespace}", "--ignore-not-found",
+    k8s.kubectl("delete", "clusterrolebinding", f"hpc-bridge-{k8s_namespace}",
+                "--ignore-not-found", check=False)
+    for role in ROLES:
+        k8s.kubectl("delete", "clusterrole", f"{role}-{k8s_namespace}", "--ignore-not-found",
                     check=False)
     cleanup(daemon.workdir)
 
@@ -129,3 +133,35 @@ def test_a_missing_permission_makes_jobs_wait_not_fail_until_an_admin_grants_it(
     install_rbac(k8s, ns)  # the admin grants secrets
     k8s.wait_for(lambda: is_true(conditions(k8s, ns, "mpi-waits"), "Complete"), 120,
                  "the TrainJob to run once the permission is there")
+
+
+def test_the_bridge_impersonates_only_where_an_admin_bound_it(
+        k8s: K8sBed, k8s_namespace: str, tmp_path: Path) -> None:
+    """With rbac.yaml's rights only, alice's job waits (the apiserver's 403 for the
+    impersonation) until the admin binds hpc-bridge-impersonate in her namespace."""
+    ns = k8s_namespace
+    install_rbac(k8s, ns)
+    users_namespace(k8s, ns)
+    kubeconfig = tmp_path / "sa.kubeconfig"
+    service_account_kubeconfig(k8s, ns, kubeconfig)
+    daemon = start_bridge(k8s, ns, kubeconfig=str(kubeconfig), **{
+        "users.alice.namespace": ns, "users.alice.service_account": "alice"})
+    try:
+        answer = submit_as(daemon, "alice", torch_job("as-alice", None))
+        assert answer["status"] == 201, answer
+        k8s.wait_for(lambda: "cannot impersonate" in json.dumps(daemon.job(answer["id"])), 60,
+                     "the job to wait: the bridge may not impersonate alice's account yet")
+        assert not jobsets(k8s, ns)
+        k8s.kubectl("-n", ns, "create", "rolebinding", "bridge-impersonates",
+                    f"--clusterrole=hpc-bridge-impersonate-{ns}",
+                    f"--serviceaccount={ns}:hpc-bridge")
+        done = daemon.wait_state(answer["id"], ["Succeeded", "Failed"], timeout=120)
+        assert done["state"] == "Succeeded", done
+    finally:
+        daemon.stop()
+        for role in ROLES:
+            k8s.kubectl("delete", "clusterrole", f"{role}-{ns}", "--ignore-not-found",
+                        check=False)
+        k8s.kubectl("delete", "clusterrolebinding", f"hpc-bridge-{ns}", "--ignore-not-found",
+                    check=False)
+        cleanup(daemon.workdir)

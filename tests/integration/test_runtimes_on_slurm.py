@@ -3,6 +3,8 @@
 A TrainJob for ``mpi-distributed`` / ``torch-distributed`` is turned by the Slurm
 back end into a batch script that starts ``mpi-launch``, which reads the Slurm
 allocation, writes the hostfile, sets the rank environment and execs the launcher.
+Tests taking the ``bed_daemon`` fixture run the same TrainJob on the Flux bed too (its R
+instead of Slurm's variables).
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ def run(d: Daemon, path: Path, outdir: Path) -> tuple[dict[str, object], list[st
     return done, log.splitlines()
 
 
-def test_mpi_allreduce_2_nodes_x_2_ranks_open_mpi(daemon: Daemon, outdir: Path) -> None:
+def test_mpi_allreduce_2_nodes_x_2_ranks_open_mpi(bed_daemon: Daemon, outdir: Path) -> None:
+    """On Flux, Flux starts the four ranks (they bootstrap through its PMI)."""
+    daemon = bed_daemon
     prog = outdir / "allreduce.py"
     prog.write_text(ALLREDUCE)
     path = trainjob(outdir, "mpi-allreduce", "mpi-distributed", [PYTHON, str(prog)], 2, 2)
@@ -80,8 +84,9 @@ def test_mpi_allreduce_2_nodes_x_2_ranks_open_mpi(daemon: Daemon, outdir: Path) 
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "python"])
-def test_torch_gloo_allreduce_2_nodes_x_2_procs(daemon: Daemon, outdir: Path,
+def test_torch_gloo_allreduce_2_nodes_x_2_procs(bed_daemon: Daemon, outdir: Path,
                                                 launcher: str) -> None:
+    daemon = bed_daemon
     prog = outdir / "ddp.py"
     prog.write_text(DDP)
     # "torchrun train.py" as Kubeflow Trainer users write it (torchrun reads PET_*),

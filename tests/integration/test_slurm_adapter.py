@@ -90,7 +90,8 @@ async def test_two_node_job_runs_as_alice(slurm_backend: SlurmBackend, alice: Ow
     assert job_id.isdigit()
 
     found = await slurm_backend.lookup([req.job_uid, "no-such-uid"])
-    assert list(found) == [req.job_uid] and found[req.job_uid].backend_id == job_id
+    assert [(j.job_uid, j.backend_id, j.owner_uid) for j in found] == [
+        (req.job_uid, job_id, alice.uid)]
 
     job = await watch_until(slurm_backend, req.job_uid, finished)
     assert (job.state, job.exit_code, job.signal) == (BackendState.COMPLETED, 0, None)

@@ -288,7 +288,8 @@ def test_tbatch_binary_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "This does not look like a batch script" in capsys.readouterr().err
     (tmp_path / "latin1.sh").write_bytes(b"#!/bin/sh\necho caf\xe9\n")
     assert tbatch_main([str(tmp_path / "latin1.sh")]) == 1
-    assert "not UTF-8 text" in capsys.readouterr().err
+    assert "latin1.sh:2: the batch script is not UTF-8 text (byte 0xe9)" in (
+        capsys.readouterr().err)
 
 
 def test_tbatch_daemon_down(
@@ -715,7 +716,7 @@ def test_ctrl_c_is_quiet(
     def interrupted(self: BridgeClient, **kwargs: Any) -> list[JobView]:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(BridgeClient, "list_jobs", interrupted)
+    monkeypatch.setattr(BridgeClient, "iter_pages", interrupted)
     assert tqueue_main([]) == 130
     assert capsys.readouterr().err == ""
 

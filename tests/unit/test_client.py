@@ -462,3 +462,126 @@ def test_importing_the_client_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_submission_without_answer_is_retried_with_the_same_key(
+        daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first POST gets no answer in time (it may have been admitted): the retry
+    carries the same Idempotency-Key, so the daemon answers it with the first job."""
+    monkeypatch.setattr(client_module, "SUBMIT_RETRY_DELAY", 0.0)
+    calls = 0
+
+    async def first_slow(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(0.5)
+        return web.json_response({"id": 7, "uid": "u-7", "name": "tj-7",
+                                  "state": "Pending"}, status=200 if calls > 1 else 201)
+
+    daemon.override = first_slow
+    with _tcp(daemon, timeout=0.2) as client:
+        assert client.submit({"kind": "TrainJob"}).id == 7
+        client.submit({"kind": "TrainJob"})  # a new invocation: a new key
+    keys = [r["headers"]["Idempotency-Key"] for r in daemon.requests]
+    assert len(keys) == 3 and keys[0] == keys[1] != keys[2]
+
+
+def test_a_refused_submission_is_not_retried(daemon: FakeDaemon) -> None:
+    daemon.override = _answer({"error": "metadata.uid: bad"}, 400)
+    with _tcp(daemon) as client, pytest.raises(BridgeClientError):
+        client.submit({"kind": "TrainJob"}, idempotency_key="k1")
+    assert [r["headers"]["Idempotency-Key"] for r in daemon.requests] == ["k1"]
+
+
+def _busy_then(body: Any, busy: int, retry_after: str = "2") -> tuple[Override, list[int]]:
+    """An answer that is 429 (``Retry-After``) ``busy`` times, then ``body``."""
+    calls: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        calls.append(1)
+        if len(calls) <= busy:
+            return web.json_response({"error": "too many submissions: bob may ...",
+                                      "limit": "submit_rate"}, status=429,
+                                     headers={"Retry-After": retry_after})
+        return web.json_response(body, status=201)
+
+    return answer, calls
+
+
+def test_a_429_is_asked_again_after_retry_after(daemon: FakeDaemon,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(client_module.time, "sleep", slept.append)
+    answer, calls = _busy_then({"id": 5, "uid": "u", "name": "n", "state": "Pending"}, 2)
+    daemon.override = answer
+    with _client(daemon) as client:
+        assert client.submit({"kind": "TrainJob"}).id == 5
+    assert slept == [2.0, 2.0] and len(calls) == 3
+
+
+def test_a_429_is_given_up_after_the_retries_or_a_long_wait(
+        daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(client_module.time, "sleep", slept.append)
+    daemon.override, calls = _busy_then({}, 99)
+    with _client(daemon) as client, pytest.raises(BridgeClientError) as info:
+        client.submit({"kind": "TrainJob"})
+    assert info.value.status == 429 and info.value.retry_after == 2.0
+    assert info.value.message.startswith("too many submissions")
+    assert len(calls) == 4 and slept == [2.0] * 3
+    slept.clear()
+    daemon.override, calls = _busy_then({}, 99, retry_after="30")
+    with _client(daemon) as client, pytest.raises(BridgeClientError):
+        client.submit({"kind": "TrainJob"})
+    assert len(calls) == 1 and slept == []  # too long to wait for: said at once
+
+
+def test_iter_pages_follows_continue_tokens(daemon: FakeDaemon) -> None:
+    pages = {"": ({"items": [{"id": 1}, {"id": 2}], "metadata": {"continue": "t1"}}),
+             "t1": ({"items": [{"id": 3}], "metadata": {"continue": "t2"}}),
+             "t2": ({"items": [], "metadata": {}})}
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        return web.json_response(pages[request.query.get("continue", "")])
+
+    daemon.override = answer
+    with _client(daemon) as client:
+        assert [[j["id"] for j in p] for p in client.iter_pages(user="bob", page_size=2)] == [
+            [1, 2], [3], []]
+    assert [r["query"] for r in daemon.requests] == [
+        {"user": "bob", "limit": "2"}, {"user": "bob", "limit": "2", "continue": "t1"},
+        {"user": "bob", "limit": "2", "continue": "t2"}]
+    pages["t2"] = {"items": [], "metadata": {"continue": "t1"}}  # a loop: refused
+    with _client(daemon) as client, pytest.raises(BridgeClientError):
+        client.list_jobs()
+
+
+def test_a_full_listen_queue_is_waited_out_then_reported() -> None:
+    """A daemon too busy to accept (its listen queue full: EAGAIN) is tried again until
+    the timeout, then reported as not answering -- no traceback, no hang."""
+    directory = tempfile.mkdtemp(prefix="hb-", dir="/tmp")
+    path = os.path.join(directory, "full.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fillers: list[socket.socket] = []
+    try:
+        server.bind(path)
+        server.listen(0)
+        while True:  # fill the queue: connects that nobody accepts
+            filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            fillers.append(filler)
+            try:
+                filler.connect(path)
+            except BlockingIOError:
+                break
+        with BridgeClient(socket_path=path, timeout=0.3) as client, \
+                pytest.raises(BridgeClientError) as info:
+            client.list_jobs()
+        assert info.value.status is None
+        assert "did not answer within 0.3 s" in info.value.message
+    finally:
+        for filler in fillers:
+            filler.close()
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)

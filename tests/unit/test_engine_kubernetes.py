@@ -151,8 +151,8 @@ class AdoptingBackend(PodBackend):
         super().__init__(inv)
         self.found = found
 
-    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
-        return {u: bj for u, bj in self.found.items() if u in job_uids}
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        return [bj for u, bj in self.found.items() if u in job_uids]
 
 
 async def test_an_adopted_job_takes_the_state_the_lookup_found(tmp_path: Path) -> None:

@@ -149,8 +149,8 @@ class FakeBackend:
         self.submitted.append(request)
         return str(100 + len(self.submitted))
 
-    async def lookup(self, job_uids: Collection[str]) -> dict[str, BackendJob]:
-        return {}
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        return []
 
     async def cancel(self, backend_id: str, owner: Owner) -> None:
         pass

@@ -15,6 +15,7 @@ import json
 import os
 import pwd
 import queue
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from bridge.backend import (
     SubmitRequest,
 )
 from bridge.model import load_trainjob
+from bridge.output import OutputRefused
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from flux_adapter import backend as backend_mod
@@ -226,9 +228,12 @@ def test_create_does_not_import_flux() -> None:
 # --------------------------------------------------------------------------- no flux-python
 
 
-async def test_the_daemon_lives_without_flux_python() -> None:
-    """No flux module here: every call is BackendUnavailable with the fix, and the status
-    stream yields nothing and raises nothing."""
+async def test_the_daemon_lives_without_flux_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No flux module (hidden here: the test bed's venv has flux-python): every call is
+    BackendUnavailable with the fix, and the status stream yields nothing and raises
+    nothing."""
+    for name in ("flux", "flux.job", "flux.constants"):
+        monkeypatch.setitem(sys.modules, name, None)
     b = create("flux", {"reconcile_interval": 0.1})
     try:
         for call in (b.start(), b.submit(request()), b.lookup(["u"]), b.inventory(),
@@ -345,9 +350,10 @@ async def test_lookup_one_query_confirmed_by_jobspec(backend: FluxBackend, world
     ]
     world.specs = {10: spec_for("uid-a"), 11: spec_for("uid-b"), 12: spec_for("uid-b"),
                    13: spec_for("someone-else"), 15: {"attributes": {"system": {}}}}
-    found = await backend.lookup(["uid-a", "uid-b", "uid-forged", "uid-missing",
-                                  "uid-named-only"])
-    assert set(found) == {"uid-a", "uid-b"}
+    jobs = await backend.lookup(["uid-a", "uid-b", "uid-forged", "uid-missing",
+                                 "uid-named-only"])
+    found = {j.job_uid: j for j in jobs}
+    assert len(jobs) == 2 and set(found) == {"uid-a", "uid-b"}
     a = found["uid-a"]
     assert (a.backend_id, a.state, a.nodes, a.queue, a.owner_uid) == (
         "10", BackendState.RUNNING, ("node1", "node2"), "batch", 1001)
@@ -357,7 +363,18 @@ async def test_lookup_one_query_confirmed_by_jobspec(backend: FluxBackend, world
     assert world.spec_calls == [[10, 11, 12, 13, 15]]  # only names carrying a uid
     await backend.lookup(["uid-a"])
     assert world.spec_calls == [[10, 11, 12, 13, 15]]  # cached
-    assert await backend.lookup([]) == {}
+    assert await backend.lookup([]) == []
+
+
+async def test_lookup_reports_each_owners_job_carrying_a_uid(backend: FluxBackend,
+                                                              world: World) -> None:
+    """Another user's job carrying our uid is not folded into ours: both are reported,
+    each with its userid, for the engine to keep its own (bridge.ownership)."""
+    world.listing = [listed(20, "uid-a"), listed(21, "uid-a", userid=1002)]
+    world.specs = {20: spec_for("uid-a"), 21: spec_for("uid-a")}
+    jobs = await backend.lookup(["uid-a"])
+    assert sorted((j.backend_id, j.owner_uid) for j in jobs) == [("20", 1001), ("21", 1002)]
+    assert backend.world_uid(ME) == ME.uid  # submit_as = "owner"
 
 
 async def test_lookup_errors(backend: FluxBackend, world: World) -> None:
@@ -547,8 +564,10 @@ async def test_read_log(backend: FluxBackend, tmp_path: Path) -> None:
     assert await backend.read_log(bj(str(out), None), "stdout", 0) == (b"", 0)
     link = tmp_path / "link"
     link.symlink_to(out)
-    assert await backend.read_log(bj(str(link), ME.uid), "stdout", 0) == (b"", 0)
+    with pytest.raises(OutputRefused, match="symbolic link"):
+        await backend.read_log(bj(str(link), ME.uid), "stdout", 0)
     if ME.uid != 0:
-        assert await backend.read_log(bj(str(out), ME.uid + 1), "stdout", 0) == (b"", 0)
+        with pytest.raises(OutputRefused, match="belongs to uid"):
+            await backend.read_log(bj(str(out), ME.uid + 1), "stdout", 0)
     with pytest.raises(ValueError):
         await backend.read_log(bj(str(out), ME.uid), "both", 0)

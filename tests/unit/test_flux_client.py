@@ -39,8 +39,8 @@ def me() -> Owner:
 # --------------------------------------------------------------------------- import
 
 
-def test_missing_flux_python_says_how_to_install_it() -> None:
-    assert "flux" not in sys.modules
+def test_missing_flux_python_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "flux", None)  # the bed's venv has flux-python
     with pytest.raises(BackendUnavailable, match=r"pip install flux-python==<flux-core"):
         import_flux()
 
@@ -280,6 +280,19 @@ def test_journal_errors_and_stop(fake_flux: types.SimpleNamespace) -> None:
     stop.set()
     h.answers["job-manager.events-journal"] = Stream([{"id": 1, "events": []}])
     assert list(conn.journal(stop)) == []
+
+
+def test_journal_of_a_dead_broker_raises(fake_flux: types.SimpleNamespace) -> None:
+    """flux-python answers None, at once and forever, once the broker is SIGKILLed: the
+    stream must end with a connection error (the back end then reconnects), not spin."""
+    conn = PythonFlux(None)
+    h = fake_flux.handles[0]
+    h.answers["job-manager.events-journal"] = Stream([{"id": -1, "events": []}, None, None])
+    got = []
+    with pytest.raises(ConnectionResetError, match="connection was lost"):
+        for resp in conn.journal(threading.Event()):
+            got.append(resp)
+    assert got == [{"id": -1, "events": []}]
 
 
 # --------------------------------------------------------------------------- as the owner

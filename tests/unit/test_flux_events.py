@@ -205,3 +205,25 @@ def test_to_backend_job_copies_stdout_to_stderr() -> None:
     assert job.stderr_path == "/o"
     assert (job.exit_code, job.nodes, job.queue, job.owner_uid) == (3, ("node1",), "batch",
                                                                     1001)
+
+
+def test_flux_reasons_reach_the_job_detail() -> None:
+    """The exception Flux raised (its type and note) is the finished job's ``detail``,
+    which the engine appends to the message: not just 'exit code 127'."""
+    events = [{"name": "submit", "timestamp": 1.0, "context": {"userid": 1001}},
+              {"name": "alloc", "timestamp": 2.0}, {"name": "start", "timestamp": 2.1},
+              {"name": "exception", "timestamp": 2.2, "context": {
+                  "type": "exec", "severity": 0,
+                  "note": "task 0 (host node1): start failed: /x: No such file or directory"}},
+              {"name": "finish", "timestamp": 2.3, "context": {"status": 32512}},
+              {"name": "clean", "timestamp": 2.4}]
+    job = to_backend_job(7, "u", status_from_history(replay(events)))
+    assert job.exit_code == 127
+    assert job.detail == ("exec: task 0 (host node1): start failed: /x: No such file or "
+                          "directory")
+    listed = to_backend_job(7, "u", status_from_list({
+        "state": 64, "result": 2, "exception_occurred": True, "exception_severity": 0,
+        "exception_type": "alloc", "exception_note": "alloc denied: unsatisfiable"}))
+    assert listed.detail == "alloc: alloc denied: unsatisfiable"
+    running = to_backend_job(7, "u", status_from_history(replay(events[:3])))
+    assert running.detail is None

@@ -381,6 +381,18 @@ def test_environment_is_the_plans_plus_path() -> None:
     assert job_environment(plan) == {"PATH": "/mine"}
 
 
+def test_flux_is_on_the_path_whatever_the_submitter_exported() -> None:
+    """tbatch always exports the submitter's PATH; mpi-launch in the job still needs the
+    instance's flux (``flux job info``), so its directory goes first."""
+    plan = request(trainjob("plain", command=["true"], env={"PATH": "/usr/bin:/bin"})).plan
+    env = job_environment(plan, flux_command="/opt/flux-mu/bin/flux")
+    assert env["PATH"] == "/opt/flux-mu/bin:/usr/bin:/bin"
+    plan = request(trainjob("plain", command=["true"],
+                            env={"PATH": "/x:/opt/flux-mu/bin"})).plan
+    assert job_environment(plan, flux_command="/opt/flux-mu/bin/flux")["PATH"] == (
+        "/x:/opt/flux-mu/bin")  # already there: left as the user ordered it
+
+
 def test_constraints() -> None:
     js = build(request(trainjob("plain", command=["true"]),
                        SchedulingOptions(nodelist="node1,node2,node3", exclude="node[7-8]",
@@ -401,6 +413,24 @@ def test_engine_placement_becomes_a_hostlist_constraint() -> None:
     js = build(request(trainjob("mpi-distributed", nodes=3, command=["./a"]),
                        placement=Placement()))
     assert js["attributes"]["system"]["constraints"] == {"hostlist": ["n[3,1-2]"]}
+
+
+def test_placement_on_brokers_sharing_a_host_name_becomes_ranks() -> None:
+    """The inventory names such brokers box@RANK; Flux is told their ranks."""
+    class Placement:
+        hosts = ("box@3", "box@0", "box@1")
+
+    js = build(request(trainjob("torch-distributed", nodes=3, command=["./a"]),
+                       placement=Placement()))
+    assert js["attributes"]["system"]["constraints"] == {"ranks": ["0-1,3"]}
+
+    class Mixed:
+        hosts = ("n1", "box@2")
+
+    js = build(request(trainjob("torch-distributed", nodes=2, command=["./a"]),
+                       placement=Mixed()))
+    assert js["attributes"]["system"]["constraints"] == {
+        "or": [{"hostlist": ["n1"]}, {"ranks": ["2"]}]}
 
 
 @pytest.mark.parametrize(("pattern", "expected"), [

@@ -11,8 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flux_adapter.resources import RError, inventory_nodes, nodes_of, parse_r, queues_of
-from mpi_launch.allocation import from_flux_r
+from flux_adapter.resources import (
+    RError,
+    inventory_nodes,
+    nodes_of,
+    parse_r,
+    placement_constraint,
+    queues_of,
+)
+from mpi_launch.allocation import from_flux_r, parse_idset
 from mpi_launch.hostfile import render_hostfile
 
 R_DIR = Path(__file__).parent / "fixtures" / "flux" / "R"
@@ -161,3 +168,23 @@ def test_parse_r_matches_mpi_launch(shape: list[tuple[int, int]], first_rank: in
     theirs = from_flux_r(doc, job_id="f1", node_rank=0)
     assert [(x.host, len(x.cores), len(x.gpus)) for x in mine] == [
         (h.name, h.slots, h.gpus) for h in theirs.hosts]
+
+
+def test_brokers_sharing_a_host_name_are_distinct_nodes() -> None:
+    """``flux start --test-size=3``: three brokers on host "box". Placement must see three
+    nodes (it indexes hosts by name), and a placement on them becomes their ranks."""
+    r = {"version": 1, "execution": {
+        "R_lite": [{"rank": "0-2", "children": {"core": "0-1"}},
+                   {"rank": "3", "children": {"core": "0-3"}}],
+        "nodelist": ["box,box,box,other"]}}
+    nodes = inventory_nodes(r)
+    assert [n.name for n in nodes] == ["box@0", "box@1", "box@2", "other"]
+    assert [n.cpus for n in nodes] == [2, 2, 2, 4]
+    assert placement_constraint(["box@2", "box@0"]) == {"ranks": ["0,2"]}
+    assert placement_constraint(["other"]) == {"hostlist": ["other"]}
+
+
+@given(st.sets(st.integers(0, 300), min_size=1))
+def test_placement_ranks_round_trip(ranks: set[int]) -> None:
+    got = placement_constraint([f"box@{r}" for r in ranks])
+    assert set(parse_idset(got["ranks"][0], variable="ranks")) == ranks  # type: ignore[index]

@@ -498,6 +498,8 @@ def test_identity_labels_cannot_be_overridden() -> None:
     # The result is still recognised as this job's.
     assert backend_job_from_jobset(body) is not None
     assert backend_job_from_jobset(body).job_uid == UID  # type: ignore[union-attr]
+    # Its namespace is reported: the engine keeps a JobSet only in the job's own.
+    assert backend_job_from_jobset(body).namespace == body["metadata"]["namespace"]  # type: ignore[union-attr]
 
 
 def test_malformed_patch_template_is_refused() -> None:

@@ -738,7 +738,7 @@ def test_trainjob_file_errors_name_the_file() -> None:
     with pytest.raises(SbatchError) as info:
         trainjob_from_file(request, TRAINJOB_YAML.replace("numNodes: 2", "numNodes: 0"))
     assert str(info.value) == "tbatch: error: job.yaml: spec.trainer.numNodes: must be >= 1, got 0"
-    with pytest.raises(SbatchError, match=r"^tbatch: error: job\.yaml:1:\d+: malformed YAML"):
+    with pytest.raises(SbatchError, match=r"^tbatch: error: job\.yaml:\d+:\d+: malformed YAML"):
         trainjob_from_file(request, "a: [")
     with pytest.raises(SbatchError, match="a batch script cannot be given"):
         parse_tbatch(["-f", "job.yaml"], SH)

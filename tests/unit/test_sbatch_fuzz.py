@@ -1,14 +1,15 @@
-"""Property tests: tbatch's parser raises nothing but SbatchError, whatever it is fed."""
+"""Property tests: tbatch's parser raises nothing but SbatchError, whatever it is fed,
+and an error in a script names its line (part of the hostile-input suite: budget and
+seed from tests/hostile.py)."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.sbatch import OPTIONS, SbatchError, parse_tbatch, read_directives, to_trainjob
+from tests.hostile import ANY_CHAR, cases, within_case_timeout
 
-# Any code point, lone surrogates included (what os.fsdecode gives for non-UTF-8 bytes).
-ANY_CHAR = st.characters(codec=None, exclude_categories=())
 ANY_TEXT = st.text(alphabet=ANY_CHAR, max_size=40)
 
 _NAMES = sorted({f"--{o.long}" for o in OPTIONS} | {f"-{o.short}" for o in OPTIONS if o.short})
@@ -70,15 +71,16 @@ ENVIRON = st.dictionaries(
 
 def _submit(argv: list[str], script: str | None, environ: dict[str, str]) -> None:
     try:
-        request = parse_tbatch(argv, script)
-        if request.script_text is not None:
-            to_trainjob(request, cwd="/home/u", environ=environ)
+        with within_case_timeout():
+            request = parse_tbatch(argv, script)
+            if request.script_text is not None:
+                to_trainjob(request, cwd="/home/u", environ=environ)
     except SbatchError as exc:
         assert str(exc).startswith("tbatch: error: ")
         assert exc.message
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@cases(2)
 @given(ARGV, SCRIPT, ENVIRON)
 def test_only_sbatch_errors_from_option_soup(
     argv: list[str], script: str | None, environ: dict[str, str]
@@ -86,13 +88,13 @@ def test_only_sbatch_errors_from_option_soup(
     _submit(argv, script, environ)
 
 
-@settings(max_examples=200)
+@cases(1)
 @given(st.lists(ANY_TEXT, max_size=6), st.one_of(ANY_TEXT, st.none()))
 def test_only_sbatch_errors_from_arbitrary_text(argv: list[str], script: str | None) -> None:
     _submit(argv, script, {})
 
 
-@settings(max_examples=300)
+@cases(1)
 @given(st.text(alphabet=ANY_CHAR, max_size=200))
 def test_read_directives_only_raises_sbatch_error(text: str) -> None:
     try:
@@ -102,6 +104,26 @@ def test_read_directives_only_raises_sbatch_error(text: str) -> None:
     for lineno, words in found:
         assert lineno >= 2
         assert words
+
+
+@cases(2)
+@given(st.lists(LINE, max_size=6), st.sampled_from(["", "\x00", "\udcff", "\r\n"]))
+def test_script_errors_name_the_line(lines: list[str], poison: str) -> None:
+    """A script whose command line is fine: any error names the script and line (a
+    directive's), or for a character sbatch refuses anywhere, the line it is on."""
+    script = "#!/bin/sh\n" + "\n".join(lines) + "\necho" + poison + "\n"
+    try:
+        with within_case_timeout():
+            request = parse_tbatch(["job.sh"], script)
+            to_trainjob(request, cwd="/home/u", environ={})
+    except SbatchError as exc:
+        text = str(exc)
+        assert text.startswith("tbatch: error: "), text
+        if exc.lineno is None:  # a whole-script check
+            assert "(line " in text or "DOS line breaks" in text, text
+        else:
+            assert text.startswith(f"tbatch: error: job.sh:{exc.lineno}: "), text
+            assert script.split("\n")[exc.lineno - 1].startswith("#SBATCH"), text
 
 
 _PLAIN = st.text(alphabet=st.sampled_from("abcXYZ019-=_,.:/%@"), min_size=1, max_size=10)

@@ -22,6 +22,7 @@ from bridge.backend import (
     load_backend,
 )
 from bridge.model import load_trainjob
+from bridge.output import OutputRefused
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from slurm_adapter.backend import SlurmBackend, create
@@ -108,8 +109,10 @@ def test_create_and_the_entry_point() -> None:
 
 async def test_lookup_finds_by_comment_in_one_listing() -> None:
     cli = FakeCli([RECORDED])
-    found = await backend(cli).lookup(["fx-exit3", "fx-array", "not-there"])
-    assert set(found) == {"fx-exit3", "fx-array"}
+    jobs = await backend(cli).lookup(["fx-exit3", "fx-array", "not-there"])
+    found = {j.job_uid: j for j in jobs}
+    assert len(jobs) == 2 and set(found) == {"fx-exit3", "fx-array"}
+    assert all(j.owner_uid is not None for j in jobs)  # Slurm's user_id, for the engine
     assert found["fx-exit3"].exit_code == 3
     # two Slurm jobs carry fx-array (an array): the newer one is reported
     assert found["fx-array"].backend_id == "73"
@@ -181,12 +184,15 @@ async def test_read_log_refuses_files_of_other_users_and_symlinks(tmp_path: Path
     secret = tmp_path / "secret"
     secret.write_bytes(b"root only")
     b._owner_uids["66"] = 1001 if os.geteuid() != 1001 else 1002  # not the file's owner
-    assert await b.read_log(job(str(secret)), "stdout", 0) == (b"", 0)
+    with pytest.raises(OutputRefused, match=f"{secret} belongs to uid {os.geteuid()}"):
+        await b.read_log(job(str(secret)), "stdout", 0)
     link = tmp_path / "link"
     link.symlink_to(secret)
     b._owner_uids["66"] = os.geteuid()
-    assert await b.read_log(job(str(link)), "stdout", 0) == (b"", 0)
-    assert await b.read_log(job(str(tmp_path)), "stdout", 0) == (b"", 0)  # a directory
+    with pytest.raises(OutputRefused, match="symbolic link"):
+        await b.read_log(job(str(link)), "stdout", 0)
+    with pytest.raises(OutputRefused, match="not a regular file"):
+        await b.read_log(job(str(tmp_path)), "stdout", 0)  # a directory
 
 
 async def test_read_log_learns_the_owner_from_slurm(tmp_path: Path) -> None:
@@ -194,8 +200,11 @@ async def test_read_log_learns_the_owner_from_slurm(tmp_path: Path) -> None:
     b = backend(FakeCli([RECORDED]))
     out = tmp_path / "o"
     out.write_bytes(b"data")
-    expected = b"data" if os.geteuid() == 1001 else b""
-    assert (await b.read_log(job(str(out)), "stdout", 0))[0] == expected
+    if os.geteuid() == 1001:
+        assert (await b.read_log(job(str(out)), "stdout", 0))[0] == b"data"
+    else:
+        with pytest.raises(OutputRefused):
+            await b.read_log(job(str(out)), "stdout", 0)
     assert b._owner_uids["66"] == 1001
     unknown = backend(FakeCli([BackendUnavailable("down")]))
     assert await unknown.read_log(job(str(out), "999"), "stdout", 0) == (b"", 0)

@@ -10,7 +10,7 @@ import pytest
 from bridge.backend import Owner
 from bridge.model import ensure_identity, load_trainjob
 from bridge.states import IllegalTransition, JobState
-from bridge.store import DuplicateJob, JobNotFound, Store
+from bridge.store import SCHEMA_VERSION, DuplicateJob, JobNotFound, Store
 
 ALICE = Owner(uid=1001, gid=1001, user="alice")
 
@@ -117,7 +117,7 @@ def test_a_version_1_database_gains_the_placement_column(tmp_path: Path) -> None
     again.update(rec.id, placement={"hosts": ["n1"]})
     assert again.get(rec.id).placement == {"hosts": ["n1"]}
     version = again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    assert version[0] == "3"
+    assert version[0] == str(SCHEMA_VERSION)
 
 
 def test_a_name_is_free_again_once_its_job_has_finished(tmp_path: Path) -> None:
@@ -163,3 +163,29 @@ def test_by_uids_reads_just_those_jobs_in_chunks(tmp_path: Path) -> None:
     assert [r.id for r in store.by_uids(uids)] == [recs[0].id, recs[2].id]
     assert [r.id for r in store.by_uids([r.uid for r in recs], [JobState.SUBMITTED])] == [
         recs[1].id]
+
+
+def test_idempotency_keys_are_unique_per_owner_and_survive_a_v3_database(
+        tmp_path: Path) -> None:
+    path = tmp_path / "v3.sqlite"
+    store = Store.open(path)
+    old = store.add(job("old"), ALICE, "slurm")  # type: ignore[arg-type]
+    store.close()
+    # What a schema-3 daemon left: no idempotency columns nor index.
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX jobs_idempotency")
+    conn.execute("ALTER TABLE jobs DROP COLUMN idempotency_key")
+    conn.execute("ALTER TABLE jobs DROP COLUMN request_digest")
+    conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    store = Store.open(path)
+    assert store.get(old.id).idempotency_key is None
+    bob = Owner(uid=1002, gid=1002, user="bob")
+    first = store.add(job(), ALICE, "slurm", idempotency_key="k", request_digest="d")  # type: ignore[arg-type]
+    with pytest.raises(DuplicateJob):
+        store.add(job(), ALICE, "slurm", idempotency_key="k")  # type: ignore[arg-type]
+    bobs = store.add(job(), bob, "slurm", idempotency_key="k")  # type: ignore[arg-type]
+    assert store.by_idempotency_key(ALICE.uid, "k") == first
+    assert store.by_idempotency_key(bob.uid, "k") == bobs
+    assert store.by_idempotency_key(ALICE.uid, "other") is None

@@ -1,0 +1,58 @@
+"""The light summary of a job kept beside its document (``jobs.summary``, store
+schema version 4): what a listing shows from the TrainJob, so that listing and
+reconciling never decode a document per row.
+
+Contract: :func:`job_summary` is written whenever the document is (``Store.add``,
+``Store.save_document``); :func:`add_summary_column` is the migration step that adds
+the column and fills it for rows an older daemon wrote (self-contained, idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from bridge.model import TrainJob, ValidationError, load_document
+from bridge.scheduling import scheduling_of
+
+__all__ = ["add_summary_column", "job_summary"]
+
+
+def job_summary(job: TrainJob) -> dict[str, Any]:
+    """What a listing shows of a job's document (``jobs.summary``): ``jobName``,
+    ``partition``, ``timeLimitMinutes`` (from its scheduling options, None when they are
+    invalid), ``runtime``, ``numNodes`` (1 when not given) and ``suspend``."""
+    try:
+        options = scheduling_of(job)
+        job_name, partition, limit = (options.job_name, options.partition,
+                                      options.time_limit_minutes)
+    except ValidationError:
+        job_name, partition, limit = None, None, None
+    trainer = job.spec.trainer
+    return {"jobName": job_name, "partition": partition, "timeLimitMinutes": limit,
+            "runtime": job.spec.runtime_ref.name,
+            "numNodes": trainer.num_nodes if trainer and trainer.num_nodes else 1,
+            "suspend": bool(job.spec.suspend)}
+
+
+def add_summary_column(conn: sqlite3.Connection) -> None:
+    """Version 4, self-contained: add ``jobs.summary`` and fill it in for the jobs an
+    older daemon stored (each document decoded once, here). Idempotent."""
+    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "summary" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN summary TEXT")
+    rows = conn.execute("SELECT id, document FROM jobs WHERE summary IS NULL").fetchall()
+    if not rows:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for row in rows:
+            doc = load_document(json.loads(row["document"]))
+            assert isinstance(doc, TrainJob)
+            conn.execute("UPDATE jobs SET summary=? WHERE id=?",
+                         (json.dumps(job_summary(doc)), row["id"]))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

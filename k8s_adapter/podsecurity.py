@@ -1,0 +1,161 @@
+"""What a user's pods may ask for, and the security context they always get (pure).
+
+Defence in depth beside the apiserver (impersonation + Pod Security ``restricted``):
+
+* :func:`privileges_in` lists every privilege a pod spec asks for, as ``(path,
+  privilege)`` pairs (:func:`privileges_in_template` adds the AppArmor and seccomp
+  annotations of a pod template) — host namespaces, ``hostUsers: false``, volumes other than the
+  ones ``restricted`` allows (``hostPath`` …), ``hostPort``, any ``securityContext``
+  (pod or container: ``privileged``, added capabilities, ``runAsUser: 0`` …), another
+  ``serviceAccountName``, ephemeral containers. :func:`check_patches` applies it to
+  the pod templates of a TrainJob's ``spec.runtimePatches`` and raises
+  :class:`Forbidden` naming the first field whose privilege the admin did not allow
+  (``backends.NAME.allow_privileges``).
+* :func:`harden` gives every pod of a JobSet the user's uid/gid and what Pod Security
+  ``restricted`` requires (``runAsNonRoot``, ``seccompProfile: RuntimeDefault``,
+  ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]``). A field the
+  user was allowed to set (``securityContext`` in ``allow_privileges``) keeps the
+  user's value; the apiserver still decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any
+
+#: Volume types Pod Security ``restricted`` allows.
+SAFE_VOLUMES = frozenset({"name", "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                          "persistentVolumeClaim", "projected", "secret"})
+_HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
+_CONTAINER_LISTS = ("initContainers", "containers")
+#: Every privilege name :func:`privileges_in` reports (what ``allow_privileges`` takes).
+PRIVILEGES = frozenset({*_HOST_NAMESPACES, "hostUsers", "hostPort", "securityContext",
+                        "serviceAccountName", "ephemeralContainers", "hostPath", "volumes"})
+
+
+class Forbidden(Exception):
+    """A pod asks for a privilege the admin did not allow (answered 403)."""
+
+
+def privileges_in(pod_spec: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """``(field path, privilege)`` for each privilege ``pod_spec`` asks for."""
+    if not isinstance(pod_spec, Mapping):
+        return
+    for key in _HOST_NAMESPACES:
+        if pod_spec.get(key):
+            yield f"{where}{key}", key
+    if "hostUsers" in pod_spec and pod_spec["hostUsers"] is not True:
+        yield f"{where}hostUsers", "hostUsers"
+    for key in ("securityContext", "serviceAccountName", "serviceAccount",
+                "ephemeralContainers"):
+        if pod_spec.get(key):
+            yield f"{where}{key}", "serviceAccountName" if key == "serviceAccount" else key
+    volumes = pod_spec.get("volumes")
+    for i, vol in enumerate(volumes if isinstance(volumes, list) else []):
+        for kind in (vol if isinstance(vol, Mapping) else {"invalid": 1}):
+            if kind not in SAFE_VOLUMES:
+                yield (f"{where}volumes[{i}].{kind}",
+                       "hostPath" if kind == "hostPath" else "volumes")
+    for list_key in _CONTAINER_LISTS:
+        containers = pod_spec.get(list_key)
+        for i, ctr in enumerate(containers if isinstance(containers, list) else []):
+            if not isinstance(ctr, Mapping):
+                continue
+            at = f"{where}{list_key}[{i}]."
+            if ctr.get("securityContext"):
+                yield f"{at}securityContext", "securityContext"
+            ports = ctr.get("ports")
+            for j, port in enumerate(ports if isinstance(ports, list) else []):
+                if isinstance(port, Mapping) and port.get("hostPort"):
+                    yield f"{at}ports[{j}].hostPort", "hostPort"
+
+
+#: Pod annotations that loosen a container's confinement (the pre-field forms).
+SECURITY_ANNOTATIONS = ("container.apparmor.security.beta.kubernetes.io/",
+                        "seccomp.security.alpha.kubernetes.io/")
+
+
+def privileges_in_template(template: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """As :func:`privileges_in` for a pod template (its spec and its annotations)."""
+    if not isinstance(template, Mapping):
+        return
+    meta = template.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    for key in annotations if isinstance(annotations, Mapping) else {}:
+        if str(key).startswith(SECURITY_ANNOTATIONS):
+            yield f"{where}metadata.annotations[{key}]", "securityContext"
+    yield from privileges_in(template.get("spec"), f"{where}spec.")
+
+
+def patch_pod_specs(patches: Any) -> Iterator[tuple[str, Any]]:
+    """``(path, pod template)`` of every pod template in Trainer ``runtimePatches``."""
+    for i, patch in enumerate(patches if isinstance(patches, list) else []):
+        base = f"spec.runtimePatches[{i}].trainingRuntimeSpec.template.spec"
+        template = ((patch.get("trainingRuntimeSpec") or {}) if isinstance(patch, Mapping)
+                    else {})
+        template = template.get("template") if isinstance(template, Mapping) else None
+        spec = template.get("spec") if isinstance(template, Mapping) else None
+        rjobs = spec.get("replicatedJobs") if isinstance(spec, Mapping) else None
+        for j, rj in enumerate(rjobs if isinstance(rjobs, list) else []):
+            pod = _dig(rj, "template", "spec", "template")
+            if pod is not None:
+                yield f"{base}.replicatedJobs[{j}].template.spec.template.", pod
+
+
+def _dig(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def check_patches(patches: Any, allowed: Collection[str], setting: str) -> None:
+    """Raise :class:`Forbidden` for the first privilege in ``patches`` not in
+    ``allowed``; ``setting`` names the allow-list in the message."""
+    for where, template in patch_pod_specs(patches):
+        check_template(template, allowed, setting, where)
+
+
+def check_template(template: Any, allowed: Collection[str], setting: str,
+                   where: str = "") -> None:
+    """As :func:`check_patches`, for one pod template (``metadata`` and ``spec``)."""
+    for path, privilege in privileges_in_template(template, where):
+        if privilege not in allowed:
+            raise Forbidden(f"{path}: not allowed: it asks for the privilege {privilege!r}, "
+                            f"which {setting} does not grant (jobs of local users run "
+                            f"as their own uid under Pod Security 'restricted')")
+
+
+def harden(pod_spec: dict[str, Any], uid: int | None, gid: int | None,
+           keep_user_values: bool) -> None:
+    """Set the user's uid/gid (when given; else the image's user, which must not be
+    root) and the ``restricted`` security context on ``pod_spec`` and each of its
+    containers, in place (see the module docstring)."""
+    def put(target: dict[str, Any], key: str, value: Any) -> None:
+        if keep_user_values:
+            target.setdefault(key, value)
+        else:
+            target[key] = value
+
+    pod_ctx = pod_spec.get("securityContext")
+    if not isinstance(pod_ctx, dict) or not keep_user_values:
+        pod_ctx = {}
+    pod_spec["securityContext"] = pod_ctx
+    if uid is not None:
+        put(pod_ctx, "runAsUser", uid)
+    if gid is not None:
+        put(pod_ctx, "runAsGroup", gid)
+    put(pod_ctx, "runAsNonRoot", True)
+    put(pod_ctx, "seccompProfile", {"type": "RuntimeDefault"})
+    for list_key in _CONTAINER_LISTS:
+        for ctr in pod_spec.get(list_key) or []:
+            if not isinstance(ctr, dict):
+                continue
+            ctx = ctr.get("securityContext")
+            if not isinstance(ctx, dict) or not keep_user_values:
+                ctx = {}
+            ctr["securityContext"] = ctx
+            put(ctx, "allowPrivilegeEscalation", False)
+            put(ctx, "capabilities", {"drop": ["ALL"]})
+            put(ctx, "runAsNonRoot", True)

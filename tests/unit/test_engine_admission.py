@@ -1,0 +1,51 @@
+"""The engine asks a back end with its own admission rules (:class:`Admitting`) before
+anything is stored: the real Kubernetes back end's access policy, no apiserver needed
+(``check_admission`` makes no call)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.backend import Admitting, Owner
+from bridge.engine import Engine, EngineError, EngineSettings
+from bridge.model import load_trainjob
+from bridge.runtimes import RuntimeCatalog
+from bridge.store import Store
+from k8s_adapter.backend import create
+
+ALICE = Owner(uid=1001, gid=1001, user="alice")
+BOB = Owner(uid=1002, gid=1002, user="bob")
+
+
+def engine(tmp_path: Path) -> Engine:
+    backend = create("kubernetes", {"kubeconfig": "/nonexistent", "users": {
+        "alice": {"namespace": "team-a", "service_account": "alice"}}})
+    assert isinstance(backend, Admitting)
+    return Engine(Store.open(tmp_path / "s.sqlite"), {"kubernetes": backend},
+                  RuntimeCatalog(), EngineSettings(default_backend="kubernetes"))
+
+
+def doc(namespace: str | None = None) -> dict[str, object]:
+    meta: dict[str, object] = {"name": "t"}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"metadata": meta, "spec": {"runtimeRef": {"name": "torch-distributed"},
+                                       "trainer": {"numNodes": 1, "image": "busybox",
+                                                   "command": ["true"]}}}
+
+
+def test_a_refusal_is_a_403_and_nothing_is_stored(tmp_path: Path) -> None:
+    e = engine(tmp_path)
+    for owner, namespace, says in [(BOB, None, "backends.kubernetes.users"),
+                                   (ALICE, "kube-system", "metadata.namespace")]:
+        with pytest.raises(EngineError) as err:
+            e.admit(load_trainjob(doc(namespace)), owner)
+        assert err.value.status == 403 and says in str(err.value)
+    assert e.store.list_jobs() == []
+
+
+def test_the_mapped_namespace_is_the_default_not_the_engines(tmp_path: Path) -> None:
+    rec = engine(tmp_path).admit(load_trainjob(doc()), ALICE)
+    assert rec.job.metadata.namespace == "team-a"

@@ -1,0 +1,107 @@
+"""Light listings: summaries beside documents, documents read on first use, pages."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.backend import Owner
+from bridge.job_summary import job_summary
+from bridge.model import ANN_SCHEDULING, TrainJob, ensure_identity, load_trainjob
+from bridge.states import JobState
+from bridge.store import Store
+
+ALICE = Owner(uid=1001, gid=1001, user="alice")
+BOB = Owner(uid=1002, gid=1002, user="bob")
+
+
+def job(name: str = "", nodes: int | None = 2, scheduling: dict[str, object] | None = None,
+        ) -> TrainJob:
+    meta: dict[str, object] = {"name": name} if name else {}
+    if scheduling is not None:
+        meta["annotations"] = {ANN_SCHEDULING: json.dumps(scheduling)}
+    trainer: dict[str, object] = {"command": ["true"]}
+    if nodes is not None:
+        trainer["numNodes"] = nodes
+    doc = {"kind": "TrainJob", "apiVersion": "trainer.kubeflow.org/v1alpha1",
+           "metadata": meta, "spec": {"runtimeRef": {"name": "plain"}, "trainer": trainer}}
+    return ensure_identity(load_trainjob(doc))
+
+
+def test_summary_holds_what_a_listing_shows(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    rec = store.add(job("a", 3, {"job_name": "train", "partition": "gpu",
+                                 "time_limit_minutes": 30}), ALICE, "slurm")
+    assert rec.summary == {"jobName": "train", "partition": "gpu", "timeLimitMinutes": 30,
+                           "runtime": "plain", "numNodes": 3, "suspend": False}
+    assert store.add(job("b", None), ALICE, "slurm").summary["numNodes"] == 1
+    bad = store.add(job("c", 1, {"partition": 7}), ALICE, "slurm")  # invalid options
+    assert bad.summary["partition"] is None and bad.summary["jobName"] is None
+
+
+def test_listed_records_read_their_document_on_first_use(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    original = job("lazy")
+    rec = store.add(original, ALICE, "slurm")
+    [listed] = store.list_jobs()
+    assert listed.document is None and "job" not in vars(listed)
+    assert listed.job.to_dict() == original.to_dict()
+    assert listed.job is listed.job
+    # spec.suspend changes the summary with the document.
+    listed.job.spec.suspend = True
+    store.save_document(rec.id, listed.job)
+    assert store.get(rec.id).suspend_requested is True
+    assert store.find("lazy").job.spec.suspend is True
+
+
+def test_an_older_database_gets_its_summaries(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    store = Store.open(path)
+    j = job("old", 4)
+    rec = store.add(j, ALICE, "slurm")
+    store.close()
+    conn = sqlite3.connect(path)  # as schema version 3 left it: no summary column
+    conn.execute("ALTER TABLE jobs DROP COLUMN summary")
+    conn.commit()
+    conn.close()
+    again = Store.open(path)
+    assert again.get(rec.id).summary == job_summary(j)
+
+
+def test_count_active_counts_unfinished_jobs_of_one_user(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.sqlite")
+    recs = [store.add(job(), BOB, "slurm") for _ in range(4)]
+    store.add(job(), ALICE, "slurm")
+    store.transition(recs[0].id, JobState.CANCELLED, "Cancelled")
+    store.transition(recs[1].id, JobState.SUSPENDED, "Suspended")
+    assert store.count_active(BOB.uid) == 3
+    assert store.count_active(ALICE.uid) == 1
+    assert store.count_active(4242) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(owners=st.lists(st.booleans(), min_size=0, max_size=40),
+       page=st.integers(1, 7), finished=st.sets(st.integers(0, 39)))
+def test_pages_return_every_matching_job_once_in_order(
+        owners: list[bool], page: int, finished: set[int]) -> None:
+    store = Store.open(":memory:")
+    ids = []
+    for i, is_bob in enumerate(owners):
+        rec = store.add(job(), BOB if is_bob else ALICE, "slurm")
+        if i in finished:
+            store.transition(rec.id, JobState.CANCELLED, "Cancelled")
+        ids.append((rec.id, is_bob, i in finished))
+    active = [JobState.PENDING]
+    seen: list[int] = []
+    after = None
+    while True:
+        rows = store.list_jobs(active, user="bob", after_id=after, limit=page)
+        seen += [r.id for r in rows]
+        if len(rows) < page:
+            break
+        after = rows[-1].id
+    assert seen == [i for i, is_bob, done in ids if is_bob and not done]

@@ -13,7 +13,8 @@ returns 130; a closed stdout pipe (``tlog ... | head``) returns 1 quietly.
   ``Submitted batch job <id>`` or, with ``--parsable``, ``<id>``.
 * ``tqueue``: squeue's default table (``JOBID PARTITION NAME USER ST TIME NODES
   NODELIST(REASON)``), ``-u/--user``, ``--me``, ``-t/--states``, ``-j/--jobs``,
-  ``-h/--noheader``, ``--json``.
+  ``-h/--noheader``, ``--json``, ``-M/--clusters NAMES|all`` (only those back ends'
+  jobs, with a CLUSTER column: the back end's name).
 * ``tshow REF``: ``scontrol show job``-like ``Key=Value`` lines (``--json``, ``--yaml``).
 * ``tcancel REF...``: cancel; one scancel-like error line per failure, exit 1 if any.
 * ``tlog [-f] [-e] REF``: the job's output (``-f`` follows until the job has ended).
@@ -311,14 +312,25 @@ _QUEUE_COLUMNS = (
 )
 
 
+_CLUSTER_WIDTH = 12
+
+
 def format_queue(
-    jobs: Sequence[JobView], *, header: bool = True, now: datetime | None = None
+    jobs: Sequence[JobView], *, header: bool = True, now: datetime | None = None,
+    cluster: bool = False,
 ) -> str:
-    """The squeue-like table (``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R``)."""
+    """The squeue-like table (``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R``); with
+    ``cluster``, a first CLUSTER column (the job's back end), as ``squeue -M``."""
     now = now or datetime.now(UTC)
     lines = []
+
+    def prefix(value: object) -> str:
+        return _cell(value, _CLUSTER_WIDTH) + " " if cluster else ""
+
     if header:
-        lines.append(" ".join(title.rjust(w) for w, title in _QUEUE_COLUMNS) + " NODELIST(REASON)")
+        lines.append(prefix("CLUSTER")
+                     + " ".join(title.rjust(w) for w, title in _QUEUE_COLUMNS)
+                     + " NODELIST(REASON)")
     for job in jobs:
         nodes = job.get("nodes") or []
         row = (
@@ -331,7 +343,8 @@ def format_queue(
             len(nodes) if nodes else job.get("numNodes", 1),
         )
         cells = [_cell(v, w) for (w, _), v in zip(_QUEUE_COLUMNS, row, strict=True)]
-        lines.append(" ".join(cells) + " " + _clean(_nodes_or_reason(job)))
+        lines.append(prefix(job.get("backend") or "") + " ".join(cells) + " "
+                     + _clean(_nodes_or_reason(job)))
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -367,8 +380,12 @@ def _tqueue(argv: list[str]) -> int:
     parser.add_argument("-j", "--jobs", help="only these jobs (comma-separated ids/names)")
     parser.add_argument("-h", "--noheader", action="store_true", help="no header line")
     parser.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    parser.add_argument("-M", "--clusters",
+                        help="only these back ends' jobs (comma-separated, or all), "
+                             "with a CLUSTER column")
     parser.add_argument("--help", action="help", help="show this help")
     args = parser.parse_args(argv)
+    clusters = {c for c in (args.clusters or "").split(",") if c}
     users = [u for u in (args.user or "").split(",") if u]
     if args.me:
         users.append(_current_user())
@@ -391,10 +408,12 @@ def _tqueue(argv: list[str]) -> int:
             if wanted:
                 jobs = [j for j in jobs
                         if {str(j.get("id")), j.get("name"), j.get("uid")} & set(wanted)]
+            if clusters and "all" not in clusters:
+                jobs = [j for j in jobs if j.get("backend") in clusters]
             if args.json:
                 collected += jobs
             elif jobs or header:
-                sys.stdout.write(format_queue(jobs, header=header))
+                sys.stdout.write(format_queue(jobs, header=header, cluster=bool(clusters)))
                 header = False
     if args.json:
         print(json.dumps({"items": collected}, indent=2, ensure_ascii=False))

@@ -33,6 +33,7 @@ Example (every key optional except one back end)::
     kind = "slurm"                           # entry point in hpc_bridge.backends
     placement = "constraints"                # or "nodelist" / "none" (docs/placement.md)
     rest_socket = "/run/slurmrestd/rest.sock"
+    route_partitions = ["gpu"]               # jobs for these partitions come here
 
     [frontdoors.kubernetes]                  # optional: TrainJob CRs (docs/kubernetes.md)
     kind = "kubernetes"
@@ -144,6 +145,9 @@ class BackendSection(BaseModel):
 
     kind: str
     placement: PlacementMode = "constraints"
+    #: Routing rule: a job that names one of these partitions and no back end (no
+    #: ``--backend``/``-M``) runs here rather than on ``engine.default_backend``.
+    route_partitions: list[str] = Field(default_factory=list)
 
     def settings(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -196,6 +200,15 @@ class Config(BaseModel):
         elif default not in self.backends:
             raise ValueError(f"engine.default_backend {default!r} is not a configured back end "
                              f"({', '.join(self.backends)})")
+        # A partition routes to one back end.
+        routed: dict[str, str] = {}
+        for name, section in self.backends.items():
+            for partition in section.route_partitions:
+                if partition in routed:
+                    raise ValueError(f"backends.{name}.route_partitions: partition "
+                                     f"{partition!r} is already routed to back end "
+                                     f"{routed[partition]!r}")
+                routed[partition] = name
         # A front door's back ends (where its jobs go) must exist.
         for name, door in self.frontdoors.items():
             extra = door.settings()
@@ -206,6 +219,12 @@ class Config(BaseModel):
                     raise ValueError(f"frontdoors.{name}.{key}: {backend!r} is not a configured "
                                      f"back end ({', '.join(self.backends)})")
         return self
+
+
+def partition_routes(config: Config) -> dict[str, str]:
+    """Partition -> back end, from every ``[backends.NAME] route_partitions``."""
+    return {p: name for name, section in config.backends.items()
+            for p in section.route_partitions}
 
 
 def load_config(path: str | Path) -> Config:

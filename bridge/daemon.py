@@ -25,7 +25,7 @@ import structlog
 
 from bridge.api import Health, load_tokens, make_app, serve, serve_health
 from bridge.backend import Backend, load_backend
-from bridge.config import Config, ConfigError, load_config
+from bridge.config import Config, ConfigError, load_config, partition_routes
 from bridge.engine import Engine, EngineSettings
 from bridge.eventtasks import start_event_tasks, stop_event_tasks
 from bridge.filemodes import DAEMON_UMASK, secure_state_dir
@@ -158,6 +158,7 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
         lost_after_seconds=e.lost_after_seconds, default_namespace=e.default_namespace,
         placement={name: section.placement for name, section in config.backends.items()},
         placement_max_age=e.placement_max_age,
+        partition_routes=partition_routes(config),
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
     health.ready = engine.ready.is_set

@@ -114,6 +114,8 @@ class EngineSettings:
     placement: Mapping[str, str] = field(default_factory=dict)
     #: An inventory older than this (seconds) is read again before a job is placed.
     placement_max_age: float = 5.0
+    #: Routing rule: partition -> back end, for jobs that name no back end.
+    partition_routes: Mapping[str, str] = field(default_factory=dict)
 
 
 #: At most this many statuses of not-yet-recorded submissions are kept.
@@ -178,7 +180,10 @@ class Engine:
         configuration); raises :class:`bridge.model.ValidationError` naming the field, or
         :class:`EngineError` 403 when the back end's admission refuses the caller."""
         validate_trainjob(job)
-        backend = job.metadata.annotations.get(ANN_BACKEND) or self.settings.default_backend
+        options = scheduling_of(job)
+        backend = (job.metadata.annotations.get(ANN_BACKEND)
+                   or self.settings.partition_routes.get(options.partition or "")
+                   or self.settings.default_backend)
         if backend not in self.backends:
             raise ValidationError([(
                 f"metadata.annotations[{ANN_BACKEND}]",
@@ -192,7 +197,6 @@ class Engine:
             except AdmissionDenied as exc:
                 raise EngineError(str(exc), status=403) from exc
         ensure_identity(job, self.settings.default_namespace)
-        options = scheduling_of(job)
         return Admission(job, backend, plan.num_nodes, options.partition,
                          json.dumps(job.to_dict()), job_summary(job))
 

@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 bash testbed/install.sh
 bash scripts/setup-python.sh
 bash testbed/slurm.sh up
+bash testbed/slurm-versions.sh up   # Slurm 24.11 and 26.05 in chroots (cached)
 bash testbed/flux.sh up # after slurm.sh: it shares Slurm's munged
 bash testbed/mosquitto.sh up
 bash testbed/k8s/k8s.sh up

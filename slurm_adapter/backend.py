@@ -49,7 +49,15 @@ from bridge.backend import (
 from bridge.output import read_owned
 from slurm_adapter import hostlist
 from slurm_adapter.cli import SlurmCli
-from slurm_adapter.dialects import Dialect, UnsupportedOption, dialect_for, dialect_from_meta
+from slurm_adapter.dialects import (
+    V0_0_38,
+    Dialect,
+    UnsupportedOption,
+    dialect_for,
+    dialect_from_meta,
+    negotiate,
+    served_versions,
+)
 from slurm_adapter.launch import LAUNCH_FAILURE, launch_failure_detail
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
 from slurm_adapter.script import (
@@ -273,7 +281,9 @@ class SlurmBackend:
     ``rest_url``
         ``http://host:port`` of slurmrestd.
     ``rest_version``
-        OpenAPI version, ``v0.0.38`` (default), ``v0.0.40`` or ``v0.0.41``.
+        OpenAPI version (``v0.0.38``, ``v0.0.40`` … ``v0.0.45``), or ``auto`` (the
+        default): at :meth:`start` read slurmrestd's ``GET /openapi/v3`` and speak the
+        newest version both sides know; fail, naming both lists, when there is none.
     ``jwt_key``
         path of Slurm's ``jwt_key``: sign tokens locally. Without it tokens come
         from ``scontrol token`` (needs root or SlurmUser).
@@ -293,6 +303,10 @@ class SlurmBackend:
         path of the ``mpi-launch`` program as the compute nodes see it (default: the
         one installed beside the daemon, which suits a shared install; else
         ``mpi-launch`` on the job's PATH).
+    ``client_root``
+        a directory the Slurm commands run in through ``chroot`` (a root file system
+        holding that cluster's client programs, ``slurm.conf`` and munge socket), for a
+        cluster whose release or munge key differs from the daemon host's.
 
     The topology always comes from ``scontrol show topology`` (slurmrestd 0.0.38
     has no topology endpoint); without ``scontrol`` the inventory has no switches.
@@ -300,8 +314,10 @@ class SlurmBackend:
 
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,
-                 mpi_launch: str | None = None):
+                 mpi_launch: str | None = None, negotiate_version: bool = False):
         self.name = name
+        #: Pick the REST dialect from the server's OpenAPI document at start.
+        self.negotiate_version = negotiate_version
         self.mpi_launch = mpi_launch or default_mpi_launch()
         self.cli = cli
         self.rest = rest
@@ -316,10 +332,29 @@ class SlurmBackend:
     # --- life cycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Check that Slurm answers; with ``rest_version = "auto"`` choose the dialect
+        first (:class:`BackendRejected` when the server offers none the bridge speaks:
+        waiting would not help)."""
         if self.rest is not None:
+            await self._rest_client()
             await self.rest.ping(self.rest_user)
         else:
             await self.cli.ping()
+
+    async def _rest_client(self) -> SlurmRestClient:
+        """The REST client, its dialect chosen from the server's OpenAPI document the
+        first time it is needed (at start, or later if slurmrestd was down then)."""
+        assert self.rest is not None
+        if self.negotiate_version:
+            served = served_versions(await self.rest.openapi(self.rest_user))
+            try:
+                self.rest.dialect = negotiate(served)
+            except ValueError as exc:
+                raise BackendRejected(f"slurm back end {self.name}: {exc}") from None
+            self.negotiate_version = False
+            log.info("slurm back end %s: slurmrestd at %s offers %s; speaking %s",
+                     self.name, self.rest.where, ", ".join(served), self.rest.dialect.version)
+        return self.rest
 
     async def close(self) -> None:
         if self.rest is not None:
@@ -333,13 +368,19 @@ class SlurmBackend:
                         default_partition=self.default_partition)
         script = render_script(request, self.mpi_launch)
         env = job_environment(request.plan)
+        # What a login shell gives the owner, unless the plan says otherwise: Open MPI 5+
+        # refuses to start without HOME ("Unable to get the user home directory").
+        for key, value in (("HOME", request.owner.home()), ("USER", request.owner.user),
+                           ("LOGNAME", request.owner.user)):
+            env.setdefault(key, value)
         # With --export-file, slurmd 22.05 expands %x in --output from the job's
         # SLURM_JOB_NAME variable, not from the job record: without it the file is
         # "(null)-<id>.out". sbatch sets it only when exporting its own environment.
         cli_env = {**env, "SLURM_JOB_NAME": spec.name}
         if self.rest is not None:
+            rest = await self._rest_client()
             try:
-                body = rest_job(spec, env, self.rest.dialect)
+                body = rest_job(spec, env, rest.dialect)
             except UnsupportedOption as exc:
                 if self.cli.has("sbatch"):
                     log.info("job %s: %s; submitting it with sbatch instead", request.job_uid,
@@ -349,7 +390,7 @@ class SlurmBackend:
                 raise BackendRejected(str(exc)) from None
             except hostlist.HostlistError as exc:
                 raise BackendRejected(str(exc)) from None
-            return await self.rest.submit(request.owner.user, script, body)
+            return await rest.submit(request.owner.user, script, body)
         return await self.cli.submit(script, sbatch_args(spec), cli_env, request.owner,
                                      spec.script_args)
 
@@ -357,10 +398,11 @@ class SlurmBackend:
         if self.rest is not None:
             # Ask "anything changed since the last listing?" (a few seconds of margin
             # for clock skew with slurmctld); 304 means the cached listing holds.
+            rest = await self._rest_client()
             asked_at = int(time.time())
             since = self._listed_at - 5 if self._listing_cache is not None else None
-            answer = await self.rest.jobs(self.rest_user, changed_since=since)
-            dialect = self.rest.dialect
+            answer = await rest.jobs(self.rest_user, changed_since=since)
+            dialect = rest.dialect
             if answer is None and self._listing_cache is not None:
                 return self._listing_cache, dialect
             data = answer or {}
@@ -422,7 +464,7 @@ class SlurmBackend:
         """Cancel as ``owner`` (SIGKILL request: Slurm sends SIGTERM, then SIGKILL after
         KillWait). A finished or unknown job is not an error."""
         if self.rest is not None:
-            await self.rest.cancel(owner.user, backend_id)
+            await (await self._rest_client()).cancel(owner.user, backend_id)
         else:
             await self.cli.cancel(backend_id, owner)
 
@@ -432,8 +474,9 @@ class SlurmBackend:
         """Nodes (slurmrestd ``/nodes`` or ``sinfo --json``) and the switch tree
         (``scontrol show topology``)."""
         if self.rest is not None:
-            data = await self.rest.nodes(self.rest_user)
-            dialect = self.rest.dialect
+            rest = await self._rest_client()
+            data = await rest.nodes(self.rest_user)
+            dialect = rest.dialect
         else:
             data = await self.cli.nodes()
             dialect = dialect_from_meta(data.get("meta"))
@@ -506,7 +549,7 @@ def create(name: str, settings: dict[str, Any]) -> SlurmBackend:
     """Entry point ``hpc_bridge.backends: slurm``: a :class:`SlurmBackend` from settings
     (see the class docstring). Raises ValueError for contradictory settings."""
     known = {"rest_socket", "rest_url", "rest_version", "jwt_key", "token_lifespan", "use_cli",
-             "default_partition", "request_timeout", "rest_user", "mpi_launch"}
+             "default_partition", "request_timeout", "rest_user", "mpi_launch", "client_root"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ValueError(f"slurm back end {name!r}: unknown settings {', '.join(unknown)}; "
@@ -517,14 +560,18 @@ def create(name: str, settings: dict[str, Any]) -> SlurmBackend:
         raise ValueError(f"slurm back end {name!r}: give rest_socket or rest_url, not both")
     timeout = float(settings.get("request_timeout", 10))
     lifespan = int(settings.get("token_lifespan", 3600))
-    cli = SlurmCli(timeout=timeout)
+    cli = SlurmCli(timeout=timeout, root=settings.get("client_root") or None)
     use_cli = _flag(settings, "use_cli", not (socket_path or url))
     rest: SlurmRestClient | None = None
+    negotiate_version = False
     if not use_cli:
         if not (socket_path or url):
             raise ValueError(f"slurm back end {name!r}: use_cli is false but neither "
                              f"rest_socket nor rest_url is set")
-        dialect = dialect_for(str(settings.get("rest_version", "v0.0.38")))
+        version = str(settings.get("rest_version") or "auto")
+        negotiate_version = version == "auto"
+        # Until start() has read the server's OpenAPI document: the oldest dialect.
+        dialect = V0_0_38 if negotiate_version else dialect_for(version)
         tokens: TokenSource = (
             JwtSigner(str(settings["jwt_key"]), lifespan) if settings.get("jwt_key")
             else ScontrolTokens(cli.run_plain, lifespan)
@@ -534,4 +581,5 @@ def create(name: str, settings: dict[str, Any]) -> SlurmBackend:
     return SlurmBackend(name, cli=cli, rest=rest,
                         default_partition=settings.get("default_partition") or None,
                         rest_user=settings.get("rest_user") or None,
-                        mpi_launch=settings.get("mpi_launch") or None)
+                        mpi_launch=settings.get("mpi_launch") or None,
+                        negotiate_version=not use_cli and negotiate_version)

@@ -18,6 +18,10 @@ Contract:
   ``--export-file`` the job gets exactly the file's variables (plus Slurm's own),
   not sbatch's environment.
 * sbatch's own environment is ``PATH`` and ``SLURM_CONF`` only.
+* With ``root`` (a directory), every command runs as ``chroot [--userspec=U:G
+  --groups=…] ROOT CMD``: the cluster's own client programs, ``slurm.conf`` and
+  munge socket live there (another Slurm release, another munge key). The switch
+  to the owner is then chroot's, made as root.
 * Every child gets ``PR_SET_PDEATHSIG`` = SIGKILL through util-linux ``setpriv
   --pdeathsig KILL`` (when ``setpriv`` exists): if the daemon dies mid-call, no
   ``sbatch`` lingers, and no ``preexec_fn`` runs Python in the forked child (not
@@ -82,21 +86,32 @@ class SlurmCli:
     """Runs Slurm commands for the back end."""
 
     def __init__(self, *, timeout: float = 10.0, slurm_conf: str | None = None,
-                 path: str | None = None, pdeathsig: bool = True):
+                 path: str | None = None, pdeathsig: bool = True, root: str | None = None):
         """``slurm_conf``: passed on to every command (default: the daemon's
-        ``SLURM_CONF``). ``path``: where to look for the commands (default: the
-        daemon's ``PATH``, then the usual system directories)."""
+        ``SLURM_CONF``; none with ``root``). ``path``: where to look for the commands
+        (default: the daemon's ``PATH``, then the usual system directories; with
+        ``root``: the system directories inside it). ``root``: run every command
+        chrooted there (see the module docstring)."""
         self.timeout = timeout
-        self.slurm_conf = slurm_conf if slurm_conf is not None else os.environ.get("SLURM_CONF")
-        self.path = path or os.pathsep.join(p for p in (os.environ.get("PATH"), SAFE_PATH) if p)
-        self._setpriv = shutil.which("setpriv", path=self.path) if pdeathsig else None
+        self.root = root
+        host_conf = None if root else os.environ.get("SLURM_CONF")
+        self.slurm_conf = slurm_conf if slurm_conf is not None else host_conf
+        host_path = os.pathsep.join(p for p in (os.environ.get("PATH"), SAFE_PATH) if p)
+        self.path = path or (SAFE_PATH if root else host_path)
+        self._setpriv = shutil.which("setpriv", path=host_path) if pdeathsig else None
+        self._chroot = shutil.which("chroot", path=host_path) if root else None
+
+    def _lookup_path(self) -> str:
+        if self.root is None:
+            return self.path
+        return os.pathsep.join(self.root.rstrip("/") + p for p in self.path.split(os.pathsep))
 
     def has(self, name: str) -> bool:
-        """Whether the command ``name`` is installed."""
-        return shutil.which(name, path=self.path) is not None
+        """Whether the command ``name`` is installed (inside ``root`` if set)."""
+        return shutil.which(name, path=self._lookup_path()) is not None
 
     def _which(self, name: str) -> str:
-        found = shutil.which(name, path=self.path)
+        found = shutil.which(name, path=self._lookup_path())
         if found is None:
             raise BackendUnavailable(f"{name} not found (PATH={self.path}); is the Slurm client "
                                      f"installed?")
@@ -126,7 +141,19 @@ class SlurmCli:
                   stdin: bytes | None = None, pass_fds: Sequence[int] = ()) -> Completed:
         """Run ``argv`` (``argv[0]`` looked up on the path) and collect its output."""
         program = self._which(argv[0])
+        switch = self._as_owner(owner)
         full = [program, *argv[1:]]
+        if self.root is not None:
+            if self._chroot is None:
+                raise BackendUnavailable("chroot not found: cannot use client_root")
+            inside = program.removeprefix(self.root.rstrip("/"))
+            userspec = []
+            if switch:
+                groups = ",".join(str(g) for g in switch["extra_groups"])
+                userspec = [f"--userspec={switch['user']}:{switch['group']}",
+                            f"--groups={groups}"]
+                switch = {}
+            full = [self._chroot, *userspec, self.root, inside, *argv[1:]]
         if self._setpriv:
             full = [self._setpriv, "--pdeathsig", "KILL", "--", *full]
         limit = self.timeout
@@ -140,7 +167,7 @@ class SlurmCli:
                 cwd="/",
                 pass_fds=tuple(pass_fds),
                 umask=JOB_UMASK,  # sbatch hands it on to the job (SLURM_UMASK)
-                **self._as_owner(owner),
+                **switch,
             )
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
@@ -223,7 +250,11 @@ class SlurmCli:
         return job_id
 
     async def _json(self, argv: list[str], what: str) -> dict[str, Any]:
-        done = await self.run(argv)
+        return self._checked_json(await self.run(argv), argv, what)
+
+    @staticmethod
+    def _checked_json(done: Completed, argv: list[str], what: str) -> dict[str, Any]:
+        """The JSON document ``done`` printed, with a ``what`` list and no ``errors``."""
         if done.returncode != 0:
             raise BackendUnavailable(f"{' '.join(argv)} failed ({done.returncode}): "
                                      f"{done.message}")
@@ -240,14 +271,25 @@ class SlurmCli:
         return data
 
     async def jobs(self) -> dict[str, Any]:
-        """``squeue --json``: ALL jobs the controller holds, finished ones included
-        (on 22.05, ``--json`` ignores squeue's state filter; ``scontrol`` has no
-        ``--json`` there)."""
-        return await self._json(["squeue", "--json"], "jobs")
+        """``squeue --json --states=all``: ALL jobs the controller holds, finished ones
+        included (22.05's ``--json`` ignores the state filter and lists them anyway;
+        from 23.x on, ``--json`` honours it and lists only pending and running jobs
+        without ``--states=all``; 22.05's ``scontrol`` has no ``--json``)."""
+        return await self._json(["squeue", "--json", "--states=all"], "jobs")
 
     async def nodes(self) -> dict[str, Any]:
-        """``sinfo --json``: every node, in the shape of slurmrestd's ``/nodes``."""
-        return await self._json(["sinfo", "--json"], "nodes")
+        """Every node, in the shape of slurmrestd's ``/nodes``: ``sinfo --json`` on
+        22.05; from 23.x on, ``sinfo --json`` lists partition/state groups instead
+        (``"sinfo"``) and ``scontrol show nodes --json`` has the node records."""
+        argv = ["sinfo", "--json"]
+        done = await self.run(argv)
+        try:
+            data = json.loads(done.stdout) if done.returncode == 0 else None
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "nodes" not in data and "sinfo" in data:
+            return await self._json(["scontrol", "show", "nodes", "--json"], "nodes")
+        return self._checked_json(done, argv, "nodes")
 
     async def cancel(self, job_id: str, owner: Owner) -> None:
         """``scancel JOB`` as ``owner``; an unknown or finished job is no error."""

@@ -6,13 +6,17 @@ it asks the dialect (``dialect.exit_status(raw)``, ``dialect.encode_env(env)`` �
 
 * ``v0.0.38`` (Slurm 22.05) — checked field by field against a live slurmrestd
   and ``squeue --json`` (see tests/unit/fixtures/slurm/).
-* ``v0.0.40`` / ``v0.0.41`` (Slurm 23.11 / 24.05) — written from the published
-  OpenAPI schemas, not yet exercised against a live daemon (``verified_live``).
+* ``v0.0.40`` … ``v0.0.45`` — checked against live slurmrestd: Slurm 24.11 serves
+  v0.0.40 to v0.0.42, Slurm 26.05 serves v0.0.42 to v0.0.45 (testbed/slurm-versions.sh);
+  the fields the bridge reads and writes are spelled alike in all of them.
+
+Which version to speak: :func:`negotiate` picks the newest one both the server
+(its ``GET /openapi/v3`` paths) and the bridge know.
 
 Differences the dialects capture:
 
 ============================  ===========================  ==================================
-thing                         v0.0.38                      v0.0.40 / v0.0.41
+thing                         v0.0.38                      v0.0.40 … v0.0.45
 ============================  ===========================  ==================================
 submit body                   ``{"script", "job"}``        ``{"job": {"script", ...}}``
 ``environment``               object ``{"K": "V"}``        list ``["K=V"]``
@@ -36,7 +40,8 @@ node ``state``                lower-case string            list of upper-case na
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -46,11 +51,17 @@ __all__ = [
     "V0_0_38",
     "V0_0_40",
     "V0_0_41",
+    "V0_0_42",
+    "V0_0_43",
+    "V0_0_44",
+    "V0_0_45",
     "Dialect",
     "Shape",
     "UnsupportedOption",
     "dialect_for",
     "dialect_from_meta",
+    "negotiate",
+    "served_versions",
 ]
 
 
@@ -204,7 +215,7 @@ V0_0_38 = Dialect(
 
 V0_0_40 = Dialect(
     version="v0.0.40",
-    verified_live=False,
+    verified_live=True,
     env=Shape.LIST,
     job_state=Shape.LIST,
     exit_code=Shape.VERBOSE,
@@ -223,8 +234,39 @@ V0_0_40 = Dialect(
 )
 
 V0_0_41 = replace(V0_0_40, version="v0.0.41")
+V0_0_42 = replace(V0_0_40, version="v0.0.42")
+V0_0_43 = replace(V0_0_40, version="v0.0.43")
+V0_0_44 = replace(V0_0_40, version="v0.0.44")
+V0_0_45 = replace(V0_0_40, version="v0.0.45")
 
-DIALECTS: dict[str, Dialect] = {d.version: d for d in (V0_0_38, V0_0_40, V0_0_41)}
+DIALECTS: dict[str, Dialect] = {d.version: d for d in (
+    V0_0_38, V0_0_40, V0_0_41, V0_0_42, V0_0_43, V0_0_44, V0_0_45)}
+
+_SLURM_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.lstrip("v").split("."))
+
+
+def served_versions(openapi: Any) -> list[str]:
+    """The ``/slurm/vX.Y.Z`` API versions an OpenAPI document (slurmrestd's
+    ``GET /openapi/v3``) has paths for, oldest first."""
+    paths = openapi.get("paths") if isinstance(openapi, dict) else None
+    found = {m.group(1) for p in (paths or {}) if isinstance(p, str)
+             for m in [_SLURM_PATH.match(p)] if m}
+    return sorted(found, key=_version_key)
+
+
+def negotiate(served: Iterable[str]) -> Dialect:
+    """The newest dialect among the ``served`` versions; ValueError naming both lists
+    when the server and the bridge share none."""
+    offered = sorted(set(served), key=_version_key)
+    common = [v for v in offered if v in DIALECTS]
+    if not common:
+        raise ValueError(f"slurmrestd offers {', '.join(offered) or 'no /slurm API'}; "
+                         f"this bridge speaks {', '.join(DIALECTS)}")
+    return DIALECTS[common[-1]]
 
 
 def dialect_for(version: str) -> Dialect:

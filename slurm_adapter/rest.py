@@ -1,4 +1,9 @@
-"""An asyncio slurmrestd client (aiohttp), over a UNIX socket or a TCP URL.
+"""An asyncio slurmrestd client (httpx), over a UNIX socket or a TCP URL.
+
+httpx rather than aiohttp: slurmrestd 26.05 follows an error answer sent with
+``Connection: Close`` by more bytes on the same connection, which aiohttp's
+parser reports as a broken message ("Data after `Connection: close`") while
+httpx reads the answer and drops the connection, as curl does.
 
 One :class:`SlurmRestClient` speaks any :class:`~slurm_adapter.dialects.Dialect`;
 versions are data, not subclasses.
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import aiohttp
+import httpx
 import jwt
 
 from bridge.backend import BackendRejected, BackendUnavailable
@@ -185,44 +190,43 @@ class SlurmRestClient:
         self.socket_path = socket_path
         self.base_url = (url or "http://localhost").rstrip("/")
         self.timeout = timeout
-        self._session: aiohttp.ClientSession | None = None
+        self._session: httpx.AsyncClient | None = None
 
     @property
     def where(self) -> str:
         return f"unix:{self.socket_path}" if self.socket_path else self.base_url
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector: aiohttp.BaseConnector = (
-                aiohttp.UnixConnector(path=self.socket_path) if self.socket_path
-                else aiohttp.TCPConnector()
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout)
-            )
+    def _http(self) -> httpx.AsyncClient:
+        if self._session is None or self._session.is_closed:
+            transport = httpx.AsyncHTTPTransport(uds=self.socket_path)
+            self._session = httpx.AsyncClient(transport=transport,
+                                              timeout=httpx.Timeout(self.timeout))
         return self._session
 
     async def close(self) -> None:
         if self._session is not None:
-            await self._session.close()
+            await self._session.aclose()
             self._session = None
 
     async def _request(self, method: str, path: str, user: str,
-                       body: dict[str, Any] | None = None) -> _Answer:
-        """One HTTP exchange as ``user``; transport failures -> BackendUnavailable."""
+                       body: dict[str, Any] | None = None, *,
+                       versioned: bool = True) -> _Answer:
+        """One HTTP exchange as ``user`` (``path`` below the dialect's prefix unless
+        ``versioned`` is false); transport failures -> BackendUnavailable."""
         token = await self.tokens.token(user)
         headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token,
                    "Accept": "application/json"}
-        url = self.base_url + self.dialect.prefix + path
+        url = self.base_url + (self.dialect.prefix if versioned else "") + path
         try:
-            async with self._http().request(method, url, headers=headers, json=body) as resp:
-                text = await resp.text(errors="replace")
-                status = resp.status
-        except TimeoutError as exc:
+            resp = await self._http().request(method, url, headers=headers, json=body)
+            text = resp.content.decode(errors="replace")
+            status = resp.status_code
+        except (TimeoutError, httpx.TimeoutException) as exc:
             raise BackendUnavailable(f"slurmrestd at {self.where} did not answer "
                                      f"{method} {path} within {self.timeout:g}s") from exc
-        except aiohttp.ClientError as exc:
-            raise BackendUnavailable(f"slurmrestd at {self.where} unreachable: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"slurmrestd at {self.where} unreachable: "
+                                     f"{exc or type(exc).__name__}") from exc
         except OSError as exc:
             raise BackendUnavailable(f"slurmrestd at {self.where} unreachable: {exc}") from exc
         parsed: Any = None
@@ -268,6 +272,15 @@ class SlurmRestClient:
         raise classify(errors or [{"error": f"HTTP {answer.status} without a job id"}],
                        context="Slurm refused the job")
 
+    async def openapi(self, user: str) -> dict[str, Any]:
+        """slurmrestd's OpenAPI document (``GET /openapi/v3`` as ``user``): which
+        ``/slurm/vX`` versions it serves (:func:`slurm_adapter.dialects.served_versions`)."""
+        answer = await self._request("GET", "/openapi/v3", user, versioned=False)
+        if answer.status != 200 or answer.body is None:
+            raise BackendUnavailable(f"slurmrestd at {self.where}: GET /openapi/v3 answered "
+                                     f"HTTP {answer.status}")
+        return answer.body
+
     async def ping(self, user: str) -> None:
         """``GET /ping`` as ``user``; :class:`BackendUnavailable` unless slurmctld answers."""
         answer = await self._request("GET", "/ping", user)
@@ -281,15 +294,21 @@ class SlurmRestClient:
                    ) -> dict[str, Any] | None:
         """``GET /jobs`` as ``user``: the whole answer (``meta``, ``jobs``).
 
-        With ``changed_since`` (epoch seconds) slurmctld answers 304 and no data when no
-        job changed since then (its ``update_time`` filter is all-or-nothing): that
-        gives ``None``, and the caller's last listing still holds. The listing is
-        megabytes on a busy cluster; this keeps a quiet one from reparsing it."""
+        With ``changed_since`` (epoch seconds) slurmctld sends no jobs when none changed
+        since then (its ``update_time`` filter is all-or-nothing): that gives ``None``,
+        and the caller's last listing still holds. v0.0.38 (22.05) says so with HTTP
+        304; v0.0.40+ (24.11, 26.05) with HTTP 200, an empty ``jobs`` list and
+        ``last_update`` 0 (a real listing carries the controller's time there). The
+        listing is megabytes on a busy cluster; this keeps a quiet one from reparsing it."""
         path = "/jobs" if changed_since is None else f"/jobs?update_time={changed_since}"
         answer = await self._request("GET", path, user)
         if answer.status == 304:
             return None
         assert answer.body is not None
+        if (changed_since is not None and answer.status == 200
+                and answer.body.get("jobs") == [] and "last_update" in answer.body
+                and self.dialect.number(answer.body["last_update"]) in (0, None)):
+            return None
         if answer.status == 200 and isinstance(answer.body.get("jobs"), list):
             return answer.body
         raise classify(self._errors(answer) or [{"error": f"HTTP {answer.status}"}],

@@ -28,6 +28,7 @@ PACKAGES=(
   libpmix-dev # unversioned libpmix.so, dlopen()ed by slurm's mpi/pmix plugin
   mosquitto mosquitto-clients
   curl jq iproute2 util-linux procps
+  debootstrap # testbed/slurm-versions.sh: chroots with newer Slurm releases
   # testbed/k8s: PKI (openssl), build timings (bc), HTTPS module downloads by the
   # Go toolchain (ca-certificates). Go itself (1.26, see testbed/k8s/versions.env)
   # is not a Debian bookworm package and must already be installed.

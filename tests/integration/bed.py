@@ -209,10 +209,12 @@ def trainjob_doc(outdir: Path, name: str, runtime: str, command: list[str], *,
     }
 
 
-def squeue_bridge_jobs() -> list[dict[str, Any]]:
-    """Every job slurmctld knows whose comment marks it as the bridge's."""
-    out = subprocess.run(["squeue", "--json"], capture_output=True, text=True, check=True,
-                         timeout=60).stdout
+def squeue_bridge_jobs(root: str | None = None) -> list[dict[str, Any]]:
+    """Every job slurmctld knows whose comment marks it as the bridge's (the cluster
+    whose commands live in the chroot ``root``, if given; else the host's)."""
+    argv = ["squeue", "--json", "--states=all"]
+    out = subprocess.run(["chroot", root, *argv] if root else argv, capture_output=True,
+                         text=True, check=True, timeout=60).stdout
     jobs = json.loads(out)["jobs"]
     return [j for j in jobs if str(j.get("comment") or "").startswith("hpc-bridge:")]
 

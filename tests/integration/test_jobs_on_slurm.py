@@ -1,19 +1,57 @@
 """End to end on the real Slurm: tbatch → daemon → slurmrestd/sbatch → slurmd → output.
 
-Every test here runs real jobs on the 4-node test bed, as the test users. Tests taking
-the ``bed_daemon`` fixture run the same script on the Flux bed too.
+Every test here runs real jobs on the 4-node test beds, as the test users. Tests taking
+the ``bed_daemon`` fixture run the same script on the Flux bed too; those parametrised
+over ``DAEMONS`` run on Flux and on Slurm 22.05, 24.11 and 26.05.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.bed import Daemon, squeue_bridge_jobs
+from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, squeue_bridge_jobs
+from tests.integration.conftest_slurm import cluster_for
 
 pytestmark = pytest.mark.integration
+
+#: The daemon fixtures the core cases run against: ``daemon`` (and ``cli_daemon``) on
+#: Slurm 22.05, ``flux_daemon`` on the Flux bed, ``daemon_2411``/``daemon_2605`` on the
+#: newer Slurm releases of testbed/slurm-versions.sh (REST version negotiated).
+DAEMONS = ["daemon", "flux_daemon", "daemon_2411", "daemon_2605"]
+
+
+def _newer_daemon(release: str) -> Iterator[Daemon]:
+    cluster = cluster_for(release)
+    workdir = fresh_daemon_dir(f"rest-{release}")
+    d = Daemon(workdir, cluster.settings("rest"))
+    d.start()
+    yield d
+    d.stop()
+    cleanup(workdir)
+
+
+@pytest.fixture
+def daemon_2411() -> Iterator[Daemon]:
+    yield from _newer_daemon("24.11")
+
+
+@pytest.fixture
+def daemon_2605() -> Iterator[Daemon]:
+    yield from _newer_daemon("26.05")
+
+
+def _cluster_root(fixture: str) -> str | None:
+    release = {"daemon_2411": "24.11", "daemon_2605": "26.05"}.get(fixture)
+    return cluster_for(release).root if release else None
+
+
+def _node_pattern(fixture: str) -> str:
+    return {"daemon_2411": r"trixie[1-4]", "daemon_2605": r"sid[1-4]"}.get(fixture,
+                                                                           r"node[1-4]")
 
 TWO_NODE_SCRIPT = """#!/bin/bash
 #SBATCH --job-name=hello-two
@@ -34,7 +72,7 @@ def submit(d: Daemon, user: str, script: Path, *args: str, cwd: Path) -> int:
     return int(m.group(1))
 
 
-@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon"])
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon", "daemon_2411", "daemon_2605"])
 def test_two_node_job_runs_as_alice_with_output(
     fixture: str, request: pytest.FixtureRequest, outdir: Path
 ) -> None:
@@ -47,7 +85,8 @@ def test_two_node_job_runs_as_alice_with_output(
     done = d.wait_state(job_id, ["Succeeded", "Failed"])
     assert done["state"] == "Succeeded", done
     assert done["exitCode"] == 0
-    assert len(done["nodes"]) == 2 and all(n.startswith("node") for n in done["nodes"])
+    assert len(done["nodes"]) == 2
+    assert all(re.fullmatch(_node_pattern(fixture), n) for n in done["nodes"]), done
     log = d.cli("alice", "tlog", str(job_id), cwd=outdir)
     assert log.returncode == 0, log.stderr
     lines = log.stdout.splitlines()
@@ -69,8 +108,10 @@ def _uid(user: str) -> int:
     return pwd.getpwnam(user).pw_uid
 
 
-def test_failing_job_reports_exit_code(bed_daemon: Daemon, outdir: Path) -> None:
-    daemon = bed_daemon
+@pytest.mark.parametrize("fixture", DAEMONS)
+def test_failing_job_reports_exit_code(fixture: str, request: pytest.FixtureRequest,
+                                       outdir: Path) -> None:
+    daemon: Daemon = request.getfixturevalue(fixture)
     script = outdir / "fail.sh"
     script.write_text("#!/bin/bash\n#SBATCH -N 1\necho about to fail\nexit 3\n")
     job_id = submit(daemon, "bob", script, cwd=outdir)
@@ -89,8 +130,10 @@ def test_failing_job_reports_exit_code(bed_daemon: Daemon, outdir: Path) -> None
         assert out == "about to fail\n"
 
 
-def test_cancel_running_job(bed_daemon: Daemon, outdir: Path) -> None:
-    daemon = bed_daemon
+@pytest.mark.parametrize("fixture", DAEMONS)
+def test_cancel_running_job(fixture: str, request: pytest.FixtureRequest,
+                            outdir: Path) -> None:
+    daemon: Daemon = request.getfixturevalue(fixture)
     script = outdir / "sleepy.sh"
     script.write_text("#!/bin/bash\n#SBATCH -N 1\necho started\nsleep 300\n")
     job_id = submit(daemon, "alice", script, cwd=outdir)
@@ -104,8 +147,10 @@ def test_cancel_running_job(bed_daemon: Daemon, outdir: Path) -> None:
     assert done["state"] == "Cancelled" and done["reason"] == "Cancelled"
     if daemon.backend_kind == "flux":
         return  # test_flux_jobs.py::test_exit_code_and_cancel asks Flux itself
-    assert not [j for j in squeue_bridge_jobs()
-                if str(j["job_id"]) == done["backendId"] and j["job_state"] == "RUNNING"]
+    assert not [j for j in squeue_bridge_jobs(_cluster_root(fixture))
+                if str(j["job_id"]) == done["backendId"]
+                and "RUNNING" in (j["job_state"] if isinstance(j["job_state"], list)
+                                  else [j["job_state"]])]
 
 
 def test_cancel_pending_job_before_it_runs(bed_daemon: Daemon, outdir: Path) -> None:

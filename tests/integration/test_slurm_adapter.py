@@ -31,11 +31,13 @@ from slurm_adapter.backend import SlurmBackend, create
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.hostlist import compress, expand
 from tests.integration.conftest_slurm import (  # noqa: F401 - registers the fixtures
+    Cluster,
     alice_dir_fixture,
     alice_fixture,
     dead_slurm_conf_fixture,
     slurm_backend_fixture,
     slurm_bed_fixture,
+    slurm_cluster_fixture,
 )
 
 pytestmark = pytest.mark.integration
@@ -126,6 +128,26 @@ async def test_cancel(slurm_backend: SlurmBackend, alice: Owner, alice_dir: Path
     await slurm_backend.cancel("99999999", alice)  # unknown: no error
 
 
+async def test_status_polls_keep_jobs_when_nothing_changed(slurm_backend: SlurmBackend,
+                                                          alice: Owner,
+                                                          alice_dir: Path) -> None:
+    """Later REST listings ask only for changes since the last one (``update_time``,
+    with 5 s of margin); a quiet cluster must not make the bridge's jobs vanish from
+    the snapshot. The job is looked up again and again for longer than the margin,
+    so that the later polls find nothing changed."""
+    req = make_request(alice, alice_dir, command=["true"])
+    await slurm_backend.submit(req)
+    job = await watch_until(slurm_backend, req.job_uid, finished)
+    quiet_until = time.monotonic() + (7.0 if slurm_backend.rest is not None else 0.0)
+    polls = 0
+    while polls < 3 or time.monotonic() < quiet_until:
+        found = await slurm_backend.lookup([req.job_uid])
+        assert [(j.backend_id, j.state) for j in found] == [(job.backend_id, job.state)], (
+            f"poll {polls}: {found}")
+        polls += 1
+        await asyncio.sleep(0.5)
+
+
 async def test_hostile_strings_reach_the_job_verbatim(slurm_backend: SlurmBackend,
                                                       alice: Owner, alice_dir: Path) -> None:
     marker = alice_dir / "pwned"
@@ -146,19 +168,20 @@ async def test_slurm_refusals_are_rejections(slurm_backend: SlurmBackend, alice:
         await slurm_backend.submit(req)
 
 
-async def test_switches_are_requested(slurm_backend: SlurmBackend, alice: Owner,
-                                      alice_dir: Path) -> None:
-    """slurmrestd 0.0.38 refuses required_switches: the REST back end uses sbatch."""
+async def test_switches_are_requested(slurm_backend: SlurmBackend, slurm_cluster: Cluster,
+                                      alice: Owner, alice_dir: Path) -> None:
+    """slurmrestd 0.0.38 refuses required_switches: the REST back end uses sbatch there;
+    v0.0.40+ carry them."""
     req = make_request(alice, alice_dir, command=["true"], nodes=2,
                        options={"switches": 1, "switches_wait_minutes": 2})
     job_id = await slurm_backend.submit(req)
     shown = (await asyncio.to_thread(
-        subprocess.run, ["scontrol", "show", "job", job_id], capture_output=True, text=True,
-        check=True)).stdout
+        subprocess.run, slurm_cluster.command(["scontrol", "show", "job", job_id]),
+        capture_output=True, text=True, check=True)).stdout
     assert "Switches=1@00:02:00" in shown
     job = await watch_until(slurm_backend, req.job_uid, finished)
     assert job.state is BackendState.COMPLETED
-    assert job.nodes in (("node1", "node2"), ("node3", "node4"))
+    assert job.nodes in slurm_cluster.leaves
 
 
 async def test_rest_with_tokens_from_scontrol(slurm_bed: dict[str, str], alice: Owner,
@@ -176,13 +199,13 @@ async def test_rest_with_tokens_from_scontrol(slurm_bed: dict[str, str], alice: 
     assert Path(job.stdout_path or "").read_text() == "alice\n"
 
 
-async def test_inventory(slurm_backend: SlurmBackend) -> None:
+async def test_inventory(slurm_backend: SlurmBackend, slurm_cluster: Cluster) -> None:
     inv = await slurm_backend.inventory()
-    assert sorted(n.name for n in inv.nodes) == ["node1", "node2", "node3", "node4"]
+    assert sorted(n.name for n in inv.nodes) == slurm_cluster.nodes
     for node in inv.nodes:
         assert node.cpus == 2 and node.memory_mb == 2000 and node.partitions == ("debug",)
-    assert inv.switches == {"leaf1": ((), ("node1", "node2")),
-                            "leaf2": ((), ("node3", "node4")),
+    leaf1, leaf2 = slurm_cluster.leaves
+    assert inv.switches == {"leaf1": ((), leaf1), "leaf2": ((), leaf2),
                             "spine": (("leaf1", "leaf2"), ())}
 
 

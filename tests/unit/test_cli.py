@@ -409,6 +409,17 @@ def test_queue_without_header_and_empty() -> None:
     assert format_queue([], header=False) == ""
 
 
+def test_queue_cluster_column() -> None:
+    text = format_queue([view(backend="slurm2411"), view(id=13, backend=None)], now=NOW,
+                        cluster=True)
+    assert text.split("\n") == [
+        "     CLUSTER " + HEADER,
+        "   slurm2411                 12       gpu train.sh    alice  R       1:05      3 n[01-03]",
+        "                             13       gpu train.sh    alice  R       1:05      3 n[01-03]",
+        "",
+    ]
+
+
 def test_queue_escapes_terminal_control_characters() -> None:
     text = format_queue([view(state="Pending", reason="\x1b]0;pwned\x07\nX")], now=NOW)
     assert "\x1b" not in text and "\x07" not in text

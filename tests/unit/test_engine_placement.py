@@ -20,7 +20,7 @@ from bridge.backend import (
     SubmitRequest,
 )
 from bridge.engine import Engine, EngineSettings
-from bridge.model import ANN_SCHEDULING, TrainJob, ensure_identity, load_trainjob
+from bridge.model import ANN_BACKEND, ANN_SCHEDULING, TrainJob, ensure_identity, load_trainjob
 from bridge.placement_decision import plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
@@ -253,3 +253,21 @@ async def test_placement_none_mode_reads_nothing(tmp_path: Path) -> None:
     await settle(e)
     assert backend.inventory_calls == 0 and backend.submitted[0].placement is None
     assert e.store.get(rec.id).placement is None
+
+
+async def test_partition_routing_rule_picks_the_back_end(tmp_path: Path) -> None:
+    """``route_partitions``: a job naming a routed partition and no back end goes
+    there; an explicit back end (``-M``/``--backend``) wins; others take the default."""
+    old, new = FakeBackend(inventory()), FakeBackend(inventory())
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": old, "slurm2411": new},
+               RuntimeCatalog(),
+               EngineSettings(default_backend="slurm", partition_routes={"gpu": "slurm2411"}))
+    routed = e.admit(trainjob(partition="gpu"), ALICE)
+    plain = e.admit(trainjob(partition="debug"), ALICE)
+    explicit = trainjob(partition="gpu")
+    explicit.metadata.annotations[ANN_BACKEND] = "slurm"
+    pinned = e.admit(explicit, ALICE)
+    assert [r.backend for r in (routed, plain, pinned)] == ["slurm2411", "slurm", "slurm"]
+    await settle(e)
+    assert [r.options.partition for r in new.submitted] == ["gpu"]
+    assert sorted(r.options.partition or "" for r in old.submitted) == ["debug", "gpu"]

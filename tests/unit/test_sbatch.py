@@ -100,6 +100,9 @@ OPTION_CASES: list[tuple[str, str | None, str, dict[str, Any]]] = [
     ("constraint", "C", "a100&ib", {"constraint": "a100&ib"}),
     ("runtime", None, "torch-distributed", {"runtime": "torch-distributed"}),
     ("backend", None, "flux", {"backend": "flux"}),
+    # sbatch's -M/--clusters picks the back end (one cluster per job).
+    ("clusters", "M", "slurm2411", {"backend": "slurm2411"}),
+    ("cluster", None, "slurm2411", {"backend": "slurm2411"}),
 ]
 
 
@@ -359,6 +362,7 @@ def test_script_size_limit() -> None:
         (["--gpus-per-node=a:1,b:2"], "invalid --gpus-per-node value 'a:1,b:2'"),
         (["--mem=0"], "--mem=0 (all of each node's memory) is not supported"),
         (["--mem=1.5G"], "invalid --mem value '1.5G'"),
+        (["-M", "a,b"], "invalid --clusters value 'a,b'"),
         (["--mem=4X"], "invalid --mem value '4X'"),
         (
             ["-t", "1:2:3:4"],

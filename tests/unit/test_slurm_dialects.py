@@ -1,7 +1,8 @@
 """slurmrestd API versions as data: reading and writing each dialect.
 
-v0.0.38 cases come from records of the 22.05 test bed; v0.0.40/41 cases are
-written from the published OpenAPI schemas (no such daemon here to record).
+v0.0.38 cases come from records of the 22.05 test bed; v0.0.42 and v0.0.45 from
+``squeue --json --states=all`` of the 24.11 and 26.05 beds (testbed/slurm-versions.sh);
+the remaining v0.0.40/41 cases are written from the published OpenAPI schemas.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ from slurm_adapter.dialects import (
     V0_0_38,
     V0_0_40,
     V0_0_41,
+    V0_0_42,
+    V0_0_45,
     Shape,
     dialect_for,
     dialect_from_meta,
+    negotiate,
+    served_versions,
 )
 from slurm_adapter.errors import classify
 
@@ -33,13 +38,49 @@ def no_val(n: int | None, *, infinite: bool = False) -> dict[str, Any]:
 
 
 def test_registry() -> None:
-    assert set(DIALECTS) == {"v0.0.38", "v0.0.40", "v0.0.41"}
+    assert set(DIALECTS) == {f"v0.0.{n}" for n in (38, 40, 41, 42, 43, 44, 45)}
     assert dialect_for("v0.0.38") is V0_0_38
     assert dialect_for("0.0.41") is V0_0_41
     with pytest.raises(ValueError, match=r"known: v0\.0\.38"):
         dialect_for("v0.0.99")
     assert V0_0_38.prefix == "/slurm/v0.0.38"
-    assert V0_0_38.verified_live and not V0_0_40.verified_live
+    assert V0_0_38.verified_live and V0_0_40.verified_live
+
+
+def test_served_versions_from_an_openapi_document() -> None:
+    doc = {"paths": {"/openapi/v3": {}, "/slurm/v0.0.42/jobs": {}, "/slurm/v0.0.40/ping": {},
+                     "/slurmdb/v0.0.42/jobs": {}, "/slurm/v0.0.41/job/{job_id}": {},
+                     "/slurm/v0.0.100/x": {}}}
+    assert served_versions(doc) == ["v0.0.40", "v0.0.41", "v0.0.42", "v0.0.100"]
+    assert served_versions({}) == [] and served_versions("junk") == []
+
+
+def test_negotiate_picks_the_newest_common_version() -> None:
+    # What the beds serve: 22.05, 24.11, 26.05.
+    assert negotiate(["v0.0.38"]) is V0_0_38
+    assert negotiate(["v0.0.40", "v0.0.41", "v0.0.42"]) is V0_0_42
+    assert negotiate(["v0.0.45", "v0.0.42", "v0.0.43", "v0.0.44"]) is V0_0_45
+    assert negotiate(["v0.0.42", "v0.0.99"]) is V0_0_42  # unknown newer ones are passed over
+    with pytest.raises(ValueError, match=r"offers v0\.0\.36, v0\.0\.37; this bridge speaks "
+                                         r"v0\.0\.38, v0\.0\.40"):
+        negotiate(["v0.0.37", "v0.0.36"])
+    with pytest.raises(ValueError, match="offers no /slurm API"):
+        negotiate([])
+
+
+@pytest.mark.parametrize("release", ["24.11", "26.05"])
+def test_squeue_json_of_newer_releases(release: str) -> None:
+    """A 2-node job that exited 0 and a 1-node job that exited 3, as squeue printed them."""
+    data = json.loads((FIXTURES / f"squeue_{release}.json").read_text())
+    dialect = dialect_from_meta(data["meta"])
+    assert dialect is {"24.11": V0_0_42, "26.05": V0_0_45}[release]
+    done, failed = (job_from_slurm(raw, dialect) for raw in data["jobs"])
+    assert done is not None and failed is not None
+    assert (done.state, done.exit_code, done.signal) == (BackendState.COMPLETED, 0, None)
+    assert len(done.nodes) == 2 and done.start_time and done.end_time
+    assert (failed.state, failed.exit_code, failed.reason) == (
+        BackendState.FAILED, 3, "NonZeroExitCode")
+    assert done.stdout_path and done.stdout_path.endswith(f"out-{done.backend_id}.txt")
 
 
 def test_dialect_from_meta() -> None:

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from bridge.backend import BackendRejected, BackendUnavailable
+from slurm_adapter.backend import create
 from slurm_adapter.dialects import V0_0_38, V0_0_41
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient
 
@@ -264,3 +265,64 @@ async def test_jobs_not_modified_since(server: tuple[FakeRest, str], key_file: s
     finally:
         await rest.close()
     assert fake.requests[-1]["path"] == "/slurm/v0.0.38/jobs"
+
+
+async def test_auto_version_speaks_the_newest_one_both_know(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    fake, sock = server
+    fake.answers[("GET", "/openapi/v3")] = (200, {"paths": {
+        "/slurm/v0.0.41/ping": {}, "/slurm/v0.0.42/ping": {}, "/slurm/v0.0.99/ping": {}}})
+    fake.answers[("GET", "/slurm/v0.0.42/ping")] = (200, {"pings": [], "errors": []})
+    backend = create("s", {"rest_socket": sock, "jwt_key": key_file})
+    try:
+        await backend.start()
+    finally:
+        await backend.close()
+    assert backend.rest is not None and backend.rest.dialect.version == "v0.0.42"
+    assert [r["path"] for r in fake.requests] == ["/openapi/v3", "/slurm/v0.0.42/ping"]
+
+
+async def test_auto_version_fails_naming_both_lists(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    fake, sock = server
+    fake.answers[("GET", "/openapi/v3")] = (200, {"paths": {"/slurm/v0.0.37/ping": {}}})
+    backend = create("old", {"rest_socket": sock, "jwt_key": key_file})
+    try:
+        with pytest.raises(BackendRejected, match=r"slurm back end old: slurmrestd offers "
+                                                  r"v0\.0\.37; this bridge speaks v0\.0\.38, "):
+            await backend.start()
+    finally:
+        await backend.close()
+
+
+async def test_explicit_rest_version_reads_no_openapi_document(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    fake, sock = server
+    fake.answers[("GET", "/slurm/v0.0.41/ping")] = (200, {"pings": [], "errors": []})
+    backend = create("s", {"rest_socket": sock, "jwt_key": key_file, "rest_version": "v0.0.41"})
+    try:
+        await backend.start()
+    finally:
+        await backend.close()
+    assert [r["path"] for r in fake.requests] == ["/slurm/v0.0.41/ping"]
+
+
+async def test_nothing_changed_in_the_newer_dialects_is_not_an_empty_listing(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    """v0.0.40+ answer an unchanged ``update_time`` poll with 200, no jobs and
+    ``last_update`` 0 (seen on 24.11 and 26.05); a real empty listing has a time."""
+    fake, sock = server
+    rest = SlurmRestClient(V0_0_41, JwtSigner(key_file), socket_path=sock)
+    unset = {"set": True, "infinite": False, "number": 0}
+    try:
+        fake.answers[("GET", "/slurm/v0.0.41/jobs")] = (
+            200, {"jobs": [], "last_update": unset, "errors": []})
+        assert await rest.jobs("root", changed_since=1000) is None
+        listing = {"jobs": [], "last_update": {**unset, "number": 1796101441}, "errors": []}
+        fake.answers[("GET", "/slurm/v0.0.41/jobs")] = (200, listing)
+        assert await rest.jobs("root", changed_since=1000) == listing
+        fake.answers[("GET", "/slurm/v0.0.41/jobs")] = (
+            200, {"jobs": [], "last_update": unset, "errors": []})
+        assert await rest.jobs("root") == {"jobs": [], "last_update": unset, "errors": []}
+    finally:
+        await rest.close()

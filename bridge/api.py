@@ -43,29 +43,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import csv
 import hashlib
 import hmac
 import json
 import os
-import pwd
 import socket
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import structlog
 from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
+from bridge.callers import bearer_token, peer_owner
 from bridge.engine import Admission, Engine, EngineError
-from bridge.filemodes import check_secret_file
 from bridge.gate import GatedSockSite, GatedUnixSite, prepaid
-from bridge.job_summary import job_summary
 from bridge.limits import LimitExceeded, LimitSettings, UserLimits
 from bridge.model import (
     ANN_BATCH_SCRIPT,
@@ -78,6 +72,7 @@ from bridge.output import OutputRefused
 from bridge.refs import AmbiguousJob
 from bridge.states import TERMINAL, JobState
 from bridge.store import JobNotFound, JobRecord
+from bridge.views import job_view, list_view
 
 log = structlog.get_logger("hpc_bridge.api")
 
@@ -91,93 +86,6 @@ MAX_PAGE = 5000
 #: Connections the kernel queues for the daemon (one user's flood of connects must
 #: not leave no room for another's; Linux caps it at net.core.somaxconn).
 LISTEN_BACKLOG = 4096
-
-
-def _iso(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts else None
-
-
-def _hide_env_values(node: Any) -> None:
-    """Hide the value of every ``env`` entry anywhere under ``node`` (the containers of
-    the pod templates in ``spec.runtimePatches``), in place."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "env" and isinstance(value, list):
-                for entry in value:
-                    if isinstance(entry, dict) and "value" in entry:
-                        entry["value"] = "(hidden)"
-            else:
-                _hide_env_values(value)
-    elif isinstance(node, list):
-        for item in node:
-            _hide_env_values(item)
-
-
-def _redacted(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without what only its owner may see: environment (the trainer's and
-    the containers' of ``runtimePatches``) and batch script (as Slurm shows another
-    user's job but not its environment or script)."""
-    doc = json.loads(json.dumps(doc))
-    trainer = doc.get("spec", {}).get("trainer") or {}
-    if "env" in trainer:
-        trainer["env"] = [{"name": e.get("name"), "value": "(hidden)"} for e in trainer["env"]]
-    _hide_env_values(doc.get("spec", {}).get("runtimePatches"))
-    annotations = doc.get("metadata", {}).get("annotations") or {}
-    if ANN_BATCH_SCRIPT in annotations:
-        annotations[ANN_BATCH_SCRIPT] = "(hidden)"
-    return doc
-
-
-def list_view(rec: JobRecord) -> dict[str, Any]:
-    """The JSON view of a job in a listing: its row and summary, no document."""
-    summary = rec.summary or job_summary(rec.job)
-    return {
-        "id": rec.id,
-        "uid": rec.uid,
-        "name": rec.name,
-        "namespace": rec.namespace,
-        "jobName": summary.get("jobName") or rec.name,
-        "user": rec.owner.user,
-        "unixUid": rec.owner.uid,
-        "backend": rec.backend,
-        "backendId": rec.backend_id,
-        "state": rec.state.value,
-        "reason": rec.reason,
-        "message": rec.message,
-        "runtime": summary.get("runtime"),
-        "numNodes": summary.get("numNodes") or 1,
-        "nodes": rec.nodes,
-        "exitCode": rec.exit_code,
-        "partition": summary.get("partition") or rec.queue,
-        "timeLimitMinutes": summary.get("timeLimitMinutes"),
-        "submitTime": _iso(rec.created_at),
-        "startTime": _iso(rec.started_at),
-        "endTime": _iso(rec.finished_at),
-        "stdout": rec.stdout_path,
-        "stderr": rec.stderr_path,
-        "cancelRequested": rec.cancel_requested,
-        "attempts": rec.attempts,
-        "placement": rec.placement,
-    }
-
-
-def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
-             viewer: Owner | None = None) -> dict[str, Any]:
-    """The JSON view of one job the API and CLI share: :func:`list_view` and the
-    TrainJob document (``trainJob``). A ``viewer`` who is neither the owner nor root
-    sees the TrainJob without its environment values and script."""
-    doc = rec.job.to_dict()
-    if viewer is not None and viewer.uid not in (0, rec.owner.uid):
-        doc = _redacted(doc)
-    view = list_view(rec)
-    view["trainJob"] = doc
-    if with_transitions:
-        view["transitions"] = [
-            {"from": t.src.value if t.src else None, "to": t.dst.value, "reason": t.reason,
-             "message": t.message, "at": _iso(t.at)}
-            for t in engine.store.transitions(rec.id)
-        ]
-    return view
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None
@@ -213,52 +121,6 @@ def _body_too_large(limit: int, size: int | None = None) -> web.Response:
     return _error(413, f"request body too large{got}: at most {limit} bytes "
                        f"(limits.max_request_bytes)")
 
-
-def peer_owner(sock: socket.socket) -> Owner:
-    """The Unix identity of the process at the other end of a unix socket."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, gid = struct.unpack("3i", raw)
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError as exc:
-        raise web.HTTPForbidden(reason=f"uid {uid} has no passwd entry") from exc
-    return Owner(uid=uid, gid=gid, user=user)
-
-
-def load_tokens(path: str | Path) -> dict[str, Owner]:
-    """Read a static token file: CSV lines ``token,user,uid[,"group1,group2"]``.
-
-    Refused (``ValueError`` naming the file and line) when group or others may access
-    the file (:func:`bridge.filemodes.check_secret_file`, as ssh refuses a key), when a
-    user has no passwd entry, or when the ``uid`` column is set and is not that user's
-    Unix uid (an empty ``uid`` takes the passwd one).
-    """
-    check_secret_file(Path(path))
-    tokens: dict[str, Owner] = {}
-    with open(path, newline="") as fh:
-        for lineno, row in enumerate(csv.reader(fh), 1):
-            if not row or row[0].startswith("#"):
-                continue
-            if len(row) < 2 or not row[0].strip():
-                raise ValueError(f"{path}:{lineno}: expected token,user,uid")
-            user = row[1].strip()
-            try:
-                pw = pwd.getpwnam(user)
-            except KeyError as exc:
-                raise ValueError(f"{path}:{lineno}: unknown user {user!r}") from exc
-            uid = row[2].strip() if len(row) > 2 else ""
-            if uid and uid != str(pw.pw_uid):
-                raise ValueError(f"{path}:{lineno}: uid {uid!r} is not the uid of user "
-                                 f"{user!r} ({pw.pw_uid})")
-            tokens[row[0].strip()] = Owner(uid=pw.pw_uid, gid=pw.pw_gid, user=user)
-    return tokens
-
-
-def bearer_token(header: str) -> str:
-    """The credentials of an ``Authorization: Bearer <token>`` header ('' if none); the
-    scheme name is case-insensitive (RFC 7235 section 2.1)."""
-    scheme, _, credentials = header.strip().partition(" ")
-    return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

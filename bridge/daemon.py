@@ -23,8 +23,9 @@ from typing import Any
 
 import structlog
 
-from bridge.api import Health, load_tokens, make_app, serve, serve_health
+from bridge.api import Health, make_app, serve, serve_health
 from bridge.backend import Backend, load_backend
+from bridge.callers import load_tokens
 from bridge.config import Config, ConfigError, load_config, partition_routes
 from bridge.engine import Engine, EngineSettings
 from bridge.eventtasks import start_event_tasks, stop_event_tasks

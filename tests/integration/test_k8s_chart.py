@@ -109,6 +109,19 @@ def test_each_setup_lints_validates_strictly_and_renders_a_valid_config(
     assert container["readinessProbe"]["httpGet"]["path"] == "/v1/healthz?ready=1"
     assert container["livenessProbe"]["httpGet"]["path"] == "/v1/healthz"
     assert toml["leader_election"]["kind"] == "kubernetes"
+    # Metrics, where a set-up enables them: the listener, the container port and the
+    # Service port agree.
+    service = next(d for d in docs if d["kind"] == "Service")
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    if "metrics" in toml:
+        port = int(toml["metrics"]["listen"].rpartition(":")[2])
+        assert toml["metrics"]["listen"] == f"0.0.0.0:{port}"
+        assert container_ports["metrics"] == port
+        assert ports["metrics"]["port"] == port and ports["metrics"]["targetPort"] == "metrics"
+    else:
+        assert "metrics" not in ports and "metrics" not in container_ports
+    assert "ServiceMonitor" not in kinds
 
 
 def test_values_the_schema_refuses(k8s: K8sBed) -> None:
@@ -116,12 +129,64 @@ def test_values_the_schema_refuses(k8s: K8sBed) -> None:
     for bad in (["--set", "backends.slurm.enabled=true"],         # no restUrl
                 ["--set", "frontdoor.backend=pbs"],
                 ["--set", "leaderElection.leaseDuration=0"],
-                ["--set", "unknownKey=1"]):
+                ["--set", "unknownKey=1"],
+                ["--set", "metrics.port=0"],
+                ["--set", "metrics.enabled=yes"],
+                ["--set", "serviceMonitor.interval=soon"],
+                ["--set", "serviceMonitor.extra=1"]):
         res = subprocess.run([helm, "template", "x", str(CHART), "--kube-version",
                               _kube_version(k8s), *bad], capture_output=True, text=True,
                              timeout=60, check=False)
         assert res.returncode != 0 and "values don't meet the specifications" in res.stderr, (
             bad, res.stderr)
+
+
+def test_the_service_monitor_scrapes_the_services_metrics_port(
+        k8s: K8sBed, schemas: list[str]) -> None:
+    """The ServiceMonitor (no schema on the bed: the Prometheus Operator is not installed)
+    selects the chart's Service and names its ``metrics`` port; everything else in the
+    same render passes kubeconform -strict."""
+    version = _kube_version(k8s)
+    values = ["--set", "metrics.enabled=true", "--set", "metrics.port=9470",
+              "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.interval=15s",
+              "--set", "serviceMonitor.labels.release=prometheus"]
+    _helm(k8s, "lint", "--strict", "--kube-version", version, str(CHART), *values)
+    rendered = _helm(k8s, "template", "hpcb", str(CHART), "--namespace", "monitoring-test",
+                     "--kube-version", version, *values).stdout
+    check = _run(_tool(k8s, "kubeconform"), "-strict", "-summary", "-kubernetes-version",
+                 version, "-skip", "ServiceMonitor", *schemas, input=rendered)
+    assert "Invalid: 0, Errors: 0, Skipped: 1" in check.stdout, check.stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == "monitoring-test"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector and selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["monitoring-test"]}
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics",
+                                             "interval": "15s"}]
+    metrics = next(p for p in service["spec"]["ports"] if p["name"] == "metrics")
+    assert metrics["port"] == 9470
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["bridge.toml"]
+    assert tomllib.loads(config)["metrics"] == {"listen": "0.0.0.0:9470"}
+
+
+def test_render_refuses_a_service_monitor_without_metrics_and_a_port_clash(
+        k8s: K8sBed) -> None:
+    for bad, message in (
+            (["--set", "serviceMonitor.enabled=true"],
+             "serviceMonitor.enabled needs metrics.enabled=true"),
+            (["--set", "metrics.enabled=true", "--set", "metrics.port=8081"],
+             "metrics.port 8081 is already health.port or api.port"),
+            (["--set", "metrics.enabled=true", "--set", "metrics.port=8765",
+              "--set", "api.existingSecret=tokens"],
+             "metrics.port 8765 is already health.port or api.port")):
+        res = subprocess.run([_tool(k8s, "helm"), "template", "x", str(CHART),
+                              "--kube-version", _kube_version(k8s), *bad],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode != 0 and message in res.stderr, (bad, res.stderr)
 
 
 @pytest.fixture

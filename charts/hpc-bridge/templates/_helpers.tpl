@@ -81,5 +81,8 @@ configmap.yaml. Paths are those the Deployment mounts.
       "namespace" .Release.Namespace "lease_duration" (int $v.leaderElection.leaseDuration)
       "renew_deadline" $v.leaderElection.renewDeadline "retry_period" $v.leaderElection.retryPeriod) -}}
 {{- end -}}
+{{- if $v.metrics.enabled -}}
+{{- $_ := set $config "metrics" (dict "listen" (printf "0.0.0.0:%d" (int $v.metrics.port))) -}}
+{{- end -}}
 {{- toToml $config -}}
 {{- end -}}

@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.bed import BIN, REPO, cleanup, fresh_daemon_dir
 from tests.integration.k8s_bridge import (
@@ -205,10 +207,14 @@ def test_install_upgrade_and_a_trainjob_run_by_the_charts_objects(
     values = ["--set", f"frontdoor.namespaces={{{ns}}}", "--set", "frontdoor.runAs=alice",
               "--set", "runtimes.install=false",  # cluster-wide: other runs may hold them
               "--set", "leaderElection.leaseDuration=4", "--set",
-              "leaderElection.renewDeadline=3", "--set", "leaderElection.retryPeriod=1"]
+              "leaderElection.renewDeadline=3", "--set", "leaderElection.retryPeriod=1",
+              "--set", "metrics.enabled=true"]
     _helm(k8s, "install", release, str(CHART), "--namespace", ns, "--wait=false", *values)
     deploy = k8s.get_json("-n", ns, "deployment", release)
     assert deploy["spec"]["replicas"] == 2
+    service = k8s.get_json("-n", ns, "service", release)
+    assert {"name": "metrics", "port": 9464, "protocol": "TCP", "targetPort": "metrics"} in (
+        service["spec"]["ports"])
     # A change of values rolls the pods (the config checksum) and keeps the release.
     _helm(k8s, "upgrade", release, str(CHART), "--namespace", ns, "--wait=false", *values,
           "--set", "engine.maxParallelSubmits=4")
@@ -224,11 +230,20 @@ def test_install_upgrade_and_a_trainjob_run_by_the_charts_objects(
     daemon.start()
     try:
         k8s.wait_for(lambda: daemon.is_("leader", True), 60, "the chart's daemon to lead")
+        # The chart's [metrics] listener serves the Prometheus text format (the job
+        # gauge once the TrainJob below is known).
+        listen = tomllib.loads(daemon.daemon.config.read_text())["metrics"]["listen"]
+        metrics_url = f"http://{listen}/metrics"
         lease = k8s.get_json("-n", ns, "lease", "hpc-bridge")
         assert lease["spec"]["holderIdentity"].startswith("chart-pod")
         apply(k8s, ns, trainjob("via-chart", runtime="torch-distributed", nodes=2))
         k8s.wait_for(lambda: is_true(conditions(k8s, ns, "via-chart"), "Complete"), 120,
                      "the TrainJob to complete under the chart's objects")
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for fam in text_string_to_metric_families(httpx.get(metrics_url).text)
+                   for s in fam.samples}
+        assert samples[("hpcbridge_jobs", (("backend", "kubernetes"),
+                                           ("state", "Succeeded")))] == 1, samples
         refused = [line for line in daemon.daemon.log.read_text().splitlines()
                    if "(403)" in line or "forbidden" in line.lower()]
         assert not refused, "\n".join(refused[:5])
@@ -240,7 +255,8 @@ def test_install_upgrade_and_a_trainjob_run_by_the_charts_objects(
 
 
 def _as_the_pod(config_text: str, kubeconfig: Path) -> Replica:
-    """A replica run from the chart's TOML: its paths moved to a scratch directory, and a
+    """A replica run from the chart's TOML: its paths and listeners moved to a scratch
+    directory and loopback ports, and a
     kubeconfig with the chart's ServiceAccount token where the pod would use the mounted
     one (kubernetes_asyncio reads the in-cluster token from a fixed path)."""
     from tests.integration.bed import Daemon
@@ -257,6 +273,8 @@ def _as_the_pod(config_text: str, kubeconfig: Path) -> Replica:
         if section.get("kind") == "kubernetes":
             section["kubeconfig"] = str(kubeconfig)
     config["leader_election"]["identity"] = "chart-pod-0"
+    if "metrics" in config:  # the pod's 0.0.0.0:PORT: a free port on loopback here
+        config["metrics"]["listen"] = f"127.0.0.1:{_free_port()}"
     daemon = Daemon(workdir, {})
     daemon.config.write_text(_toml(config))
     replica = Replica(daemon, port)

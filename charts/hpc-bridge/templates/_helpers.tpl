@@ -81,5 +81,23 @@ configmap.yaml. Paths are those the Deployment mounts.
       "namespace" .Release.Namespace "lease_duration" (int $v.leaderElection.leaseDuration)
       "renew_deadline" $v.leaderElection.renewDeadline "retry_period" $v.leaderElection.retryPeriod) -}}
 {{- end -}}
+{{- with $v.events.mqtt -}}{{- if .enabled -}}
+{{- $m := dict "host" .host "port" (int .port)
+      "prefix" (.prefix | default (printf "hpc-bridge/%s" (include "hpc-bridge.fullname" $))) -}}
+{{- if .username -}}{{- $_ := set $m "username" .username -}}{{- end -}}
+{{- if .passwordSecret.name -}}{{- $_ := set $m "password_file" "/etc/hpc-bridge/mqtt/password/password" -}}{{- end -}}
+{{- if .tls.enabled -}}
+{{- $_ := set $m "tls" true -}}
+{{- if .tls.caSecret -}}{{- $_ := set $m "ca_file" "/etc/hpc-bridge/mqtt/ca/ca.crt" -}}{{- end -}}
+{{- if .tls.clientCertSecret -}}
+{{- $_ := set $m "cert_file" "/etc/hpc-bridge/mqtt/client/tls.crt" -}}
+{{- $_ := set $m "key_file" "/etc/hpc-bridge/mqtt/client/tls.key" -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $config "events" (dict "mqtt" $m) -}}
+{{- end -}}{{- end -}}
+{{- if $v.metrics.enabled -}}
+{{- $_ := set $config "metrics" (dict "listen" (printf "0.0.0.0:%d" (int $v.metrics.port))) -}}
+{{- end -}}
 {{- toToml $config -}}
 {{- end -}}

@@ -40,6 +40,7 @@ import hostlist
 from bridge.model import TrainJob
 from bridge.runtimes import Framework, LaunchPlan
 from bridge.scheduling import SchedulingOptions
+from bridge.shape import GPU_RESOURCE, resources_of
 from bridge.topology import Domain, Host, Topology, cpu_millis, memory_mb
 
 __all__ = [
@@ -721,16 +722,14 @@ def features_of(constraint: str | None) -> frozenset[str] | None:
 def request_from_job(job: TrainJob, plan: LaunchPlan,
                      options: SchedulingOptions) -> PlacementRequest:
     """The placement request of a TrainJob: ``plan.num_nodes`` nodes, each needing
-    ``resourcesPerNode.requests`` (cpu, memory, ``nvidia.com/gpu``) when given, else
-    what the Slurm options ask per node (tasks per node x CPUs per task, ``--mem``,
-    ``--gpus-per-node``; one CPU by default). Partition, ``--exclusive``,
+    CPUs, memory and GPUs in the job shape's precedence (:mod:`bridge.shape`): what
+    the Slurm options ask per node (tasks per node x CPUs per task, ``--mem``,
+    ``--gpus-per-node``), else ``resourcesPerNode`` (cpu, memory, ``nvidia.com/gpu``;
+    ``requests``, else ``limits``), else one CPU. Partition, ``--exclusive``,
     ``--exclude`` and a plain-conjunction ``--constraint`` restrict the hosts.
     Raises ValueError for a malformed quantity or host list."""
     nodes = plan.num_nodes
-    trainer = job.spec.trainer
-    requests: Mapping[str, str | int | float] = {}
-    if trainer and trainer.resources_per_node and trainer.resources_per_node.requests:
-        requests = trainer.resources_per_node.requests
+    requests = resources_of(job)
     if options.ntasks_per_node is not None:
         tasks = options.ntasks_per_node
     elif options.ntasks is not None:
@@ -739,12 +738,12 @@ def request_from_job(job: TrainJob, plan: LaunchPlan,
         tasks = plan.proc_per_node
     else:
         tasks = 1
-    cpu = (cpu_millis(requests["cpu"]) if "cpu" in requests
-           else tasks * (options.cpus_per_task or 1) * 1000)
-    mem = (memory_mb(requests["memory"]) if "memory" in requests
-           else options.mem_per_node_mb or 0)
-    gpus = (math.ceil(float(requests["nvidia.com/gpu"])) if "nvidia.com/gpu" in requests
-            else options.gpus_per_node or 0)
+    cpu = (tasks * options.cpus_per_task * 1000 if options.cpus_per_task is not None
+           else cpu_millis(requests["cpu"]) if "cpu" in requests else tasks * 1000)
+    mem = (options.mem_per_node_mb if options.mem_per_node_mb is not None
+           else memory_mb(requests["memory"]) if "memory" in requests else 0)
+    gpus = (options.gpus_per_node if options.gpus_per_node is not None
+            else math.ceil(float(requests[GPU_RESOURCE])) if GPU_RESOURCE in requests else 0)
     excluded = frozenset(hostlist.expand_hostlist(options.exclude)) if options.exclude else (
         frozenset())
     return PlacementRequest(count=nodes, cpu_millis=cpu, memory_mb=mem, gpus=gpus,

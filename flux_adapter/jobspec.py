@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.backend import BackendRejected, SubmitRequest
-from bridge.runtimes import Framework, LaunchPlan
+from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.scheduling import SchedulingOptions
 from flux_adapter.resources import placement_constraint
 from mpi_launch.hostlist import HostlistError, compress, expand
@@ -96,8 +96,6 @@ DEFAULT_OUTPUT = "flux-%j.out"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Where the job shell puts RFC 37 files (``attributes.system.files``) on every node.
 SCRIPT_PATH = "{{tmpdir}}/script"
-#: ``mlPolicy.mpi.mpiImplementation`` (Kubeflow's names) -> ``mpi-launch --mpi``.
-MPI_FLAVOURS = {"OpenMPI": "openmpi", "MPICH": "mpich", "IntelMPI": "intel", "Intel": "intel"}
 
 #: How each scheduling option reaches Flux (docs/flux.md has the same table).
 OPTION_MAP: Mapping[str, str] = {
@@ -222,8 +220,13 @@ def layout_for(request: SubmitRequest) -> Layout:
     if (plan.framework in (Framework.JAX, Framework.XGBOOST)
             or (plan.framework is Framework.MPI and _mpi_direct(plan))):
         tasks = ranks or 1
-    return Layout(nodes=plan.num_nodes, ranks_per_node=ranks, cores_per_task=o.cpus_per_task or 1,
-                  gpus_per_node=o.gpus_per_node or 0, tasks_per_node=tasks,
+    shape = request.job_shape
+    if shape.mem_per_node_mb is not None and shape.mem_source != "option":
+        raise _refuse(f"spec.trainer.resourcesPerNode memory ({shape.mem_per_node_mb} MiB "
+                      f"per node): {_REFUSED['mem_per_node_mb'][1]}")
+    return Layout(nodes=shape.nodes, ranks_per_node=ranks,
+                  cores_per_task=shape.cpus_per_task or 1,
+                  gpus_per_node=shape.gpus_per_node or 0, tasks_per_node=tasks,
                   exclusive=o.exclusive)
 
 
@@ -297,7 +300,7 @@ def task_command(plan: LaunchPlan, layout: Layout, *, mpi_launch: str = "mpi-lau
     if fw is Framework.MPI:
         if _mpi_direct(plan):
             return TaskCommand(argv=(*head, "plain", "--", *user))
-        flavour = MPI_FLAVOURS.get(plan.mpi_implementation or "OpenMPI", "openmpi")
+        flavour = (plan.mpi_implementation or MpiImplementation.OPENMPI).flavour
         argv = [*head, "mpi", "--mpi", flavour]
         argv += ["--nproc-per-node", str(layout.ranks_per_node or 1)]
         argv += ["--hostfile-dir", "{{tmpdir}}"]
@@ -472,7 +475,8 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
         # times (node rank > 0 of an mpirun job ends at once), so no exit timer.
         shell_options.update({"exit-timeout": "none", "exit-on-error": 1})
     shell_options.update(cmd.extra_shell_options)
-    seconds = float(o.time_limit_minutes * 60) if o.time_limit_minutes else 0.0
+    limit = request.job_shape.time_limit_minutes
+    seconds = float(limit * 60) if limit else 0.0
     system: dict[str, Any] = {
         "duration": seconds,
         "cwd": cwd,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendJob, BackendRejected, BackendState, SubmitRequest
-from bridge.runtimes import Framework
+from bridge.runtimes import Framework, MpiImplementation
 from k8s_adapter import sshauth
 from mpi_launch.allocation import Host, jobset_allocation
 from mpi_launch.hostfile import hostfile_env, render_hostfile
@@ -137,8 +137,8 @@ def hostfile_text(name: str, request: SubmitRequest) -> str:
 
 
 def _mpi_flavour(request: SubmitRequest) -> str:
-    impl = (request.plan.mpi_implementation or "OpenMPI").lower()
-    return {"openmpi": "openmpi", "mpich": "mpich", "intel": "intel"}.get(impl, "openmpi")
+    """``mpi-launch`` flavour of the job (typed at admission: IntelMPI is Intel here too)."""
+    return (request.plan.mpi_implementation or MpiImplementation.OPENMPI).flavour
 
 
 def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:

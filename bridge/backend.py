@@ -21,6 +21,7 @@ import pwd
 from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
@@ -84,7 +85,7 @@ class SubmitRequest:
     #: renderers render. ``None`` (a request built by hand): :attr:`job_shape` resolves it.
     shape: JobShape | None = None
 
-    @property
+    @cached_property
     def job_shape(self) -> JobShape:
         """:attr:`shape`, else the shape of ``job``, ``plan`` and ``options``."""
         if self.shape is not None:

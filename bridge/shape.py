@@ -65,9 +65,11 @@ class JobShape(BaseModel):
     cpus_per_node: int | None
     gpus_per_node: int | None
     mem_per_node_mb: int | None
-    #: Where :attr:`mem_per_node_mb` came from: ``option`` or ``resourcesPerNode``
-    #: (what a back end that cannot set memory names when it refuses).
-    mem_source: str | None = None
+    #: The resources (``cpu``, ``memory``, ``nvidia.com/gpu``) an explicit scheduling
+    #: option set; the others came from ``resourcesPerNode`` or are unset. (What a back
+    #: end that cannot set one names when it refuses; the JobSet keeps the user's own
+    #: quantity strings for the others.)
+    from_options: frozenset[str] = frozenset()
     time_limit_minutes: int | None
     mpi: MpiImplementation | None
 
@@ -154,9 +156,11 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
     gpus = options.gpus_per_node
     if gpus is None:
         gpus = _quantity(resources, GPU_RESOURCE, lambda v: math.ceil(float(v)))
-    mem, mem_source = options.mem_per_node_mb, "option"
+    mem = options.mem_per_node_mb
     if mem is None:
-        mem, mem_source = _quantity(resources, "memory", memory_mb), "resourcesPerNode"
+        mem = _quantity(resources, "memory", memory_mb)
+    explicit = {"cpu": options.cpus_per_task, "memory": options.mem_per_node_mb,
+                GPU_RESOURCE: options.gpus_per_node}
     deadline = job.spec.active_deadline_seconds
     limit = options.time_limit_minutes
     if limit is None and deadline:
@@ -164,6 +168,7 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
     return JobShape(
         plan=plan, nodes=plan.num_nodes, ranks_per_node=ranks, ntasks=options.ntasks,
         cpus_per_task=cpus_per_task, cpus_per_node=cpus_node, gpus_per_node=gpus,
-        mem_per_node_mb=mem, mem_source=mem_source if mem is not None else None,
+        mem_per_node_mb=mem,
+        from_options=frozenset(k for k, v in explicit.items() if v is not None),
         time_limit_minutes=limit,
         mpi=plan.mpi_implementation if plan.framework is Framework.MPI else None)

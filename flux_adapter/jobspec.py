@@ -221,7 +221,7 @@ def layout_for(request: SubmitRequest) -> Layout:
             or (plan.framework is Framework.MPI and _mpi_direct(plan))):
         tasks = ranks or 1
     shape = request.job_shape
-    if shape.mem_per_node_mb is not None and shape.mem_source != "option":
+    if shape.mem_per_node_mb is not None and "memory" not in shape.from_options:
         raise _refuse(f"spec.trainer.resourcesPerNode memory ({shape.mem_per_node_mb} MiB "
                       f"per node): {_REFUSED['mem_per_node_mb'][1]}")
     return Layout(nodes=shape.nodes, ranks_per_node=ranks,

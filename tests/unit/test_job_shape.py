@@ -63,7 +63,7 @@ def test_resources_per_node() -> None:
         "requests": {"cpu": "6", "memory": "2Gi", "nvidia.com/gpu": 2}}))
     assert (s.cpus_per_node, s.cpus_per_task, s.gpus_per_node, s.mem_per_node_mb) == (
         6, 2, 2, 2048)
-    assert s.mem_source == "resourcesPerNode"
+    assert s.from_options == frozenset()
 
 
 def test_an_explicit_option_wins_over_resources_per_node() -> None:
@@ -72,7 +72,7 @@ def test_an_explicit_option_wins_over_resources_per_node() -> None:
         options={"cpus_per_task": 3, "gpus_per_node": 1, "mem_per_node_mb": 100}))
     assert (s.cpus_per_task, s.cpus_per_node, s.gpus_per_node, s.mem_per_node_mb) == (
         3, 6, 1, 100)
-    assert s.mem_source == "option"
+    assert s.from_options == {"cpu", "memory", "nvidia.com/gpu"}
 
 
 def test_time_limit_from_the_option_else_the_deadline() -> None:

@@ -47,7 +47,6 @@ jax, xgboost                P per node                 ``M --runtime jax|xgboost
 
 from __future__ import annotations
 
-import math
 import os.path
 import re
 import stat
@@ -188,26 +187,22 @@ class Layout:
 
 
 def _ranks_per_node(request: SubmitRequest) -> int | None:
-    """Processes per node as the options and plan say (None: nothing says)."""
+    """Processes per node: the job shape's (None: nothing says), once this back end has
+    checked it can start them (the same number of ranks on every node)."""
     o, plan = request.options, request.plan
     nodes = plan.num_nodes
     if o.ntasks_per_node is not None:
         if o.ntasks is not None and o.ntasks != o.ntasks_per_node * nodes:
             raise _refuse(f"--ntasks={o.ntasks} and --ntasks-per-node={o.ntasks_per_node} "
                           f"disagree over {nodes} node(s); give one of them")
-        return o.ntasks_per_node
-    if o.ntasks is not None:
-        if o.ntasks % nodes == 0:
-            return o.ntasks // nodes
-        if plan.framework is Framework.PLAIN:
-            # Only the allocation's size: the plain job starts one process itself.
-            return math.ceil(o.ntasks / nodes)
+    elif (o.ntasks is not None and o.ntasks % nodes
+          and plan.framework is not Framework.PLAIN):
+        # A plain job's -n only sizes the allocation (rounded up per node): it starts
+        # one process itself.
         raise _refuse(f"--ntasks={o.ntasks} does not divide evenly over {nodes} nodes: "
                       f"this back end starts the same number of ranks on every node "
                       f"(use a multiple of {nodes} or --ntasks-per-node)")
-    if plan.framework is Framework.PLAIN:
-        return None
-    return plan.proc_per_node
+    return request.job_shape.ranks_per_node
 
 
 def layout_for(request: SubmitRequest) -> Layout:

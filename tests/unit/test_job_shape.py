@@ -182,3 +182,18 @@ def test_another_version_is_refused() -> None:
     data = shape_of(job()).to_json()
     with pytest.raises(ValueError, match="version"):
         JobShape.from_json({**data, "version": 99})
+
+
+def test_the_column_is_added_to_a_database_without_it(tmp_path: Path) -> None:
+    """A schema-4 database an earlier build of this version wrote (no ``jobs.shape``)
+    gains the column on open; its jobs are resolved when they are submitted."""
+    e = engine(tmp_path, RuntimeCatalog())
+    rec = e.admit(job(numNodes=2), ALICE)
+    e.store._db.execute("ALTER TABLE jobs DROP COLUMN shape")
+    e.store.close()
+    store = Store.open(tmp_path / "s.sqlite")
+    again = store.get(rec.id)
+    assert again.shape is None
+    e2 = Engine(store, {"slurm": create("slurm", {})}, RuntimeCatalog(),
+                EngineSettings(default_backend="slurm"))
+    assert e2._request(again).shape == e._shape(rec)

@@ -38,10 +38,10 @@ from typing import Any, Literal
 import hostlist
 
 from bridge.model import TrainJob
-from bridge.runtimes import Framework, LaunchPlan
+from bridge.runtimes import LaunchPlan
 from bridge.scheduling import SchedulingOptions
-from bridge.shape import GPU_RESOURCE, resources_of
-from bridge.topology import Domain, Host, Topology, cpu_millis, memory_mb
+from bridge.shape import resolve_shape
+from bridge.topology import Domain, Host, Topology
 
 __all__ = [
     "LevelUse",
@@ -721,29 +721,19 @@ def features_of(constraint: str | None) -> frozenset[str] | None:
 
 def request_from_job(job: TrainJob, plan: LaunchPlan,
                      options: SchedulingOptions) -> PlacementRequest:
-    """The placement request of a TrainJob: ``plan.num_nodes`` nodes, each needing
-    CPUs, memory and GPUs in the job shape's precedence (:mod:`bridge.shape`): what
-    the Slurm options ask per node (tasks per node x CPUs per task, ``--mem``,
+    """The placement request of a TrainJob: its shape's nodes (:mod:`bridge.shape`),
+    each needing the shape's CPUs (in millicores), memory and GPUs per node: what the
+    Slurm options ask per node (tasks per node x CPUs per task, ``--mem``,
     ``--gpus-per-node``), else ``resourcesPerNode`` (cpu, memory, ``nvidia.com/gpu``;
-    ``requests``, else ``limits``), else one CPU. Partition, ``--exclusive``,
+    ``requests``, else ``limits``), else one CPU per rank. Partition, ``--exclusive``,
     ``--exclude`` and a plain-conjunction ``--constraint`` restrict the hosts.
     Raises ValueError for a malformed quantity or host list."""
-    nodes = plan.num_nodes
-    requests = resources_of(job)
-    if options.ntasks_per_node is not None:
-        tasks = options.ntasks_per_node
-    elif options.ntasks is not None:
-        tasks = math.ceil(options.ntasks / nodes)
-    elif plan.framework is not Framework.PLAIN and plan.proc_per_node:
-        tasks = plan.proc_per_node
-    else:
-        tasks = 1
-    cpu = (tasks * options.cpus_per_task * 1000 if options.cpus_per_task is not None
-           else cpu_millis(requests["cpu"]) if "cpu" in requests else tasks * 1000)
-    mem = (options.mem_per_node_mb if options.mem_per_node_mb is not None
-           else memory_mb(requests["memory"]) if "memory" in requests else 0)
-    gpus = (options.gpus_per_node if options.gpus_per_node is not None
-            else math.ceil(float(requests[GPU_RESOURCE])) if GPU_RESOURCE in requests else 0)
+    shape = resolve_shape(job, plan, options)
+    nodes = shape.nodes
+    cpu = (shape.cpu_millis_per_node if shape.cpu_millis_per_node is not None
+           else (shape.ranks_per_node or 1) * 1000)
+    mem = shape.mem_per_node_mb or 0
+    gpus = shape.gpus_per_node or 0
     excluded = frozenset(hostlist.expand_hostlist(options.exclude)) if options.exclude else (
         frozenset())
     return PlacementRequest(count=nodes, cpu_millis=cpu, memory_mb=mem, gpus=gpus,

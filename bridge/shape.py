@@ -63,6 +63,8 @@ class JobShape(BaseModel):
     cpus_per_task: int | None
     #: CPUs per node asked for (cores, rounded up); ``None``: nothing asked.
     cpus_per_node: int | None
+    #: The same in millicores, unrounded (``500m`` stays 500: what placement counts).
+    cpu_millis_per_node: int | None
     gpus_per_node: int | None
     mem_per_node_mb: int | None
     #: The resources (``cpu``, ``memory``, ``nvidia.com/gpu``) an explicit scheduling
@@ -144,12 +146,13 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
     resources = resources_of(job)
     ranks = _ranks(plan, options)
     tasks = ranks or 1
-    cpu_millis_node = _quantity(resources, "cpu", cpu_millis)
+    millis = _quantity(resources, "cpu", cpu_millis)
     if options.cpus_per_task is not None:
         cpus_per_task: int | None = options.cpus_per_task
         cpus_node: int | None = options.cpus_per_task * tasks
-    elif cpu_millis_node is not None:
-        cpus_node = max(1, math.ceil(cpu_millis_node / 1000))
+        millis = options.cpus_per_task * tasks * 1000
+    elif millis is not None:
+        cpus_node = max(1, math.ceil(millis / 1000))
         cpus_per_task = max(1, math.ceil(cpus_node / tasks))
     else:
         cpus_per_task = cpus_node = None
@@ -167,7 +170,8 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
         limit = math.ceil(deadline / 60)
     return JobShape(
         plan=plan, nodes=plan.num_nodes, ranks_per_node=ranks, ntasks=options.ntasks,
-        cpus_per_task=cpus_per_task, cpus_per_node=cpus_node, gpus_per_node=gpus,
+        cpus_per_task=cpus_per_task, cpus_per_node=cpus_node, cpu_millis_per_node=millis,
+        gpus_per_node=gpus,
         mem_per_node_mb=mem,
         from_options=frozenset(k for k, v in explicit.items() if v is not None),
         time_limit_minutes=limit,

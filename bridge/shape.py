@@ -61,7 +61,9 @@ class JobShape(BaseModel):
     #: Total tasks (``--ntasks``), when given.
     ntasks: int | None
     cpus_per_task: int | None
-    #: CPUs per node asked for (cores, rounded up); ``None``: nothing asked.
+    #: CPUs per node asked for (cores, rounded up); ``None``: nothing asked. Slurm and
+    #: Flux allocate whole CPUs per rank (``cpus_per_task`` x ranks, which may be more
+    #: when the CPUs do not divide over the ranks); the JobSet asks for exactly this.
     cpus_per_node: int | None
     #: The same in millicores, unrounded (``500m`` stays 500: what placement counts).
     cpu_millis_per_node: int | None

@@ -21,6 +21,7 @@ import pwd
 from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
@@ -28,6 +29,7 @@ from bridge.model import TrainJob
 from bridge.placement import Placement
 from bridge.runtimes import LaunchPlan
 from bridge.scheduling import SchedulingOptions
+from bridge.shape import JobShape, resolve_shape
 
 
 class BackendError(Exception):
@@ -79,6 +81,16 @@ class SubmitRequest:
     #: Hosts the back end must run the job on (the engine's placement, in placement mode
     #: ``nodelist``). ``None``: the back end chooses (modes ``constraints`` and ``none``).
     placement: Placement | None = None
+    #: The job's shape (:mod:`bridge.shape`), resolved at admission and stored; what the
+    #: renderers render. ``None`` (a request built by hand): :attr:`job_shape` resolves it.
+    shape: JobShape | None = None
+
+    @cached_property
+    def job_shape(self) -> JobShape:
+        """:attr:`shape`, else the shape of ``job``, ``plan`` and ``options``."""
+        if self.shape is not None:
+            return self.shape
+        return resolve_shape(self.job, self.plan, self.options)
 
 
 class BackendState(StrEnum):

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 import time
 from collections.abc import Iterable, Mapping
@@ -70,6 +69,7 @@ from bridge.ownership import OwnerCheck
 from bridge.placement_decision import DEFAULT_PLACEMENT_MODE, PlacementDecision, plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import scheduling_of
+from bridge.shape import JobShape, resolve_shape
 from bridge.states import JobState
 from bridge.store import DuplicateJob, JobRecord, Store
 from bridge.topology import Topology, topology_from_inventory
@@ -137,6 +137,8 @@ class Admission:
     #: ``json.dumps(job.to_dict())`` and :func:`bridge.job_summary.job_summary`.
     document: str
     summary: dict[str, Any]
+    #: The job's :class:`bridge.shape.JobShape` (stored form), resolved once, here.
+    shape: dict[str, Any] | None = None
 
 
 class Engine:
@@ -197,8 +199,9 @@ class Engine:
             except AdmissionDenied as exc:
                 raise EngineError(str(exc), status=403) from exc
         ensure_identity(job, self.settings.default_namespace)
+        shape = resolve_shape(job, plan, options)
         return Admission(job, backend, plan.num_nodes, options.partition,
-                         json.dumps(job.to_dict()), job_summary(job))
+                         json.dumps(job.to_dict()), job_summary(job), shape.to_json())
 
     def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
               prepared: Admission | None = None, idempotency_key: str | None = None,
@@ -221,7 +224,8 @@ class Engine:
                                     reason="Suspended" if job.spec.suspend else "Created",
                                     idempotency_key=idempotency_key,
                                     request_digest=request_digest,
-                                    document=prepared.document, summary=prepared.summary)
+                                    document=prepared.document, summary=prepared.summary,
+                                    shape=prepared.shape)
         except DuplicateJob as exc:
             raise EngineError(str(exc), status=409) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,
@@ -439,7 +443,7 @@ class Engine:
         """:func:`plan_placement` for a stored job (None if the job is invalid: the
         submit path fails it with the reason)."""
         try:
-            plan = self.catalog.resolve(rec.job)
+            plan = self._shape(rec).plan
             options = scheduling_of(rec.job)
         except ValidationError:
             return None
@@ -533,18 +537,29 @@ class Engine:
         log.warning("back end unavailable; will retry", job_id=rec.id, error=message,
                     delay=round(delay, 1))
 
+    def _shape(self, rec: JobRecord) -> JobShape:
+        """The job's shape as stored at admission (its runtime snapshot); resolved
+        again only for a row without one (admitted by an older daemon). Raises
+        :class:`ValidationError` when such a row no longer resolves."""
+        if rec.shape is not None:
+            try:
+                return JobShape.from_json(rec.shape)
+            except ValueError as exc:
+                log.warning("stored job shape unreadable; resolving it again",
+                            job_id=rec.id, error=str(exc))
+        return resolve_shape(rec.job, self.catalog.resolve(rec.job), scheduling_of(rec.job))
+
     def _request(self, rec: JobRecord,
                  decision: PlacementDecision | None = None) -> SubmitRequest:
-        plan = self.catalog.resolve(rec.job)
+        shape = self._shape(rec)
         options = scheduling_of(rec.job)
-        deadline = rec.job.spec.active_deadline_seconds
-        if options.time_limit_minutes is None and deadline:
-            options = options.model_copy(update={"time_limit_minutes": math.ceil(deadline / 60)})
+        if options.time_limit_minutes is None and shape.time_limit_minutes is not None:
+            options = options.model_copy(update={"time_limit_minutes": shape.time_limit_minutes})
         if decision is not None and decision.options:
             options = options.model_copy(update=dict(decision.options))
         pinned = decision.placement if decision is not None and decision.pin else None
-        return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=plan,
-                             options=options, owner=rec.owner, placement=pinned)
+        return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=shape.plan,
+                             options=options, owner=rec.owner, placement=pinned, shape=shape)
 
     async def _send_cancels(self, now: float, active: list[JobRecord]) -> None:
         for rec in active:

@@ -5,6 +5,9 @@ reconciling never decode a document per row.
 Contract: :func:`job_summary` is written whenever the document is (``Store.add``,
 ``Store.save_document``); :func:`add_summary_column` is the migration step that adds
 the column and fills it for rows an older daemon wrote (self-contained, idempotent).
+:func:`add_shape_column` is the step that adds ``jobs.shape`` (the job's
+:class:`bridge.shape.JobShape`, written at admission; NULL for a row an older daemon
+wrote, whose shape the engine resolves when it submits the job).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from bridge.model import TrainJob, ValidationError, load_document
 from bridge.scheduling import scheduling_of
 
-__all__ = ["add_summary_column", "job_summary"]
+__all__ = ["add_shape_column", "add_summary_column", "job_summary"]
 
 
 def job_summary(job: TrainJob) -> dict[str, Any]:
@@ -56,3 +59,11 @@ def add_summary_column(conn: sqlite3.Connection) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def add_shape_column(conn: sqlite3.Connection) -> None:
+    """Version 4, self-contained: add ``jobs.shape`` (JSON, NULL for rows written
+    before it: their shape is resolved when they are submitted). Idempotent."""
+    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "shape" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN shape TEXT")

@@ -1,25 +1,24 @@
 """A TrainJob as a placement request: what :func:`bridge.placement.tree_best_fit` places.
 
-:func:`request_from_job` reads the TrainJob's ``resourcesPerNode``, its launch plan and
-its scheduling options (the Slurm options ``tbatch`` and the scheduling annotation
-carry) and returns a :class:`bridge.placement.PlacementRequest`; :func:`features_of`
-says which ``--constraint`` values the bridge can evaluate. Pure; malformed quantities
-or host lists raise ValueError (the engine then leaves the choice to the back end).
+:func:`request_from_job` reads the TrainJob's shape (:func:`bridge.shape.resolve_shape`:
+nodes and per-node CPUs, memory and GPUs with the one precedence of the shape) and its
+scheduling options (partition, exclusivity, excluded hosts, features) and returns a
+:class:`bridge.placement.PlacementRequest`; :func:`features_of` says which
+``--constraint`` values the bridge can evaluate. Pure; malformed quantities or host
+lists raise ValueError (the engine then leaves the choice to the back end).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping
 
 import hostlist
 
 from bridge.model import TrainJob
 from bridge.placement import PlacementRequest
-from bridge.runtimes import Framework, LaunchPlan
+from bridge.runtimes import LaunchPlan
 from bridge.scheduling import SchedulingOptions
-from bridge.topology import cpu_millis, memory_mb
+from bridge.shape import resolve_shape
 
 __all__ = ["features_of", "request_from_job"]
 
@@ -39,35 +38,22 @@ def features_of(constraint: str | None) -> frozenset[str] | None:
 
 def request_from_job(job: TrainJob, plan: LaunchPlan,
                      options: SchedulingOptions) -> PlacementRequest:
-    """The placement request of a TrainJob: ``plan.num_nodes`` nodes, each needing
-    ``resourcesPerNode.requests`` (cpu, memory, ``nvidia.com/gpu``) when given, else
-    what the Slurm options ask per node (tasks per node x CPUs per task, ``--mem``,
-    ``--gpus-per-node``; one CPU by default). Partition, ``--exclusive``,
+    """The placement request of a TrainJob: its shape's nodes (:mod:`bridge.shape`),
+    each needing the shape's CPUs (in millicores), memory and GPUs per node: what the
+    Slurm options ask per node (tasks per node x CPUs per task, ``--mem``,
+    ``--gpus-per-node``), else ``resourcesPerNode`` (cpu, memory, ``nvidia.com/gpu``;
+    ``requests``, else ``limits``), else one CPU per rank. Partition, ``--exclusive``,
     ``--exclude`` and a plain-conjunction ``--constraint`` restrict the hosts.
     Raises ValueError for a malformed quantity or host list."""
-    nodes = plan.num_nodes
-    trainer = job.spec.trainer
-    requests: Mapping[str, str | int | float] = {}
-    if trainer and trainer.resources_per_node and trainer.resources_per_node.requests:
-        requests = trainer.resources_per_node.requests
-    if options.ntasks_per_node is not None:
-        tasks = options.ntasks_per_node
-    elif options.ntasks is not None:
-        tasks = math.ceil(options.ntasks / nodes)
-    elif plan.framework is not Framework.PLAIN and plan.proc_per_node:
-        tasks = plan.proc_per_node
-    else:
-        tasks = 1
-    cpu = (cpu_millis(requests["cpu"]) if "cpu" in requests
-           else tasks * (options.cpus_per_task or 1) * 1000)
-    mem = (memory_mb(requests["memory"]) if "memory" in requests
-           else options.mem_per_node_mb or 0)
-    gpus = (math.ceil(float(requests["nvidia.com/gpu"])) if "nvidia.com/gpu" in requests
-            else options.gpus_per_node or 0)
+    shape = resolve_shape(job, plan, options)
+    nodes = shape.nodes
+    cpu = (shape.cpu_millis_per_node if shape.cpu_millis_per_node is not None
+           else (shape.ranks_per_node or 1) * 1000)
+    mem = shape.mem_per_node_mb or 0
+    gpus = shape.gpus_per_node or 0
     excluded = frozenset(hostlist.expand_hostlist(options.exclude)) if options.exclude else (
         frozenset())
     return PlacementRequest(count=nodes, cpu_millis=cpu, memory_mb=mem, gpus=gpus,
                             exclusive=options.exclusive, partition=options.partition,
                             features=features_of(options.constraint) or frozenset(),
                             excluded=excluded)
-

@@ -42,6 +42,34 @@ class Framework(StrEnum):
 
 
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+#: Where a runtime names its MPI implementation (what an admission error names).
+MPI_FIELD = "mlPolicy.mpi.mpiImplementation"
+
+
+class MpiImplementation(StrEnum):
+    """The MPI implementations a job may name (Kubeflow Trainer's names; ``IntelMPI`` is
+    accepted for ``Intel``). :attr:`flavour` is ``mpi-launch --mpi``'s name for it."""
+
+    OPENMPI = "OpenMPI"
+    MPICH = "MPICH"
+    INTEL = "Intel"
+
+    @property
+    def flavour(self) -> str:
+        """``mpi-launch --mpi`` value: ``openmpi``, ``mpich`` or ``intel``."""
+        return {"OpenMPI": "openmpi", "MPICH": "mpich", "Intel": "intel"}[self.value]
+
+    @classmethod
+    def parse(cls, value: object, where: str = MPI_FIELD) -> MpiImplementation:
+        """``value`` as an implementation (``IntelMPI`` = ``Intel``; case as Kubeflow
+        spells it). Raises :class:`ValidationError` naming ``where`` for anything else."""
+        if isinstance(value, str):
+            name = "Intel" if value == "IntelMPI" else value
+            for member in cls:
+                if member.value == name:
+                    return member
+        known = ", ".join([m.value for m in cls] + ["IntelMPI"])
+        raise ValidationError([(where, f"unknown MPI implementation {value!r}; known: {known}")])
 
 
 def _runtime(name: str, framework: Framework, policy: dict[str, Any],
@@ -103,7 +131,8 @@ class LaunchPlan:
     env: tuple[tuple[str, str], ...]
     #: A complete batch script (``tbatch``); when set, it is what runs.
     batch_script: str | None = None
-    mpi_implementation: str | None = None
+    #: The MPI implementation (MPI runtimes; ``None`` for the others).
+    mpi_implementation: MpiImplementation | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -207,6 +236,11 @@ class RuntimeCatalog:
         env = tuple(
             (e.name, e.value or "") for e in (trainer.env or []) if e.value_from is None
         ) if trainer else ()
+        mpi: MpiImplementation | None = None
+        if framework is Framework.MPI:
+            mpi = MpiImplementation.parse(
+                fw_policy.get("mpiImplementation", MpiImplementation.OPENMPI.value),
+                f"spec.runtimeRef.name: runtime {runtime.metadata.name!r} {MPI_FIELD}")
         return LaunchPlan(
             runtime=runtime.metadata.name,
             framework=framework,
@@ -217,5 +251,5 @@ class RuntimeCatalog:
             args=tuple(trainer.args or ()) if trainer else (),
             env=env,
             batch_script=script,
-            mpi_implementation=fw_policy.get("mpiImplementation"),
+            mpi_implementation=mpi,
         )

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.backend import Owner
-from bridge.job_summary import add_summary_column, job_summary
+from bridge.job_summary import add_shape_column, add_summary_column, job_summary
 from bridge.model import TrainJob, load_document
 from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
@@ -154,7 +154,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
     change; version 2 added ``jobs.placement``; version 3 made names unique among
     unfinished jobs only, which rebuilds the table without its ``UNIQUE (namespace,
     name)``; version 4: :func:`_migrate_idempotency`,
-    :func:`bridge.job_summary.add_summary_column` and names unique per owner).
+    :func:`bridge.job_summary.add_summary_column`,
+    :func:`~bridge.job_summary.add_shape_column` and names unique per owner).
     Idempotent. tests/unit/fixtures/store/ keeps a database written by each past
     version."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
@@ -184,6 +185,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.executescript(_SCHEMA)
     _migrate_idempotency(conn)
     add_summary_column(conn)
+    add_shape_column(conn)
     # Version 4: names unique per owner (jobs_live_owner_name, made by _SCHEMA).
     conn.execute("DROP INDEX IF EXISTS jobs_live_name")
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
@@ -235,6 +237,9 @@ class JobRecord:
     request_digest: str | None = None
     #: :func:`job_summary` of the document.
     summary: dict[str, Any] = field(default_factory=dict)
+    #: The job's shape as stored at admission (:meth:`bridge.shape.JobShape.to_json`);
+    #: None for a row an older daemon wrote.
+    shape: dict[str, Any] | None = None
     #: The stored document (JSON text), or None when the row was read without it ...
     document: str | None = field(default=None, repr=False, compare=False)
     #: ... and then how to read it.
@@ -274,7 +279,7 @@ _LIGHT_COLUMNS = (
     "id, uid, namespace, name, owner_uid, owner_gid, owner_user, backend, origin, state, "
     "reason, message, backend_id, exit_code, nodes, stdout_path, stderr_path, queue, "
     "attempts, submitting_since, next_attempt_at, cancel_requested, created_at, updated_at, "
-    "started_at, finished_at, placement, summary, idempotency_key, request_digest")
+    "started_at, finished_at, placement, summary, shape, idempotency_key, request_digest")
 
 
 def _row_to_record(row: sqlite3.Row,
@@ -313,6 +318,7 @@ def _row_to_record(row: sqlite3.Row,
         idempotency_key=row["idempotency_key"],
         request_digest=row["request_digest"],
         summary=json.loads(row["summary"]) if row["summary"] else {},
+        shape=json.loads(row["shape"]) if row["shape"] else None,
         document=document,
         load_document=loader,
     )
@@ -365,13 +371,15 @@ class Store(OutboxQueries):
             state: JobState = JobState.PENDING, reason: str = "Created",
             message: str = "", idempotency_key: str | None = None,
             request_digest: str | None = None, document: str | None = None,
-            summary: dict[str, Any] | None = None) -> JobRecord:
+            summary: dict[str, Any] | None = None,
+            shape: dict[str, Any] | None = None) -> JobRecord:
         """Insert a new job (its metadata must carry uid, namespace and name).
 
         ``idempotency_key`` is unique per owner: a second job with the owner's key is a
         :class:`DuplicateJob` (find the first with :meth:`by_idempotency_key`).
         ``document`` and ``summary``, when given, must be ``json.dumps(job.to_dict())``
-        and :func:`job_summary` of ``job`` (made off the event loop by the caller)."""
+        and :func:`job_summary` of ``job`` (made off the event loop by the caller);
+        ``shape``: the job's :class:`bridge.shape.JobShape` (stored form)."""
         now = time.time()
         meta = job.metadata
         assert meta.uid and meta.namespace and meta.name, "job identity not set"
@@ -382,12 +390,13 @@ class Store(OutboxQueries):
                 cur = db.execute(
                     "INSERT INTO jobs (uid, namespace, name, owner_uid, owner_gid, owner_user,"
                     " backend, origin, document, state, reason, message, created_at, updated_at,"
-                    " idempotency_key, request_digest, summary)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " idempotency_key, request_digest, summary, shape)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (meta.uid, meta.namespace, meta.name, owner.uid, owner.gid, owner.user,
                      backend, origin, document, state.value, reason, message,
                      now, now, idempotency_key, request_digest,
-                     json.dumps(summary or job_summary(job))),
+                     json.dumps(summary or job_summary(job)),
+                     json.dumps(shape) if shape is not None else None),
                 )
                 job_id = cur.lastrowid
                 assert job_id is not None

@@ -47,7 +47,6 @@ jax, xgboost                P per node                 ``M --runtime jax|xgboost
 
 from __future__ import annotations
 
-import math
 import os.path
 import re
 import stat
@@ -56,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.backend import BackendRejected, SubmitRequest
-from bridge.runtimes import Framework, LaunchPlan
+from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.scheduling import SchedulingOptions
 from flux_adapter.resources import placement_constraint
 from mpi_launch.hostlist import HostlistError, compress, expand
@@ -96,8 +95,6 @@ DEFAULT_OUTPUT = "flux-%j.out"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Where the job shell puts RFC 37 files (``attributes.system.files``) on every node.
 SCRIPT_PATH = "{{tmpdir}}/script"
-#: ``mlPolicy.mpi.mpiImplementation`` (Kubeflow's names) -> ``mpi-launch --mpi``.
-MPI_FLAVOURS = {"OpenMPI": "openmpi", "MPICH": "mpich", "IntelMPI": "intel", "Intel": "intel"}
 
 #: How each scheduling option reaches Flux (docs/flux.md has the same table).
 OPTION_MAP: Mapping[str, str] = {
@@ -190,26 +187,22 @@ class Layout:
 
 
 def _ranks_per_node(request: SubmitRequest) -> int | None:
-    """Processes per node as the options and plan say (None: nothing says)."""
+    """Processes per node: the job shape's (None: nothing says), once this back end has
+    checked it can start them (the same number of ranks on every node)."""
     o, plan = request.options, request.plan
     nodes = plan.num_nodes
     if o.ntasks_per_node is not None:
         if o.ntasks is not None and o.ntasks != o.ntasks_per_node * nodes:
             raise _refuse(f"--ntasks={o.ntasks} and --ntasks-per-node={o.ntasks_per_node} "
                           f"disagree over {nodes} node(s); give one of them")
-        return o.ntasks_per_node
-    if o.ntasks is not None:
-        if o.ntasks % nodes == 0:
-            return o.ntasks // nodes
-        if plan.framework is Framework.PLAIN:
-            # Only the allocation's size: the plain job starts one process itself.
-            return math.ceil(o.ntasks / nodes)
+    elif (o.ntasks is not None and o.ntasks % nodes
+          and plan.framework is not Framework.PLAIN):
+        # A plain job's -n only sizes the allocation (rounded up per node): it starts
+        # one process itself.
         raise _refuse(f"--ntasks={o.ntasks} does not divide evenly over {nodes} nodes: "
                       f"this back end starts the same number of ranks on every node "
                       f"(use a multiple of {nodes} or --ntasks-per-node)")
-    if plan.framework is Framework.PLAIN:
-        return None
-    return plan.proc_per_node
+    return request.job_shape.ranks_per_node
 
 
 def layout_for(request: SubmitRequest) -> Layout:
@@ -222,8 +215,13 @@ def layout_for(request: SubmitRequest) -> Layout:
     if (plan.framework in (Framework.JAX, Framework.XGBOOST)
             or (plan.framework is Framework.MPI and _mpi_direct(plan))):
         tasks = ranks or 1
-    return Layout(nodes=plan.num_nodes, ranks_per_node=ranks, cores_per_task=o.cpus_per_task or 1,
-                  gpus_per_node=o.gpus_per_node or 0, tasks_per_node=tasks,
+    shape = request.job_shape
+    if shape.mem_per_node_mb is not None and "memory" not in shape.from_options:
+        raise _refuse(f"spec.trainer.resourcesPerNode memory ({shape.mem_per_node_mb} MiB "
+                      f"per node): {_REFUSED['mem_per_node_mb'][1]}")
+    return Layout(nodes=shape.nodes, ranks_per_node=ranks,
+                  cores_per_task=shape.cpus_per_task or 1,
+                  gpus_per_node=shape.gpus_per_node or 0, tasks_per_node=tasks,
                   exclusive=o.exclusive)
 
 
@@ -297,7 +295,7 @@ def task_command(plan: LaunchPlan, layout: Layout, *, mpi_launch: str = "mpi-lau
     if fw is Framework.MPI:
         if _mpi_direct(plan):
             return TaskCommand(argv=(*head, "plain", "--", *user))
-        flavour = MPI_FLAVOURS.get(plan.mpi_implementation or "OpenMPI", "openmpi")
+        flavour = (plan.mpi_implementation or MpiImplementation.OPENMPI).flavour
         argv = [*head, "mpi", "--mpi", flavour]
         argv += ["--nproc-per-node", str(layout.ranks_per_node or 1)]
         argv += ["--hostfile-dir", "{{tmpdir}}"]
@@ -472,7 +470,8 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
         # times (node rank > 0 of an mpirun job ends at once), so no exit timer.
         shell_options.update({"exit-timeout": "none", "exit-on-error": 1})
     shell_options.update(cmd.extra_shell_options)
-    seconds = float(o.time_limit_minutes * 60) if o.time_limit_minutes else 0.0
+    limit = request.job_shape.time_limit_minutes
+    seconds = float(limit * 60) if limit else 0.0
     system: dict[str, Any] = {
         "duration": seconds,
         "cwd": cwd,

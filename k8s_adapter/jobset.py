@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendJob, BackendRejected, BackendState, SubmitRequest
-from bridge.runtimes import Framework
+from bridge.runtimes import Framework, MpiImplementation
+from bridge.shape import GPU_RESOURCE
 from k8s_adapter import sshauth
 from mpi_launch.allocation import Host, jobset_allocation
 from mpi_launch.hostfile import hostfile_env, render_hostfile
@@ -102,6 +103,29 @@ def _quantities(values: Mapping[str, Any] | None) -> dict[str, str]:
     return {k: str(v) for k, v in (values or {}).items()}
 
 
+def container_resources(request: SubmitRequest) -> dict[str, dict[str, str]]:
+    """A node pod's ``resources``: ``resourcesPerNode`` as the user wrote it, except
+    for what an explicit scheduling option set (the job shape's precedence,
+    :mod:`bridge.shape`): CPUs per node, ``<MiB>Mi`` and GPUs from the shape, in
+    ``requests`` and, where the user gave a limit (always, for GPUs), in ``limits``."""
+    shape = request.job_shape
+    trainer = request.job.spec.trainer
+    given = trainer.resources_per_node if trainer else None
+    requests = _quantities(given.requests if given else None)
+    limits = _quantities(given.limits if given else None)
+    values = {"cpu": shape.cpus_per_node, "memory": (
+        f"{shape.mem_per_node_mb}Mi" if shape.mem_per_node_mb is not None else None),
+        GPU_RESOURCE: shape.gpus_per_node}
+    for key in sorted(shape.from_options):
+        value = values[key]
+        if value is None:
+            continue
+        requests[key] = str(value)
+        if key in limits or key == GPU_RESOURCE:
+            limits[key] = str(value)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
 def _env(items: Mapping[str, str]) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in items.items()]
 
@@ -119,7 +143,7 @@ def _is_mpi(request: SubmitRequest) -> bool:
 def _hosts(name: str, request: SubmitRequest) -> list[str]:
     """Pod DNS names in rank order (launcher first for MPI with runLauncherAsNode)."""
     plan = request.plan
-    slots = plan.proc_per_node or 1
+    slots = request.job_shape.ranks_per_node or 1
     if _is_mpi(request):
         workers = jobset_allocation(name, nodes=max(plan.num_nodes - 1, 1), slots=slots,
                                     pod_index=0).names
@@ -131,14 +155,14 @@ def _hosts(name: str, request: SubmitRequest) -> list[str]:
 
 def hostfile_text(name: str, request: SubmitRequest) -> str:
     """The MPI hostfile of the job's pods (``mpi_launch`` renders it)."""
-    slots = request.plan.proc_per_node or 1
+    slots = request.job_shape.ranks_per_node or 1
     flavour = _mpi_flavour(request)
     return render_hostfile(flavour, [Host(h, slots) for h in _hosts(name, request)])
 
 
 def _mpi_flavour(request: SubmitRequest) -> str:
-    impl = (request.plan.mpi_implementation or "OpenMPI").lower()
-    return {"openmpi": "openmpi", "mpich": "mpich", "intel": "intel"}.get(impl, "openmpi")
+    """``mpi-launch`` flavour of the job (typed at admission: IntelMPI is Intel here too)."""
+    return (request.plan.mpi_implementation or MpiImplementation.OPENMPI).flavour
 
 
 def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
@@ -146,7 +170,7 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
     plan = request.plan
     hosts = _hosts(name, request)
     nodes = plan.num_nodes
-    procs = plan.proc_per_node
+    procs = request.job_shape.ranks_per_node
     env: list[dict[str, Any]] = _env({
         "JOBSET_NAME": name, "JOBSET_NNODES": str(nodes),
         "JOBSET_NPROC_PER_NODE": str(procs or 1), "HPC_BRIDGE_JOB_ID": str(request.job_id),
@@ -195,16 +219,14 @@ def _affinity(request: SubmitRequest) -> dict[str, Any] | None:
 def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, labels: dict[str, str],
                   image: str, command: list[str], args: list[str],
                   env: list[dict[str, Any]], mpi: bool) -> dict[str, Any]:
-    resources = request.job.spec.trainer.resources_per_node if request.job.spec.trainer else None
     container: dict[str, Any] = {"name": NODE, "image": image, "env": env}
     if command:
         container["command"] = command
     if args:
         container["args"] = args
-    if resources is not None and (resources.requests or resources.limits):
-        container["resources"] = {k: v for k, v in (
-            ("requests", _quantities(resources.requests)),
-            ("limits", _quantities(resources.limits))) if v}
+    resources = container_resources(request)
+    if resources:
+        container["resources"] = resources
     if request.plan.framework is Framework.TORCH:
         container["ports"] = [{"containerPort": TORCH_PORT, "name": "rendezvous"}]
     spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}

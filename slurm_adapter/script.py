@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import SubmitRequest
-from bridge.runtimes import Framework, LaunchPlan
+from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from mpi_launch.plan import launch_invocation
 from slurm_adapter import hostlist
 from slurm_adapter.dialects import Dialect, UnsupportedOption
@@ -99,43 +99,47 @@ class JobSpec:
 
 
 def _tasks_per_node(request: SubmitRequest) -> int | None:
-    options, plan = request.options, request.plan
-    if options.ntasks_per_node is not None:
-        return options.ntasks_per_node
-    if plan.framework is Framework.PLAIN or options.ntasks is not None:
+    """``--ntasks-per-node``: the shape's ranks per node, unless only ``--ntasks`` (or
+    nothing, for a plain job) says how many tasks there are (sbatch spreads them)."""
+    options, shape = request.options, request.job_shape
+    if options.ntasks_per_node is None and options.ntasks is not None:
         return None
-    return plan.proc_per_node
+    return shape.ranks_per_node
 
 
 def job_spec(request: SubmitRequest, *, default_chdir: str,
              default_partition: str | None = None) -> JobSpec:
     """Resolve ``request.options`` and ``request.plan`` into a :class:`JobSpec`.
 
-    Job name: ``options.job_name``, else the TrainJob's ``metadata.name``. Nodes:
-    ``plan.num_nodes``. Tasks per node: ``options.ntasks_per_node``, else the
-    plan's processes per node for a distributed framework (unless ``ntasks`` is
-    given). Working directory: ``options.chdir``, else ``default_chdir``. Output:
+    Job name: ``options.job_name``, else the TrainJob's ``metadata.name``. Nodes,
+    tasks per node (unless only ``ntasks`` is given), CPUs per task, GPUs and memory
+    per node, time limit: the job's shape (:mod:`bridge.shape`: an explicit option,
+    else ``resourcesPerNode``; ``--cpus-per-task=1``, Slurm's default, is not spelled).
+    Working directory: ``options.chdir``, else ``default_chdir``. Output:
     ``options.output``, else ``slurm-%j.out`` (as sbatch). Node list: ``options.nodelist``,
     else the hosts of ``request.placement`` (the engine pins them in placement mode
     ``nodelist``), compressed (``node[1-2]``).
     """
     o = request.options
+    shape = request.job_shape
+    cpus = o.cpus_per_task or (shape.cpus_per_task if (shape.cpus_per_task or 1) > 1 else None)
     return JobSpec(
         name=o.job_name or request.job.metadata.name or f"hpc-bridge-{request.job_id}",
         comment=COMMENT_PREFIX + request.job_uid,
-        nodes=request.plan.num_nodes,
+        nodes=shape.nodes,
         chdir=o.chdir or default_chdir,
         output=o.output or DEFAULT_OUTPUT,
         error=o.error,
         partition=o.partition or default_partition,
         account=o.account,
         qos=o.qos,
-        time_limit_minutes=o.time_limit_minutes,
+        time_limit_minutes=(o.time_limit_minutes if o.time_limit_minutes is not None
+                            else shape.time_limit_minutes),
         ntasks=o.ntasks,
         ntasks_per_node=_tasks_per_node(request),
-        cpus_per_task=o.cpus_per_task,
-        gpus_per_node=o.gpus_per_node or None,
-        mem_per_node_mb=o.mem_per_node_mb,
+        cpus_per_task=cpus,
+        gpus_per_node=shape.gpus_per_node or None,
+        mem_per_node_mb=shape.mem_per_node_mb,
         exclusive=o.exclusive,
         switches=o.switches,
         switches_wait_minutes=o.switches_wait_minutes if o.switches else None,
@@ -266,8 +270,9 @@ def _comment_word(value: str) -> str:
     return _quote(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value))
 
 
-#: ``mlPolicy.mpi.mpiImplementation`` (Kubeflow's names) -> ``mpi-launch --mpi``.
-MPI_FLAVOURS = {"OpenMPI": "openmpi", "MPICH": "mpich", "IntelMPI": "intel", "Intel": "intel"}
+def _flavour(plan: LaunchPlan) -> str:
+    """``mpi-launch --mpi`` of the plan (typed at admission; Open MPI when unset)."""
+    return (plan.mpi_implementation or MpiImplementation.OPENMPI).flavour
 
 
 def launch_command(plan: LaunchPlan, mpi_launch: str = "mpi-launch") -> list[str]:
@@ -281,7 +286,7 @@ def launch_command(plan: LaunchPlan, mpi_launch: str = "mpi-launch") -> list[str
     user = [*plan.command, *plan.args]
     if plan.framework is Framework.PLAIN:
         return user
-    flavour = MPI_FLAVOURS.get(plan.mpi_implementation or "OpenMPI", "openmpi")
+    flavour = _flavour(plan)
     prefix = launch_invocation(plan.framework.value, flavour if plan.framework is Framework.MPI
                                else None, plan.num_nodes, plan.proc_per_node,
                                executable=mpi_launch)
@@ -358,7 +363,7 @@ def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: 
     variables set for ``mpi`` (the script calls ``mpirun`` itself, as Slurm MPI scripts
     do); once per node with ``PET_*`` set for torch (the script calls ``torchrun``);
     once per rank for JAX/XGBoost. Its arguments follow it, quoted."""
-    flavour = MPI_FLAVOURS.get(plan.mpi_implementation or "OpenMPI", "openmpi")
+    flavour = _flavour(plan)
     is_mpi = plan.framework is Framework.MPI
     prefix = launch_invocation(
         plan.framework.value, flavour if is_mpi else None, plan.num_nodes,

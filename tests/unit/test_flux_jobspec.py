@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from bridge.backend import BackendRejected, Owner, SubmitRequest
 from bridge.model import ANN_BATCH_SCRIPT, TrainJob, load_trainjob
-from bridge.runtimes import RuntimeCatalog
+from bridge.runtimes import MpiImplementation, RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from flux_adapter.jobspec import (
     DEFAULT_PATH,
@@ -294,7 +294,8 @@ def test_mpi_user_launcher_runs_on_node_zero_with_the_hostfile() -> None:
 def test_mpi_flavour_follows_the_runtime() -> None:
     job = trainjob("mpi-distributed", nodes=1, command=["mpiexec", "./a"])
     req = request(job)
-    plan = req.plan.__class__(**{**req.plan.__dict__, "mpi_implementation": "IntelMPI"})
+    intel = MpiImplementation.parse("IntelMPI")
+    plan = req.plan.__class__(**{**req.plan.__dict__, "mpi_implementation": intel})
     js = build(SubmitRequest(job_uid=UID, job_id=1, job=job, plan=plan,
                              options=SchedulingOptions(), owner=ALICE))
     assert command_of(js)[command_of(js).index("--mpi") + 1] == "intel"
@@ -659,3 +660,24 @@ def test_resolve_output() -> None:
     assert resolve_output("rel", 7, None) is None
     assert resolve_output("{{name}}.out", 7, "/w") is None
     assert resolve_output(None, 7, "/w") is None
+
+
+# ------------------------------------- resourcesPerNode (issue 10: GPUs were dropped)
+
+
+def test_resources_per_node_reach_the_jobspec() -> None:
+    doc = trainjob("torch-distributed", nodes=2, procs=4, command=["python", "t.py"]).to_dict()
+    doc["spec"]["trainer"]["resourcesPerNode"] = {
+        "requests": {"cpu": "8", "nvidia.com/gpu": 2}}
+    js = build(request(load_trainjob(doc)))
+    node = js["resources"][0]
+    assert node["count"] == 2
+    children = {c["type"]: c["count"] for c in node["with"][0]["with"]}
+    assert children == {"core": 8, "gpu": 2}
+
+
+def test_resources_per_node_memory_is_refused_by_name() -> None:
+    doc = trainjob("plain", command=["x"]).to_dict()
+    doc["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"memory": "1Gi"}}
+    with pytest.raises(BackendRejected, match="resourcesPerNode memory"):
+        build(request(load_trainjob(doc)))

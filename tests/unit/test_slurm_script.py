@@ -370,3 +370,39 @@ def test_a_pinned_placement_becomes_the_node_list() -> None:
     own = replace(pinned, options=SchedulingOptions(nodelist="node1"))
     assert job_spec(own, default_chdir="/tmp").nodelist == "node1"
     assert job_spec(request(job), default_chdir="/tmp").nodelist is None
+
+
+# --- resourcesPerNode (issue 10: a TrainJob CR routed to Slurm kept its GPUs) -------------
+
+
+def _with_resources(job: TrainJob, resources: dict[str, Any]) -> TrainJob:
+    doc = job.to_dict()
+    doc["spec"]["trainer"]["resourcesPerNode"] = resources
+    return load_trainjob(doc)
+
+
+def test_resources_per_node_reach_sbatch_and_rest() -> None:
+    job = _with_resources(
+        trainjob("torch-distributed", nodes=2, procs=4, command=["python", "t.py"]),
+        {"requests": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": 4}})
+    spec = job_spec(request(job), default_chdir="/home/alice")
+    args = sbatch_args(spec)
+    assert "--gpus-per-node=4" in args
+    assert "--mem=8192" in args
+    assert "--cpus-per-task=4" in args  # 16 CPUs over 4 ranks per node
+    body = rest_job(spec, job_environment(request(job).plan), V0_0_41)
+    assert body["tres_per_node"] == "gres/gpu:4"
+    assert body["memory_per_node"] == {"set": True, "infinite": False, "number": 8192}
+    assert body["cpus_per_task"] == 4
+
+
+def test_limits_stand_for_requests_and_options_win() -> None:
+    job = _with_resources(trainjob("plain", command=["x"]),
+                          {"limits": {"nvidia.com/gpu": 2, "memory": "1Gi"}})
+    args = sbatch_args(job_spec(request(job), default_chdir="/h"))
+    assert "--gpus-per-node=2" in args and "--mem=1024" in args
+    args = sbatch_args(job_spec(request(job, SchedulingOptions(gpus_per_node=1,
+                                                               mem_per_node_mb=10)),
+                                default_chdir="/h"))
+    assert "--gpus-per-node=1" in args and "--mem=10" in args
+    assert "--gpus-per-node=2" not in args

@@ -282,8 +282,9 @@ class SlurmBackend:
         ``http://host:port`` of slurmrestd.
     ``rest_version``
         OpenAPI version (``v0.0.38``, ``v0.0.40`` … ``v0.0.45``), or ``auto`` (the
-        default): at :meth:`start` read slurmrestd's ``GET /openapi/v3`` and speak the
-        newest version both sides know; fail, naming both lists, when there is none.
+        default): the first time the server is needed (at :meth:`start`, or later if
+        slurmrestd was down then) read its ``GET /openapi/v3`` and speak the newest
+        version both sides know; refuse, naming both lists, when there is none.
     ``jwt_key``
         path of Slurm's ``jwt_key``: sign tokens locally. Without it tokens come
         from ``scontrol token`` (needs root or SlurmUser).

@@ -27,7 +27,8 @@ def _tree(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_root_owned_tree_is_trusted(tmp_path: Path) -> None:
     root, program = _tree(tmp_path)
-    assert untrusted_component(program) is None
+    assert untrusted_component(root) is None and untrusted_component(program) is None
+    assert SlurmCli(root=str(root), pdeathsig=False)._which("squeue") == str(program)
 
 
 def test_a_program_others_may_write_is_not_run(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ events (the payload of docs/events.md) oldest first, and the ``since`` for the n
 call. Without events before the timeout, ``items`` is empty.
 
 Who sees what: the caller sees the events of their own jobs; root sees every job's.
-A bad parameter is a 400 naming it.
+A bad parameter is a 400 naming it. A caller far behind (``since=0`` on a long history
+of other users' events) is scanned in windows with the event loop free between two
+(:func:`owned_after`), so it cannot hold the daemon for the whole scan.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from aiohttp import web
 from bridge.api import ENGINE_KEY, OWNER_KEY
 from bridge.events import event_payload
 from bridge.feed import EventFeed
+from bridge.outbox import Event
+from bridge.store import Store
 
 FEED_KEY = web.AppKey("feed", EventFeed)
 MAX_WAIT = 60.0
@@ -26,6 +30,8 @@ DEFAULT_WAIT = 25.0
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 200
 _MAX_SEQ = 2**63 - 1
+#: Outbox sequence numbers one store query looks at for a caller who is not root.
+SCAN_WINDOW = 5000
 
 
 class BadParameter(ValueError):
@@ -57,6 +63,26 @@ def parse_query(query: dict[str, str]) -> tuple[int | None, float, int]:
     return (None if since is None else int(since)), wait, int(limit)
 
 
+async def owned_after(store: Store, cursor: int, upto: int, limit: int,
+                      owner_uid: int | None, window: int = SCAN_WINDOW
+                      ) -> tuple[list[Event], int]:
+    """At most ``limit`` events of ``owner_uid``'s jobs (every job's when None) with
+    ``cursor < id <= upto``, oldest first, and the sequence number up to which every
+    event was looked at. For an owner the ids are scanned ``window`` at a time (the join
+    reads every outbox row of the range, other users' too) and the event loop runs
+    between two windows: the cost of one caller's scan is not one block of the loop."""
+    if owner_uid is None:
+        return store.events_after(cursor, limit, upto=upto), upto
+    while cursor < upto:
+        end = min(upto, cursor + window)
+        rows = store.events_after(cursor, limit, upto=end, owner_uid=owner_uid)
+        if rows:
+            return rows, end
+        cursor = end
+        await asyncio.sleep(0)
+    return [], max(cursor, upto)
+
+
 async def list_events(request: web.Request) -> web.Response:
     """The caller's events after ``since``, waiting up to ``timeout`` for the first."""
     try:
@@ -72,9 +98,9 @@ async def list_events(request: web.Request) -> web.Response:
     deadline = loop.time() + wait
     while True:
         newest = store.last_event_id()
-        rows = store.events_after(cursor, limit, upto=newest, owner_uid=only)
+        rows, reached = await owned_after(store, cursor, newest, limit, only)
         if rows:
-            following = rows[-1].id if len(rows) == limit else max(cursor, newest)
+            following = rows[-1].id if len(rows) == limit else max(cursor, reached)
             return web.json_response({"items": [event_payload(r) for r in rows],
                                       "next": following})
         cursor = max(cursor, newest)  # other users' events: skipped for good

@@ -14,6 +14,9 @@ TrainJob (environment values, batch scripts), so nobody else may read it:
   where an admin put ``state_dir`` in a shared place), or a database file that is a
   symbolic link, is refused (:class:`InsecureFile`): that user could read the
   database or swap in one of their own (jobs "of root").
+* :func:`untrusted_component` finds a directory or file on the way to a program the
+  daemon runs as root (a ``client_root`` chroot's ``squeue``) that another user owns or
+  may write to (a sticky root-owned directory such as ``/tmp`` excepted).
 * :func:`check_secret_file` refuses a secret (the API token file) that group or
   others may read or write, or that another user owns, as ssh refuses such a key.
 """
@@ -85,3 +88,23 @@ def check_secret_file(path: Path, what: str = "token file") -> None:
     if st.st_uid not in (0, os.geteuid()):
         raise InsecureFile(f"{what} {path} is owned by uid {st.st_uid}, not by the "
                            f"daemon's user or root")
+
+
+def untrusted_component(path: str | Path) -> str | None:
+    """Why another user could change what ``path`` (symbolic links resolved) is, or
+    None: each directory from ``/`` down to it and the file itself must be owned by
+    root or the daemon's user and not group- or other-writable (a directory with the
+    sticky bit and owned by root, such as ``/tmp``, may be)."""
+    real = Path(os.path.realpath(path))
+    trusted = {0, os.geteuid()}
+    for part in [*reversed(real.parents), real]:
+        try:
+            st = part.stat()
+        except OSError as exc:
+            return f"{part}: {exc.strerror}"
+        if st.st_uid not in trusted:
+            return f"{part} is owned by uid {st.st_uid}"
+        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == 0
+        if st.st_mode & 0o022 and not sticky:
+            return f"{part} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None

@@ -36,6 +36,9 @@ from bridge.publisher import Publisher
 from bridge.store import Store
 
 _LEAVING_PENDING = {"Submitted", "Running"}
+#: Methods counted under their own name; any other is counted as ``other`` (a label
+#: value per method a client makes up would be memory kept for the daemon's life).
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
@@ -140,7 +143,8 @@ class Metrics:
             code = exc.status
             raise
         finally:
-            self.api_requests.labels(route, request.method, str(code)).inc()
+            method = request.method if request.method in _METHODS else "other"
+            self.api_requests.labels(route, method, str(code)).inc()
             self.api_duration.labels(route).observe(time.perf_counter() - started)
 
     # -- serving -----------------------------------------------------------------

@@ -21,7 +21,9 @@ Contract:
 * With ``root`` (a directory), every command runs as ``chroot [--userspec=U:G
   --groups=…] ROOT CMD``: the cluster's own client programs, ``slurm.conf`` and
   munge socket live there (another Slurm release, another munge key). The switch
-  to the owner is then chroot's, made as root.
+  to the owner is then chroot's, made as root. The program (and ``ROOT``) must be
+  root's and writable by root only (:func:`bridge.filemodes.untrusted_component`):
+  otherwise :class:`BackendUnavailable` naming the file, and nothing runs.
 * Every child gets ``PR_SET_PDEATHSIG`` = SIGKILL through util-linux ``setpriv
   --pdeathsig KILL`` (when ``setpriv`` exists): if the daemon dies mid-call, no
   ``sbatch`` lingers, and no ``preexec_fn`` runs Python in the forked child (not
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
-from bridge.filemodes import JOB_UMASK
+from bridge.filemodes import JOB_UMASK, untrusted_component
 from slurm_adapter.errors import classify, is_transient_message
 
 __all__ = ["Completed", "SlurmCli"]
@@ -115,6 +117,10 @@ class SlurmCli:
         if found is None:
             raise BackendUnavailable(f"{name} not found (PATH={self.path}); is the Slurm client "
                                      f"installed?")
+        if self.root is not None:  # run as root inside a tree: nobody else may change it
+            why = untrusted_component(self.root) or untrusted_component(found)
+            if why is not None:
+                raise BackendUnavailable(f"client_root {self.root}: {why}; not running {name}")
         return found
 
     def _env(self) -> dict[str, str]:

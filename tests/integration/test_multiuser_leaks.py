@@ -43,7 +43,8 @@ def test_bob_sees_no_environment_value_of_alices_job(daemon: Daemon, outdir: Pat
         assert status == 200, seen
         assert str(job["id"]) in text  # bob does see the job …
         assert secret not in text and patched not in text, path  # … not its values
-        assert "DB_PASSWORD" in text  # the names stay, as Slurm's environment names do
+        if "?" not in path:  # a listing carries no document (light rows)
+            assert "DB_PASSWORD" in text  # the names stay, as Slurm's environment names do
     assert api_as(daemon, "alice", "POST", f"/v1/jobs/{job['id']}/cancel")[0] == 202
 
 

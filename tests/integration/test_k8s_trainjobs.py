@@ -125,7 +125,9 @@ def test_deleting_the_trainjob_removes_its_jobset_and_pods(
 
     k8s.kubectl("-n", ns, "delete", TRAINJOBS, "stuck", "--timeout=90s")
 
-    assert not jobsets(k8s, ns)
+    # The bridge deletes the JobSet in the foreground and lets the TrainJob go once the
+    # JobSet is being deleted; the garbage collector may still be removing its Jobs.
+    k8s.wait_for(lambda: not jobsets(k8s, ns), 60, "the JobSet to be gone")
     k8s.wait_for(lambda: not pods(k8s, ns, "jobset.sigs.k8s.io/jobset-name=stuck"), 60,
                  "the pods to be gone")
     assert bridge.job(uid)["state"] == "Cancelled"

@@ -14,6 +14,7 @@ from bridge.api import idempotency_key
 from bridge.callers import bearer_token, load_tokens
 from bridge.filemodes import InsecureFile, check_secret_file, secure_state_dir
 from bridge.model import ValidationError, ensure_identity, is_job_uid, load_trainjob
+from tests.requirements import require
 
 ME = pwd.getpwuid(os.geteuid())
 
@@ -101,10 +102,10 @@ def test_admission_refuses_a_job_uid_naming_the_field() -> None:
     assert info.value.errors[0][0] == "metadata.uid"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs to make files of another uid")
 def test_a_state_dir_or_database_of_another_user_is_refused(tmp_path: Path) -> None:
     """alice made the directory first (state_dir in a shared place): she could read the
     database, or swap in her own with jobs "of root"; the daemon refuses to start."""
+    require(os.geteuid() == 0, "root: needs to make files of another uid")
     alice = pwd.getpwnam("alice").pw_uid
     state = tmp_path / "state"
     state.mkdir()

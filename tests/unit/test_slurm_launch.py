@@ -14,6 +14,7 @@ from bridge.backend import BackendState
 from slurm_adapter.backend import job_from_slurm
 from slurm_adapter.dialects import dialect_for
 from slurm_adapter.launch import launch_failure_detail, unopenable
+from tests.requirements import require
 
 OTHER = 1001 if os.geteuid() != 1001 else 1002
 
@@ -36,8 +37,8 @@ def test_a_missing_directory_is_named(open_dir: Path) -> None:
         f"(directory {tmp_path / 'nope'} does not exist)")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs to make files of another uid")
 def test_a_directory_the_user_may_not_write_is_named(tmp_path: Path) -> None:
+    require(os.geteuid() == 0, "root: needs to make files of another uid")
     hidden = tmp_path / "hidden"
     hidden.mkdir(mode=0o700)
     assert unopenable(str(hidden / "o"), OTHER) == (
@@ -57,9 +58,9 @@ def test_a_directory_the_user_may_not_write_is_named(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs a directory another uid may not search")
 def test_nothing_beneath_a_directory_the_user_may_not_search_is_told(open_dir: Path) -> None:
     """The root daemon's look must not tell alice what exists where she cannot look."""
+    require(os.geteuid() == 0, "root: needs a directory another uid may not search")
     private = open_dir / "private"
     (private / "exists").mkdir(parents=True)
     (private / "a-file").write_text("x")

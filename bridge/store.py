@@ -31,7 +31,6 @@ with the document.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -42,154 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from bridge.backend import Owner
-from bridge.job_summary import add_shape_column, add_summary_column, job_summary
+from bridge.job_summary import job_summary
 from bridge.model import TrainJob, load_document
 from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
+from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
 from bridge.states import TERMINAL, JobState, check_transition
-
-SCHEMA_VERSION = 4
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-    id                INTEGER PRIMARY KEY AUTOINCREMENT,
-    uid               TEXT NOT NULL UNIQUE,
-    namespace         TEXT NOT NULL,
-    name              TEXT NOT NULL,
-    owner_uid         INTEGER NOT NULL,
-    owner_gid         INTEGER NOT NULL,
-    owner_user        TEXT NOT NULL,
-    backend           TEXT NOT NULL,
-    origin            TEXT NOT NULL DEFAULT 'api',
-    document          TEXT NOT NULL,
-    state             TEXT NOT NULL,
-    reason            TEXT NOT NULL DEFAULT '',
-    message           TEXT NOT NULL DEFAULT '',
-    backend_id        TEXT,
-    exit_code         INTEGER,
-    nodes             TEXT NOT NULL DEFAULT '[]',
-    stdout_path       TEXT,
-    stderr_path       TEXT,
-    queue             TEXT,
-    attempts          INTEGER NOT NULL DEFAULT 0,
-    submitting_since  REAL,
-    next_attempt_at   REAL NOT NULL DEFAULT 0,
-    cancel_requested  INTEGER NOT NULL DEFAULT 0,
-    created_at        REAL NOT NULL,
-    updated_at        REAL NOT NULL,
-    started_at        REAL,
-    finished_at       REAL,
-    placement         TEXT,
-    idempotency_key   TEXT,
-    request_digest    TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
--- References by name across namespaces (tshow NAME).
-CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
--- A name is unique among one owner's unfinished jobs only: as in Kubernetes, a TrainJob
--- deleted and created again under the same name is a new job (version 3); and one user
--- cannot take a name, in any namespace, from another (version 4; references resolve
--- among the caller's own jobs first, bridge/refs.py).
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_owner_name ON jobs (owner_uid, namespace, name)
-    WHERE state NOT IN ('Succeeded', 'Failed', 'Cancelled');
-CREATE INDEX IF NOT EXISTS jobs_origin_updated ON jobs (origin, updated_at);
--- Per-user counts (limits.max_active_jobs) and listings (version 4).
-CREATE INDEX IF NOT EXISTS jobs_owner_state ON jobs (owner_uid, state);
-CREATE INDEX IF NOT EXISTS jobs_user ON jobs (owner_user, id);
-CREATE TABLE IF NOT EXISTS transitions (
-    id        INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id    INTEGER NOT NULL REFERENCES jobs (id),
-    src       TEXT,
-    dst       TEXT NOT NULL,
-    reason    TEXT NOT NULL,
-    message   TEXT NOT NULL,
-    at        REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS transitions_job ON transitions (job_id);
-CREATE TABLE IF NOT EXISTS outbox (
-    id            INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id        INTEGER NOT NULL REFERENCES jobs (id),
-    event         TEXT NOT NULL,
-    created_at    REAL NOT NULL,
-    published_at  REAL
-);
-CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
-"""
-
-
-class SchemaTooNew(ValueError):
-    """The database was written by a newer daemon than this one."""
-
-
-def _check_version(conn: sqlite3.Connection, path: str | Path) -> None:
-    """Refuse a database whose schema is newer than :data:`SCHEMA_VERSION` (a
-    downgrade): this daemon would misread it and would stamp it with its own version."""
-    has_meta = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() if (
-        has_meta) else None
-    if row is not None and int(row["value"]) > SCHEMA_VERSION:
-        raise SchemaTooNew(
-            f"store {path} has schema version {row['value']}, newer than this hpc-bridge "
-            f"knows ({SCHEMA_VERSION}): it was written by a newer release; run that release "
-            f"(or newer), or restore the backup taken before the upgrade")
-
-
-def _migrate_idempotency(conn: sqlite3.Connection) -> None:
-    """Version 4: ``jobs.idempotency_key`` and ``jobs.request_digest`` (a client's key
-    for a submission and the SHA-256 of its body), unique per owner. Idempotent; a step
-    of its own so that other schema steps merge beside it."""
-    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
-    for column in ("idempotency_key", "request_digest"):
-        if column not in columns:
-            conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
-    conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs "
-                 "(owner_uid, idempotency_key) WHERE idempotency_key IS NOT NULL")
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
-    (the first version-1 release had no ``jobs.queue``, added later without a version
-    change; version 2 added ``jobs.placement``; version 3 made names unique among
-    unfinished jobs only, which rebuilds the table without its ``UNIQUE (namespace,
-    name)``; version 4: :func:`_migrate_idempotency`,
-    :func:`bridge.job_summary.add_summary_column`,
-    :func:`~bridge.job_summary.add_shape_column` and names unique per owner).
-    Idempotent. tests/unit/fixtures/store/ keeps a database written by each past
-    version."""
-    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
-    if "queue" not in columns:
-        conn.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
-    if "placement" not in columns:
-        conn.execute("ALTER TABLE jobs ADD COLUMN placement TEXT")
-    table_sql = conn.execute(
-        "SELECT sql FROM sqlite_master WHERE type='table' AND name='jobs'").fetchone()[0]
-    unique = re.compile(r",\s*UNIQUE\s*\(\s*namespace\s*,\s*name\s*\)")
-    if unique.search(table_sql):
-        new_sql = re.sub(r"^CREATE TABLE\s+\"?jobs\"?", "CREATE TABLE jobs_v3",
-                         unique.sub("", table_sql), count=1)
-        conn.execute("PRAGMA foreign_keys=OFF")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(new_sql)
-            conn.execute("INSERT INTO jobs_v3 SELECT * FROM jobs")
-            conn.execute("DROP TABLE jobs")
-            conn.execute("ALTER TABLE jobs_v3 RENAME TO jobs")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(_SCHEMA)
-    _migrate_idempotency(conn)
-    add_summary_column(conn)
-    add_shape_column(conn)
-    # Version 4: names unique per owner (jobs_live_owner_name, made by _SCHEMA).
-    conn.execute("DROP INDEX IF EXISTS jobs_live_name")
-    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
-                 (str(SCHEMA_VERSION),))
 
 
 class DuplicateJob(ValueError):
@@ -343,12 +200,12 @@ class Store(OutboxQueries):
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=5000")
         try:
-            _check_version(conn, path)
+            check_version(conn, path)
         except SchemaTooNew:
             conn.close()
             raise
-        conn.executescript(_SCHEMA)
-        _migrate(conn)
+        conn.executescript(SCHEMA_SQL)
+        migrate(conn)
         return cls(conn)
 
     def close(self) -> None:

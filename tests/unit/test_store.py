@@ -9,8 +9,9 @@ import pytest
 
 from bridge.backend import Owner
 from bridge.model import ensure_identity, load_trainjob
+from bridge.schema import SCHEMA_VERSION
 from bridge.states import IllegalTransition, JobState
-from bridge.store import SCHEMA_VERSION, DuplicateJob, JobNotFound, Store
+from bridge.store import DuplicateJob, JobNotFound, Store
 
 ALICE = Owner(uid=1001, gid=1001, user="alice")
 

@@ -14,8 +14,9 @@ import pytest
 from bridge.backend import Owner
 from bridge.daemon import main
 from bridge.model import ensure_identity, load_trainjob
+from bridge.schema import SCHEMA_VERSION, SchemaTooNew
 from bridge.states import JobState
-from bridge.store import SCHEMA_VERSION, SchemaTooNew, Store
+from bridge.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "store"
 ALICE = Owner(uid=1001, gid=1001, user="alice")

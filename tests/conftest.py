@@ -1,9 +1,28 @@
 """Session-wide test set-up: the hostile-input suite's profile and seed in the header,
-so a CI log always says how to replay a failing run (tests/hostile.py)."""
+so a CI log always says how to replay a failing run (tests/hostile.py); and logging as
+each test found it (a test that runs the daemon's ``main`` configures structlog and the
+root logger for streams pytest closes after that test)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
 from tests import hostile
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def pytest_report_header() -> list[str]:

@@ -1,11 +1,12 @@
 """Session-wide test set-up: the hostile-input suite's profile and seed in the header,
 so a CI log always says how to replay a failing run (tests/hostile.py); and logging as
 each test found it (a test that runs the daemon's ``main`` configures structlog and the
-root logger for streams pytest closes after that test)."""
+root logger for streams pytest closes after that test, and the process umask to 077)."""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +20,10 @@ def _logging_as_it_was() -> Iterator[None]:
     saved = structlog.get_config()
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    umask = os.umask(0o022)  # read it (the only way is to set it) ...
+    os.umask(umask)  # ... and put it back
     yield
+    os.umask(umask)  # run_daemon sets the daemon's 077 for the whole process
     structlog.configure(**saved)
     root.handlers[:] = handlers
     root.setLevel(level)

@@ -49,7 +49,6 @@ from bridge.backend import (
     Backend,
     BackendJob,
     BackendRejected,
-    BackendState,
     BackendUnavailable,
     Inventory,
     Owner,
@@ -57,6 +56,7 @@ from bridge.backend import (
     SubmitRequest,
     Suspendable,
 )
+from bridge.inventories import Inventories
 from bridge.job_summary import job_summary
 from bridge.model import (
     ANN_BACKEND,
@@ -65,6 +65,7 @@ from bridge.model import (
     ensure_identity,
     validate_trainjob,
 )
+from bridge.outcome import outcome
 from bridge.ownership import OwnerCheck
 from bridge.placement_decision import DEFAULT_PLACEMENT_MODE, PlacementDecision, plan_placement
 from bridge.runtimes import RuntimeCatalog
@@ -72,7 +73,7 @@ from bridge.scheduling import scheduling_of
 from bridge.shape import JobShape, resolve_shape
 from bridge.states import JobState
 from bridge.store import DuplicateJob, JobRecord, Store
-from bridge.topology import Topology, topology_from_inventory
+from bridge.topology import Topology
 
 log = structlog.get_logger("hpc_bridge.engine")
 
@@ -120,8 +121,6 @@ class EngineSettings:
 
 #: At most this many statuses of not-yet-recorded submissions are kept.
 EARLY_STATUS_LIMIT = 10_000
-#: The read time of an inventory that must be read again before the next placement.
-STALE = float("-inf")
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
 
@@ -165,12 +164,7 @@ class Engine:
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
-        self._inventory: dict[str, Inventory] = {}
-        #: When each inventory was read (monotonic); ``-inf`` marks it stale. (Not 0: the
-        #: monotonic clock counts from boot, so on a machine up for less than
-        #: ``placement_max_age`` a 0 would still look fresh.)
-        self._inventory_at: dict[str, float] = {}
-        self._topology: dict[str, tuple[Inventory, Topology]] = {}
+        self._inventories = Inventories(settings.placement_max_age)
         self.ready = asyncio.Event()
 
     # -- front-door calls ----------------------------------------------------------
@@ -238,7 +232,7 @@ class Engine:
         partition, if named): Slurm would queue it forever (``PartitionNodeLimit``).
         Unknown inventory (back end not reached yet), and back ends whose job nodes are
         pods sharing hosts (Kubernetes), refuse nothing."""
-        inventory = self._inventory.get(backend)
+        inventory = self._inventories.get(backend)
         if inventory is None or not inventory.nodes:
             return
         if getattr(self.backends[backend], "packs_units", False):
@@ -309,14 +303,14 @@ class Engine:
         for name, backend in self.backends.items():
             try:
                 await backend.start()
-                self._set_inventory(name, await asyncio.wait_for(backend.inventory(), 10))
+                await self._inventories.read(name, backend)
             except (BackendUnavailable, TimeoutError) as exc:
                 log.warning("back end not reachable at start; will retry", backend=name,
                             error=str(exc) or type(exc).__name__)
         for name, backend in self.backends.items():
             self._tasks.append(asyncio.create_task(self._track(name, backend),
                                                    name=f"track-{name}"))
-            self._tasks.append(asyncio.create_task(self._refresh_inventory(name, backend),
+            self._tasks.append(asyncio.create_task(self._inventories.refresh_forever(name, backend),
                                                    name=f"inventory-{name}"))
         self.ready.set()
         try:
@@ -424,7 +418,7 @@ class Engine:
             decision: PlacementDecision | None = None
             if mode != "none":
                 if not topology_read:
-                    topology = await self._fresh_topology(name, backend)
+                    topology = await self._inventories.fresh_topology(name, backend)
                     topology_read = True
                 decision = self._decide(name, rec, mode, topology)
                 if decision is not None and decision.wait:
@@ -458,32 +452,6 @@ class Engine:
         self.store.transition(rec.id, JobState.PENDING, WAITING_FOR_TOPOLOGY, decision.note,
                               placement=decision.record(time.time()))
         log.info("job waits for its topology constraint", job_id=rec.id, note=decision.note)
-
-    def _set_inventory(self, name: str, inventory: Inventory) -> None:
-        self._inventory[name] = inventory
-        self._inventory_at[name] = time.monotonic()
-
-    async def _fresh_topology(self, name: str, backend: Backend) -> Topology | None:
-        """The topology of ``name``'s inventory, read again first when it is older than
-        ``placement_max_age`` (or stale after a submission). None without inventory."""
-        age = time.monotonic() - self._inventory_at.get(name, STALE)
-        if name not in self._inventory or age > self.settings.placement_max_age:
-            try:
-                self._set_inventory(name, await asyncio.wait_for(backend.inventory(), 10))
-            except (BackendUnavailable, TimeoutError) as exc:
-                log.info("inventory not available for placement", backend=name,
-                         error=str(exc) or type(exc).__name__)
-            except Exception:
-                log.exception("inventory failed", backend=name)
-        inventory = self._inventory.get(name)
-        if inventory is None:
-            return None
-        cached = self._topology.get(name)
-        if cached is not None and cached[0] is inventory:
-            return cached[1]
-        topology = topology_from_inventory(inventory)
-        self._topology[name] = (inventory, topology)
-        return topology
 
     async def _submit(self, name: str, backend: Backend, rec: JobRecord,
                       decision: PlacementDecision | None = None) -> None:
@@ -519,7 +487,7 @@ class Engine:
                 if early is not None and early.backend_id == backend_id:
                     self._apply_one(submitted, early)
                 # The world changed: the next placement reads the inventory again.
-                self._inventory_at[name] = STALE
+                self._inventories.mark_stale(name)
                 log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id,
                          placement=(",".join(decision.placement.hosts)
                                     if decision and decision.placement else None),
@@ -582,20 +550,9 @@ class Engine:
 
     # -- tracking --------------------------------------------------------------------
 
-    async def _refresh_inventory(self, name: str, backend: Backend,
-                                 interval: float = 60.0) -> None:
-        while True:
-            await asyncio.sleep(interval if name in self._inventory else 5.0)
-            try:
-                self._set_inventory(name, await backend.inventory())
-            except BackendUnavailable as exc:
-                log.info("inventory not available", backend=name, error=str(exc))
-            except Exception:
-                log.exception("inventory failed", backend=name)
-
     def inventory(self, backend: str) -> Inventory | None:
         """The last inventory read from ``backend`` (None before the first)."""
-        return self._inventory.get(backend)
+        return self._inventories.get(backend)
 
     async def _track(self, name: str, backend: Backend) -> None:
         async for batch in backend.watch(self.settings.poll_interval):
@@ -659,54 +616,13 @@ class Engine:
                                   f"back end before it was seen to finish")
 
     def _apply_one(self, rec: JobRecord, bj: BackendJob) -> None:
-        fields: dict[str, object] = {}
-        if bj.nodes and list(bj.nodes) != rec.nodes:
-            fields["nodes"] = list(bj.nodes)
-        if bj.stdout_path and bj.stdout_path != rec.stdout_path:
-            fields["stdout_path"] = bj.stdout_path
-        if bj.stderr_path and bj.stderr_path != rec.stderr_path:
-            fields["stderr_path"] = bj.stderr_path
-        if bj.queue and bj.queue != rec.queue:
-            fields["queue"] = bj.queue
-        if bj.start_time and rec.started_at is None:
-            fields["started_at"] = bj.start_time
-        state = bj.state
-        if state is BackendState.PENDING:
-            # Requeued after it ran: Slurm says PENDING again; the job stays Running.
-            reason = bj.reason or "Queued"
-            if rec.reason != reason or fields:
-                self.store.transition(rec.id, rec.state, reason, bj.native_state, **fields)
+        """Write what ``bj`` means for ``rec`` (:func:`bridge.outcome.outcome`)."""
+        result = outcome(rec, bj)
+        if result is None:
             return
-        if state in (BackendState.RUNNING, BackendState.SUSPENDED, BackendState.UNKNOWN):
-            reason = "BackendSuspended" if state is BackendState.SUSPENDED else "Running"
-            if rec.state != JobState.RUNNING or rec.reason != reason or fields:
-                self.store.transition(rec.id, JobState.RUNNING, reason,
-                                      f"{bj.native_state} on {','.join(bj.nodes)}", **fields)
-            return
-        if bj.end_time:
-            fields["finished_at"] = bj.end_time
-        fields["exit_code"] = bj.exit_code
-        if state is BackendState.COMPLETED and (bj.exit_code or 0) == 0:
-            self.store.transition(rec.id, JobState.SUCCEEDED, "Completed",
-                                  "exit code 0", **fields)
-        elif state is BackendState.CANCELLED:
-            reason = "Cancelled" if rec.cancel_requested else "CancelledInBackend"
-            self.store.transition(rec.id, JobState.CANCELLED, reason, bj.native_state,
-                                  **fields)
-        elif state is BackendState.TIMEOUT:
-            self.store.transition(rec.id, JobState.FAILED, "DeadlineExceeded",
-                                  "the job ran past its time limit", **fields)
-        else:
-            if bj.signal:
-                reason, message = "Signaled", f"killed by signal {bj.signal}"
-            elif bj.exit_code:
-                reason, message = "NonZeroExitCode", f"exit code {bj.exit_code}"
-            else:
-                reason, message = "BackendFailed", bj.native_state
-            if bj.native_state and bj.native_state not in ("FAILED", "COMPLETED", "Failed"):
-                message += f" ({bj.native_state})"
-            if bj.detail:
-                message += f": {bj.detail}"
-            self.store.transition(rec.id, JobState.FAILED, reason, message, **fields)
-        self._cancel_sent.pop(rec.id, None)
-        log.info("job finished", job_id=rec.id, state=state.value, exit_code=bj.exit_code)
+        self.store.transition(rec.id, result.state, result.reason, result.message,
+                              **result.fields)
+        if result.state.terminal:
+            self._cancel_sent.pop(rec.id, None)
+            log.info("job finished", job_id=rec.id, state=bj.state.value,
+                     exit_code=bj.exit_code)

@@ -75,7 +75,7 @@ async def test_more_nodes_than_hosts_is_refused_only_when_nodes_are_hosts(
     for backend, refused in ((FakeBackend(pods_inventory()), True),
                              (PodBackend(pods_inventory()), False)):
         e = _engine(tmp_path / type(backend).__name__, backend)
-        e._set_inventory("slurm", pods_inventory())
+        e._inventories.set("slurm", pods_inventory())
         if refused:
             with pytest.raises(ValidationError, match="8 nodes requested"):
                 e.admit(trainjob(nodes=8), ALICE)

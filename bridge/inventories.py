@@ -1,0 +1,90 @@
+"""The back ends' inventories as the engine last read them, and their topologies.
+
+One :class:`Inventories` per engine. An inventory is read again before a placement when
+it is older than ``max_age`` seconds or was marked stale (after a submission changed
+the world: :meth:`Inventories.mark_stale`); a background task per back end
+(:meth:`Inventories.refresh_forever`) keeps it from growing old while nothing is placed
+(every 60 s; every 5 s until the first read succeeds). The topology is built once per
+inventory read, not once per placement. A back end that cannot answer keeps its last
+inventory (or none): placement then lets the back end choose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+
+from bridge.backend import Backend, BackendUnavailable, Inventory
+from bridge.topology import Topology, topology_from_inventory
+
+log = structlog.get_logger("hpc_bridge.engine")
+
+#: The read time of an inventory that must be read again before the next placement.
+#: (Not 0: the monotonic clock counts from boot, so on a machine up for less than
+#: ``max_age`` a 0 would still look fresh.)
+STALE = float("-inf")
+#: Seconds a back end has to answer an inventory read made for a placement.
+READ_TIMEOUT = 10.0
+
+
+class Inventories:
+    """The last inventory of each back end, when it was read, and its topology."""
+
+    def __init__(self, max_age: float) -> None:
+        self.max_age = max_age
+        self._inventory: dict[str, Inventory] = {}
+        self._read_at: dict[str, float] = {}
+        self._topology: dict[str, tuple[Inventory, Topology]] = {}
+
+    def get(self, name: str) -> Inventory | None:
+        """The last inventory read from back end ``name`` (None before the first)."""
+        return self._inventory.get(name)
+
+    def set(self, name: str, inventory: Inventory) -> None:
+        self._inventory[name] = inventory
+        self._read_at[name] = time.monotonic()
+
+    def mark_stale(self, name: str) -> None:
+        """The next placement on ``name`` reads its inventory again."""
+        self._read_at[name] = STALE
+
+    async def read(self, name: str, backend: Backend) -> None:
+        """Read ``name``'s inventory now (at most :data:`READ_TIMEOUT` s);
+        BackendUnavailable or TimeoutError if it cannot."""
+        self.set(name, await asyncio.wait_for(backend.inventory(), READ_TIMEOUT))
+
+    async def fresh_topology(self, name: str, backend: Backend) -> Topology | None:
+        """The topology of ``name``'s inventory, read again first when it is older than
+        ``max_age`` (or stale after a submission). None without inventory."""
+        age = time.monotonic() - self._read_at.get(name, STALE)
+        if name not in self._inventory or age > self.max_age:
+            try:
+                await self.read(name, backend)
+            except (BackendUnavailable, TimeoutError) as exc:
+                log.info("inventory not available for placement", backend=name,
+                         error=str(exc) or type(exc).__name__)
+            except Exception:
+                log.exception("inventory failed", backend=name)
+        inventory = self._inventory.get(name)
+        if inventory is None:
+            return None
+        cached = self._topology.get(name)
+        if cached is not None and cached[0] is inventory:
+            return cached[1]
+        topology = topology_from_inventory(inventory)
+        self._topology[name] = (inventory, topology)
+        return topology
+
+    async def refresh_forever(self, name: str, backend: Backend,
+                              interval: float = 60.0) -> None:
+        """Read ``name``'s inventory every ``interval`` s (5 s until one read worked)."""
+        while True:
+            await asyncio.sleep(interval if name in self._inventory else 5.0)
+            try:
+                self.set(name, await backend.inventory())
+            except BackendUnavailable as exc:
+                log.info("inventory not available", backend=name, error=str(exc))
+            except Exception:
+                log.exception("inventory failed", backend=name)

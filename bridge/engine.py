@@ -34,12 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
@@ -56,6 +53,9 @@ from bridge.backend import (
     SubmitRequest,
     Suspendable,
 )
+from bridge.backoff import backoff_delay
+from bridge.engine_settings import Admission as Admission
+from bridge.engine_settings import EngineSettings as EngineSettings
 from bridge.inventories import Inventories
 from bridge.job_summary import job_summary
 from bridge.model import (
@@ -86,58 +86,10 @@ class EngineError(Exception):
         self.status = status
 
 
-def backoff_delay(attempt: int, base: float = 1.0, cap: float = 60.0) -> float:
-    """Seconds to wait before retry number ``attempt`` (1-based): full-jitter exponential.
-
-    Written here rather than taken from a retry library because the delay is persisted
-    per job (``next_attempt_at``) and must survive a restart; retry libraries wrap a
-    call in-process.
-    """
-    ceiling = min(cap, base * 2.0 ** max(0, attempt - 1))
-    jitter: float = random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto
-    return ceiling / 2 + jitter
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    default_backend: str
-    poll_interval: float = 2.0
-    submit_timeout: float = 15.0
-    max_parallel_submits: int = 8
-    retry_base: float = 1.0
-    retry_cap: float = 60.0
-    #: A tracked job missing from this many consecutive complete snapshots is lost.
-    lost_after_snapshots: int = 5
-    #: ...and only once it has been missing for at least this many seconds.
-    lost_after_seconds: float = 30.0
-    default_namespace: str = "default"
-    #: Placement mode per back end name (``constraints`` when not named).
-    placement: Mapping[str, str] = field(default_factory=dict)
-    #: An inventory older than this (seconds) is read again before a job is placed.
-    placement_max_age: float = 5.0
-    #: Routing rule: partition -> back end, for jobs that name no back end.
-    partition_routes: Mapping[str, str] = field(default_factory=dict)
-
-
 #: At most this many statuses of not-yet-recorded submissions are kept.
 EARLY_STATUS_LIMIT = 10_000
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
-
-
-@dataclass(frozen=True)
-class Admission:
-    """A job checked and made ready to store by :meth:`Engine.prepare`."""
-
-    job: TrainJob
-    backend: str
-    num_nodes: int
-    partition: str | None
-    #: ``json.dumps(job.to_dict())`` and :func:`bridge.job_summary.job_summary`.
-    document: str
-    summary: dict[str, Any]
-    #: The job's :class:`bridge.shape.JobShape` (stored form), resolved once, here.
-    shape: dict[str, Any] | None = None
 
 
 class Engine:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.engine import backoff_delay
+from bridge.backoff import backoff_delay
 
 
 @given(st.integers(min_value=1, max_value=200))

@@ -307,7 +307,10 @@ class Engine:
                 continue
             by_backend.setdefault(rec.backend, []).append(rec)
         for name, records in by_backend.items():
-            await self._submit_due(name, self.backends[name], records)
+            try:
+                await self._submit_due(name, self.backends[name], records)
+            except Exception:  # cancels below, and other back ends, must still go on
+                log.exception("submitting due jobs failed", backend=name)
         active = self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING])
         await self._send_cancels(now, active)
         if any(isinstance(b, Suspendable) for b in self.backends.values()):
@@ -393,10 +396,14 @@ class Engine:
             options = scheduling_of(rec.job)
         except ValidationError:
             return None
-        return plan_placement(rec.job, plan, options, mode, topology, rec.created_at,
-                              time.time(), backend=name,
-                              pack_units=bool(getattr(self.backends[name], "packs_units",
-                                                      False)))
+        try:
+            return plan_placement(rec.job, plan, options, mode, topology, rec.created_at,
+                                  time.time(), backend=name,
+                                  pack_units=bool(getattr(self.backends[name], "packs_units",
+                                                          False)))
+        except Exception:  # one job's data must never stop the pass for every other job
+            log.exception("placement failed; the back end chooses", job_id=rec.id)
+            return None
 
     def _wait_for_topology(self, rec: JobRecord, decision: PlacementDecision) -> None:
         if rec.reason == WAITING_FOR_TOPOLOGY and rec.message == decision.note:

@@ -484,10 +484,14 @@ def validate_trainjob(job: TrainJob) -> None:
         if "\x00" in value:
             errors.append((f"metadata.annotations[{key}]", "contains a NUL byte"))
     if ANN_SCHEDULING in job.metadata.annotations:
-        try:
-            json.loads(job.metadata.annotations[ANN_SCHEDULING])
-        except ValueError as exc:
-            errors.append((f"metadata.annotations[{ANN_SCHEDULING}]", f"not JSON: {exc}"))
+        where = f"metadata.annotations[{ANN_SCHEDULING}]"
+        try:  # the one decoder of untrusted JSON (depth, NaN, size: parse_json_object)
+            parse_json_object(job.metadata.annotations[ANN_SCHEDULING].encode(
+                "utf-8", "surrogatepass"), where)
+        except ValidationError as exc:
+            # Its messages name the annotation already when they name no path inside.
+            errors += [(f"{where}.{path}" if path else "", message)
+                       for path, message in exc.errors]
     if errors:
         raise ValidationError(errors)
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 
-import hostlist
-
+from bridge.hostlist import expand
 from bridge.model import TrainJob
 from bridge.placement import PlacementRequest
 from bridge.runtimes import LaunchPlan
@@ -51,7 +50,7 @@ def request_from_job(job: TrainJob, plan: LaunchPlan,
            else (shape.ranks_per_node or 1) * 1000)
     mem = shape.mem_per_node_mb or 0
     gpus = shape.gpus_per_node or 0
-    excluded = frozenset(hostlist.expand_hostlist(options.exclude)) if options.exclude else (
+    excluded = frozenset(expand(options.exclude)) if options.exclude else (
         frozenset())
     return PlacementRequest(count=nodes, cpu_millis=cpu, memory_mb=mem, gpus=gpus,
                             exclusive=options.exclusive, partition=options.partition,

@@ -11,14 +11,14 @@ annotation; :func:`set_scheduling` writes them back.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError
+from bridge.hostlist import HostlistError, expand
+from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError, parse_json_object
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]*$")
 
@@ -65,6 +65,18 @@ class SchedulingOptions(BaseModel):
     def _names(cls, v: str | None) -> str | None:
         return _printable(v, "value", 256)
 
+    @field_validator("nodelist", "exclude")
+    @classmethod
+    def _hostlists(cls, v: str | None) -> str | None:
+        """A host list Slurm would take (``node[1-4]``): a malformed one is refused here,
+        naming what is wrong, rather than reaching placement or the back end."""
+        if v is not None:
+            try:
+                expand(v)
+            except HostlistError as exc:
+                raise ValueError(exc.reason) from None
+        return v
+
     @field_validator("output", "error", "chdir")
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
@@ -76,16 +88,16 @@ def scheduling_of(job: TrainJob) -> SchedulingOptions:
     raw = job.metadata.annotations.get(ANN_SCHEDULING)
     if raw is None:
         return SchedulingOptions()
+    where = f"metadata.annotations[{ANN_SCHEDULING}]"
+    # The one decoder of untrusted JSON (UTF-8, no NaN, bounded depth and size).
+    data = parse_json_object(raw.encode("utf-8", "surrogatepass"), where)
     try:
-        return SchedulingOptions.model_validate(json.loads(raw))
-    except (ValueError, pydantic.ValidationError) as exc:
-        where = f"metadata.annotations[{ANN_SCHEDULING}]"
-        if isinstance(exc, pydantic.ValidationError):
-            raise ValidationError(
-                [(f"{where}.{'.'.join(str(p) for p in e['loc'])}",
-                  e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
-            ) from None
-        raise ValidationError([(where, f"not JSON: {exc}")]) from None
+        return SchedulingOptions.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ValidationError(
+            [(f"{where}.{'.'.join(str(p) for p in e['loc'])}",
+              e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
+        ) from None
 
 
 def set_scheduling(job: TrainJob, options: SchedulingOptions) -> None:

@@ -236,6 +236,18 @@ def test_authorization_header(api: Api, header: str, route: tuple[str, str]) -> 
     (b'["a"]', "must be a JSON object (a TrainJob), got an array"),
     (b'{"metadata": {"namespace": "../x"}, "spec": {"runtimeRef": {"name": "plain"}, '
      b'"trainer": {"command": ["true"]}}}', "metadata.namespace: must be a DNS-1123"),
+    # The scheduling annotation, JSON inside a string: the same decoder (was a 500).
+    (json.dumps({"metadata": {"annotations": {"hpc-bridge.io/scheduling": "[" * 100_000}},
+                 "spec": {"runtimeRef": {"name": "plain"}}}).encode(),
+     "scheduling]: nested deeper than 64"),
+    (json.dumps({"metadata": {"annotations": {"hpc-bridge.io/scheduling": '{"x": NaN}'}},
+                 "spec": {"runtimeRef": {"name": "plain"}}}).encode(),
+     "NaN is not a JSON number"),
+    (json.dumps({"metadata": {"annotations": {"hpc-bridge.io/scheduling":
+                                              '{"exclude": "node[1-"}'}},
+                 "spec": {"runtimeRef": {"name": "plain"},
+                          "trainer": {"command": ["true"]}}}).encode(),
+     "scheduling].exclude: unbalanced brackets"),
 ])
 def test_bad_bodies_name_what_is_wrong(api: Api, body: bytes, words: str) -> None:
     status, raw, _ = api.call("POST", "/v1/jobs", body=body)

@@ -271,3 +271,34 @@ async def test_partition_routing_rule_picks_the_back_end(tmp_path: Path) -> None
     await settle(e)
     assert [r.options.partition for r in new.submitted] == ["gpu"]
     assert sorted(r.options.partition or "" for r in old.submitted) == ["debug", "gpu"]
+
+
+def test_a_malformed_hostlist_is_refused_at_admission() -> None:
+    """A bad ``--exclude``/``--nodelist`` (python-hostlist's own error is not a
+    ValueError) once reached placement and ended every pass for every user."""
+    for options in ({"exclude": "node[1-"}, {"nodelist": "n[3-1]"},
+                    {"exclude": "n[1-99999999]"}):
+        with pytest.raises(ValueError, match=r"brackets|reversed range|too large"):
+            SchedulingOptions(**options)
+
+
+async def test_one_jobs_failing_placement_does_not_stop_the_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bridge.engine as engine_module
+
+    backend = FakeBackend(inventory())
+    e = engine(tmp_path, backend, "nodelist")
+    bad = e.admit(trainjob(nodes=1), ALICE)
+    good = e.admit(trainjob(nodes=1), ALICE)
+    real = engine_module.plan_placement
+
+    def placement(job: TrainJob, *args: Any, **kwargs: Any) -> Any:
+        if job.metadata.uid == bad.uid:
+            raise RuntimeError("a job whose data placement cannot read")
+        return real(job, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "plan_placement", placement)
+    await settle(e)
+    assert {r.job_uid for r in backend.submitted} == {bad.uid, good.uid}
+    assert backend.submitted[0].placement is None  # the bad one: the back end chooses
+    assert e.store.get(good.id).state is JobState.SUBMITTED

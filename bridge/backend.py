@@ -245,6 +245,17 @@ class Admitting(Protocol):
         ``kubernetes``)."""
 
 
+@runtime_checkable
+class ReportsJobsStatus(Protocol):
+    """A back end that can say how a job's replicated jobs stand, in the shape of a
+    TrainJob's ``status.jobsStatus`` (Kubernetes: the JobSet's
+    ``replicatedJobsStatus``). Front doors ask through this seam, never a concrete
+    class, so a wrapped back end (metrics) answers too."""
+
+    def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, Any]] | None:
+        """The job's ``jobsStatus`` in ``namespace`` (None when not known)."""
+
+
 ENTRY_POINT_GROUP = "hpc_bridge.backends"
 
 

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bridge.backend import BackendRejected, BackendUnavailable, Owner
+from bridge.backend import BackendRejected, BackendUnavailable, Owner, ReportsJobsStatus
 from bridge.engine import EngineError
 from bridge.model import ANN_BACKEND, MANAGED_BY, ValidationError, load_trainjob
 from bridge.model import GROUP as TRAINER_GROUP
@@ -50,7 +50,6 @@ from bridge.model import VERSION as TRAINER_VERSION
 from bridge.states import JobState
 from bridge.store import JobRecord
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
-from k8s_adapter.backend import KubernetesBackend
 from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status, kube_settings
 from k8s_adapter.status import desired_status, failed_status, same_status
 
@@ -427,7 +426,7 @@ class TrainJobFrontDoor:
     def _jobs_status(self, rec: JobRecord) -> list[dict[str, Any]] | None:
         assert self._engine is not None
         backend = self._engine.backends.get(rec.backend)
-        if isinstance(backend, KubernetesBackend):
+        if isinstance(backend, ReportsJobsStatus):
             # The JobSet's own namespace: another namespace's JobSet may carry this uid.
             namespace = rec.backend_id.partition("/")[0] if rec.backend_id else rec.namespace
             return backend.jobs_status(namespace, rec.uid)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bridge.backend import BackendUnavailable, StatusBatch, Suspendable
+from bridge.backend import BackendUnavailable, ReportsJobsStatus, StatusBatch, Suspendable
 from bridge.metrics_backend import instrument
 
 
@@ -55,6 +55,24 @@ def test_optional_protocols_are_those_of_the_wrapped_back_end() -> None:
                          CollectorRegistry())
     assert not isinstance(wrapped["a"], Suspendable)
     assert isinstance(wrapped["b"], Suspendable)
+
+
+class _Reporting(_Plain):
+    def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, object]] | None:
+        return [{"name": "node", "active": 1}]
+
+
+def test_the_jobs_status_seam_is_seen_through_the_wrapper() -> None:
+    """The TrainJob door asks a back end for ``jobsStatus`` through this protocol: with
+    metrics on every back end is wrapped, and a check of the concrete class (as the door
+    once made) saw none, so every TrainJob's jobsStatus was the synthetic one."""
+    from k8s_adapter.backend import KubernetesBackend
+
+    assert issubclass(KubernetesBackend, ReportsJobsStatus)
+    wrapped = instrument({"a": _Plain(), "k": _Reporting()}, CollectorRegistry())
+    assert not isinstance(wrapped["a"], ReportsJobsStatus)
+    assert isinstance(wrapped["k"], ReportsJobsStatus)
+    assert wrapped["k"].jobs_status("ns", "u") == [{"name": "node", "active": 1}]
 
 
 def test_the_grafana_dashboard_uses_only_metrics_the_daemon_exports() -> None:

@@ -25,6 +25,7 @@ status, or ``128 + signal`` when a signal ended the script (``signal`` set too).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import pwd
@@ -173,6 +174,7 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
             node=_text(raw.get("batch_host")) or None,
         )
 
+    stdout, stderr = resolve(out_pattern), resolve(err_pattern)
     reason = _text(raw.get("state_reason"))
     description = _text(raw.get("state_description"))
     detail: str | None = None
@@ -182,7 +184,7 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         # JobLaunchFailure, with signal 9) but slurmd's error code: say which output
         # file could not be opened instead of "killed by signal 53".
         exit_code, signal = None, None
-        detail = launch_failure_detail((resolve(out_pattern), resolve(err_pattern)), owner_uid)
+        detail = _launch_detail(job_id, (stdout, stderr), owner_uid)
     if description:
         reason = f"{reason}: {description}" if reason and reason != "None" else description
     return BackendJob(
@@ -196,12 +198,20 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         nodes=nodes,
         start_time=float(start) if start and state is not BackendState.PENDING else None,
         end_time=float(end) if end and ended else None,
-        stdout_path=resolve(out_pattern),
-        stderr_path=resolve(err_pattern),
+        stdout_path=stdout,
+        stderr_path=stderr,
         queue=str(raw.get("partition") or "") or None,
         owner_uid=owner_uid,
         detail=detail,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch_detail(job_id: object, paths: tuple[str, str], owner_uid: int | None) -> str:
+    """:func:`launch_failure_detail`, once per failed job: a finished job stays in every
+    listing for MinJobAge, and the explanation walks directories and the user database
+    (on the event loop) that need not be walked at every poll."""
+    return launch_failure_detail(paths, owner_uid)
 
 
 def _split_gres(text: str) -> list[str]:

@@ -292,9 +292,10 @@ class Engine:
     async def reconcile_once(self) -> None:
         """One pass: submit what is due, send cancels that are asked for."""
         now = time.time()
-        pending = self.store.list_jobs([JobState.PENDING])
-        due = [r for r in pending
-               if r.id not in self._inflight and r.next_attempt_at <= now]
+        # Only what is due, and only what has a cancel to send: a pass costs what
+        # changed, not every job the daemon tracks.
+        pending = self.store.list_jobs([JobState.PENDING], due_by=now)
+        due = [r for r in pending if r.id not in self._inflight]
         # Cancelled before reaching the world, and never attempted: done here.
         for rec in [r for r in due if r.cancel_requested and r.attempts == 0]:
             self.store.transition(rec.id, JobState.CANCELLED, "Cancelled", "cancelled")
@@ -311,10 +312,11 @@ class Engine:
                 await self._submit_due(name, self.backends[name], records)
             except Exception:  # cancels below, and other back ends, must still go on
                 log.exception("submitting due jobs failed", backend=name)
-        active = self.store.list_jobs([JobState.SUBMITTED, JobState.RUNNING])
-        await self._send_cancels(now, active)
-        if any(isinstance(b, Suspendable) for b in self.backends.values()):
-            await self._send_suspends(active)
+        active = [JobState.SUBMITTED, JobState.RUNNING]
+        await self._send_cancels(now, self.store.list_jobs(active, cancel_requested=True))
+        for name, backend in self.backends.items():
+            if isinstance(backend, Suspendable):
+                await self._send_suspends(self.store.list_jobs(active, backend=name))
 
     async def _send_suspends(self, active: list[JobRecord]) -> None:
         """Bring suspendable back ends in line with each active job's ``spec.suspend``."""
@@ -569,10 +571,16 @@ class Engine:
         self._missing[rec.id] = (count, since)
         if (count >= self.settings.lost_after_snapshots
                 and at - since >= self.settings.lost_after_seconds):
-            self._missing.pop(rec.id, None)
+            self._forget(rec.id)
             self.store.transition(rec.id, JobState.FAILED, "BackendLost",
                                   f"{rec.backend} job {rec.backend_id} disappeared from the "
                                   f"back end before it was seen to finish")
+
+    def _forget(self, job_id: int) -> None:
+        """Drop what the engine keeps in memory about a job that has finished."""
+        self._cancel_sent.pop(job_id, None)
+        self._suspend_sent.pop(job_id, None)
+        self._missing.pop(job_id, None)
 
     def _apply_one(self, rec: JobRecord, bj: BackendJob) -> None:
         """Write what ``bj`` means for ``rec`` (:func:`bridge.outcome.outcome`)."""
@@ -582,6 +590,6 @@ class Engine:
         self.store.transition(rec.id, result.state, result.reason, result.message,
                               **result.fields)
         if result.state.terminal:
-            self._cancel_sent.pop(rec.id, None)
+            self._forget(rec.id)
             log.info("job finished", job_id=rec.id, state=bj.state.value,
                      exit_code=bj.exit_code)

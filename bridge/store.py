@@ -423,12 +423,21 @@ class Store(OutboxQueries):
     def list_jobs(self, states: Sequence[JobState] | None = None, user: str | None = None,
                   backend: str | None = None, origin: str | None = None,
                   updated_after: float | None = None, after_id: int | None = None,
-                  limit: int | None = None) -> list[JobRecord]:
+                  limit: int | None = None, due_by: float | None = None,
+                  cancel_requested: bool | None = None) -> list[JobRecord]:
         """Jobs matching every filter given, oldest first (by id): with ``after_id``
-        only those after that id, and at most ``limit`` of them (a page). Light rows:
-        each document is read on first use of its record's :attr:`JobRecord.job`."""
+        only those after that id, and at most ``limit`` of them (a page); ``due_by``:
+        only those whose next attempt is due by then; ``cancel_requested``: only those
+        with (or without) a cancel asked for. Light rows: each document is read on first
+        use of its record's :attr:`JobRecord.job`."""
         sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE 1=1"
         args: list[Any] = []
+        if due_by is not None:
+            sql += " AND next_attempt_at<=?"
+            args.append(due_by)
+        if cancel_requested is not None:
+            sql += " AND cancel_requested=?"
+            args.append(int(cancel_requested))
         if after_id is not None:
             sql += " AND id>?"
             args.append(after_id)

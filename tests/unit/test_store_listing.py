@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -105,3 +106,20 @@ def test_pages_return_every_matching_job_once_in_order(
             break
         after = rows[-1].id
     assert seen == [i for i, is_bob, done in ids if is_bob and not done]
+
+
+def test_the_reconcile_filters_read_only_what_is_due_or_asked(tmp_path: Path) -> None:
+    """A pass reads the pending jobs due now and the active jobs with a cancel to send,
+    not every job the daemon tracks."""
+    store = Store.open(tmp_path / "s.sqlite")
+    due = store.add(job("due"), ALICE, "slurm")
+    later = store.add(job("later"), ALICE, "slurm")
+    store.update(later.id, next_attempt_at=time.time() + 3600)
+    cancel = store.add(job("cancel"), ALICE, "slurm")
+    store.request_cancel(cancel.id)
+    assert [r.id for r in store.list_jobs([JobState.PENDING], due_by=time.time())] == [
+        due.id, cancel.id]
+    assert [r.id for r in store.list_jobs([JobState.PENDING], cancel_requested=True)] == [
+        cancel.id]
+    assert [r.id for r in store.list_jobs([JobState.PENDING], cancel_requested=False)] == [
+        due.id, later.id]

@@ -1,0 +1,46 @@
+"""How tbatch reports a user error: :class:`SbatchError`, worded like sbatch's.
+
+Contract: every user error of the parser is a :class:`SbatchError` whose ``str()`` is what
+tbatch prints (``tbatch: error: job.sh:3: unrecognized option '--foo'``). Value converters
+raise :class:`BadValue` instead; the option scanner turns it into a :class:`SbatchError`
+that names the option, the value and where it was found. :func:`quote` shows a
+user-supplied value in a message without letting control characters reach the terminal.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PROG", "BadValue", "SbatchError", "quote"]
+
+#: The tool's name, as messages and ``--help`` give it.
+PROG = "tbatch"
+
+
+class SbatchError(Exception):
+    """A user error, worded like sbatch's.
+
+    ``message`` is the bare text, ``source``/``lineno`` say where in a script it was
+    found; ``str(err)`` is what tbatch prints: one ``tbatch: error: `` line per line of
+    the message, the first carrying ``source:lineno: `` when known.
+    """
+
+    def __init__(
+        self, message: str, *, source: str | None = None, lineno: int | None = None
+    ) -> None:
+        self.message = message
+        self.source = source
+        self.lineno = lineno
+        where = f"{source}:{lineno}: " if source is not None and lineno is not None else ""
+        lines = message.split("\n")
+        text = "\n".join(
+            f"{PROG}: error: {where if i == 0 else ''}{line}" for i, line in enumerate(lines)
+        )
+        super().__init__(text)
+
+
+class BadValue(ValueError):
+    """Raised by converters; the parser adds the option name, value and location."""
+
+
+def quote(value: str) -> str:
+    """Quote a value for an error message, escaping what the terminal should not see."""
+    return f"'{value}'" if value.isprintable() else repr(value)

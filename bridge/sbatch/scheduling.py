@@ -1,0 +1,86 @@
+"""The job's scheduling options (``hpc-bridge.io/scheduling``) from a request.
+
+Contract: :func:`scheduling_options` returns the validated
+:class:`~bridge.scheduling.SchedulingOptions` of a script request: the job name defaults
+as sbatch's (:func:`default_job_name`), ``--chdir`` is taken relative to the submitter's
+working directory (which is the default); a value the model refuses is a
+:class:`~bridge.sbatch.errors.SbatchError` naming the option it came from.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+import pydantic
+
+from bridge.sbatch.errors import PROG, SbatchError
+from bridge.sbatch.request import BatchRequest
+from bridge.scheduling import SchedulingOptions
+
+__all__ = ["default_job_name", "scheduling_options"]
+
+
+def default_job_name(request: BatchRequest) -> str:
+    """sbatch's default job name: ``wrap``, the script's file name, or the tool's name."""
+    if request.wrap is not None:
+        return "wrap"
+    if request.script_path and request.script_path != "-":
+        base = posixpath.basename(request.script_path.rstrip("/"))
+        if base:
+            return base
+    return PROG
+
+
+_SCHEDULING_OPTION = {
+    "job_name": "--job-name",
+    "partition": "--partition",
+    "account": "--account",
+    "qos": "--qos",
+    "output": "--output",
+    "error": "--error",
+    "chdir": "--chdir",
+    "nodelist": "--nodelist",
+    "exclude": "--exclude",
+    "constraint": "--constraint",
+}
+
+
+def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
+    """The validated scheduling options of ``request``, submitted from ``cwd``."""
+    o = request.options
+    chdir = posixpath.join(cwd, o.chdir) if o.chdir else cwd
+    data: dict[str, Any] = {
+        "job_name": o.job_name or default_job_name(request),
+        "partition": o.partition,
+        "account": o.account,
+        "qos": o.qos,
+        "time_limit_minutes": o.time_limit_minutes,
+        "ntasks": o.ntasks,
+        "ntasks_per_node": o.ntasks_per_node,
+        "cpus_per_task": o.cpus_per_task,
+        "gpus_per_node": o.gpus_per_node,
+        "mem_per_node_mb": o.mem_mb,
+        "output": o.output,
+        "error": o.error,
+        "chdir": chdir,
+        "exclusive": o.exclusive,
+        "switches": o.switches,
+        "switches_wait_minutes": o.switches_wait_minutes,
+        "export": o.export.mode if o.export else None,
+        "nodelist": o.nodelist,
+        "exclude": o.exclude,
+        "constraint": o.constraint,
+    }
+    try:
+        return SchedulingOptions.model_validate(data)
+    except pydantic.ValidationError as exc:
+        lines = []
+        for err in exc.errors(include_url=False):
+            key = str(err["loc"][0]) if err["loc"] else ""
+            what = _SCHEDULING_OPTION.get(key, key)
+            if key == "chdir" and not o.chdir:
+                what = "the current directory"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"invalid {what}: {msg}")
+        raise SbatchError("\n".join(lines)) from None

@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import pytest
 import yaml
 
-from bridge import cli, model
+from bridge import model
 from bridge.cli import (
     format_queue,
     format_show,
@@ -33,8 +33,12 @@ from bridge.cli import (
     tqueue_main,
     tshow_main,
 )
+from bridge.cli import tshow as tshow_module
 from bridge.client import BridgeClient, JobView
 from bridge.model import ANN_BATCH_SCRIPT, ANN_SCHEDULING
+
+#: The modules of bridge.cli that are commands (one each).
+COMMAND_MODULES = ("tbatch", "tqueue", "tshow", "tcancel", "tlog", "twatch")
 
 
 @dataclass
@@ -139,7 +143,10 @@ def daemon(monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setattr(cli, "_client", lambda: BridgeClient(url=fake.url, timeout=10))
+    for command in COMMAND_MODULES:
+        monkeypatch.setattr(
+            f"bridge.cli.{command}.connect", lambda: BridgeClient(url=fake.url, timeout=10)
+        )
     try:
         yield fake
     finally:
@@ -470,7 +477,7 @@ def test_tqueue_client_side_filters(
     assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == ["1", "3"]
     assert tqueue_main(["-h", "-j", "2,tj-x"]) == 0
     assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == ["2", "3"]
-    monkeypatch.setattr(cli, "_current_user", lambda: "bob")
+    monkeypatch.setattr("bridge.cli.tqueue._current_user", lambda: "bob")
     assert tqueue_main(["--noheader", "--me"]) == 0
     assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == ["2"]
     assert daemon.requests[-1].params == {"user": "bob"}
@@ -686,7 +693,7 @@ def test_tlog_follow_resumes_after_a_dropped_connection(
     monkeypatch: pytest.MonkeyPatch,
     capfdbinary: pytest.CaptureFixture[bytes],
 ) -> None:
-    monkeypatch.setattr("bridge.cli.time.sleep", lambda s: None)
+    monkeypatch.setattr("bridge.cli.tlog.time.sleep", lambda s: None)
     answers = iter(
         [
             Reply(chunks=[b"abc"], cut=True),
@@ -725,8 +732,8 @@ def test_ctrl_c_is_quiet(
 
 
 def test_annotation_names_match_the_model() -> None:
-    assert cli._ANN_BATCH_SCRIPT == model.ANN_BATCH_SCRIPT
-    assert cli._ANN_SCHEDULING == model.ANN_SCHEDULING
+    assert tshow_module._ANN_BATCH_SCRIPT == model.ANN_BATCH_SCRIPT
+    assert tshow_module._ANN_SCHEDULING == model.ANN_SCHEDULING
 
 
 def test_importing_the_commands_stays_light() -> None:
@@ -744,8 +751,37 @@ def test_importing_the_commands_stays_light() -> None:
         "importlib.metadata",
         "dataclasses",
     ]
-    code = f"import sys, bridge.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    commands = ", ".join(f"bridge.cli.{c}" for c in COMMAND_MODULES)
+    code = f"import sys, {commands}; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_importing_the_package_loads_no_command() -> None:
+    """``bridge.cli`` re-exports the commands' names lazily: ``tqueue`` pays for no other."""
+    code = (
+        "import sys, bridge.cli, bridge.cli.tqueue; "
+        "print(sorted(m for m in sys.modules if m.startswith('bridge.cli.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['bridge.cli.common', 'bridge.cli.tqueue']"
+
+
+def test_the_console_scripts_name_the_command_modules() -> None:
+    """Each t* console script loads its command's entry point, the one bridge.cli names."""
+    import importlib.metadata
+
+    import bridge.cli
+
+    scripts = {
+        ep.name: ep for ep in importlib.metadata.entry_points(group="console_scripts")
+        if ep.dist is not None and ep.dist.name == "hpc-bridge"
+    }
+    for command in COMMAND_MODULES:
+        entry = scripts[command]
+        assert entry.module == f"bridge.cli.{command}"
+        assert entry.load() is getattr(bridge.cli, f"{command}_main")

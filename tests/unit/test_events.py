@@ -118,7 +118,7 @@ def test_a_password_file_others_may_read_is_refused(tmp_path: Path) -> None:
 
 
 def test_twatch_lines_show_the_change_and_escape_control_characters() -> None:
-    from bridge.watch import format_event
+    from bridge.cli.twatch import format_event
 
     event = event_payload(_event(42, 7))
     event["message"] = "evil\x1b[2Jtext\nmore"
@@ -130,7 +130,7 @@ def test_twatch_lines_show_the_change_and_escape_control_characters() -> None:
 
 
 def test_twatch_refuses_a_negative_since(capsys: pytest.CaptureFixture[str]) -> None:
-    from bridge.watch import twatch_main
+    from bridge.cli.twatch import twatch_main
 
     assert twatch_main(["--since", "-3"]) == 1
     assert "twatch: error: --since must be 0 or more" in capsys.readouterr().err

@@ -11,7 +11,8 @@ root sees every job's. Without ``--since`` it starts with the events from now on
 It follows until interrupted (Ctrl-C: exit 130) and resumes where it was when the
 daemon restarts (an unreachable daemon is retried until it answers again).
 
-Standard library and :mod:`bridge.client` only: it starts as fast as ``tqueue``.
+Errors and exit statuses as every command (:mod:`bridge.cli.common`). Standard library
+and :mod:`bridge.client` only: it starts as fast as ``tqueue``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from bridge.cli import _ArgumentParser, _clean, _client, _run
+from bridge.cli.common import ArgumentParser, clean, connect, run
 from bridge.client import BridgeClientError
 
 __all__ = ["format_event", "twatch_main"]
@@ -35,11 +36,11 @@ def format_event(event: dict[str, Any]) -> str:
     change = f"{event.get('from') or '-'}->{event.get('state')}"
     fields = [event.get("id"), event.get("time"), event.get("jobId"), event.get("name"),
               event.get("user"), change, event.get("reason") or "-", event.get("message")]
-    return " ".join(_clean(f) for f in fields if f not in (None, "")).rstrip()
+    return " ".join(clean(f) for f in fields if f not in (None, "")).rstrip()
 
 
 def _twatch(argv: list[str]) -> int:
-    parser = _ArgumentParser(prog="twatch", description="Follow job events as they happen.")
+    parser = ArgumentParser(prog="twatch", description="Follow job events as they happen.")
     parser.add_argument("--since", type=int, metavar="SEQ",
                         help="start after event SEQ (0: from the first); default: now")
     parser.add_argument("-j", "--job", action="append", type=int, metavar="JOBID",
@@ -52,7 +53,7 @@ def _twatch(argv: list[str]) -> int:
         parser.error("--since must be 0 or more")
     jobs = set(args.job or ())
     since: int | None = args.since
-    with _client() as client:
+    with connect() as client:
         while True:
             try:
                 items, since = client.events(since=since, wait=0 if args.once else 20)
@@ -71,6 +72,7 @@ def _twatch(argv: list[str]) -> int:
 
 
 def twatch_main(argv: list[str] | None = None) -> int:
-    """``twatch``: follow job events."""
+    """``twatch``: follow job events (``argv`` ``None``: ``sys.argv``); returns the exit
+    status."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return _run("twatch", lambda: _twatch(args))
+    return run("twatch", lambda: _twatch(args))

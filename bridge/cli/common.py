@@ -1,0 +1,120 @@
+"""What every t* command shares: error reporting, exit statuses, the client, and the
+few helpers more than one command's output needs.
+
+Contract of every command built on :func:`run`: user errors (bad options, unreachable
+daemon, refused request -- :class:`UserError` or
+:class:`bridge.client.BridgeClientError`) print ``<prog>: error: <message>`` on stderr
+(one line per line of the message) and give exit status 1, never a traceback; Ctrl-C
+gives 130; argparse's ``--help`` gives its own status (0); a closed stdout pipe
+(``tlog ... | head``) gives 1 quietly.
+
+Standard library, :mod:`bridge.client` and :mod:`bridge.slurmtime` only at module level
+(start-up time, see :mod:`bridge.cli`); python-hostlist and importlib.metadata are
+imported by the helpers that need them, when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import NoReturn
+
+from bridge.client import BridgeClient, BridgeClientError
+
+__all__ = [
+    "ArgumentParser",
+    "UserError",
+    "clean",
+    "connect",
+    "err",
+    "nodelist",
+    "parse_time",
+    "run",
+    "version",
+]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+class UserError(Exception):
+    """A user error to print as ``prog: error: message`` (exit 1)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports errors as ``prog: error: ...`` and exit status 1."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(message)
+
+
+def err(prog: str, message: str) -> None:
+    """Print ``message`` on stderr, each of its lines as ``prog: error: line``."""
+    for line in message.split("\n"):
+        print(f"{prog}: error: {line}", file=sys.stderr)
+
+
+def run(prog: str, body: Callable[[], int]) -> int:
+    """Run a command body, turning user errors into messages and exit statuses."""
+    try:
+        return body()
+    except (BridgeClientError, UserError) as exc:
+        err(prog, str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit as exc:  # argparse's --help
+        return exc.code if isinstance(exc.code, int) else 0
+    except BrokenPipeError:
+        # Output consumer went away (``| head``); keep Python quiet at shutdown.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 1
+
+
+def clean(value: object) -> str:
+    """A value for a terminal: control characters (ESC, newline ...) shown escaped."""
+    text = "" if value is None else str(value)
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def connect() -> BridgeClient:
+    """The client for the daemon the environment names (:meth:`BridgeClient.from_env`)."""
+    return BridgeClient.from_env()
+
+
+def version() -> str:
+    """The installed hpc-bridge's version (``unknown`` when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("hpc-bridge")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An ISO 8601 time from the daemon (UTC when it names no zone); ``None`` when
+    there is none or it does not parse."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def nodelist(nodes: Iterable[str] | None) -> str:
+    """Node names folded into a Slurm hostlist (``node[1-3]``); ``""`` for none."""
+    names = [str(n) for n in nodes or [] if n]
+    if not names:
+        return ""
+    import hostlist  # python-hostlist: sorts and folds like Slurm's own hostlist
+
+    try:
+        return str(hostlist.collect_hostlist(names))
+    except (hostlist.BadHostlist, ValueError):  # a name it cannot compress is still shown
+        return ",".join(names)

@@ -18,14 +18,18 @@ so ``bridge`` never imports an adapter (see docs/architecture.md).
 from __future__ import annotations
 
 import pwd
-from collections.abc import AsyncIterator, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from bridge.model import TrainJob
+
+# Re-exported: the seam's users keep importing them from here.
+from bridge.nodes import Inventory as Inventory
+from bridge.nodes import NodeInfo as NodeInfo
 from bridge.placement import Placement
 from bridge.runtimes import LaunchPlan
 from bridge.scheduling import SchedulingOptions
@@ -154,31 +158,6 @@ class StatusBatch:
     jobs: tuple[BackendJob, ...]
     complete: bool
     at: float
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """A node of the back end's inventory, with its free capacity."""
-
-    name: str
-    state: str
-    cpus: int
-    free_cpus: int
-    memory_mb: int = 0
-    free_memory_mb: int = 0
-    gpus: int = 0
-    free_gpus: int = 0
-    partitions: tuple[str, ...] = ()
-    features: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Inventory:
-    """Nodes and the switch tree above them (leaf switch -> nodes, parent -> children)."""
-
-    nodes: tuple[NodeInfo, ...]
-    #: switch name -> (child switches, nodes directly under it)
-    switches: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -16,7 +16,7 @@ Everything here is a pure function of its arguments and every value is frozen.
 
 Builders:
 
-* :func:`topology_from_inventory` — a back end's :class:`bridge.backend.Inventory`
+* :func:`topology_from_inventory` — a back end's :class:`bridge.nodes.Inventory`
   (Slurm: switch tree from ``scontrol show topology`` + node free capacity);
 * :func:`topology_from_node_labels` — Kubernetes nodes and the label keys of the
   levels, as a Kueue ``Topology`` names them (``cloud.provider.com/topology-block``,
@@ -47,7 +47,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bridge.backend import Inventory, NodeInfo
+    from bridge.nodes import Inventory, NodeInfo
 
 __all__ = [
     "FLAT_ROOT",

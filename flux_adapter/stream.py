@@ -32,6 +32,7 @@ from contextlib import aclosing
 from typing import Any
 
 from bridge.backend import BackendError, BackendUnavailable, StatusBatch
+from bridge.errors import BridgeError
 from flux_adapter.client import FluxConnection, classify
 from flux_adapter.jobtable import JobTable
 
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 RECONNECT_CAP = 10.0
 
 
-class _JournalRefused(Exception):
+class _JournalRefused(BridgeError):
     """The journal needs the instance owner's role."""
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner, ReportsJobsStatus
+from bridge.backoff import Backoff
 from bridge.engine import EngineError
 from bridge.model import ANN_BACKEND, MANAGED_BY, ValidationError, load_trainjob
 from bridge.model import GROUP as TRAINER_GROUP
@@ -116,15 +117,14 @@ class TrainJobFrontDoor:
 
     async def run(self, engine: Engine) -> None:
         self._engine = engine
-        delay = 1.0
+        backoff = Backoff(1.0, 30.0)
         while True:
             try:
                 await self.kube.connect()
                 break
             except (BackendUnavailable, BackendRejected) as exc:
                 log.warning("TrainJob front door cannot reach Kubernetes: %s", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                await backoff.sleep()
         writer = asyncio.create_task(self._status_loop(), name=f"{self.name}-status")
         namespaces = self.settings.namespaces or (None,)
         watchers = [asyncio.create_task(self._watch(ns), name=f"{self.name}-watch-{ns or 'all'}")

@@ -27,12 +27,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendRejected, BackendUnavailable
+from bridge.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -239,14 +239,14 @@ class Kube:
             def get_return_type(self, func: object) -> str:
                 return ""
 
-        delay = 0.5
+        backoff = Backoff(0.5, 15.0)
         rv: str | None = None
         while True:
             try:
                 if rv is None:
                     listing = await self.raw(f"list {what}", list_fn, *args, **kwargs)
                     rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-                    delay = 0.5
+                    backoff.reset()
                     yield "SYNC", list(listing.get("items") or [])
                 w = RawWatch()
                 async with w:
@@ -260,7 +260,7 @@ class Kube:
                             rv = str(w.resource_version)
                         if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
                             yield kind, obj
-                        delay = 0.5
+                        backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -275,5 +275,4 @@ class Kube:
                     log.warning("watch of %s failed: %s", what, api_message(exc))
                 if status is not None and 400 <= status < 500:
                     rv = None  # e.g. 403 after an RBAC change: start over
-                await asyncio.sleep(delay + random.uniform(0, delay / 2))  # noqa: S311
-                delay = min(delay * 2, 15.0)
+                await backoff.sleep()

@@ -58,7 +58,8 @@ from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
 from bridge.callers import bearer_token, peer_owner
-from bridge.engine import Admission, Engine, EngineError
+from bridge.engine import Admission, Engine
+from bridge.errors import BridgeError, Conflict, EngineError, InvalidRequest, PermissionDenied
 from bridge.gate import GatedSockSite, GatedUnixSite, prepaid
 from bridge.limits import LimitExceeded, LimitSettings, UserLimits
 from bridge.model import (
@@ -163,18 +164,24 @@ async def _identified(request: web.Request, handler: Handler) -> web.StreamRespo
         return await _refuse(request, _too_many(exc))
     try:
         return await handler(request)
-    except ValidationError as exc:
-        return _error(400, str(exc))
-    except EngineError as exc:
-        return _error(exc.status, str(exc))
-    except JobNotFound as exc:
-        return _error(404, f"job {exc.args[0]} not found")
-    except AmbiguousJob as exc:
-        return _error(409, str(exc))
     except LimitExceeded as exc:
         return await _refuse(request, _too_many(exc))
+    except BridgeError as exc:
+        status = next((code for cls, code in ERROR_STATUS if isinstance(exc, cls)), None)
+        if status is None:
+            raise
+        return _error(status, f"job {exc.args[0]} not found"
+                      if isinstance(exc, JobNotFound) else str(exc))
     finally:
         limits.leave(owner.uid)
+
+
+#: The one mapping of error classes to HTTP statuses: the first class an error is an
+#: instance of answers ``{"error": str(exc)}`` (JobNotFound: "job REF not found"); an
+#: error of no class here propagates. LimitExceeded: 429 with Retry-After (above).
+ERROR_STATUS: tuple[tuple[type[BridgeError], int], ...] = (
+    (ValidationError, 400), (InvalidRequest, 400), (PermissionDenied, 403),
+    (JobNotFound, 404), (Conflict, 409), (AmbiguousJob, 409), (EngineError, 400))
 
 
 def _http_message(request: web.Request, exc: web.HTTPException) -> str:
@@ -296,10 +303,9 @@ async def submit(request: web.Request) -> web.Response:
     try:
         record = engine.admit(job, owner, prepared=prepared, idempotency_key=key,
                               request_digest=digest)
-    except EngineError as exc:
+    except Conflict:
         # Two retries raced past the check: the loser answers with the winner's job.
-        if key is not None and exc.status == 409 and (
-                replayed := _replay(engine, owner, key, digest)) is not None:
+        if key is not None and (replayed := _replay(engine, owner, key, digest)) is not None:
             return replayed
         raise
     return _submitted(record, 201)

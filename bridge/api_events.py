@@ -19,6 +19,7 @@ import asyncio
 from aiohttp import web
 
 from bridge.api import ENGINE_KEY, OWNER_KEY
+from bridge.errors import BridgeError
 from bridge.events import event_payload
 from bridge.feed import EventFeed
 from bridge.outbox import Event
@@ -34,7 +35,7 @@ _MAX_SEQ = 2**63 - 1
 SCAN_WINDOW = 5000
 
 
-class BadParameter(ValueError):
+class BadParameter(BridgeError, ValueError):
     """A query parameter out of its range; the message names it."""
 
 

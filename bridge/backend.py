@@ -25,6 +25,7 @@ from functools import cached_property
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
+from bridge.errors import BridgeError
 from bridge.model import TrainJob
 
 # Re-exported: the seam's users keep importing them from here.
@@ -36,7 +37,7 @@ from bridge.scheduling import SchedulingOptions
 from bridge.shape import JobShape, resolve_shape
 
 
-class BackendError(Exception):
+class BackendError(BridgeError):
     """Base of back-end errors."""
 
 

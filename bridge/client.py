@@ -61,6 +61,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 from urllib.parse import quote, urlencode, urlsplit
 
+from bridge.errors import BridgeError
+
 if TYPE_CHECKING:
     from bridge.model import TrainJob
 
@@ -90,7 +92,7 @@ _MAX_ERROR_TEXT = 2000
 _CHUNK = 64 * 1024
 
 
-class BridgeClientError(Exception):
+class BridgeClientError(BridgeError):
     """A failed call: ``message`` for the user, ``status`` the HTTP status (or ``None``).
     ``transient``: no answer came (timeout, connection refused or reset), so the call
     may be repeated (a submission only with its idempotency key)."""

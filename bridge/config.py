@@ -62,10 +62,11 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from bridge.errors import BridgeError
 from bridge.settings_events import EventsSection, MetricsSection
 
 
-class ConfigError(ValueError):
+class ConfigError(BridgeError, ValueError):
     """The configuration file is missing, malformed or invalid."""
 
 

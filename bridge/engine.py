@@ -56,6 +56,8 @@ from bridge.backend import (
 from bridge.backoff import backoff_delay
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
+from bridge.errors import Conflict, PermissionDenied
+from bridge.errors import EngineError as EngineError
 from bridge.inventories import Inventories
 from bridge.job_summary import job_summary
 from bridge.model import (
@@ -76,14 +78,6 @@ from bridge.store import DuplicateJob, JobRecord, Store
 from bridge.topology import Topology
 
 log = structlog.get_logger("hpc_bridge.engine")
-
-
-class EngineError(Exception):
-    """A request the engine refuses; ``status`` is the HTTP status the API answers."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 #: At most this many statuses of not-yet-recorded submissions are kept.
@@ -126,7 +120,8 @@ class Engine:
         loop's state: validation, the back end's admission of the caller, identity, back
         end, runtime, the stored forms. Safe to run in a worker thread (it reads only
         configuration); raises :class:`bridge.model.ValidationError` naming the field, or
-        :class:`EngineError` 403 when the back end's admission refuses the caller."""
+        :class:`~bridge.errors.PermissionDenied` when the back end's admission refuses
+        the caller."""
         validate_trainjob(job)
         options = scheduling_of(job)
         backend = (job.metadata.annotations.get(ANN_BACKEND)
@@ -143,7 +138,7 @@ class Engine:
             try:
                 chosen.check_admission(job, plan, owner, origin)
             except AdmissionDenied as exc:
-                raise EngineError(str(exc), status=403) from exc
+                raise PermissionDenied(str(exc)) from exc
         ensure_identity(job, self.settings.default_namespace)
         shape = resolve_shape(job, plan, options)
         return Admission(job, backend, plan.num_nodes, options.partition,
@@ -156,9 +151,10 @@ class Engine:
 
         ``prepared``: :meth:`prepare` of this ``job`` for this ``owner`` and ``origin``,
         done already (off the loop). Raises :class:`bridge.model.ValidationError` (bad
-        job, unknown runtime or back end) or :class:`EngineError` (duplicate name, or an
-        ``idempotency_key`` the owner used already: 409; the back end's admission refused
-        the caller: 403). Nothing is stored on error.
+        job, unknown runtime or back end), :class:`~bridge.errors.Conflict` (duplicate name,
+        or an ``idempotency_key`` the owner used already) or
+        :class:`~bridge.errors.PermissionDenied` (the back end's admission refused the
+        caller). Nothing is stored on error.
         """
         if prepared is None or prepared.job is not job:
             prepared = self.prepare(job, owner, origin)
@@ -173,7 +169,7 @@ class Engine:
                                     document=prepared.document, summary=prepared.summary,
                                     shape=prepared.shape)
         except DuplicateJob as exc:
-            raise EngineError(str(exc), status=409) from exc
+            raise Conflict(str(exc)) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,
                  backend=backend, runtime=job.spec.runtime_ref.name)
         self._wake.set()
@@ -202,10 +198,9 @@ class Engine:
     def cancel(self, record: JobRecord, caller: Owner) -> JobRecord:
         """Ask for the job to stop. Only its owner or root may. Idempotent."""
         if caller.uid not in (0, record.owner.uid):
-            raise EngineError("Access/permission denied", status=403)
+            raise PermissionDenied("Access/permission denied")
         if record.state.terminal:
-            raise EngineError(f"Job/step already completing or completed ({record.state})",
-                              status=409)
+            raise Conflict(f"Job/step already completing or completed ({record.state})")
         if record.state in (JobState.PENDING, JobState.SUSPENDED) and record.attempts == 0:
             return self.store.transition(record.id, JobState.CANCELLED, "Cancelled",
                                          f"cancelled by {caller.user} before submission",
@@ -224,7 +219,7 @@ class Engine:
         reason ``Suspended`` while the back end holds it.
         """
         if caller.uid not in (0, record.owner.uid):
-            raise EngineError("Access/permission denied", status=403)
+            raise PermissionDenied("Access/permission denied")
         job = record.job
         if bool(job.spec.suspend) == suspend and not (
                 not suspend and record.state == JobState.SUSPENDED):
@@ -245,8 +240,8 @@ class Engine:
             self.store.save_document(record.id, job)
             self._wake.set()
             return self.store.get(record.id)
-        raise EngineError(f"cannot {'suspend' if suspend else 'resume'} a job in state "
-                          f"{record.state} on back end {record.backend}", status=409)
+        raise Conflict(f"cannot {'suspend' if suspend else 'resume'} a job in state "
+                       f"{record.state} on back end {record.backend}")
 
     # -- the loop --------------------------------------------------------------------
 

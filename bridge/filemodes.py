@@ -27,6 +27,8 @@ import os
 import stat
 from pathlib import Path
 
+from bridge.errors import BridgeError
+
 #: The daemon's umask: files 0600, directories 0700.
 DAEMON_UMASK = 0o077
 #: The umask of commands the daemon runs for a user (``sbatch``, ``flux job submit``):
@@ -39,7 +41,7 @@ DB_FILE_MODE = 0o600
 DB_SIDE_FILES = ("", "-wal", "-shm", "-journal")
 
 
-class InsecureFile(ValueError):
+class InsecureFile(BridgeError, ValueError):
     """A secret file others may read: the daemon will not use it."""
 
 

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 
 import hostlist as _hl
 
+from bridge.errors import BridgeError
+
 __all__ = ["HostlistError", "compress", "expand"]
 
 _WHITESPACE = re.compile(r"\s+")
@@ -34,7 +36,7 @@ _TAIL_NUMBER = re.compile(r"^(.*?)(\d+)$")
 _FORBIDDEN = re.compile(r"[\[\],\s]")
 
 
-class HostlistError(ValueError):
+class HostlistError(BridgeError, ValueError):
     """A malformed hostlist expression or host name. ``str(err)`` names both."""
 
     def __init__(self, expression: str, reason: str):

@@ -32,6 +32,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bridge.errors import BridgeError
+
 __all__ = ["LimitExceeded", "LimitSettings", "TokenBuckets", "UserLimits"]
 
 #: Seconds a client is told to wait when its user has too many unfinished jobs
@@ -41,7 +43,7 @@ ACTIVE_JOBS_RETRY_AFTER = 30
 CONCURRENCY_RETRY_AFTER = 1
 
 
-class LimitExceeded(Exception):
+class LimitExceeded(BridgeError):
     """A request refused by a per-user limit: ``limit`` names it, ``retry_after`` is
     the whole number of seconds (at least 1) after which asking again may succeed."""
 

@@ -35,6 +35,8 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from bridge.errors import BridgeError
+
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -54,7 +56,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _MAX_ENV_VALUE = 128 * 1024
 
 
-class ValidationError(ValueError):
+class ValidationError(BridgeError, ValueError):
     """Bad input. ``str(err)`` names each offending field and why, one per line."""
 
     def __init__(self, errors: list[tuple[str, str]]):

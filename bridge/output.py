@@ -16,13 +16,15 @@ import stat
 
 import structlog
 
+from bridge.errors import BridgeError
+
 log = structlog.get_logger("hpc_bridge.output")
 
 #: At most this many bytes per read (the API streams in chunks).
 MAX_CHUNK = 1 << 20
 
 
-class OutputRefused(Exception):
+class OutputRefused(BridgeError):
     """The output file exists but will not be read; ``str()`` says which and why."""
 
 

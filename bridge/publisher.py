@@ -8,10 +8,11 @@ longest prefix of the batch whose every message got its PUBACK
 
 Faults: a broker that is down, refuses the connection or stops acknowledging costs this
 task a reconnect with exponential backoff (``retry_base`` doubling to ``retry_cap``,
-with jitter); nothing is marked published that the broker has not acknowledged, so the
-backlog drains after the broker is back, in order, and events whose acknowledgement was
-lost are sent again with the same ``id``. The engine never waits for this task: it only
-writes outbox rows, in the transaction of the state change.
+with jitter: :class:`bridge.backoff.Backoff`); nothing is marked published that the
+broker has not acknowledged, so the backlog drains after the broker is back, in order,
+and events whose acknowledgement was lost are sent again with the same ``id``. The
+engine never waits for this task: it only writes outbox rows, in the transaction of the
+state change.
 
 A warning is logged when the backlog passes ``backlog_warn`` (once per crossing) and an
 info line when it has drained again.
@@ -20,15 +21,16 @@ info line when it has drained again.
 from __future__ import annotations
 
 import asyncio
-import random
 import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 import aiomqtt
 import structlog
 
+from bridge.backoff import Backoff
 from bridge.events import acked_prefix, plan_batch
 from bridge.feed import EventFeed
 from bridge.filemodes import check_secret_file
@@ -96,26 +98,27 @@ class Publisher:
 
     async def run(self) -> None:
         """Connect, drain, reconnect after failures; until cancelled."""
-        delay = self.settings.retry_base
+        backoff = Backoff(self.settings.retry_base, self.settings.retry_cap)
         while True:
             try:
                 async with self._make_client() as client:
                     self.connected = True
-                    delay = self.settings.retry_base
+                    backoff.reset()
                     log.info("connected to the MQTT broker", host=self.settings.host,
                              port=self.settings.port, prefix=self.settings.prefix)
                     await self._drain_forever(client)
             except aiomqtt.MqttError as exc:
+                delay = backoff.delay()
                 log.warning("MQTT broker unavailable; retrying", host=self.settings.host,
                             port=self.settings.port, error=str(exc), retry_in=round(delay, 2))
             except Exception:  # a bug must not end publishing for the daemon's life
+                delay = backoff.delay()
                 log.exception("MQTT publisher failed; retrying", retry_in=round(delay, 2))
             finally:
                 self.connected = False
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
-            delay = min(delay * 2, self.settings.retry_cap)
+            await asyncio.sleep(delay)
 
-    async def _drain_forever(self, client: aiomqtt.Client) -> None:
+    async def _drain_forever(self, client: aiomqtt.Client) -> NoReturn:
         while True:
             seen = self.feed.last_id
             batch = self.store.pending_events(self.settings.batch_size)

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from bridge.errors import BridgeError
+
 if TYPE_CHECKING:  # the store calls resolve(): no import cycle at run time
     from bridge.store import JobRecord
 
@@ -27,7 +29,7 @@ if TYPE_CHECKING:  # the store calls resolve(): no import cycle at run time
 LISTED = 10
 
 
-class AmbiguousJob(LookupError):
+class AmbiguousJob(BridgeError, LookupError):
     """A reference names several jobs; ``str()`` lists them (id, owner, namespace/name,
     state) and says how to choose."""
 

@@ -15,6 +15,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+from bridge.errors import BridgeError
 from bridge.job_summary import add_shape_column, add_summary_column
 
 SCHEMA_VERSION = 4
@@ -87,7 +88,7 @@ CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at 
 """
 
 
-class SchemaTooNew(ValueError):
+class SchemaTooNew(BridgeError, ValueError):
     """The database was written by a newer daemon than this one."""
 
 

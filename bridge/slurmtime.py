@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import re
 
+from bridge.errors import BridgeError
+
 __all__ = [
     "MAX_SECONDS",
     "SlurmTimeError",
@@ -55,7 +57,7 @@ _FORMS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
 _SECONDS_PER = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
-class SlurmTimeError(ValueError):
+class SlurmTimeError(BridgeError, ValueError):
     """A time specification that sbatch would not accept."""
 
 

@@ -21,10 +21,12 @@ import fcntl
 import os
 from pathlib import Path
 
+from bridge.errors import BridgeError
+
 LOCK_NAME = "daemon.lock"
 
 
-class StateDirLocked(ValueError):
+class StateDirLocked(BridgeError, ValueError):
     """Another live process holds the state directory's lock."""
 
     def __init__(self, state_dir: Path, pid: int | None):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from bridge.errors import BridgeError
+
 
 class JobState(StrEnum):
     PENDING = "Pending"
@@ -55,7 +57,7 @@ _ALLOWED: dict[JobState, frozenset[JobState]] = {
 }
 
 
-class IllegalTransition(ValueError):
+class IllegalTransition(BridgeError, ValueError):
     """A state change the machine does not allow."""
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.backend import Owner
+from bridge.errors import BridgeError
 from bridge.job_summary import job_summary
 from bridge.model import TrainJob, load_document
 from bridge.outbox import Event, OutboxQueries
@@ -49,12 +50,12 @@ from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
 from bridge.states import TERMINAL, JobState, check_transition
 
 
-class DuplicateJob(ValueError):
+class DuplicateJob(BridgeError, ValueError):
     """A job with the same uid exists, or an unfinished job of the same owner with the
     same namespace/name (or the owner's idempotency key)."""
 
 
-class JobNotFound(KeyError):
+class JobNotFound(BridgeError, KeyError):
     """No job matches the reference."""
 
 

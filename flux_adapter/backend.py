@@ -66,6 +66,7 @@ from bridge.backend import (
     SubmitRequest,
 )
 from bridge.output import read_owned
+from bridge.plugin_settings import parse_settings
 from flux_adapter.client import (
     CONNECTION_ERRNOS,
     FluxConnection,
@@ -78,6 +79,7 @@ from flux_adapter.client import (
 from flux_adapter.jobspec import JobspecInfo, build_jobspec, parse_job_id
 from flux_adapter.jobtable import JobTable
 from flux_adapter.resources import RError, inventory_nodes
+from flux_adapter.settings import FluxSettings
 from flux_adapter.stream import StatusStream
 
 __all__ = ["FluxBackend", "create", "default_mpi_launch"]
@@ -367,11 +369,7 @@ class FluxBackend:
         return data, offset + len(data)
 
 
-_SETTINGS = {"uri", "queue", "mpi_launch", "request_timeout", "submit_as",
-             "reconcile_interval", "flux_command"}
-
-
-def create(name: str, settings: dict[str, Any]) -> FluxBackend:
+def create(name: str, settings: Mapping[str, Any]) -> FluxBackend:
     """Entry point ``hpc_bridge.backends: flux``. Settings (all optional):
 
     ``uri``
@@ -392,31 +390,18 @@ def create(name: str, settings: dict[str, Any]) -> FluxBackend:
         the ``flux`` program for commands run as a job's owner and for nested instances
         (default ``flux``).
 
-    Never imports flux. Raises ValueError for unknown or invalid settings.
+    Never imports flux. Raises ValueError naming ``backends.NAME.KEY`` for unknown or
+    invalid settings (:class:`flux_adapter.settings.FluxSettings`).
     """
-    unknown = sorted(set(settings) - _SETTINGS)
-    if unknown:
-        raise ValueError(f"flux back end {name!r}: unknown settings {', '.join(unknown)}; "
-                         f"known: {', '.join(sorted(_SETTINGS))}")
-    try:
-        timeout = float(settings.get("request_timeout", 10.0))
-        reconcile = float(settings.get("reconcile_interval", 60.0))
-    except (TypeError, ValueError):
-        raise ValueError(f"flux back end {name!r}: request_timeout and reconcile_interval "
-                         f"must be numbers") from None
-    if timeout <= 0 or reconcile <= 0:
-        raise ValueError(f"flux back end {name!r}: request_timeout and reconcile_interval "
-                         f"must be positive")
-    submit_as = str(settings.get("submit_as", "owner"))
-    if submit_as == "daemon" and os.geteuid() == 0:
-        raise ValueError(f"flux back end {name!r}: submit_as = 'daemon' would run every "
-                         f"job as root; use 'owner' (jobs signed as their owners)")
-    uri = settings.get("uri")
+    s = parse_settings(FluxSettings, f"backends.{name}", settings)
+    if s.submit_as == "daemon" and os.geteuid() == 0:
+        raise ValueError(f"backends.{name}.submit_as: 'daemon' would run every job as "
+                         f"root; use 'owner' (jobs signed as their owners)")
     return FluxBackend(
-        name, uri=str(uri) if uri else None, queue=settings.get("queue") or None,
-        mpi_launch=settings.get("mpi_launch") or None, request_timeout=timeout,
-        submit_as=submit_as, reconcile_interval=reconcile,
-        flux_command=_absolute(str(settings.get("flux_command") or "flux")))
+        name, uri=s.uri or None, queue=s.queue or None, mpi_launch=s.mpi_launch or None,
+        request_timeout=s.request_timeout, submit_as=s.submit_as,
+        reconcile_interval=s.reconcile_interval,
+        flux_command=_absolute(s.flux_command or "flux"))
 
 
 def _absolute(command: str) -> str:

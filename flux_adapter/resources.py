@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import NodeInfo
+from bridge.errors import BridgeError
 from mpi_launch.allocation import AllocationError, parse_idset
 from mpi_launch.hostlist import HostlistError, compress, expand
 
@@ -36,7 +37,7 @@ __all__ = ["RANK_MARK", "RError", "RankResources", "inventory_nodes", "nodes_of"
 RANK_MARK = "@"
 
 
-class RError(ValueError):
+class RError(BridgeError, ValueError):
     """An R document that does not follow RFC 20 version 1."""
 
 

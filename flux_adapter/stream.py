@@ -17,7 +17,8 @@ real time. Once the backlog is in, the stream yields
 Without the instance owner's role (``EPERM``) the journal is refused; the stream then
 polls one snapshot per ``interval``, the Slurm model, and says so once. When Flux cannot
 be reached :meth:`StatusStream.watch` yields nothing, never raises, and connects again
-with exponential backoff up to :data:`RECONNECT_CAP` seconds.
+with exponential backoff (:class:`bridge.backoff.Backoff`) from :data:`RECONNECT_BASE`
+up to :data:`RECONNECT_CAP` seconds, starting again after each batch it yields.
 """
 
 from __future__ import annotations
@@ -32,18 +33,21 @@ from contextlib import aclosing
 from typing import Any
 
 from bridge.backend import BackendError, BackendUnavailable, StatusBatch
+from bridge.backoff import Backoff
+from bridge.errors import BridgeError
 from flux_adapter.client import FluxConnection, classify
 from flux_adapter.jobtable import JobTable
 
-__all__ = ["RECONNECT_CAP", "StatusStream"]
+__all__ = ["RECONNECT_BASE", "RECONNECT_CAP", "StatusStream"]
 
 log = logging.getLogger(__name__)
 
-#: Longest wait (seconds) between two attempts to reach a lost broker again.
+#: First and longest wait (seconds) between two attempts to reach a lost broker again.
+RECONNECT_BASE = 0.5
 RECONNECT_CAP = 10.0
 
 
-class _JournalRefused(Exception):
+class _JournalRefused(BridgeError):
     """The journal needs the instance owner's role."""
 
 
@@ -79,7 +83,7 @@ class StatusStream:
         every ``reconcile_interval`` s (``complete=True``); without the owner's role, a
         snapshot every ``interval`` s. Never raises: while Flux cannot be reached
         nothing is yielded, and it reconnects with backoff."""
-        delay = interval
+        backoff = Backoff(RECONNECT_BASE, RECONNECT_CAP)
         polling = False
         while not self._closed:
             try:
@@ -87,7 +91,7 @@ class StatusStream:
                 async with aclosing(source) as stream:
                     async for batch in stream:
                         yield batch
-                        delay = interval
+                        backoff.reset()
             except _JournalRefused as exc:
                 self._warn_once(f"the event journal needs the instance owner's role "
                                 f"({exc}); polling job-list every {interval:g}s instead")
@@ -100,8 +104,7 @@ class StatusStream:
                               self.name, extra={"backend": self.name})
             if self._closed:
                 return
-            await asyncio.sleep(delay)
-            delay = min(max(delay, 0.5) * 2, RECONNECT_CAP)
+            await backoff.sleep()
 
     async def _try_snapshot(self) -> StatusBatch | None:
         try:

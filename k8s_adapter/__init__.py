@@ -8,6 +8,11 @@ SSH Secret), :mod:`k8s_adapter.access` (who may run where, as whom, with what: w
 :mod:`k8s_adapter.identity` and :mod:`k8s_adapter.podsecurity`; pure),
 :mod:`k8s_adapter.backend` (entry point ``hpc_bridge.backends: kubernetes``),
 :mod:`k8s_adapter.status` (stored job → TrainJob status; pure),
-:mod:`k8s_adapter.frontdoor` (entry point ``hpc_bridge.frontdoors: kubernetes``).
+:mod:`k8s_adapter.frontdoor` (entry point ``hpc_bridge.frontdoors: kubernetes``),
+:mod:`k8s_adapter.settings` (their settings models).
 kubernetes_asyncio is imported only when a connection is made.
 """
+
+from k8s_adapter.settings import KubernetesSettings, TrainJobDoorSettings
+
+__all__ = ["KubernetesSettings", "TrainJobDoorSettings"]

@@ -50,6 +50,7 @@ from bridge.backend import (
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
 from bridge.model import TrainJob
+from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
 from k8s_adapter import sshauth
 from k8s_adapter.access import (
@@ -77,7 +78,8 @@ from k8s_adapter.jobset import (
     render_jobset,
     split_id,
 )
-from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status, kube_settings
+from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.settings import KubernetesSettings
 
 __all__ = ["ANN_ORIGIN", "KubernetesBackend", "create"]
 
@@ -397,33 +399,17 @@ class KubernetesBackend:
         return data[offset:], max(offset, len(data))
 
 
-def _topology_labels(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return DEFAULT_TOPOLOGY_LABELS
-    if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ValueError(f"topology_labels must be a list of node label keys, got {value!r}")
-
-
-KNOWN_SETTINGS = frozenset({"kubeconfig", "context", "default_image", "service_account",
-                            "scheduler_name", "topology_labels", "request_timeout",
-                            "watch_timeout", "users", "groups", "namespace_accounts",
-                            "allow_privileges"})
+KNOWN_SETTINGS = frozenset(KubernetesSettings.model_fields)
 
 
 def create(name: str, settings: Mapping[str, Any]) -> KubernetesBackend:
-    """Entry point ``hpc_bridge.backends: kubernetes``. Raises ValueError naming an
-    unknown or malformed setting."""
-    unknown = set(settings) - KNOWN_SETTINGS
-    if unknown:
-        raise ValueError(f"backends.{name}: unknown setting(s) {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(sorted(KNOWN_SETTINGS))}")
-    kube = kube_settings(f"backends.{name}", settings)
-    options = JobSetOptions(default_image=settings.get("default_image"),
-                            service_account=settings.get("service_account"),
-                            scheduler_name=settings.get("scheduler_name"),
-                            topology_labels=_topology_labels(settings.get("topology_labels")))
-    return KubernetesBackend(name, kube, options,
+    """Entry point ``hpc_bridge.backends: kubernetes``: settings as
+    :class:`k8s_adapter.settings.KubernetesSettings`. Raises ValueError naming
+    ``backends.NAME.KEY`` for an unknown or malformed setting."""
+    s = parse_settings(KubernetesSettings, f"backends.{name}", settings)
+    options = JobSetOptions(default_image=s.default_image, service_account=s.service_account,
+                            scheduler_name=s.scheduler_name,
+                            topology_labels=(DEFAULT_TOPOLOGY_LABELS if s.topology_labels is None
+                                             else s.topology_labels))
+    return KubernetesBackend(name, s.kube(), options,
                              access_policy(f"backends.{name}", settings))

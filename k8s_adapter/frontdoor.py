@@ -43,14 +43,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner, ReportsJobsStatus
+from bridge.backoff import Backoff
 from bridge.engine import EngineError
 from bridge.model import ANN_BACKEND, MANAGED_BY, ValidationError, load_trainjob
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
+from bridge.plugin_settings import parse_settings
 from bridge.states import JobState
 from bridge.store import JobRecord
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
-from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status, kube_settings
+from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.settings import TrainJobDoorSettings
 from k8s_adapter.status import desired_status, failed_status, same_status
 
 if TYPE_CHECKING:
@@ -116,15 +119,14 @@ class TrainJobFrontDoor:
 
     async def run(self, engine: Engine) -> None:
         self._engine = engine
-        delay = 1.0
+        backoff = Backoff(1.0, 30.0)
         while True:
             try:
                 await self.kube.connect()
                 break
             except (BackendUnavailable, BackendRejected) as exc:
                 log.warning("TrainJob front door cannot reach Kubernetes: %s", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                await backoff.sleep()
         writer = asyncio.create_task(self._status_loop(), name=f"{self.name}-status")
         namespaces = self.settings.namespaces or (None,)
         watchers = [asyncio.create_task(self._watch(ns), name=f"{self.name}-watch-{ns or 'all'}")
@@ -481,39 +483,16 @@ def _document(obj: Mapping[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _strings(value: Any, key: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ValueError(f"{key} must be a list of strings, got {value!r}")
-
-
-KNOWN_SETTINGS = frozenset({"kubeconfig", "context", "managed_by", "backend",
-                            "allowed_backends", "run_as", "namespace_users",
-                            "status_interval", "request_timeout", "watch_timeout",
-                            "namespaces"})
+KNOWN_SETTINGS = frozenset(TrainJobDoorSettings.model_fields)
 
 
 def create(name: str, settings: Mapping[str, Any]) -> TrainJobFrontDoor:
-    """Entry point ``hpc_bridge.frontdoors: kubernetes``; ValueError for bad settings."""
-    unknown = set(settings) - KNOWN_SETTINGS
-    if unknown:
-        raise ValueError(f"frontdoors.{name}: unknown setting(s) {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(sorted(KNOWN_SETTINGS))}")
-    users = settings.get("namespace_users") or {}
-    if not isinstance(users, Mapping) or not all(isinstance(v, str) for v in users.values()):
-        raise ValueError(f"frontdoors.{name}.namespace_users must map namespaces to users")
-    kube = kube_settings(f"frontdoors.{name}", settings)
+    """Entry point ``hpc_bridge.frontdoors: kubernetes``: settings as
+    :class:`k8s_adapter.settings.TrainJobDoorSettings`; ValueError naming
+    ``frontdoors.NAME.KEY`` for an unknown or malformed setting."""
+    s = parse_settings(TrainJobDoorSettings, f"frontdoors.{name}", settings)
     return TrainJobFrontDoor(name, FrontDoorSettings(
-        kube=kube,
-        managed_by=_strings(settings.get("managed_by"), "managed_by") or (MANAGED_BY,),
-        backend=settings.get("backend"),
-        allowed_backends=_strings(settings.get("allowed_backends"), "allowed_backends"),
-        run_as=str(settings.get("run_as", "nobody")),
-        namespace_users=dict(users),
-        status_interval=float(settings.get("status_interval", 0.5)),
-        namespaces=_strings(settings.get("namespaces"), "namespaces"),
-    ))
+        kube=s.kube(), managed_by=s.managed_by or (MANAGED_BY,), backend=s.backend,
+        allowed_backends=s.allowed_backends, run_as=s.run_as,
+        namespace_users=dict(s.namespace_users), status_interval=s.status_interval,
+        namespaces=s.namespaces))

@@ -36,12 +36,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.errors import BridgeError
+
 #: RFC 1123 label (namespace) and subdomain (service account) names.
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-class Denied(Exception):
+class Denied(BridgeError):
     """The user may not run this job on this back end (answered 403)."""
 
 

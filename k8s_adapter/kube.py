@@ -27,12 +27,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendRejected, BackendUnavailable
+from bridge.backoff import Backoff
+from bridge.plugin_settings import PluginSettings, PositiveFloat, parse_settings
 
 log = logging.getLogger(__name__)
 
@@ -52,20 +53,26 @@ class KubeSettings:
     watch_timeout: int = 240
 
 
-def kube_settings(section: str, settings: Mapping[str, Any]) -> KubeSettings:
-    """:class:`KubeSettings` from a configuration section; ValueError names a bad key."""
-    def number(key: str, default: float) -> float:
-        value = settings.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ValueError(f"{section}.{key} must be a positive number, got {value!r}")
-        return float(value)
+class KubeConnection(PluginSettings):
+    """The settings every Kubernetes section shares (back end, front door, lease):
+    :class:`KubeSettings` as a settings model."""
 
-    for key in ("kubeconfig", "context"):
-        if settings.get(key) is not None and not isinstance(settings.get(key), str):
-            raise ValueError(f"{section}.{key} must be a string, got {settings.get(key)!r}")
-    return KubeSettings(kubeconfig=settings.get("kubeconfig"), context=settings.get("context"),
-                        request_timeout=number("request_timeout", 10.0),
-                        watch_timeout=int(number("watch_timeout", 240)))
+    kubeconfig: str | None = None
+    context: str | None = None
+    request_timeout: PositiveFloat = 10.0
+    watch_timeout: PositiveFloat = 240
+
+    def kube(self) -> KubeSettings:
+        """The connection settings :class:`Kube` takes."""
+        return KubeSettings(kubeconfig=self.kubeconfig, context=self.context,
+                            request_timeout=self.request_timeout,
+                            watch_timeout=int(self.watch_timeout))
+
+
+def kube_settings(section: str, settings: Mapping[str, Any]) -> KubeSettings:
+    """:class:`KubeSettings` from a configuration section holding only
+    :class:`KubeConnection`'s keys; ValueError names ``section.KEY``."""
+    return parse_settings(KubeConnection, section, settings).kube()
 
 
 def api_status(exc: BaseException) -> int | None:
@@ -239,14 +246,14 @@ class Kube:
             def get_return_type(self, func: object) -> str:
                 return ""
 
-        delay = 0.5
+        backoff = Backoff(0.5, 15.0)
         rv: str | None = None
         while True:
             try:
                 if rv is None:
                     listing = await self.raw(f"list {what}", list_fn, *args, **kwargs)
                     rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-                    delay = 0.5
+                    backoff.reset()
                     yield "SYNC", list(listing.get("items") or [])
                 w = RawWatch()
                 async with w:
@@ -260,7 +267,7 @@ class Kube:
                             rv = str(w.resource_version)
                         if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
                             yield kind, obj
-                        delay = 0.5
+                        backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -275,5 +282,4 @@ class Kube:
                     log.warning("watch of %s failed: %s", what, api_message(exc))
                 if status is not None and 400 <= status < 500:
                     rv = None  # e.g. 403 after an RBAC change: start over
-                await asyncio.sleep(delay + random.uniform(0, delay / 2))  # noqa: S311
-                delay = min(delay * 2, 15.0)
+                await backoff.sleep()

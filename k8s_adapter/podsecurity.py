@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
+from bridge.errors import BridgeError
+
 #: Volume types Pod Security ``restricted`` allows.
 SAFE_VOLUMES = frozenset({"name", "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
                           "persistentVolumeClaim", "projected", "secret"})
@@ -33,7 +35,7 @@ PRIVILEGES = frozenset({*_HOST_NAMESPACES, "hostUsers", "hostPort", "securityCon
                         "serviceAccountName", "ephemeralContainers", "hostPath", "volumes"})
 
 
-class Forbidden(Exception):
+class Forbidden(BridgeError):
     """A pod asks for a privilege the admin did not allow (answered 403)."""
 
 

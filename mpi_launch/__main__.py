@@ -37,6 +37,7 @@ from mpi_launch.allocation import (
     from_jobset_env,
     from_slurm_env,
 )
+from mpi_launch.errors import MpiLaunchError
 from mpi_launch.hostlist import HostlistError
 from mpi_launch.plan import (
     LAUNCHERS,
@@ -53,7 +54,7 @@ PROG = "mpi-launch"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-class UsageError(Exception):
+class UsageError(MpiLaunchError):
     """Bad command line."""
 
 

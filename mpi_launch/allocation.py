@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mpi_launch.errors import MpiLaunchError
 from mpi_launch.hostlist import MAX_HOSTS, HostlistError, expand
 
 __all__ = [
@@ -47,7 +48,7 @@ _IDSET_PIECE = re.compile(r"([0-9]{1,18})(?:-([0-9]{1,18}))?")
 _INT = re.compile(r"[0-9]{1,18}")
 
 
-class AllocationError(ValueError):
+class AllocationError(MpiLaunchError, ValueError):
     """An input that does not describe an allocation; names the variable and its value."""
 
     def __init__(self, variable: str, value: object, reason: str) -> None:

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import product
 
+from mpi_launch.errors import MpiLaunchError
+
 __all__ = ["MAX_HOSTS", "SLURM_MAX_RANGE", "HostlistError", "compress", "expand"]
 
 MAX_HOSTS = 1 << 22
@@ -48,7 +50,7 @@ _DIGITS = "0123456789"
 _SHOW_MAX = 120
 
 
-class HostlistError(ValueError):
+class HostlistError(MpiLaunchError, ValueError):
     """A hostlist expression (or host name) that cannot be parsed.
 
     ``str()`` names where the value came from: ``SLURM_JOB_NODELIST='node[1-': unclosed

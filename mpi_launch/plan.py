@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mpi_launch.allocation import Allocation
+from mpi_launch.errors import MpiLaunchError
 from mpi_launch.hostfile import hostfile_env, render_hostfile, uniform_slots
 from mpi_launch.hostlist import compress
 from mpi_launch.rankenv import (
@@ -71,7 +72,7 @@ _PYTHON = re.compile(r"python[0-9.]*")
 _PYTHON_FLAGS_WITH_VALUE = ("-W", "-X", "-Q")
 
 
-class PlanError(ValueError):
+class PlanError(MpiLaunchError, ValueError):
     """Options that cannot work together or with this allocation."""
 
 

@@ -48,6 +48,7 @@ from bridge.backend import (
     SubmitRequest,
 )
 from bridge.output import read_owned
+from bridge.plugin_settings import parse_settings
 from slurm_adapter import hostlist
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.dialects import (
@@ -71,6 +72,7 @@ from slurm_adapter.script import (
     rest_job,
     sbatch_args,
 )
+from slurm_adapter.settings import SlurmSettings
 from slurm_adapter.topology import parse_topology
 
 __all__ = ["SlurmBackend", "backend_state", "create", "job_from_slurm", "node_from_slurm"]
@@ -549,48 +551,22 @@ def _user_name(uid: int) -> str:
         return "root" if uid == 0 else str(uid)
 
 
-def _flag(settings: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = settings.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
-def create(name: str, settings: dict[str, Any]) -> SlurmBackend:
+def create(name: str, settings: Mapping[str, Any]) -> SlurmBackend:
     """Entry point ``hpc_bridge.backends: slurm``: a :class:`SlurmBackend` from settings
-    (see the class docstring). Raises ValueError for contradictory settings."""
-    known = {"rest_socket", "rest_url", "rest_version", "jwt_key", "token_lifespan", "use_cli",
-             "default_partition", "request_timeout", "rest_user", "mpi_launch", "client_root"}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ValueError(f"slurm back end {name!r}: unknown settings {', '.join(unknown)}; "
-                         f"known: {', '.join(sorted(known))}")
-    socket_path = settings.get("rest_socket")
-    url = settings.get("rest_url")
-    if socket_path and url:
-        raise ValueError(f"slurm back end {name!r}: give rest_socket or rest_url, not both")
-    timeout = float(settings.get("request_timeout", 10))
-    lifespan = int(settings.get("token_lifespan", 3600))
-    cli = SlurmCli(timeout=timeout, root=settings.get("client_root") or None)
-    use_cli = _flag(settings, "use_cli", not (socket_path or url))
+    (:class:`slurm_adapter.settings.SlurmSettings`). Raises ValueError naming
+    ``backends.NAME.FIELD`` for unknown, malformed or contradictory settings."""
+    s = parse_settings(SlurmSettings, f"backends.{name}", settings)
+    cli = SlurmCli(timeout=s.request_timeout, root=s.client_root or None)
     rest: SlurmRestClient | None = None
-    negotiate_version = False
-    if not use_cli:
-        if not (socket_path or url):
-            raise ValueError(f"slurm back end {name!r}: use_cli is false but neither "
-                             f"rest_socket nor rest_url is set")
-        version = str(settings.get("rest_version") or "auto")
-        negotiate_version = version == "auto"
+    version = s.rest_version or "auto"
+    if not s.cli_only:
         # Until start() has read the server's OpenAPI document: the oldest dialect.
-        dialect = V0_0_38 if negotiate_version else dialect_for(version)
-        tokens: TokenSource = (
-            JwtSigner(str(settings["jwt_key"]), lifespan) if settings.get("jwt_key")
-            else ScontrolTokens(cli.run_plain, lifespan)
-        )
-        rest = SlurmRestClient(dialect, tokens, socket_path=socket_path, url=url,
-                               timeout=timeout)
+        dialect = V0_0_38 if version == "auto" else dialect_for(version)
+        tokens: TokenSource = (JwtSigner(s.jwt_key, s.token_lifespan) if s.jwt_key
+                               else ScontrolTokens(cli.run_plain, s.token_lifespan))
+        rest = SlurmRestClient(dialect, tokens, socket_path=s.rest_socket or None,
+                               url=s.rest_url or None, timeout=s.request_timeout)
     return SlurmBackend(name, cli=cli, rest=rest,
-                        default_partition=settings.get("default_partition") or None,
-                        rest_user=settings.get("rest_user") or None,
-                        mpi_launch=settings.get("mpi_launch") or None,
-                        negotiate_version=not use_cli and negotiate_version)
+                        default_partition=s.default_partition or None,
+                        rest_user=s.rest_user or None, mpi_launch=s.mpi_launch or None,
+                        negotiate_version=not s.cli_only and version == "auto")

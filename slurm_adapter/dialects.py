@@ -46,6 +46,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from bridge.errors import BridgeError
+
 __all__ = [
     "DIALECTS",
     "V0_0_38",
@@ -82,7 +84,7 @@ class Shape(StrEnum):
     VERBOSE = "verbose"
 
 
-class UnsupportedOption(ValueError):
+class UnsupportedOption(BridgeError, ValueError):
     """The dialect cannot express a requested option (e.g. switches in v0.0.38)."""
 
 

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import NoReturn
 
 from bridge.client import BridgeClient, BridgeClientError
+from bridge.errors import BridgeError
 
 __all__ = [
     "ArgumentParser",
@@ -40,7 +41,7 @@ __all__ = [
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-class UserError(Exception):
+class UserError(BridgeError):
     """A user error to print as ``prog: error: message`` (exit 1)."""
 
 

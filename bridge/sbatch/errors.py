@@ -9,13 +9,15 @@ user-supplied value in a message without letting control characters reach the te
 
 from __future__ import annotations
 
+from bridge.errors import BridgeError
+
 __all__ = ["PROG", "BadValue", "SbatchError", "quote"]
 
 #: The tool's name, as messages and ``--help`` give it.
 PROG = "tbatch"
 
 
-class SbatchError(Exception):
+class SbatchError(BridgeError):
     """A user error, worded like sbatch's.
 
     ``message`` is the bare text, ``source``/``lineno`` say where in a script it was
@@ -37,7 +39,7 @@ class SbatchError(Exception):
         super().__init__(text)
 
 
-class BadValue(ValueError):
+class BadValue(BridgeError, ValueError):
     """Raised by converters; the parser adds the option name, value and location."""
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bridge.backend import Admitting, Owner
-from bridge.engine import Engine, EngineError, EngineSettings
+from bridge.engine import Engine, EngineSettings
+from bridge.errors import PermissionDenied
 from bridge.model import load_trainjob
 from bridge.runtimes import RuntimeCatalog
 from bridge.store import Store
@@ -40,9 +41,9 @@ def test_a_refusal_is_a_403_and_nothing_is_stored(tmp_path: Path) -> None:
     e = engine(tmp_path)
     for owner, namespace, says in [(BOB, None, "backends.kubernetes.users"),
                                    (ALICE, "kube-system", "metadata.namespace")]:
-        with pytest.raises(EngineError) as err:
+        with pytest.raises(PermissionDenied) as err:
             e.admit(load_trainjob(doc(namespace)), owner)
-        assert err.value.status == 403 and says in str(err.value)
+        assert says in str(err.value)
     assert e.store.list_jobs() == []
 
 

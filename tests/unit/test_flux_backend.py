@@ -204,7 +204,7 @@ def test_create_and_settings() -> None:
                                            "/usr/bin/flux", "/x/mpi-launch", "owner")
     with pytest.raises(ValueError, match="unknown settings rest_url"):
         create("f", {"rest_url": "x"})
-    with pytest.raises(ValueError, match="must be numbers"):
+    with pytest.raises(ValueError, match="request_timeout: must be a positive number"):
         create("f", {"request_timeout": "soon"})
     with pytest.raises(ValueError, match="positive"):
         create("f", {"reconcile_interval": 0})

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from bridge.backend import BackendRejected, Owner, SubmitRequest
-from bridge.model import ANN_SCHEDULING, TrainJob, load_trainjob
+from bridge.backend import BackendRejected, SubmitRequest
+from bridge.model import ANN_SCHEDULING, TrainJob
 from bridge.runtimes import FRAMEWORK_LABEL, Framework, MpiImplementation, RuntimeCatalog
 from bridge.runtimes import _runtime as runtime_doc
-from bridge.scheduling import SchedulingOptions, scheduling_of
-from bridge.shape import GPU_RESOURCE, JobShape, resolve_shape
+from bridge.scheduling import SchedulingOptions
+from bridge.shape import GPU_RESOURCE, JobShape
 from bridge.topology import cpu_millis, memory_mb
 from flux_adapter.jobspec import build_jobspec, layout_for
 from flux_adapter.jobspec import job_environment as flux_environment
@@ -29,9 +29,10 @@ from mpi_launch.allocation import Allocation, Host
 from mpi_launch.hostfile import hostfile_env
 from mpi_launch.rankenv import jax_env, torch_node_env, xgboost_env
 from slurm_adapter.script import job_environment, job_spec, launch_command, sbatch_args
+from tests.unit import builders
+from tests.unit.builders import submit_request
 
 UID = "00000000-0000-4000-8000-0000000000c0"
-ALICE = Owner(uid=1001, gid=1001, user="alice")
 NODES, RANKS = 2, 2
 USER_ENV = {"DATA_DIR": "/data", "SEED": "7"}
 USER_ARGV = ["python", "train.py", "--epochs", "3"]
@@ -73,24 +74,17 @@ CANNOT: dict[tuple[str, str], str] = {
 
 def trainjob(runtime: str, form: str) -> TrainJob:
     resources, options = FORMS[form]
-    trainer: dict[str, Any] = {"numNodes": NODES, "numProcPerNode": RANKS,
-                               "image": "registry.example/train:1", "command": USER_ARGV[:2],
-                               "args": USER_ARGV[2:],
-                               "env": [{"name": k, "value": v} for k, v in USER_ENV.items()]}
-    if resources is not None:
-        trainer["resourcesPerNode"] = resources
     annotations = ({ANN_SCHEDULING: SchedulingOptions(**options).model_dump_json(
         exclude_defaults=True)} if options else {})
-    return load_trainjob({
-        "metadata": {"name": "conf", "namespace": "team-a", "uid": UID,
-                     "annotations": annotations},
-        "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer}})
+    return builders.trainjob(runtime, name="conf", uid=UID, nodes=NODES, procs=RANKS,
+                             image="registry.example/train:1", command=USER_ARGV[:2],
+                             args=USER_ARGV[2:], env=USER_ENV, resources=resources,
+                             annotations=annotations)
 
 
 def request(job: TrainJob, cat: RuntimeCatalog) -> SubmitRequest:
-    plan, options = cat.resolve(job), scheduling_of(job)
-    return SubmitRequest(job_uid=UID, job_id=7, job=job, plan=plan, options=options,
-                         owner=ALICE, shape=resolve_shape(job, plan, options))
+    """The request of an admitted job: its options and shape resolved."""
+    return submit_request(job, uid=UID, job_id=7, catalog=cat, resolve=True)
 
 
 def _after_dashes(argv: list[str]) -> list[str]:

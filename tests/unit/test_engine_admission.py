@@ -8,16 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bridge.backend import Admitting, Owner
+from bridge.backend import Admitting
 from bridge.engine import Engine, EngineSettings
 from bridge.errors import PermissionDenied
 from bridge.model import load_trainjob
 from bridge.runtimes import RuntimeCatalog
 from bridge.store import Store
 from k8s_adapter.backend import create
-
-ALICE = Owner(uid=1001, gid=1001, user="alice")
-BOB = Owner(uid=1002, gid=1002, user="bob")
+from tests.unit.builders import ALICE, BOB
 
 
 def engine(tmp_path: Path) -> Engine:

@@ -26,7 +26,9 @@ from bridge.scheduling import SchedulingOptions
 from bridge.states import JobState
 from bridge.store import Store
 from bridge.topology import topology_from_inventory
-from tests.unit.test_engine_placement import ALICE, FakeBackend, settle, trainjob
+from tests.unit.builders import ALICE
+from tests.unit.builders import scheduled_trainjob as trainjob
+from tests.unit.fakes import FakeBackend, settle
 
 RACKS = {"rack-1": ((), ("n1", "n2")), "rack-2": ((), ("n3", "n4")),
          "block": (("rack-1", "rack-2"), ())}

@@ -3,50 +3,26 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bridge.backend import (
-    BackendJob,
-    Inventory,
-    NodeInfo,
-    Owner,
-    StatusBatch,
-    SubmitRequest,
-)
 from bridge.engine import Engine, EngineSettings
-from bridge.model import ANN_BACKEND, ANN_SCHEDULING, TrainJob, ensure_identity, load_trainjob
+from bridge.model import ANN_BACKEND, ANN_SCHEDULING, TrainJob
 from bridge.placement_decision import plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from bridge.states import JobState
 from bridge.store import Store
 from bridge.topology import Topology, topology_from_inventory
+from tests.unit.builders import ALICE, inventory
+from tests.unit.builders import scheduled_trainjob as trainjob
+from tests.unit.fakes import FakeBackend, settle
 
-ALICE = Owner(uid=1001, gid=1001, user="alice")
-BED = {"leaf1": ((), ("node1", "node2")), "leaf2": ((), ("node3", "node4")),
-       "spine": (("leaf1", "leaf2"), ())}
-
-
-def inventory(busy: Collection[str] = ()) -> Inventory:
-    return Inventory(nodes=tuple(
-        NodeInfo(f"node{i}", "ALLOCATED" if f"node{i}" in busy else "IDLE", 2,
-                 0 if f"node{i}" in busy else 2, 2000, 2000, partitions=("debug",))
-        for i in range(1, 5)), switches=BED)
-
-
-def trainjob(nodes: int = 2, **options: Any) -> TrainJob:
-    doc = {"metadata": {"name": f"j{time.monotonic_ns()}",
-                        "annotations": {ANN_SCHEDULING: SchedulingOptions(
-                            **options).model_dump_json(exclude_defaults=True)}},
-           "spec": {"runtimeRef": {"name": "plain"},
-                    "trainer": {"numNodes": nodes, "command": ["hostname"]}}}
-    return ensure_identity(load_trainjob(doc))
+# ALICE, FakeBackend, inventory, settle and trainjob are imported from here by other
+# modules (tests/unit/test_ownership.py ...): keep them importable from this module.
+__all__ = ["ALICE", "FakeBackend", "inventory", "settle", "trainjob"]
 
 
 def decide(job: TrainJob, mode: str = "constraints", topo: Topology | None = None,
@@ -132,53 +108,10 @@ def test_a_job_that_fits_nowhere_now_goes_unpinned() -> None:
 # --- the engine with a fake back end -------------------------------------------------
 
 
-class FakeBackend:
-    name = "slurm"
-
-    def __init__(self, inv: Inventory) -> None:
-        self.inv = inv
-        self.submitted: list[SubmitRequest] = []
-        self.inventory_calls = 0
-
-    async def start(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-    async def submit(self, request: SubmitRequest) -> str:
-        self.submitted.append(request)
-        return str(100 + len(self.submitted))
-
-    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
-        return []
-
-    async def cancel(self, backend_id: str, owner: Owner) -> None:
-        pass
-
-    async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
-        while True:
-            await asyncio.sleep(3600)
-            yield StatusBatch((), False, 0.0)
-
-    async def inventory(self) -> Inventory:
-        self.inventory_calls += 1
-        return self.inv
-
-    async def read_log(self, job: BackendJob, stream: str, offset: int) -> tuple[bytes, int]:
-        return b"", offset
-
-
 def engine(tmp_path: Path, backend: FakeBackend, mode: str = "constraints") -> Engine:
     return Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
                   EngineSettings(default_backend="slurm", placement={"slurm": mode},
                                  placement_max_age=0.0))
-
-
-async def settle(e: Engine) -> None:
-    await e.reconcile_once()
-    while e._inflight:
-        await asyncio.gather(*e._inflight.values())
 
 
 async def test_a_pass_places_jobs_without_double_booking(tmp_path: Path) -> None:

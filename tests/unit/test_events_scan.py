@@ -7,13 +7,10 @@ import asyncio
 from pathlib import Path
 
 from bridge.api_events import owned_after
-from bridge.backend import Owner
 from bridge.model import TrainJob, ensure_identity, load_trainjob
 from bridge.states import JobState
 from bridge.store import Store
-
-ALICE = Owner(uid=1001, gid=1001, user="alice")
-BOB = Owner(uid=1002, gid=1002, user="bob")
+from tests.unit.builders import ALICE, BOB
 
 
 def _job(name: str) -> TrainJob:

@@ -33,15 +33,14 @@ from bridge.backend import (
     StatusBatch,
     SubmitRequest,
 )
-from bridge.model import load_trainjob
 from bridge.output import OutputRefused
-from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from flux_adapter import backend as backend_mod
 from flux_adapter.backend import FluxBackend, create
 from flux_adapter.client import RunResult
 from flux_adapter.events import parse_eventlog
 from flux_adapter.jobspec import parse_job_id
+from tests.unit.builders import submit_request, trainjob
 
 FIXTURES = Path(__file__).parent / "fixtures" / "flux"
 PW = pwd.getpwuid(os.geteuid())
@@ -166,12 +165,8 @@ async def backend(world: World) -> AsyncIterator[FluxBackend]:
 
 def request(owner: Owner = ME, uid: str = "uid-1", runtime: str = "plain",
             options: SchedulingOptions | None = None) -> SubmitRequest:
-    job = load_trainjob({"metadata": {"name": "train", "namespace": "a", "uid": uid},
-                         "spec": {"runtimeRef": {"name": runtime},
-                                  "trainer": {"command": ["python", "t.py"],
-                                              "numNodes": 2}}})
-    return SubmitRequest(job_uid=uid, job_id=1, job=job, plan=RuntimeCatalog().resolve(job),
-                         options=options or SchedulingOptions(), owner=owner)
+    job = trainjob(runtime, namespace="a", uid=uid, command=["python", "t.py"], nodes=2)
+    return submit_request(job, options, owner=owner, uid=uid, job_id=1)
 
 
 async def next_batch(stream: AsyncIterator[StatusBatch], wait: float = 5.0) -> StatusBatch:

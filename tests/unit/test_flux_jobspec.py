@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import json
 import numbers
-import os
 import stat
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.backend import BackendRejected, Owner, SubmitRequest
-from bridge.model import ANN_BATCH_SCRIPT, TrainJob, load_trainjob
-from bridge.runtimes import MpiImplementation, RuntimeCatalog
+from bridge.backend import BackendRejected, SubmitRequest
+from bridge.model import TrainJob, load_trainjob
+from bridge.runtimes import MpiImplementation
 from bridge.scheduling import SchedulingOptions
 from flux_adapter.jobspec import (
     DEFAULT_PATH,
@@ -43,12 +41,12 @@ from flux_adapter.jobspec import (
     resolve_output,
     uid_from_name,
 )
+from tests.unit import golden_files
+from tests.unit.builders import ALICE, HOSTILE, UID, submit_request, trainjob
+from tests.unit.golden_files import check_golden, json_text
 
-GOLDEN = Path(__file__).parent / "golden" / "flux"
-UID = "00000000-0000-4000-8000-000000000001"
-ALICE = Owner(uid=1001, gid=1001, user="alice")
+GOLDEN = golden_files.GOLDEN / "flux"
 MPI_LAUNCH = "/opt/hpc-bridge/bin/mpi-launch"
-HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `touch /tmp/pwned` ${HOME} ; rm -rf / # é✓"
 RUNTIMES = ["plain", "torch-distributed", "mpi-distributed", "deepspeed-distributed",
             "jax-distributed", "xgboost-distributed"]
 SCRIPT = "#!/bin/bash\n#SBATCH -N 2\nset -e\nsrun hostname\necho \"$@\"\n"
@@ -129,45 +127,13 @@ def check_v1(js: Mapping[str, Any]) -> None:
 
 
 def golden(name: str, data: Any) -> None:
-    path = GOLDEN / name
-    text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"missing golden file {path}; run with UPDATE_GOLDEN=1"
-    assert text == path.read_text(encoding="utf-8"), f"differs from golden file {path}"
-
-
-def trainjob(runtime: str, *, nodes: int | None = None, procs: int | str | None = None,
-             command: list[str] | None = None, args: list[str] | None = None,
-             env: dict[str, str] | None = None, script: str | None = None,
-             name: str = "train") -> TrainJob:
-    trainer: dict[str, Any] = {}
-    if nodes is not None:
-        trainer["numNodes"] = nodes
-    if procs is not None:
-        trainer["numProcPerNode"] = procs
-    if command is not None:
-        trainer["command"] = command
-    if args is not None:
-        trainer["args"] = args
-    if env:
-        trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    annotations = {ANN_BATCH_SCRIPT: script} if script is not None else {}
-    return load_trainjob({
-        "metadata": {"name": name, "namespace": "team-a", "uid": UID,
-                     "annotations": annotations},
-        "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer},
-    })
+    check_golden(GOLDEN / name, json_text(data))
 
 
 def request(job: TrainJob, options: SchedulingOptions | None = None,
             placement: Any = None) -> SubmitRequest:
-    req = SubmitRequest(job_uid=UID, job_id=42, job=job, plan=RuntimeCatalog().resolve(job),
-                        options=options or SchedulingOptions(), owner=ALICE)
-    if placement is not None:
-        object.__setattr__(req, "placement", placement)
-    return req
+    """``placement``: anything with ``hosts`` will do."""
+    return submit_request(job, options, placement=placement)
 
 
 def build(req: SubmitRequest, **kwargs: Any) -> dict[str, Any]:

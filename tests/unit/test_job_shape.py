@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.backend import Owner
 from bridge.engine import Engine, EngineSettings
 from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError, load_trainjob
 from bridge.runtimes import Framework, MpiImplementation, RuntimeCatalog, load_runtime_files
@@ -18,8 +17,7 @@ from bridge.scheduling import SchedulingOptions, scheduling_of
 from bridge.shape import JobShape, resolve_shape
 from bridge.store import Store
 from slurm_adapter.backend import create
-
-ALICE = Owner(uid=1001, gid=1001, user="alice")
+from tests.unit.builders import ALICE
 
 
 def job(runtime: str = "torch-distributed", *, resources: dict[str, Any] | None = None,

@@ -38,9 +38,8 @@ from k8s_adapter.podsecurity import (
     harden,
     privileges_in,
 )
+from tests.unit.builders import ALICE, BOB
 
-ALICE = Owner(uid=1001, gid=1001, user="alice")
-BOB = Owner(uid=1002, gid=1002, user="bob")
 ROOT = Owner(uid=0, gid=0, user="root")
 UID = "00000000-0000-4000-8000-000000000001"
 SECTION = "backends.kubernetes"

@@ -18,11 +18,10 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from bridge.backend import BackendRejected, BackendState, Owner, SubmitRequest
-from bridge.model import ANN_BATCH_SCRIPT, TrainJob, load_document, load_trainjob
+from bridge.backend import BackendRejected, BackendState, SubmitRequest
+from bridge.model import TrainJob, load_document
 from bridge.placement import Placement
 from bridge.runtimes import RuntimeCatalog
-from bridge.scheduling import SchedulingOptions
 from k8s_adapter.jobset import (
     COMPLETION_INDEX,
     HOSTFILE_DIR,
@@ -47,11 +46,11 @@ from k8s_adapter.jobset import (
 )
 from mpi_launch.allocation import Host, from_jobset_env, jobset_allocation
 from mpi_launch.hostfile import render_hostfile
+from tests.unit import builders
+from tests.unit.builders import IMAGE, UID
+from tests.unit.builders import submit_request as request
 
-UID = "00000000-0000-4000-8000-000000000001"
 UID2 = "00000000-0000-4000-8000-000000000002"
-ALICE = Owner(uid=1001, gid=1001, user="alice")
-IMAGE = "registry.example/train:1"
 HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `touch /tmp/pwned` ${HOME} ;\n rm -rf / # é✓"
 SCRIPT = "#!/bin/bash\n#SBATCH -N 2\nset -e\necho \"$@\" '$(x)' `y`\n"
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -59,47 +58,15 @@ MAX_NAME = 63 - len("-launcher-0-") - 5
 OPTS = JobSetOptions()
 
 
-def trainjob(runtime: str = "torch-distributed", *, name: str = "train", nodes: int | None = 2,
-             procs: int | str | None = None, command: list[str] | None = None,
-             args: list[str] | None = None, env: Mapping[str, str] | None = None,
-             script: str | None = None, image: str | None = IMAGE,
-             resources: dict[str, Any] | None = None, deadline: int | None = None,
-             patches: list[dict[str, Any]] | None = None,
-             suspend: bool | None = None) -> TrainJob:
-    trainer: dict[str, Any] = {}
-    if nodes is not None:
-        trainer["numNodes"] = nodes
-    if procs is not None:
-        trainer["numProcPerNode"] = procs
-    if command is not None:
-        trainer["command"] = command
-    elif script is None:
-        trainer["command"] = ["torchrun", "train.py"]
-    if args is not None:
-        trainer["args"] = args
-    if env:
-        trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    if image is not None:
-        trainer["image"] = image
-    if resources is not None:
-        trainer["resourcesPerNode"] = resources
-    spec: dict[str, Any] = {"runtimeRef": {"name": runtime}, "trainer": trainer}
-    if deadline is not None:
-        spec["activeDeadlineSeconds"] = deadline
-    if patches is not None:
-        spec["runtimePatches"] = patches
-    if suspend is not None:
-        spec["suspend"] = suspend
-    annotations = {ANN_BATCH_SCRIPT: script} if script is not None else {}
-    return load_trainjob({"metadata": {"name": name, "namespace": "team-a", "uid": UID,
-                                       "annotations": annotations}, "spec": spec})
-
-
-def request(job: TrainJob, *, uid: str = UID, placement: Placement | None = None,
-            catalog: RuntimeCatalog | None = None) -> SubmitRequest:
-    return SubmitRequest(job_uid=uid, job_id=42, job=job,
-                         plan=(catalog or RuntimeCatalog()).resolve(job),
-                         options=SchedulingOptions(), owner=ALICE, placement=placement)
+def trainjob(runtime: str = "torch-distributed", *, nodes: int | None = 2,
+             image: str | None = IMAGE, command: list[str] | None = None,
+             script: str | None = None, **fields: Any) -> TrainJob:
+    """:func:`tests.unit.builders.trainjob` with this module's defaults: a torchrun job
+    on two nodes with an image (no command given and no script: ``torchrun train.py``)."""
+    if command is None and script is None:
+        command = ["torchrun", "train.py"]
+    return builders.trainjob(runtime, nodes=nodes, image=image, command=command,
+                             script=script, **fields)
 
 
 def render(job: TrainJob, options: JobSetOptions = OPTS, **kwargs: Any) -> dict[str, Any]:

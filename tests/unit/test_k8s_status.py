@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from bridge.backend import Owner
 from bridge.model import TrainJobStatus, load_trainjob
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
@@ -24,8 +23,8 @@ from k8s_adapter.status import (
     same_status,
     synthetic_jobs_status,
 )
+from tests.unit.builders import ALICE
 
-ALICE = Owner(uid=1001, gid=1001, user="alice")
 OLD = "2000-01-01T00:00:00Z"
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 # metav1.Condition's rule for reason.

@@ -16,9 +16,10 @@ from bridge.ownership import OwnerCheck, foreign_reason
 from bridge.runtimes import RuntimeCatalog
 from bridge.states import JobState
 from bridge.store import Store
-from tests.unit.test_engine_placement import FakeBackend, inventory, settle, trainjob
+from tests.unit.builders import ALICE, inventory
+from tests.unit.builders import scheduled_trainjob as trainjob
+from tests.unit.fakes import FakeBackend, settle
 
-ALICE = Owner(uid=1001, gid=1001, user="alice")
 UID = "0b6f1c1e-3f0c-4b8e-9a55-3d8f2f0c9a11"
 
 

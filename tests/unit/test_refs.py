@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.backend import Owner
 from bridge.model import TrainJob, ensure_identity, load_trainjob
 from bridge.refs import AmbiguousJob
 from bridge.states import JobState
 from bridge.store import JobNotFound, Store
-
-ALICE = Owner(uid=1001, gid=1001, user="alice")
-BOB = Owner(uid=1002, gid=1002, user="bob")
+from tests.unit.builders import ALICE, BOB
 
 
 def job(name: str, namespace: str = "default") -> TrainJob:

@@ -21,12 +21,11 @@ from bridge.backend import (
     SubmitRequest,
     load_backend,
 )
-from bridge.model import load_trainjob
 from bridge.output import OutputRefused
-from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from slurm_adapter.backend import SlurmBackend, create
 from slurm_adapter.dialects import V0_0_38
+from tests.unit.builders import submit_request, trainjob
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 ME = Owner(uid=os.geteuid(), gid=os.getegid(), user=pwd.getpwuid(os.geteuid()).pw_name)
@@ -81,12 +80,9 @@ def backend(cli: FakeCli, rest: FakeRest | None = None) -> SlurmBackend:
 
 
 def request(options: SchedulingOptions | None = None) -> SubmitRequest:
-    job = load_trainjob({"metadata": {"name": "t", "uid": "u-1"},
-                         "spec": {"runtimeRef": {"name": "plain"},
-                                  "trainer": {"command": ["true"],
-                                              "env": [{"name": "A", "value": "1"}]}}})
-    return SubmitRequest(job_uid="u-1", job_id=1, job=job, plan=RuntimeCatalog().resolve(job),
-                         options=options or SchedulingOptions(chdir="/tmp"), owner=ME)
+    job = trainjob(name="t", namespace=None, uid="u-1", command=["true"], env={"A": "1"})
+    return submit_request(job, options or SchedulingOptions(chdir="/tmp"), owner=ME,
+                          uid="u-1", job_id=1)
 
 
 def test_create_and_the_entry_point() -> None:

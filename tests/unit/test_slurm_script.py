@@ -7,8 +7,6 @@ the diff.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.backend import Owner, SubmitRequest
+from bridge.backend import SubmitRequest
 from bridge.model import ANN_BATCH_SCRIPT, TrainJob, load_trainjob
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
@@ -32,51 +30,20 @@ from slurm_adapter.script import (
     rest_job,
     sbatch_args,
 )
+from tests.unit import golden_files
+from tests.unit.builders import HOSTILE, UID, trainjob
+from tests.unit.builders import submit_request as request
+from tests.unit.golden_files import check_golden, json_text
 
-GOLDEN = Path(__file__).parent / "golden" / "slurm"
-UID = "00000000-0000-4000-8000-000000000001"
-ALICE = Owner(uid=1001, gid=1001, user="alice")
-HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `touch /tmp/pwned` ${HOME} ; rm -rf / # é✓"
+GOLDEN = golden_files.GOLDEN / "slurm"
 
 
 def golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"missing golden file {path}; run with UPDATE_GOLDEN=1"
-    assert text == path.read_text(encoding="utf-8"), f"differs from golden file {path}"
+    check_golden(GOLDEN / name, text)
 
 
 def golden_json(name: str, data: Any) -> None:
-    golden(name, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
-
-
-def trainjob(runtime: str, *, name: str = "train", nodes: int | None = None,
-             procs: int | str | None = None, command: list[str] | None = None,
-             args: list[str] | None = None, env: dict[str, str] | None = None,
-             annotations: dict[str, str] | None = None) -> TrainJob:
-    trainer: dict[str, Any] = {}
-    if nodes is not None:
-        trainer["numNodes"] = nodes
-    if procs is not None:
-        trainer["numProcPerNode"] = procs
-    if command is not None:
-        trainer["command"] = command
-    if args is not None:
-        trainer["args"] = args
-    if env:
-        trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    return load_trainjob({
-        "metadata": {"name": name, "namespace": "team-a", "uid": UID,
-                     "annotations": annotations or {}},
-        "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer},
-    })
-
-
-def request(job: TrainJob, options: SchedulingOptions | None = None) -> SubmitRequest:
-    return SubmitRequest(job_uid=UID, job_id=42, job=job, plan=RuntimeCatalog().resolve(job),
-                         options=options or SchedulingOptions(), owner=ALICE)
+    golden(name, json_text(data))
 
 
 def hostile_request() -> SubmitRequest:

@@ -8,25 +8,20 @@ from pathlib import Path
 import pytest
 
 from bridge.backend import Owner
-from bridge.model import ensure_identity, load_trainjob
+from bridge.model import TrainJob
 from bridge.schema import SCHEMA_VERSION
 from bridge.states import IllegalTransition, JobState
 from bridge.store import DuplicateJob, JobNotFound, Store
+from tests.unit.builders import ALICE, new_trainjob
 
-ALICE = Owner(uid=1001, gid=1001, user="alice")
 
-
-def job(name: str = "") -> object:
-    doc = {"kind": "TrainJob", "apiVersion": "trainer.kubeflow.org/v1alpha1",
-           "metadata": {"name": name} if name else {},
-           "spec": {"runtimeRef": {"name": "plain"},
-                    "trainer": {"command": ["echo", "$(hostile) 'quote' \"dq\" ü"]}}}
-    return ensure_identity(load_trainjob(doc))
+def job(name: str = "") -> TrainJob:
+    return new_trainjob(name, command=["echo", "$(hostile) 'quote' \"dq\" ü"])
 
 
 def test_add_transition_history_and_outbox(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.sqlite")
-    rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
+    rec = store.add(job(), ALICE, "slurm")
     assert rec.state is JobState.PENDING and rec.owner == ALICE
     store.transition(rec.id, JobState.SUBMITTED, "Submitted", backend_id="42")
     store.transition(rec.id, JobState.RUNNING, "Running", nodes=["node1", "node2"])
@@ -43,7 +38,7 @@ def test_add_transition_history_and_outbox(tmp_path: Path) -> None:
 
 def test_illegal_transition_changes_nothing(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.sqlite")
-    rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
+    rec = store.add(job(), ALICE, "slurm")
     store.transition(rec.id, JobState.CANCELLED, "Cancelled")
     with pytest.raises(IllegalTransition):
         store.transition(rec.id, JobState.RUNNING, "Running", backend_id="7")
@@ -57,7 +52,7 @@ def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     store = Store.open(path)
     j = job("same-name")
-    rec = store.add(j, ALICE, "slurm")  # type: ignore[arg-type]
+    rec = store.add(j, ALICE, "slurm")
     store.update(rec.id, attempts=1, submitting_since=123.5)
     before = store.get(rec.id)
     # No close(): as if the process had been killed.
@@ -73,20 +68,20 @@ def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
 def test_duplicates_are_refused(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.sqlite")
     j = job("dup")
-    store.add(j, ALICE, "slurm")  # type: ignore[arg-type]
+    store.add(j, ALICE, "slurm")
     with pytest.raises(DuplicateJob):
-        store.add(j, ALICE, "slurm")  # type: ignore[arg-type]
+        store.add(j, ALICE, "slurm")
 
 
 def test_one_users_name_does_not_block_anothers(tmp_path: Path) -> None:
     """Bob cannot squat a name: live names are unique per owner (and namespace)."""
     store = Store.open(tmp_path / "s.sqlite")
     bob = Owner(uid=1002, gid=1002, user="bob")
-    bobs = store.add(job("train"), bob, "slurm")  # type: ignore[arg-type]
-    alices = store.add(job("train"), ALICE, "slurm")  # type: ignore[arg-type]
+    bobs = store.add(job("train"), bob, "slurm")
+    alices = store.add(job("train"), ALICE, "slurm")
     assert alices.id != bobs.id
     with pytest.raises(DuplicateJob, match="alice has an unfinished job named"):
-        store.add(job("train"), ALICE, "slurm")  # type: ignore[arg-type]
+        store.add(job("train"), ALICE, "slurm")
     assert store.find("train", caller_uid=ALICE.uid).id == alices.id
     assert store.find("train", caller_uid=bob.uid).id == bobs.id
     names = [r["name"] for r in store._db.execute("PRAGMA index_list(jobs)")]
@@ -101,14 +96,14 @@ def test_wal_mode(tmp_path: Path) -> None:
 
 def test_unknown_fields_are_refused(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.sqlite")
-    rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
+    rec = store.add(job(), ALICE, "slurm")
     with pytest.raises(ValueError, match="unknown job fields"):
         store.update(rec.id, owner_uid=0)
 
 
 def test_placement_is_stored_as_json(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.sqlite")
-    rec = store.add(job(), ALICE, "slurm")  # type: ignore[arg-type]
+    rec = store.add(job(), ALICE, "slurm")
     assert rec.placement is None
     placement = {"hosts": ["node1", "node2"], "score": "leaf:1,level1:1", "pinned": False}
     store.transition(rec.id, JobState.PENDING, "WaitingForTopology", "x", placement=placement)
@@ -120,7 +115,7 @@ def test_placement_is_stored_as_json(tmp_path: Path) -> None:
 def test_a_version_1_database_gains_the_placement_column(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     store = Store.open(path)
-    rec = store.add(job("old"), ALICE, "slurm")  # type: ignore[arg-type]
+    rec = store.add(job("old"), ALICE, "slurm")
     store.close()
     # What the daemon of schema version 1 left behind: no placement column.
     conn = sqlite3.connect(path)
@@ -139,11 +134,11 @@ def test_a_version_1_database_gains_the_placement_column(tmp_path: Path) -> None
 def test_a_name_is_free_again_once_its_job_has_finished(tmp_path: Path) -> None:
     """As in Kubernetes: a TrainJob deleted and created again under its name."""
     store = Store.open(tmp_path / "s.sqlite")
-    first = store.add(job("again"), ALICE, "slurm")  # type: ignore[arg-type]
+    first = store.add(job("again"), ALICE, "slurm")
     with pytest.raises(DuplicateJob):
-        store.add(job("again"), ALICE, "slurm")  # type: ignore[arg-type]
+        store.add(job("again"), ALICE, "slurm")
     store.transition(first.id, JobState.CANCELLED, "Cancelled")
-    second = store.add(job("again"), ALICE, "slurm")  # type: ignore[arg-type]
+    second = store.add(job("again"), ALICE, "slurm")
     assert second.id != first.id
     assert store.find("again").id == second.id
 
@@ -151,7 +146,7 @@ def test_a_name_is_free_again_once_its_job_has_finished(tmp_path: Path) -> None:
 def test_a_version_2_database_drops_its_table_wide_name_constraint(tmp_path: Path) -> None:
     path = tmp_path / "v2.sqlite"
     store = Store.open(path)
-    done = store.add(job("kept"), ALICE, "slurm")  # type: ignore[arg-type]
+    done = store.add(job("kept"), ALICE, "slurm")
     store.transition(done.id, JobState.FAILED, "X", "kept message")
     store.close()
     # Rebuild the table as version 2 had it: UNIQUE (namespace, name) on every row.
@@ -168,12 +163,12 @@ def test_a_version_2_database_drops_its_table_wide_name_constraint(tmp_path: Pat
     again = Store.open(path)
     assert again.get(done.id).message == "kept message"
     assert len(again.transitions(done.id)) == 2
-    assert again.add(job("kept"), ALICE, "slurm").name == "kept"  # type: ignore[arg-type]
+    assert again.add(job("kept"), ALICE, "slurm").name == "kept"
 
 
 def test_by_uids_reads_just_those_jobs_in_chunks(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.sqlite")
-    recs = [store.add(job(f"j{i}"), ALICE, "slurm") for i in range(3)]  # type: ignore[arg-type]
+    recs = [store.add(job(f"j{i}"), ALICE, "slurm") for i in range(3)]
     store.transition(recs[1].id, JobState.SUBMITTED, "Submitted")
     uids = [recs[2].uid, recs[0].uid, *(f"missing-{i}" for i in range(1200))]
     assert [r.id for r in store.by_uids(uids)] == [recs[0].id, recs[2].id]
@@ -185,7 +180,7 @@ def test_idempotency_keys_are_unique_per_owner_and_survive_a_v3_database(
         tmp_path: Path) -> None:
     path = tmp_path / "v3.sqlite"
     store = Store.open(path)
-    old = store.add(job("old"), ALICE, "slurm")  # type: ignore[arg-type]
+    old = store.add(job("old"), ALICE, "slurm")
     store.close()
     # What a schema-3 daemon left: no idempotency columns nor index.
     conn = sqlite3.connect(path)
@@ -198,10 +193,10 @@ def test_idempotency_keys_are_unique_per_owner_and_survive_a_v3_database(
     store = Store.open(path)
     assert store.get(old.id).idempotency_key is None
     bob = Owner(uid=1002, gid=1002, user="bob")
-    first = store.add(job(), ALICE, "slurm", idempotency_key="k", request_digest="d")  # type: ignore[arg-type]
+    first = store.add(job(), ALICE, "slurm", idempotency_key="k", request_digest="d")
     with pytest.raises(DuplicateJob):
-        store.add(job(), ALICE, "slurm", idempotency_key="k")  # type: ignore[arg-type]
-    bobs = store.add(job(), bob, "slurm", idempotency_key="k")  # type: ignore[arg-type]
+        store.add(job(), ALICE, "slurm", idempotency_key="k")
+    bobs = store.add(job(), bob, "slurm", idempotency_key="k")
     assert store.by_idempotency_key(ALICE.uid, "k") == first
     assert store.by_idempotency_key(bob.uid, "k") == bobs
     assert store.by_idempotency_key(ALICE.uid, "other") is None

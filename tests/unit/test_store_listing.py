@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from pathlib import Path
@@ -10,27 +9,16 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.backend import Owner
 from bridge.job_summary import job_summary
-from bridge.model import ANN_SCHEDULING, TrainJob, ensure_identity, load_trainjob
+from bridge.model import TrainJob
 from bridge.states import JobState
 from bridge.store import Store
-
-ALICE = Owner(uid=1001, gid=1001, user="alice")
-BOB = Owner(uid=1002, gid=1002, user="bob")
+from tests.unit.builders import ALICE, BOB, new_trainjob
 
 
 def job(name: str = "", nodes: int | None = 2, scheduling: dict[str, object] | None = None,
         ) -> TrainJob:
-    meta: dict[str, object] = {"name": name} if name else {}
-    if scheduling is not None:
-        meta["annotations"] = {ANN_SCHEDULING: json.dumps(scheduling)}
-    trainer: dict[str, object] = {"command": ["true"]}
-    if nodes is not None:
-        trainer["numNodes"] = nodes
-    doc = {"kind": "TrainJob", "apiVersion": "trainer.kubeflow.org/v1alpha1",
-           "metadata": meta, "spec": {"runtimeRef": {"name": "plain"}, "trainer": trainer}}
-    return ensure_identity(load_trainjob(doc))
+    return new_trainjob(name, nodes=nodes, scheduling=scheduling)
 
 
 def test_summary_holds_what_a_listing_shows(tmp_path: Path) -> None:

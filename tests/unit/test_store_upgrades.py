@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from bridge.backend import Owner
 from bridge.daemon import main
-from bridge.model import ensure_identity, load_trainjob
 from bridge.schema import SCHEMA_VERSION, SchemaTooNew
 from bridge.states import JobState
 from bridge.store import Store
+from tests.unit.builders import ALICE, new_trainjob
 
 FIXTURES = Path(__file__).parent / "fixtures" / "store"
-ALICE = Owner(uid=1001, gid=1001, user="alice")
 
 
 def restore(dump: str, path: Path) -> Path:
@@ -27,13 +25,6 @@ def restore(dump: str, path: Path) -> Path:
     conn.executescript((FIXTURES / dump).read_text())
     conn.close()
     return path
-
-
-def trainjob(name: str) -> object:
-    return ensure_identity(load_trainjob({
-        "kind": "TrainJob", "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "metadata": {"name": name},
-        "spec": {"runtimeRef": {"name": "plain"}, "trainer": {"command": ["true"]}}}))
 
 
 @pytest.mark.parametrize("dump", ["v1-first.sql", "v1.sql", "v2.sql", "v3.sql"])
@@ -57,7 +48,7 @@ def test_a_store_of_each_past_release_opens_and_migrates(dump: str, tmp_path: Pa
     store.update(running.id, placement={"hosts": ["node1"]}, queue="debug")
     assert store.get(running.id).placement == {"hosts": ["node1"]}
     assert store.get(running.id).queue == "debug"
-    again = store.add(trainjob("done"), ALICE, "slurm")  # type: ignore[arg-type]
+    again = store.add(new_trainjob("done"), ALICE, "slurm")
     assert again.name == "done" and again.id != done.id  # a finished job frees its name
     store.close()
     # Opening the migrated store again changes nothing.

@@ -15,6 +15,7 @@ of other users' events) is scanned in windows with the event loop free between t
 from __future__ import annotations
 
 import asyncio
+import re
 
 from aiohttp import web
 
@@ -39,29 +40,53 @@ class BadParameter(BridgeError, ValueError):
     """A query parameter out of its range; the message names it."""
 
 
-def _number(query: dict[str, str], name: str, default: float | None, low: float,
-            high: float, integer: bool) -> float | None:
+_WHOLE = re.compile(r"-?[0-9]+")
+
+
+def _whole(query: dict[str, str], name: str, default: int | None, low: int,
+           high: int) -> int | None:
+    """A whole number written in ASCII digits, taken exactly (sequence numbers go up
+    to 2**63-1, beyond a float's 2**53)."""
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if _WHOLE.fullmatch(raw) is None:
+        raise BadParameter(f"{name}: {raw[:40]!r} is not a whole number")
+    value = int(raw)
+    if not low <= value <= high:
+        raise BadParameter(f"{name}: must be between {low} and {high}")
+    return value
+
+
+def _seconds(query: dict[str, str], name: str, default: float, high: float) -> float:
     raw = query.get(name)
     if raw is None:
         return default
     try:
-        value = float(int(raw)) if integer else float(raw)
+        value = float(raw)
     except ValueError:
-        raise BadParameter(f"{name}: {raw[:40]!r} is not a "
-                           f"{'whole ' if integer else ''}number") from None
-    if not low <= value <= high:  # also refuses NaN
-        raise BadParameter(f"{name}: must be between {low:g} and {high:g}")
+        raise BadParameter(f"{name}: {raw[:40]!r} is not a number") from None
+    if not 0 <= value <= high:  # also refuses NaN
+        raise BadParameter(f"{name}: must be between 0 and {high:g}")
     return value
+
+
+#: The parameters of ``/v1/events``; any other is refused, as on every other route.
+KNOWN_PARAMETERS = frozenset({"since", "timeout", "limit"})
 
 
 def parse_query(query: dict[str, str]) -> tuple[int | None, float, int]:
     """``(since, timeout, limit)`` of a ``/v1/events`` query; :class:`BadParameter`
-    naming the parameter that is not a number in its range."""
-    since = _number(query, "since", None, 0, _MAX_SEQ, True)
-    wait = _number(query, "timeout", DEFAULT_WAIT, 0, MAX_WAIT, False)
-    limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT, True)
-    assert wait is not None and limit is not None
-    return (None if since is None else int(since)), wait, int(limit)
+    naming the parameter that is unknown or not a number in its range."""
+    unknown = sorted(set(query) - KNOWN_PARAMETERS)
+    if unknown:
+        raise BadParameter(f"unknown query parameter {unknown[0]!r}; known: "
+                           f"{', '.join(sorted(KNOWN_PARAMETERS))}")
+    since = _whole(query, "since", None, 0, _MAX_SEQ)
+    wait = _seconds(query, "timeout", DEFAULT_WAIT, MAX_WAIT)
+    limit = _whole(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    assert limit is not None
+    return since, wait, limit
 
 
 async def owned_after(store: Store, cursor: int, upto: int, limit: int,

@@ -63,14 +63,19 @@ def test_a_long_bad_value_is_quoted_shortened() -> None:
     assert str(caught.value) == f"limit: {('9' * 30 + 'x' * 10)!r} is not a whole number"
 
 
-def test_parameters_of_other_routes_are_ignored_here() -> None:
-    """Unlike the other routes (bridge/api.py ``_query``), /v1/events does not refuse
-    an unknown parameter today."""
-    assert parse_query({"colour": "red"}) == (None, DEFAULT_WAIT, DEFAULT_LIMIT)
+def test_an_unknown_parameter_is_refused_as_on_every_route() -> None:
+    with pytest.raises(BadParameter) as caught:
+        parse_query({"colour": "red"})
+    assert str(caught.value) == ("unknown query parameter 'colour'; known: limit, since, "
+                                 "timeout")
 
 
-@pytest.mark.xfail(strict=True, reason="since goes through float: the largest sequence "
-                   "number (2**63-1) is refused and ones above 2**53 are rounded")
+@pytest.mark.parametrize("raw", ["1_000", " 7 ", "1e1", "\u0661", "+3"])
+def test_only_ascii_digits_are_a_whole_number(raw: str) -> None:
+    with pytest.raises(BadParameter, match="is not a whole number"):
+        parse_query({"since": raw})
+
+
 def test_the_largest_sequence_numbers_are_taken_exactly() -> None:
     assert parse_query({"since": str(2**63 - 1)})[0] == 2**63 - 1
     assert parse_query({"since": str(2**53 + 1)})[0] == 2**53 + 1

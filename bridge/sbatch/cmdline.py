@@ -16,7 +16,9 @@ Contract: :func:`scan` reads the words of the command line or of one ``#SBATCH``
 (:class:`Where` says which) into option values by destination, raising
 :class:`~bridge.sbatch.errors.SbatchError` for anything it cannot accept;
 :func:`parse_command_line` is tbatch's own arguments, checked for combinations that
-cannot go together (``--wrap`` with a script, ``-f`` with job options).
+cannot go together (``--wrap`` with a script, ``-f`` with job options); the sbatch
+options it refuses are not raised but kept in ``CommandLine.refusals``, for
+:func:`~bridge.sbatch.parse.parse_tbatch` to report with the script's in one error.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.sbatch.errors import BadValue, SbatchError, quote
+from bridge.sbatch.errors import BadValue, SbatchError, combined, quote
 from bridge.sbatch.options import (
     BY_LONG,
     BY_SHORT,
     OPTIONS,
     OptionSpec,
+    refused_long,
+    refused_short,
     unknown_long,
     unknown_short,
 )
@@ -65,13 +69,25 @@ def _apply(
         raise where.error(f"invalid --{spec.long} value{shown}: {exc}") from None
 
 
-def scan(argv: Sequence[str], where: Where) -> tuple[dict[str, Mapping[str, Any]], int]:
+def scan(
+    argv: Sequence[str], where: Where, refusals: list[SbatchError] | None = None
+) -> tuple[dict[str, Mapping[str, Any]], int]:
     """getopt_long in ``+`` mode over ``argv``.
 
     Returns the option values (by destination; a later option replaces an earlier one)
-    and the index of the first operand (``len(argv)`` if none).
+    and the index of the first operand (``len(argv)`` if none). An sbatch option that
+    tbatch refuses (``--array``) is appended to ``refusals`` and skipped with its
+    argument, so that every one is reported at once; without ``refusals`` it is raised.
+    Any other error is raised at once (what follows it cannot be read reliably).
     """
     values: dict[str, Mapping[str, Any]] = {}
+    refused: list[SbatchError] = [] if refusals is None else refusals
+
+    def refuse(message: str) -> None:
+        refused.append(where.error(message))
+        if refusals is None:
+            raise refused[-1]
+
     i = 0
     while i < len(argv):
         word = argv[i]
@@ -80,6 +96,13 @@ def scan(argv: Sequence[str], where: Where) -> tuple[dict[str, Mapping[str, Any]
         if word.startswith("--"):
             name, eq, inline = word[2:].partition("=")
             spec = BY_LONG.get(name)
+            kind = refused_long(name) if spec is None else None
+            if kind is not None:
+                if kind == "required" and not eq:
+                    i += 1  # its argument
+                refuse(unknown_long(name, word))
+                i += 1
+                continue
             if spec is None:
                 raise where.error(unknown_long(name, word))
             raw: str | None
@@ -104,6 +127,15 @@ def scan(argv: Sequence[str], where: Where) -> tuple[dict[str, Mapping[str, Any]
             while j < len(word):
                 letter = word[j]
                 spec = BY_SHORT.get(letter)
+                kind = refused_short(letter) if spec is None else None
+                if kind is not None:
+                    refuse(unknown_short(letter))
+                    if kind == "none":
+                        j += 1
+                        continue
+                    if j + 1 >= len(word):
+                        i += 1  # its argument is the next word
+                    break
                 if spec is None:
                     raise where.error(unknown_short(letter))
                 if spec.arg == "none":
@@ -131,7 +163,11 @@ def parse_command_line(argv: Sequence[str]) -> CommandLine:
     bad = next((word for word in argv if first_surrogate(word) >= 0), None)
     if bad is not None:
         raise SbatchError(f"argument is not valid UTF-8: {bad!r}")
-    values, first = scan(argv, Where())
+    refusals: list[SbatchError] = []
+    try:
+        values, first = scan(argv, Where(), refusals)
+    except SbatchError as exc:
+        raise combined([*refusals, exc]) from None
     operands = tuple(argv[first:])
     wrap = values.get("wrap", {}).get("wrap")
     trainjob_file = values.get("file", {}).get("file")
@@ -157,4 +193,5 @@ def parse_command_line(argv: Sequence[str]) -> CommandLine:
         help="help" in values,
         version="version" in values,
         option_values=values,
+        refusals=tuple(refusals),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bridge.errors import BridgeError
 
-__all__ = ["PROG", "BadValue", "SbatchError", "quote"]
+__all__ = ["PROG", "BadValue", "SbatchError", "combined", "quote"]
 
 #: The tool's name, as messages and ``--help`` give it.
 PROG = "tbatch"
@@ -37,6 +37,25 @@ class SbatchError(BridgeError):
             f"{PROG}: error: {where if i == 0 else ''}{line}" for i, line in enumerate(lines)
         )
         super().__init__(text)
+
+
+def combined(errors: list[SbatchError]) -> SbatchError:
+    """One error for several: each keeps its own line(s) and location.
+
+    A single error is returned as it is; with several, one that has no script location
+    (it came from the command line) reads ``command line: ...``. ``message`` of the
+    result is the whole text without the ``tbatch: error: `` prefixes.
+    """
+    if len(errors) == 1:
+        return errors[0]
+    located = [
+        e if e.source is not None else SbatchError("command line: " + e.message)
+        for e in errors
+    ]
+    err = SbatchError("\n".join(e.message for e in located))
+    err.args = ("\n".join(str(e) for e in located),)
+    err.message = "\n".join(str(e).removeprefix(f"{PROG}: error: ") for e in located)
+    return err
 
 
 class BadValue(BridgeError, ValueError):

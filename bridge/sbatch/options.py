@@ -26,6 +26,8 @@ __all__ = [
     "ArgKind",
     "OptionSpec",
     "help_text",
+    "refused_long",
+    "refused_short",
     "unknown_long",
     "unknown_short",
 ]
@@ -380,6 +382,35 @@ _SBATCH_ONLY_SHORT: dict[str, str] = {
     "v": "verbose",
     "W": "wait",
 }
+
+
+#: Unsupported sbatch options that take no argument, or only as ``--name=value``: a
+#: refusal skips exactly what the option would have taken, so that scanning goes on
+#: and every refusal is reported at once.
+_SBATCH_NO_ARG = frozenset(
+    {"contiguous", "hold", "ignore-pbs", "immediate", "no-requeue", "overcommit",
+     "oversubscribe", "quiet", "reboot", "requeue", "spread-job", "test-only",
+     "use-min-nodes", "verbose", "wait"}
+)
+_SBATCH_OPTIONAL_ARG = frozenset({"get-user-env", "no-kill", "propagate", "nice"})
+_SBATCH_NO_ARG_SHORT = frozenset("HIkOQsvW")
+
+
+def refused_long(name: str) -> ArgKind | None:
+    """How an sbatch option that tbatch refuses takes its argument; ``None`` when
+    ``--name`` is not such an option (unknown: a typo, a prefix)."""
+    if name in _REFUSED or name in _SBATCH_ONLY_LONG:
+        if name in _SBATCH_NO_ARG:
+            return "none"
+        return "optional" if name in _SBATCH_OPTIONAL_ARG else "required"
+    return None
+
+
+def refused_short(letter: str) -> ArgKind | None:
+    """As :func:`refused_long`, for ``-letter``."""
+    if letter not in _SBATCH_ONLY_SHORT:
+        return None
+    return "none" if letter in _SBATCH_NO_ARG_SHORT else "required"
 
 
 def unknown_long(name: str, word: str) -> str:

@@ -4,7 +4,10 @@ Contract: :func:`parse_tbatch` returns a frozen :class:`~bridge.sbatch.request.B
 options on the command line win over ``#SBATCH`` lines, and within either a later option
 replaces an earlier one. ``#SBATCH`` lines hold only options (no operands, no ``hetjob``)
 and never command-line-only ones (``--wrap``, ``-f``, ``--help`` ...). Every user error is
-a :class:`~bridge.sbatch.errors.SbatchError`; nothing else is raised for any input.
+a :class:`~bridge.sbatch.errors.SbatchError`; nothing else is raised for any input. Every
+sbatch option tbatch refuses, on the command line and in every ``#SBATCH`` line, is
+reported in one error (each on its own line with its ``file:line``, or ``command line``),
+together with the first other error if there is one.
 """
 
 from __future__ import annotations
@@ -14,18 +17,31 @@ from dataclasses import fields
 from typing import Any
 
 from bridge.sbatch.cmdline import Where, parse_command_line, scan
-from bridge.sbatch.errors import SbatchError, quote
+from bridge.sbatch.errors import SbatchError, combined, quote
 from bridge.sbatch.request import BatchOptions, BatchRequest
 from bridge.sbatch.script import read_directives, wrap_script
 
 __all__ = ["parse_tbatch"]
 
 
-def _script_values(text: str, source: str) -> dict[str, Mapping[str, Any]]:
+def _script_values(
+    text: str, source: str, refusals: list[SbatchError]
+) -> dict[str, Mapping[str, Any]]:
+    """The options of the ``#SBATCH`` lines; refused sbatch options go to ``refusals``,
+    any other error is raised together with those refusals."""
+    try:
+        return _directive_values(text, source, refusals)
+    except SbatchError as exc:
+        raise combined([*refusals, exc]) from None
+
+
+def _directive_values(
+    text: str, source: str, refusals: list[SbatchError]
+) -> dict[str, Mapping[str, Any]]:
     values: dict[str, Mapping[str, Any]] = {}
     for lineno, words in read_directives(text, source):
         where = Where(source=source, lineno=lineno, in_script=True)
-        line_values, first = scan(words, where)
+        line_values, first = scan(words, where, refusals)
         if first < len(words):
             word = words[first]
             if word.lower() in ("hetjob", "packjob"):
@@ -66,6 +82,8 @@ def parse_tbatch(
             parsable=parsable,
         )
     if cmd.trainjob_file is not None:
+        if cmd.refusals:
+            raise combined(list(cmd.refusals))
         if script_text is not None:
             raise SbatchError("a batch script cannot be given with -f/--file")
         return BatchRequest(
@@ -85,7 +103,10 @@ def parse_tbatch(
     else:
         text = script_text
         source = script_source or cmd.script_path or "<stdin>"
-    values = {**_script_values(text, source), **cli}
+    refusals = list(cmd.refusals)
+    values = {**_script_values(text, source, refusals), **cli}
+    if refusals:
+        raise combined(refusals)
     return BatchRequest(
         options=_options(values),
         script_path=cmd.script_path,

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bridge.sbatch.errors import SbatchError
+
 __all__ = ["DEFAULT_RUNTIME", "BatchOptions", "BatchRequest", "CommandLine", "ExportSpec"]
 
 #: Runtime of a job that names none (``BatchOptions.runtime`` is ``None``): a plain batch job.
@@ -84,6 +86,8 @@ class CommandLine:
     version: bool
     #: Option values by destination (internal: converter output, last one wins).
     option_values: Mapping[str, Mapping[str, Any]] = field(repr=False)
+    #: sbatch options refused on the command line (reported with the script's at once).
+    refusals: tuple[SbatchError, ...] = ()
 
 
 @dataclass(frozen=True)

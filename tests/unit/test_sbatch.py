@@ -744,3 +744,45 @@ def test_trainjob_file_errors_name_the_file() -> None:
         parse_tbatch(["-f", "job.yaml"], SH)
     with pytest.raises(SbatchError, match="use trainjob_from_file"):
         to_trainjob(request, cwd="/", environ={})
+
+
+# ------------------------------------------------------------ every refusal at once
+
+
+def test_every_refused_option_in_one_error() -> None:
+    """Every sbatch option tbatch refuses, on the command line and on every #SBATCH line,
+    is reported in one error, each with where it was found (issue 12)."""
+    script = (
+        SH
+        + "#SBATCH --array=1-4 -N 2\n"
+        + "#SBATCH -H --dependency after:1 -N1\n"
+        + "#SBATCH --test-only -a 3\n"
+    )
+    text = error_of(["--hold", "-a", "1-3", "--uid=5", "job.sh"], script)
+    assert text.split("\n") == [
+        "tbatch: error: command line: option '--hold' is not supported by tbatch",
+        "tbatch: error: command line: option '-a' (--array) is not supported by tbatch",
+        "tbatch: error: command line: option '--uid' is not supported by tbatch",
+        "tbatch: error: job.sh:2: option '--array' is not supported by tbatch",
+        "tbatch: error: job.sh:3: option '-H' (--hold) is not supported by tbatch",
+        "tbatch: error: job.sh:3: option '--dependency' is not supported by tbatch",
+        "tbatch: error: job.sh:4: option '--test-only' is not supported by tbatch",
+        "tbatch: error: job.sh:4: option '-a' (--array) is not supported by tbatch",
+    ]
+
+
+def test_refusals_come_with_the_first_other_error() -> None:
+    script = SH + "#SBATCH --array=1-4\n#SBATCH --foo\n#SBATCH --bar\n"
+    assert error_of(["job.sh"], script).split("\n") == [
+        "tbatch: error: job.sh:2: option '--array' is not supported by tbatch",
+        "tbatch: error: job.sh:3: unrecognized option '--foo'",
+    ]
+
+
+def test_one_refusal_reads_as_before() -> None:
+    assert error_of(["--array=1", "job.sh"]) == (
+        "tbatch: error: option '--array' is not supported by tbatch"
+    )
+    cmd = parse_command_line(["--hold", "-f", "x.yaml"])
+    assert [e.message for e in cmd.refusals] == ["option '--hold' is not supported by tbatch"]
+    assert "--hold" in error_of(["--hold", "-f", "x.yaml"], None)

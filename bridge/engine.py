@@ -71,7 +71,7 @@ from bridge.outcome import outcome
 from bridge.ownership import OwnerCheck
 from bridge.placement_decision import DEFAULT_PLACEMENT_MODE, PlacementDecision, plan_placement
 from bridge.runtimes import RuntimeCatalog
-from bridge.scheduling import scheduling_of
+from bridge.scheduling import check_backend_options, scheduling_of
 from bridge.shape import JobShape, resolve_shape
 from bridge.states import JobState
 from bridge.store import DuplicateJob, JobRecord, Store
@@ -134,6 +134,7 @@ class Engine:
             )])
         plan = self.catalog.resolve(job)
         chosen = self.backends[backend]
+        check_backend_options(options, backend, getattr(chosen, "passes_slurm_options", False))
         if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
             try:
                 chosen.check_admission(job, plan, owner, origin)

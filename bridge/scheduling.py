@@ -6,7 +6,9 @@ them from ``#SBATCH`` lines and options; a Kubernetes user may write the annotat
 
 Contract: :func:`scheduling_of` returns the options of a job (defaults when the
 annotation is absent) or raises :class:`bridge.model.ValidationError` naming the
-annotation; :func:`set_scheduling` writes them back.
+annotation; :func:`set_scheduling` writes them back. The options only Slurm honours
+(:mod:`bridge.slurm_options`) are checked as tbatch checks them, and
+:func:`check_backend_options` refuses them for a back end that cannot honour them.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import re
 from typing import Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from bridge.hostlist import HostlistError, expand
 from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError, parse_json_object
+from bridge.slurm_options import PASSED
+
+#: Passed options (:mod:`bridge.slurm_options`) stored as text, checked as tbatch checks them.
+_PASSED_TEXT = tuple(n for n in PASSED if not n.endswith("_mb") and n != "cpus_per_gpu")
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]*$")
 
@@ -58,6 +64,45 @@ class SchedulingOptions(BaseModel):
     nodelist: str | None = None
     exclude: str | None = None
     constraint: str | None = None
+    # Passed to Slurm as they are (bridge/slurm_options.py); other back ends refuse them.
+    mail_type: str | None = None
+    mail_user: str | None = None
+    signal: str | None = None
+    requeue: bool | None = Field(default=None, description="--requeue / --no-requeue")
+    open_mode: str | None = None
+    comment: str | None = Field(default=None, description="the user's; after the bridge's key")
+    wckey: str | None = None
+    reservation: str | None = None
+    licenses: str | None = None
+    begin: str | None = None
+    deadline: str | None = None
+    hint: str | None = None
+    mem_per_cpu_mb: int | None = Field(default=None, ge=1)
+    gres: str | None = None
+    distribution: str | None = None
+    tmp_mb: int | None = Field(default=None, ge=1)
+    gpus: str | None = None
+    gpus_per_task: str | None = None
+    cpus_per_gpu: int | None = Field(default=None, ge=1)
+    mem_per_gpu_mb: int | None = Field(default=None, ge=1)
+
+    @field_validator(*_PASSED_TEXT)
+    @classmethod
+    def _passed(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """Checked as tbatch checks the option (sbatch's rules, its wording)."""
+        if v is None:
+            return None
+        checked = PASSED[str(info.field_name)].check(v)
+        if checked != v:
+            raise ValueError(f"not in its normal form {checked!r}")
+        return v
+
+    def slurm_only(self) -> list[str]:
+        """The sbatch options set here that only Slurm honours (``--mail-type`` ...)."""
+        used = [f"--{p.long}" for n, p in PASSED.items() if getattr(self, n) is not None]
+        if self.requeue is not None:
+            used.insert(0, "--requeue" if self.requeue else "--no-requeue")
+        return used
 
     @field_validator("job_name", "partition", "account", "qos", "nodelist", "exclude",
                      "constraint")
@@ -98,6 +143,16 @@ def scheduling_of(job: TrainJob) -> SchedulingOptions:
             [(f"{where}.{'.'.join(str(p) for p in e['loc'])}",
               e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
         ) from None
+
+
+def check_backend_options(options: SchedulingOptions, backend: str, honours: bool) -> None:
+    """Refuse options only Slurm honours on a back end that does not (``honours``: its
+    ``passes_slurm_options``), naming each option and the back end; a
+    :class:`ValidationError` (400) on the annotation."""
+    if not honours and options.slurm_only():
+        raise ValidationError([(f"metadata.annotations[{ANN_SCHEDULING}]",
+                                f"{flag} is not supported by back end {backend!r}")
+                               for flag in options.slurm_only()])
 
 
 def set_scheduling(job: TrainJob, options: SchedulingOptions) -> None:

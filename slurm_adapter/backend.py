@@ -142,7 +142,9 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
     """A :class:`BackendJob` for one Slurm job record, or None if the bridge did not
     submit it (its comment lacks the ``hpc-bridge:`` prefix)."""
     comment = _text(raw.get("comment"))
-    if not comment.startswith(COMMENT_PREFIX) or len(comment) == len(COMMENT_PREFIX):
+    # The user's own --comment follows the key after a space.
+    job_uid = comment[len(COMMENT_PREFIX):].partition(" ")[0]
+    if not comment.startswith(COMMENT_PREFIX) or not job_uid:
         return None
     job_id = dialect.number(raw.get("job_id"))
     if job_id is None:
@@ -191,7 +193,7 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         reason = f"{reason}: {description}" if reason and reason != "None" else description
     return BackendJob(
         backend_id=str(job_id),
-        job_uid=comment[len(COMMENT_PREFIX):],
+        job_uid=job_uid,
         state=state,
         native_state="+".join(names) or "UNKNOWN",
         exit_code=exit_code,
@@ -286,6 +288,10 @@ def _prefer(a: BackendJob, b: BackendJob) -> BackendJob:
 class SlurmBackend:
     """Slurm through slurmrestd (preferred) or its commands.
 
+    It honours the sbatch options the bridge passes as they are
+    (:mod:`bridge.slurm_options`: ``passes_slurm_options``); a job carrying one is
+    submitted with ``sbatch`` even when slurmrestd is configured.
+
     Settings (``create(name, settings)``; all optional):
 
     ``rest_socket``
@@ -324,6 +330,9 @@ class SlurmBackend:
     The topology always comes from ``scontrol show topology`` (slurmrestd 0.0.38
     has no topology endpoint); without ``scontrol`` the inventory has no switches.
     """
+
+    #: The engine admits jobs carrying options only Slurm honours (bridge/slurm_options.py).
+    passes_slurm_options = True
 
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,

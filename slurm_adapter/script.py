@@ -14,7 +14,11 @@ Contract:
 * :func:`job_spec` resolves options + plan into a :class:`JobSpec`;
   :func:`sbatch_args` and :func:`rest_job` spell the same spec for sbatch and
   for a slurmrestd dialect. Both always carry ``comment = "hpc-bridge:<uid>"``,
-  the idempotency key by which the job is found again after a crash.
+  the idempotency key by which the job is found again after a crash (the user's own
+  ``--comment`` follows it after a space). The options passed as they are
+  (:mod:`bridge.slurm_options`: mail, signal, requeue, GPUs ...) become sbatch
+  arguments; :func:`rest_job` raises :class:`UnsupportedOption` for a job with any,
+  so that the back end submits it with sbatch.
 * :func:`expand_output_pattern` resolves ``slurm-%j.out``-style patterns the way
   Slurm does, for reporting where a job's output is.
 """
@@ -30,6 +34,7 @@ from typing import Any
 
 from bridge.backend import SubmitRequest
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
+from bridge.slurm_options import sbatch_flags
 from mpi_launch.plan import launch_invocation
 from slurm_adapter import hostlist
 from slurm_adapter.dialects import Dialect, UnsupportedOption
@@ -90,6 +95,8 @@ class JobSpec:
     constraint: str | None = None
     #: Arguments of a user's batch script (``tbatch script.sh ARGS``).
     script_args: tuple[str, ...] = ()
+    #: sbatch options passed as they are (bridge/slurm_options.py), as sbatch arguments.
+    passed: tuple[str, ...] = ()
 
     def used_options(self) -> set[str]:
         """Names of the optional fields that are set (for dialect support checks)."""
@@ -125,7 +132,7 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
     cpus = o.cpus_per_task or (shape.cpus_per_task if (shape.cpus_per_task or 1) > 1 else None)
     return JobSpec(
         name=o.job_name or request.job.metadata.name or f"hpc-bridge-{request.job_id}",
-        comment=COMMENT_PREFIX + request.job_uid,
+        comment=COMMENT_PREFIX + request.job_uid + (f" {o.comment}" if o.comment else ""),
         nodes=shape.nodes,
         chdir=o.chdir or default_chdir,
         output=o.output or DEFAULT_OUTPUT,
@@ -152,6 +159,7 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         # distributed runtime, see render_script) carries them in the wrapper.
         script_args=(request.plan.args if request.plan.batch_script is not None
                      and request.plan.framework is Framework.PLAIN else ()),
+        passed=tuple(sbatch_flags(o.model_dump())),
     )
 
 
@@ -194,7 +202,7 @@ def sbatch_args(spec: JobSpec) -> list[str]:
     optional = [("--nodelist", spec.nodelist), ("--exclude", spec.exclude),
                 ("--constraint", spec.constraint)]
     args += [f"{flag}={value}" for flag, value in optional if value is not None]
-    return args
+    return args + list(spec.passed)
 
 
 def _names(dialect: Dialect, expression: str) -> Any:
@@ -208,6 +216,9 @@ def rest_job(spec: JobSpec, env: Mapping[str, str], dialect: Dialect) -> dict[st
     (e.g. switches in v0.0.38) and :class:`slurm_adapter.hostlist.HostlistError`
     for a malformed node list where the dialect wants names.
     """
+    if spec.passed:
+        raise UnsupportedOption(f"{' '.join(spec.passed)} go to Slurm through sbatch, as "
+                                f"they are (not spelled for slurmrestd {dialect.version})")
     missing = sorted(spec.used_options() & dialect.unsupported)
     if missing:
         raise UnsupportedOption(

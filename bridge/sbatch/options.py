@@ -18,11 +18,13 @@ from typing import Literal
 from bridge.sbatch import values
 from bridge.sbatch.errors import PROG, quote
 from bridge.sbatch.request import DEFAULT_RUNTIME
+from bridge.slurm_options import PASSED
 
 __all__ = [
     "BY_LONG",
     "BY_SHORT",
     "OPTIONS",
+    "PASSED_OPTIONS",
     "ArgKind",
     "OptionSpec",
     "help_text",
@@ -266,15 +268,27 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
 )
 
+#: Options passed to Slurm as they are (bridge/slurm_options.py; other back ends refuse them).
+PASSED_OPTIONS: tuple[OptionSpec, ...] = (
+    *(
+        OptionSpec(p.long, name, values.passed(name), short=p.short, metavar=p.metavar,
+                   help=p.help + " (Slurm only)")
+        for name, p in PASSED.items()
+    ),
+    OptionSpec("requeue", "requeue", values.requeue(True), arg="none",
+               help="requeue the job if a node fails (Slurm only)"),
+    OptionSpec("no-requeue", "requeue", values.requeue(False), arg="none",
+               help="never requeue the job (Slurm only)"),
+)
+OPTIONS += PASSED_OPTIONS
+
 BY_LONG: dict[str, OptionSpec] = {
     name: spec for spec in OPTIONS for name in (spec.long, *spec.aliases)
 }
 BY_SHORT: dict[str, OptionSpec] = {spec.short: spec for spec in OPTIONS if spec.short}
 
 #: sbatch options that tbatch knows and refuses with a reason.
-_REFUSED: dict[str, str] = {
-    "comment": "hpc-bridge keeps its own tracking data in the job comment",
-}
+_REFUSED: dict[str, str] = {}
 #: sbatch options that exist but that the bridge does not support.
 _SBATCH_ONLY_LONG = frozenset(
     {
@@ -282,7 +296,6 @@ _SBATCH_ONLY_LONG = frozenset(
         "batch",
         "bb",
         "bbf",
-        "begin",
         "cluster-constraint",
         "container",
         "container-id",
@@ -290,11 +303,8 @@ _SBATCH_ONLY_LONG = frozenset(
         "core-spec",
         "cores-per-socket",
         "cpu-freq",
-        "cpus-per-gpu",
-        "deadline",
         "delay-boot",
         "dependency",
-        "distribution",
         "export-file",
         "extra",
         "extra-node-info",
@@ -302,34 +312,23 @@ _SBATCH_ONLY_LONG = frozenset(
         "gid",
         "gpu-bind",
         "gpu-freq",
-        "gpus",
         "gpus-per-socket",
-        "gpus-per-task",
-        "gres",
         "gres-flags",
-        "hint",
         "hold",
         "ignore-pbs",
         "immediate",
         "input",
         "kill-on-invalid-dep",
-        "licenses",
-        "mail-type",
-        "mail-user",
         "mcs-label",
         "mem-bind",
-        "mem-per-cpu",
-        "mem-per-gpu",
         "mincpus",
         "network",
         "nice",
         "no-kill",
-        "no-requeue",
         "nodefile",
         "ntasks-per-core",
         "ntasks-per-gpu",
         "ntasks-per-socket",
-        "open-mode",
         "overcommit",
         "oversubscribe",
         "power",
@@ -339,18 +338,14 @@ _SBATCH_ONLY_LONG = frozenset(
         "propagate",
         "quiet",
         "reboot",
-        "requeue",
-        "reservation",
         "resv-ports",
         "segment",
-        "signal",
         "sockets-per-node",
         "spread-job",
         "test-only",
         "thread-spec",
         "threads-per-core",
         "time-min",
-        "tmp",
         "tres-bind",
         "tres-per-task",
         "uid",
@@ -358,23 +353,18 @@ _SBATCH_ONLY_LONG = frozenset(
         "verbose",
         "wait",
         "wait-all-nodes",
-        "wckey",
         "tasks",
     }
 )
 _SBATCH_ONLY_SHORT: dict[str, str] = {
     "a": "array",
-    "b": "begin",
     "B": "extra-node-info",
     "d": "dependency",
     "F": "nodefile",
-    "G": "gpus",
     "H": "hold",
     "i": "input",
     "I": "immediate",
     "k": "no-kill",
-    "L": "licenses",
-    "m": "distribution",
     "O": "overcommit",
     "Q": "quiet",
     "s": "oversubscribe",

@@ -71,6 +71,27 @@ class BatchOptions:
     constraint: str | None = None
     runtime: str | None = None
     backend: str | None = None
+    # Passed to Slurm as they are (bridge/slurm_options.py has the rules).
+    mail_type: str | None = None
+    mail_user: str | None = None
+    signal: str | None = None
+    requeue: bool | None = None
+    open_mode: str | None = None
+    comment: str | None = None
+    wckey: str | None = None
+    reservation: str | None = None
+    licenses: str | None = None
+    begin: str | None = None
+    deadline: str | None = None
+    hint: str | None = None
+    mem_per_cpu_mb: int | None = None
+    gres: str | None = None
+    distribution: str | None = None
+    tmp_mb: int | None = None
+    gpus: str | None = None
+    gpus_per_task: str | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu_mb: int | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import pydantic
 from bridge.sbatch.errors import PROG, SbatchError
 from bridge.sbatch.request import BatchRequest
 from bridge.scheduling import SchedulingOptions
+from bridge.slurm_options import PASSED
 
 __all__ = ["default_job_name", "scheduling_options"]
 
@@ -43,6 +44,8 @@ _SCHEDULING_OPTION = {
     "nodelist": "--nodelist",
     "exclude": "--exclude",
     "constraint": "--constraint",
+    "requeue": "--requeue",
+    **{name: f"--{p.long}" for name, p in PASSED.items()},
 }
 
 
@@ -71,7 +74,13 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
         "nodelist": o.nodelist,
         "exclude": o.exclude,
         "constraint": o.constraint,
+        "requeue": o.requeue,
+        **{name: getattr(o, name) for name in PASSED},
     }
+    mems = [flag for flag, v in (("--mem", o.mem_mb), ("--mem-per-cpu", o.mem_per_cpu_mb),
+                                 ("--mem-per-gpu", o.mem_per_gpu_mb)) if v is not None]
+    if len(mems) > 1:
+        raise SbatchError("--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.")
     try:
         return SchedulingOptions.model_validate(data)
     except pydantic.ValidationError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bridge.sbatch.errors import BadValue, quote
 from bridge.sbatch.request import ExportSpec
+from bridge.slurm_options import PASSED
 from bridge.slurmtime import SlurmTimeError, parse_minutes, parse_seconds
 
 __all__ = [
@@ -29,7 +30,9 @@ __all__ = [
     "mem",
     "nodes",
     "object_name",
+    "passed",
     "positive",
+    "requeue",
     "string",
     "switches",
     "text",
@@ -268,5 +271,27 @@ def string(dest: str) -> Converter:
     def convert(value: str | None) -> Fields:
         assert value is not None
         return {dest: value}
+
+    return convert
+
+
+def passed(dest: str) -> Converter:
+    """An option passed to Slurm as it is: checked by its :data:`PASSED` rule."""
+
+    def convert(value: str | None) -> Fields:
+        assert value is not None
+        try:
+            return {dest: PASSED[dest].check(value)}
+        except ValueError as exc:
+            raise BadValue(str(exc)) from None
+
+    return convert
+
+
+def requeue(on: bool) -> Converter:
+    """``--requeue`` (``True``) or ``--no-requeue`` (``False``): the later one wins."""
+
+    def convert(value: str | None) -> Fields:
+        return {"requeue": on}
 
     return convert

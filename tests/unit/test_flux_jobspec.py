@@ -27,6 +27,7 @@ from bridge.backend import BackendRejected, SubmitRequest
 from bridge.model import TrainJob, load_trainjob
 from bridge.runtimes import MpiImplementation
 from bridge.scheduling import SchedulingOptions
+from bridge.slurm_options import PASSED
 from flux_adapter.jobspec import (
     DEFAULT_PATH,
     OPTION_MAP,
@@ -479,7 +480,14 @@ def test_other_refusals(job: TrainJob, options: SchedulingOptions, match: str) -
 def test_every_option_is_mapped_or_refused() -> None:
     fields = set(SchedulingOptions.model_fields)
     refused = {"qos", "mem_per_node_mb", "switches", "switches_wait_minutes"}
-    assert fields == set(OPTION_MAP) | refused
+    slurm_only = {*PASSED, "requeue"}  # refused at admission, and by the jobspec
+    assert fields == set(OPTION_MAP) | refused | slurm_only
+
+
+def test_options_only_slurm_honours_are_refused() -> None:
+    with pytest.raises(BackendRejected, match="--mail-type: only Slurm honours it"):
+        req = submit_request(trainjob(command=["true"]), SchedulingOptions(mail_type="END"))
+        build_jobspec(req, default_cwd="/")
 
 
 # --------------------------------------------------------------------------- every combination

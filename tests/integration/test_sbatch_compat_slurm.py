@@ -1,0 +1,99 @@
+"""sbatch compatibility on the real Slurm 22.05 (issue 12): tbatch and real ``sbatch`` run
+the same script as alice, and Slurm's record of both jobs is compared.
+
+* options tbatch passes to Slurm as they are (mail, signal, requeue, comment, begin,
+  deadline, hint, memory per CPU, distribution ...) reach the job as sbatch's do, through
+  slurmrestd's daemon (which submits such a job with sbatch) and through the CLI one;
+* every option tbatch refuses is reported in one error, with its line.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.integration.bed import Daemon
+
+pytestmark = pytest.mark.integration
+
+PASSED_SCRIPT = """#!/bin/sh
+#SBATCH --mail-type=END,FAIL --mail-user=alice@example.org
+#SBATCH --signal=B:USR1@60 --no-requeue --open-mode=append
+#SBATCH --comment="my run 7" --begin=now+1hour --deadline=now+10days
+#SBATCH --hint=nomultithread --mem-per-cpu=100 -m cyclic --wckey=proj
+#SBATCH --time=5 --job-name=passed
+echo hi
+"""
+
+#: scontrol fields that must agree between the sbatch and the tbatch job.
+SAME = ("MailUser", "MailType", "Requeue", "MinMemoryCPU", "ReqB:S:C:T", "TimeLimit",
+        "Partition", "NumNodes", "JobName", "UserId", "Reason", "Features")
+
+
+def _scontrol(job_id: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                         check=True).stdout
+    fields = dict(re.findall(r"(\S+?)=(\S*)", out))
+    comment = re.search(r"^\s*Comment=(.*?)\s*$", out, re.M)
+    fields["Comment"] = comment.group(1) if comment else ""
+    return fields
+
+
+def _sbatch(user: str, script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", user, "--", "sbatch", "--parsable", str(script)],
+                          cwd=cwd, capture_output=True, text=True, check=False, timeout=60)
+
+
+def _seconds(stamp: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(stamp).timestamp())
+
+
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon"])
+def test_passed_options_reach_slurm_as_sbatchs_do(
+    fixture: str, request: pytest.FixtureRequest, outdir: Path
+) -> None:
+    d: Daemon = request.getfixturevalue(fixture)
+    script = outdir / "passed.sh"
+    script.write_text(PASSED_SCRIPT)
+    theirs = _sbatch("alice", script, outdir)
+    assert theirs.returncode == 0, theirs.stderr
+    sbatch_id = theirs.stdout.strip().split(";")[0]
+    res = d.cli("alice", "tbatch", "--parsable", str(script), cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    job = d.wait_state(res.stdout.strip(), ["Submitted"])
+    ours_id = job["backendId"]
+    try:
+        ref, ours = _scontrol(sbatch_id), _scontrol(ours_id)
+        assert {k: ours.get(k) for k in SAME} == {k: ref.get(k) for k in SAME}
+        assert ref["MailType"] == "END,FAIL" and ref["Requeue"] == "0"
+        assert ours["Reason"] == "BeginTime" and ours["MinMemoryCPU"] == "100M"
+        for job_fields in (ref, ours):  # --begin / --deadline relative to submission
+            submitted = _seconds(job_fields["SubmitTime"])
+            # sbatch reads "now" itself, a second or so before slurmctld's SubmitTime.
+            assert abs(_seconds(job_fields["EligibleTime"]) - submitted - 3600) <= 2
+            assert abs(_seconds(job_fields["Deadline"]) - submitted - 10 * 86400) <= 2
+        # The user's comment follows the bridge's key (by which it finds the job again).
+        assert ref["Comment"] == "my run 7"
+        assert re.fullmatch(r"hpc-bridge:\S+ my run 7", ours["Comment"]), ours["Comment"]
+    finally:
+        subprocess.run(["scancel", sbatch_id, ours_id], check=False)
+
+
+def test_every_refused_option_in_one_error(daemon: Daemon, outdir: Path) -> None:
+    script = outdir / "refused.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --array=1-4 -N 1\n#SBATCH -d after:1 --hold\n"
+                      "echo never\n")
+    res = daemon.cli("alice", "tbatch", "--test-only", str(script), cwd=outdir)
+    assert res.returncode == 1
+    assert res.stderr.splitlines() == [
+        "tbatch: error: command line: option '--test-only' is not supported by tbatch",
+        f"tbatch: error: {script}:2: option '--array' is not supported by tbatch",
+        f"tbatch: error: {script}:3: option '-d' (--dependency) is not supported by tbatch",
+        f"tbatch: error: {script}:3: option '--hold' is not supported by tbatch",
+    ]
+    assert res.stdout == ""

@@ -181,6 +181,8 @@ class Daemon:
         base_env = {"PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
                     "HPC_BRIDGE_SOCKET": str(self.socket), "LANG": "C.UTF-8",
                     "HOME": f"/home/{user}" if user != "root" else "/root"}
+        if os.environ.get("PYTHONPATH"):  # a worktree's code, not main's editable install
+            base_env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         base_env.update(env or {})
         argv = [str(BIN / tool), *args]
         if user != "root":

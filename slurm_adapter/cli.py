@@ -230,7 +230,7 @@ class SlurmCli:
             payload = b"".join(f"{k}={v}".encode() + b"\0" for k, v in job_env.items())
             os.write(env_fd, payload)
             os.lseek(env_fd, 0, os.SEEK_SET)
-            os.write(script_fd, script.encode())
+            os.write(script_fd, script.encode("utf-8", "surrogateescape"))  # its own bytes
             os.lseek(script_fd, 0, os.SEEK_SET)
             done = await self.run(
                 ["sbatch", "--parsable", "--ignore-pbs", "--export=ALL",

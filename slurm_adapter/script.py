@@ -358,7 +358,7 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch") -> str
 def _heredoc_delimiter(text: str) -> str:
     """A heredoc end word that is not a line of ``text``: derived from the text's hash
     (so the rendering is deterministic), with a counter in the unlikely case of a clash."""
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     lines = set(text.splitlines())
     n = 0
     while (word := f"HPC_BRIDGE_SCRIPT_{digest}" + (f"_{n}" if n else "")) in lines:

@@ -9,8 +9,9 @@
 Options and ``#SBATCH`` lines are sbatch's (:mod:`bridge.sbatch`). The script comes
 from stdin when none is named (or ``-``), like sbatch; a bare name not in the working
 directory is looked up on ``PATH``. A script larger than
-:data:`bridge.sbatch.MAX_SCRIPT_BYTES` or, when it starts with ``#!``, not UTF-8 is
-refused with the line of the first bad byte. Prints ``Submitted batch job <id>`` or,
+:data:`bridge.sbatch.MAX_SCRIPT_BYTES` is refused; one that is not UTF-8 (a Latin-1
+comment) runs unchanged, its bytes carried as they are (:mod:`bridge.batchscript`), but its
+``#SBATCH`` lines must be UTF-8. Prints ``Submitted batch job <id>`` or,
 with ``--parsable``, ``<id>``; exit status 0. Errors of the script or options print
 :class:`bridge.sbatch.SbatchError`'s message (already worded ``tbatch: error: ...``)
 and exit 1; other errors as every command (:mod:`bridge.cli.common`).
@@ -63,14 +64,11 @@ def _read_script(path: str | None) -> str:
     data = _read_limited(None if path in (None, "-") else _find_script(str(path)))
     if len(data) > MAX_SCRIPT_BYTES:
         raise SbatchError(f"Batch script is too large (more than {MAX_SCRIPT_BYTES} bytes)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if not data.startswith(b"#!"):
-            return data.decode("utf-8", "replace")  # check_script says what is wrong
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SbatchError(f"{path or '<stdin>'}:{line}: the batch script is not UTF-8 text "
-                          f"(byte {data[exc.start]:#04x})") from None
+    if not data.startswith(b"#!"):
+        return data.decode("utf-8", "replace")  # check_script says what is wrong
+    # Bytes that are not UTF-8 (a Latin-1 comment) are kept, as lone surrogates: the
+    # script runs unchanged; only its #SBATCH lines must be text.
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _getcwd() -> str:

@@ -1,8 +1,9 @@
 """The batch script: sbatch's checks on it, its ``#SBATCH`` lines, and ``--wrap``.
 
 Contract: :func:`check_script` refuses what sbatch refuses (empty, blank, no ``#!`` first
-line, NUL bytes, DOS line breaks) and what the bridge cannot carry (not UTF-8, over
-:data:`MAX_SCRIPT_BYTES`); :func:`read_directives` returns the ``#SBATCH`` lines of the
+line, NUL bytes, DOS line breaks) and what the bridge cannot carry (over
+:data:`MAX_SCRIPT_BYTES`; bytes that are not UTF-8 are kept, as lone surrogates, except
+in ``#SBATCH`` lines); :func:`read_directives` returns the ``#SBATCH`` lines of the
 leading comment block as ``[(lineno, argv)]``, split as sbatch splits them (quotes,
 backslashes and ``#`` comments; nothing is expanded); :func:`wrap_script` is the script
 ``--wrap`` generates. Errors are :class:`~bridge.sbatch.errors.SbatchError`.
@@ -37,12 +38,11 @@ def wrap_script(command: str) -> str:
 def check_script(text: str) -> None:
     """Refuse what sbatch refuses: empty, blank, no ``#!``, NUL bytes, DOS line breaks.
 
-    Also refuses text that is not valid UTF-8 and scripts over :data:`MAX_SCRIPT_BYTES`.
+    Also refuses scripts over :data:`MAX_SCRIPT_BYTES`. Bytes that are not UTF-8 (lone
+    surrogates, as ``surrogateescape`` decodes them) are accepted: the script runs
+    unchanged; :func:`read_directives` refuses them only in ``#SBATCH`` lines.
     """
-    bad = first_surrogate(text)
-    if bad >= 0:
-        raise SbatchError(f"the batch script is not valid UTF-8 text (line {_line_of(text, bad)})")
-    size = len(text.encode("utf-8"))
+    size = len(text.encode("utf-8", "surrogateescape"))
     if size > MAX_SCRIPT_BYTES:
         raise SbatchError(f"Batch script is too large ({size} bytes; at most {MAX_SCRIPT_BYTES})")
     if text == "":
@@ -140,6 +140,8 @@ def read_directives(text: str, source: str = "<stdin>") -> list[tuple[int, list[
     found: list[tuple[int, list[str]]] = []
     for lineno, line in enumerate(text.split("\n"), 1):
         if line.startswith("#SBATCH"):
+            if first_surrogate(line) >= 0:
+                raise SbatchError("#SBATCH line is not UTF-8 text", source=source, lineno=lineno)
             words = _directive_words(line[len("#SBATCH") :], source, lineno)
             if words:
                 found.append((lineno, words))

@@ -14,9 +14,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from bridge.batchscript import script_annotations
 from bridge.model import (
     ANN_BACKEND,
-    ANN_BATCH_SCRIPT,
     ANNOTATION_PREFIX,
     API_VERSION,
     TrainJob,
@@ -106,7 +106,7 @@ def to_trainjob(request: BatchRequest, *, cwd: str, environ: Mapping[str, str]) 
         trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
     if request.script_args:
         trainer["args"] = list(request.script_args)
-    annotations = {ANN_BATCH_SCRIPT: request.script_text}
+    annotations = script_annotations(request.script_text)  # base64 if not UTF-8
     if o.backend:
         annotations[ANN_BACKEND] = o.backend
     if o.gpu_type:

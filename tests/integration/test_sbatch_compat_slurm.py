@@ -128,3 +128,28 @@ def test_sbatch_partition_bogus_fails_as_with_sbatch(daemon: Daemon, outdir: Pat
                      env={"SBATCH_PARTITION": "bogus"})
     assert (res.returncode, res.stdout) == (1, ""), (res.stdout, res.stderr)
     assert "bogus" in res.stderr, res.stderr
+
+
+LATIN1 = b"#!/bin/bash\n# caf\xe9 na\xefve \xff\ncat \"$0\"\necho \"d\xe9j\xe0 vu\"\n"
+
+
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon"])
+def test_a_latin1_script_runs_with_its_bytes_unchanged(
+    fixture: str, request: pytest.FixtureRequest, outdir: Path
+) -> None:
+    """A script with Latin-1 bytes (not UTF-8) runs as sbatch runs it: the job's copy of
+    the script and what it prints are the same bytes for tbatch and for sbatch."""
+    d: Daemon = request.getfixturevalue(fixture)
+    script = outdir / "latin.sh"
+    script.write_bytes(LATIN1)
+    theirs = subprocess.run(["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--wait",
+                             "--output=theirs.out", str(script)], cwd=outdir,
+                            capture_output=True, check=False, timeout=120)
+    assert theirs.returncode == 0, theirs.stderr
+    res = d.cli("alice", "tbatch", "--parsable", "--output=ours.out", str(script), cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    done = d.wait_state(res.stdout.strip(), ["Succeeded", "Failed"])
+    assert done["state"] == "Succeeded", done
+    expected = LATIN1 + "d\xe9j\xe0 vu\n".encode("latin-1")
+    assert (outdir / "theirs.out").read_bytes() == expected
+    assert (outdir / "ours.out").read_bytes() == expected

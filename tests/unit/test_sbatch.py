@@ -308,7 +308,7 @@ def test_command_line_only_options_in_a_script(option: str) -> None:
         (" #!/bin/sh\n", None),
         ("#!/bin/sh\necho \x00\n", "NULL character"),
         ("#!/bin/sh\r\necho\r\n", "DOS line breaks"),
-        ("#!/bin/sh\n\udcff\n", "not valid UTF-8"),
+        ("#!/bin/sh\n#SBATCH -J \udcff\n", "job.sh:2: #SBATCH line is not UTF-8 text"),
     ],
 )
 def test_script_checks(script: str, message: str | None) -> None:
@@ -786,3 +786,20 @@ def test_one_refusal_reads_as_before() -> None:
     cmd = parse_command_line(["--hold", "-f", "x.yaml"])
     assert [e.message for e in cmd.refusals] == ["option '--hold' is not supported by tbatch"]
     assert "--hold" in error_of(["--hold", "-f", "x.yaml"], None)
+
+
+def test_a_latin1_script_is_carried_as_its_bytes() -> None:
+    """Issue 12: a script with a Latin-1 comment runs unchanged (base64 in the annotation,
+    the bytes back from it); only #SBATCH lines must be text."""
+    from bridge.batchscript import ANN_BATCH_SCRIPT_ENCODING, script_bytes, script_of
+
+    raw = b"#!/bin/sh\n#SBATCH -J latin\n# caf\xe9 \xff\necho caf\xe9\n"
+    request = parse_tbatch(["job.sh"], raw.decode("utf-8", "surrogateescape"))
+    assert request.options.job_name == "latin"
+    job = to_trainjob(request, cwd="/home/alice", environ={})
+    assert job.metadata.annotations[ANN_BATCH_SCRIPT_ENCODING] == "base64"
+    again = load_trainjob(json.loads(json.dumps(job.to_dict())))  # as the API gets it
+    assert script_bytes(script_of(again) or "") == raw
+    plain = to_trainjob(parse_tbatch(["job.sh"], SH + "echo café\n"), cwd="/", environ={})
+    assert plain.metadata.annotations[ANN_BATCH_SCRIPT] == SH + "echo café\n"
+    assert ANN_BATCH_SCRIPT_ENCODING not in plain.metadata.annotations

@@ -92,6 +92,8 @@ class SchedulingOptions(BaseModel):
     gpus_per_task: str | None = None
     cpus_per_gpu: int | None = Field(default=None, ge=1)
     mem_per_gpu_mb: int | None = Field(default=None, ge=1)
+    #: ``--nodes=MIN-MAX``: the most nodes (the least is ``spec.trainer.numNodes``).
+    max_nodes: int | None = Field(default=None, ge=1)
 
     @field_validator(*_PASSED_TEXT)
     @classmethod
@@ -109,6 +111,8 @@ class SchedulingOptions(BaseModel):
         used = [f"--{p.long}" for n, p in PASSED.items() if getattr(self, n) is not None]
         if self.requeue is not None:
             used.insert(0, "--requeue" if self.requeue else "--no-requeue")
+        if self.max_nodes is not None:
+            used.insert(0, f"--nodes=MIN-MAX (a range, at most {self.max_nodes})")
         return used
 
     @field_validator("job_name", "partition", "account", "qos", "nodelist", "exclude",

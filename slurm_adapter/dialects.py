@@ -210,7 +210,7 @@ V0_0_38 = Dialect(
     gpus_field="gpus_per_node",
     # "required_switches" / "wait_for_switch" answer "Disabled key" (HTTP 400);
     # "argv" (script arguments) makes slurmrestd 22.05 segfault: never send it.
-    unsupported=frozenset({"switches", "script_args"}),
+    unsupported=frozenset({"switches", "script_args", "max_nodes"}),
     node_state=Shape.STRING,
     node_features=Shape.STRING,
 )

@@ -95,6 +95,8 @@ class JobSpec:
     constraint: str | None = None
     #: Arguments of a user's batch script (``tbatch script.sh ARGS``).
     script_args: tuple[str, ...] = ()
+    #: ``--nodes=MIN-MAX``: the most nodes (``nodes`` is the least).
+    max_nodes: int | None = None
     #: sbatch options passed as they are (bridge/slurm_options.py), as sbatch arguments.
     passed: tuple[str, ...] = ()
 
@@ -159,6 +161,7 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         # distributed runtime, see render_script) carries them in the wrapper.
         script_args=(request.plan.args if request.plan.batch_script is not None
                      and request.plan.framework is Framework.PLAIN else ()),
+        max_nodes=o.max_nodes if o.max_nodes and o.max_nodes > shape.nodes else None,
         passed=tuple(sbatch_flags(o.model_dump())),
     )
 
@@ -177,7 +180,7 @@ def sbatch_args(spec: JobSpec) -> list[str]:
     args = [
         f"--job-name={spec.name}",
         f"--comment={spec.comment}",
-        f"--nodes={spec.nodes}",
+        f"--nodes={spec.nodes}" + (f"-{spec.max_nodes}" if spec.max_nodes else ""),
         f"--chdir={spec.chdir}",
         f"--output={spec.output}",
     ]
@@ -236,7 +239,7 @@ def rest_job(spec: JobSpec, env: Mapping[str, str], dialect: Dialect) -> dict[st
         job["nodes"] = spec.nodes
     else:
         job["minimum_nodes"] = spec.nodes
-        job["maximum_nodes"] = spec.nodes
+        job["maximum_nodes"] = spec.max_nodes or spec.nodes
     plain = {
         "standard_error": spec.error,
         "partition": spec.partition,

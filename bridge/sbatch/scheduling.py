@@ -45,6 +45,7 @@ _SCHEDULING_OPTION = {
     "exclude": "--exclude",
     "constraint": "--constraint",
     "requeue": "--requeue",
+    "max_nodes": "--nodes",
     **{name: f"--{p.long}" for name, p in PASSED.items()},
 }
 
@@ -75,6 +76,9 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
         "exclude": o.exclude,
         "constraint": o.constraint,
         "requeue": o.requeue,
+        # A range only when it is one: "-N 2" and "-N 2-2" are exactly 2 (numNodes).
+        "max_nodes": (o.nodes_max if o.nodes_max is not None and o.nodes_min is not None
+                      and o.nodes_max > o.nodes_min else None),
         **{name: getattr(o, name) for name in PASSED},
     }
     mems = [flag for flag, v in (("--mem", o.mem_mb), ("--mem-per-cpu", o.mem_per_cpu_mb),

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.bed import Daemon
+from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir
+from tests.integration.conftest_slurm import cluster_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +36,10 @@ SAME = ("MailUser", "MailType", "Requeue", "MinMemoryCPU", "ReqB:S:C:T", "TimeLi
         "Partition", "JobName", "UserId", "Reason", "Features")
 
 
-def _scontrol(job_id: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
-                         check=True).stdout
+def _scontrol(job_id: str, root: str | None = None) -> dict[str, str]:
+    argv = ["scontrol", "show", "job", job_id]
+    out = subprocess.run(["chroot", root, *argv] if root else argv, capture_output=True,
+                         text=True, check=True).stdout
     fields = dict(re.findall(r"(\S+?)=(\S*)", out))
     comment = re.search(r"^\s*Comment=(.*?)\s*$", out, re.M)
     fields["Comment"] = comment.group(1) if comment else ""
@@ -153,3 +156,43 @@ def test_a_latin1_script_runs_with_its_bytes_unchanged(
     expected = LATIN1 + "d\xe9j\xe0 vu\n".encode("latin-1")
     assert (outdir / "theirs.out").read_bytes() == expected
     assert (outdir / "ours.out").read_bytes() == expected
+
+
+@pytest.fixture
+def daemon_2411() -> Iterator[Daemon]:
+    """A daemon on the Slurm 24.11 bed through slurmrestd (v0.0.42: maximum_nodes)."""
+    cluster = cluster_for("24.11")
+    workdir = fresh_daemon_dir("rest-2411")
+    d = Daemon(workdir, cluster.settings("rest"))
+    d.start()
+    yield d
+    d.stop()
+    cleanup(workdir)
+
+
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon", "daemon_2411"])
+def test_a_node_range_reaches_slurm_as_a_range(
+    fixture: str, request: pytest.FixtureRequest, outdir: Path
+) -> None:
+    """``-N 1-2`` is a range in Slurm (as with sbatch), not exactly one node: Slurm's record
+    of a pending job (``--begin``) is sbatch's (22.05 shows ``2-2`` for both once it has
+    looked at the job: the maximum fits) and never ``1-1``."""
+    d: Daemon = request.getfixturevalue(fixture)
+    root = cluster_for("24.11").root if fixture == "daemon_2411" else None
+    script = outdir / "range.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N 1-2 --begin=now+1hour -t 5\nhostname\n")
+    res = d.cli("alice", "tbatch", "--parsable", str(script), cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    ours_id = d.wait_state(res.stdout.strip(), ["Submitted"])["backendId"]
+    ids = [ours_id]
+    try:
+        ours = _scontrol(ours_id, root)["NumNodes"]
+        assert ours in ("1-2", "2-2"), ours
+        if root is None:
+            theirs = _sbatch("alice", script, outdir)
+            assert theirs.returncode == 0, theirs.stderr
+            ids.append(theirs.stdout.strip().split(";")[0])
+            assert _scontrol(ids[1])["NumNodes"] == ours
+    finally:
+        argv = ["scancel", *ids]
+        subprocess.run(["chroot", root, *argv] if root else argv, check=False)

@@ -480,7 +480,7 @@ def test_other_refusals(job: TrainJob, options: SchedulingOptions, match: str) -
 def test_every_option_is_mapped_or_refused() -> None:
     fields = set(SchedulingOptions.model_fields)
     refused = {"qos", "mem_per_node_mb", "switches", "switches_wait_minutes"}
-    slurm_only = {*PASSED, "requeue"}  # refused at admission, and by the jobspec
+    slurm_only = {*PASSED, "requeue", "max_nodes"}  # refused at admission, and by the jobspec
     assert fields == set(OPTION_MAP) | refused | slurm_only
 
 

@@ -118,3 +118,24 @@ def test_another_back_end_refuses_them_at_admission(tmp_path: Path) -> None:
     assert "--mail-type is not supported by back end 'kubernetes'" in text
     assert "--requeue is not supported by back end 'kubernetes'" in text
     assert engine.store.list_jobs() == []
+
+
+def test_a_node_range_goes_to_slurm_as_a_range() -> None:
+    from slurm_adapter.dialects import V0_0_41
+
+    def tbatch(nodes: str) -> TrainJob:
+        return to_trainjob(parse_tbatch(["-N", nodes, "job.sh"], "#!/bin/sh\n"), cwd="/",
+                           environ={})
+
+    job = tbatch("1-3")
+    o = scheduling_of(job)
+    assert (job.spec.trainer and job.spec.trainer.num_nodes, o.max_nodes) == (1, 3)
+    spec = job_spec(request(job, o), default_chdir="/")
+    assert "--nodes=1-3" in sbatch_args(spec)
+    body = rest_job(spec, {"PATH": "/bin"}, V0_0_41)
+    assert (body["minimum_nodes"], body["maximum_nodes"]) == (1, 3)
+    with pytest.raises(UnsupportedOption):  # v0.0.38: submitted with sbatch
+        rest_job(spec, {"PATH": "/bin"}, V0_0_38)
+    for exact in ("2", "2-2", "2-"):
+        assert scheduling_of(tbatch(exact)).max_nodes is None
+    assert o.slurm_only() == ["--nodes=MIN-MAX (a range, at most 3)"]

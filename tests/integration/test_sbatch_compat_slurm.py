@@ -196,3 +196,20 @@ def test_a_node_range_reaches_slurm_as_a_range(
     finally:
         argv = ["scancel", *ids]
         subprocess.run(["chroot", root, *argv] if root else argv, check=False)
+
+
+def test_flux_refuses_what_only_slurm_honours_at_admission(flux_daemon: Daemon,
+                                                           outdir: Path) -> None:
+    """On the real Flux bed: a job with options only Slurm honours, or a script that is not
+    UTF-8, is refused before it is stored (400), naming each option and the back end."""
+    script = outdir / "slurmy.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --mail-type=END -N 1-2 --requeue\necho hi\n")
+    res = flux_daemon.cli("alice", "tbatch", str(script), cwd=outdir)
+    assert (res.returncode, res.stdout) == (1, ""), res
+    for flag in ("--mail-type", "--requeue", "--nodes=MIN-MAX (a range, at most 2)"):
+        assert f"{flag} is not supported by back end 'flux'" in res.stderr, res.stderr
+    script.write_bytes(LATIN1)
+    res = flux_daemon.cli("alice", "tbatch", str(script), cwd=outdir)
+    assert res.returncode == 1, res
+    assert "not UTF-8 text is not supported by back end 'flux'" in res.stderr, res.stderr
+    assert flux_daemon.api("GET", "/v1/jobs").json()["items"] == []

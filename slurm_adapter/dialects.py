@@ -113,6 +113,9 @@ class Dialect:
     unsupported: frozenset[str]
     node_state: Shape
     node_features: Shape
+    #: Whether the options passed as they are have job fields here (slurm_adapter/
+    #: passed_rest.py; v0.0.40 on); without, such a job is submitted with sbatch.
+    passed_rest: bool = False
 
     @property
     def prefix(self) -> str:
@@ -233,6 +236,7 @@ V0_0_40 = Dialect(
     unsupported=frozenset({"script_args"}),
     node_state=Shape.LIST,
     node_features=Shape.LIST,
+    passed_rest=True,
 )
 
 V0_0_41 = replace(V0_0_40, version="v0.0.41")

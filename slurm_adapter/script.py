@@ -17,8 +17,9 @@ Contract:
   the idempotency key by which the job is found again after a crash (the user's own
   ``--comment`` follows it after a space). The options passed as they are
   (:mod:`bridge.slurm_options`: mail, signal, requeue, GPUs ...) become sbatch
-  arguments; :func:`rest_job` raises :class:`UnsupportedOption` for a job with any,
-  so that the back end submits it with sbatch.
+  arguments; :func:`rest_job` spells those slurmrestd has fields for
+  (:mod:`slurm_adapter.passed_rest`) and raises :class:`UnsupportedOption` for a job
+  with any other, so that the back end submits it with sbatch.
 * :func:`expand_output_pattern` resolves ``slurm-%j.out``-style patterns the way
   Slurm does, for reporting where a job's output is.
 """
@@ -34,10 +35,11 @@ from typing import Any
 
 from bridge.backend import SubmitRequest
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
-from bridge.slurm_options import sbatch_flags
+from bridge.slurm_options import PASSED, sbatch_flags
 from mpi_launch.plan import launch_invocation
 from slurm_adapter import hostlist
 from slurm_adapter.dialects import Dialect, UnsupportedOption
+from slurm_adapter.passed_rest import rest_fields
 
 __all__ = [
     "COMMENT_PREFIX",
@@ -97,8 +99,10 @@ class JobSpec:
     script_args: tuple[str, ...] = ()
     #: ``--nodes=MIN-MAX``: the most nodes (``nodes`` is the least).
     max_nodes: int | None = None
-    #: sbatch options passed as they are (bridge/slurm_options.py), as sbatch arguments.
+    #: sbatch options passed as they are (bridge/slurm_options.py), as sbatch arguments
+    #: and as ``(field, value)`` (for slurmrestd: slurm_adapter/passed_rest.py).
     passed: tuple[str, ...] = ()
+    passed_values: tuple[tuple[str, Any], ...] = ()
 
     def used_options(self) -> set[str]:
         """Names of the optional fields that are set (for dialect support checks)."""
@@ -163,6 +167,8 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
                      and request.plan.framework is Framework.PLAIN else ()),
         max_nodes=o.max_nodes if o.max_nodes and o.max_nodes > shape.nodes else None,
         passed=tuple(sbatch_flags(o.model_dump())),
+        passed_values=tuple((n, getattr(o, n)) for n in (*PASSED, "requeue")
+                            if getattr(o, n) is not None),
     )
 
 
@@ -219,9 +225,10 @@ def rest_job(spec: JobSpec, env: Mapping[str, str], dialect: Dialect) -> dict[st
     (e.g. switches in v0.0.38) and :class:`slurm_adapter.hostlist.HostlistError`
     for a malformed node list where the dialect wants names.
     """
-    if spec.passed:
+    passed = rest_fields(dict(spec.passed_values), dialect)
+    if passed is None:
         raise UnsupportedOption(f"{' '.join(spec.passed)} go to Slurm through sbatch, as "
-                                f"they are (not spelled for slurmrestd {dialect.version})")
+                                f"they are (not all spelled for slurmrestd {dialect.version})")
     missing = sorted(spec.used_options() & dialect.unsupported)
     if missing:
         raise UnsupportedOption(
@@ -264,6 +271,7 @@ def rest_job(spec: JobSpec, env: Mapping[str, str], dialect: Dialect) -> dict[st
         job["required_switches"] = dialect.encode_number(spec.switches)
         if spec.switches_wait_minutes is not None:
             job["wait_for_switch"] = spec.switches_wait_minutes * 60
+    job.update(passed)
     if spec.nodelist is not None:
         job[dialect.nodelist_field] = _names(dialect, spec.nodelist)
     if spec.exclude is not None:

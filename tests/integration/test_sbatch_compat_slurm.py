@@ -158,16 +158,26 @@ def test_a_latin1_script_runs_with_its_bytes_unchanged(
     assert (outdir / "ours.out").read_bytes() == expected
 
 
-@pytest.fixture
-def daemon_2411() -> Iterator[Daemon]:
-    """A daemon on the Slurm 24.11 bed through slurmrestd (v0.0.42: maximum_nodes)."""
-    cluster = cluster_for("24.11")
-    workdir = fresh_daemon_dir("rest-2411")
+def _newer_daemon(release: str) -> Iterator[Daemon]:
+    cluster = cluster_for(release)
+    workdir = fresh_daemon_dir(f"rest-{release}")
     d = Daemon(workdir, cluster.settings("rest"))
     d.start()
     yield d
     d.stop()
     cleanup(workdir)
+
+
+@pytest.fixture
+def daemon_2411() -> Iterator[Daemon]:
+    """A daemon on the Slurm 24.11 bed through slurmrestd (v0.0.42: maximum_nodes)."""
+    yield from _newer_daemon("24.11")
+
+
+@pytest.fixture
+def daemon_2605() -> Iterator[Daemon]:
+    """A daemon on the Slurm 26.05 bed through slurmrestd (v0.0.45)."""
+    yield from _newer_daemon("26.05")
 
 
 @pytest.mark.parametrize("fixture", ["daemon", "cli_daemon", "daemon_2411"])
@@ -213,3 +223,33 @@ def test_flux_refuses_what_only_slurm_honours_at_admission(flux_daemon: Daemon,
     assert res.returncode == 1, res
     assert "not UTF-8 text is not supported by back end 'flux'" in res.stderr, res.stderr
     assert flux_daemon.api("GET", "/v1/jobs").json()["items"] == []
+
+
+@pytest.mark.parametrize(("fixture", "release"), [("daemon_2411", "24.11"),
+                                                  ("daemon_2605", "26.05")])
+def test_passed_options_go_through_slurmrestd_where_it_has_fields(
+    fixture: str, release: str, request: pytest.FixtureRequest, outdir: Path
+) -> None:
+    """From v0.0.40 on, mail, requeue, open mode, memory per CPU and distribution are
+    slurmrestd job fields: the job is submitted through REST (no sbatch) and Slurm's record
+    shows them."""
+    d: Daemon = request.getfixturevalue(fixture)
+    root = cluster_for(release).root
+    assert root is not None
+    script = outdir / "rest.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --mail-type=END,FAIL --mail-user=alice@example.org\n"
+                      "#SBATCH --no-requeue --open-mode=append --mem-per-cpu=100 -m cyclic\n"
+                      "#SBATCH --comment='my run 7' -t 5\nsleep 5\n")
+    res = d.cli("alice", "tbatch", "--parsable", str(script), cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    ours_id = d.wait_state(res.stdout.strip(), ["Submitted", "Running", "Succeeded"])[
+        "backendId"]
+    try:
+        ours = _scontrol(ours_id, root)
+        assert (ours["MailUser"], ours["MailType"], ours["Requeue"]) == (
+            "alice@example.org", "END,FAIL", "0")
+        assert ours["MinMemoryCPU"] == "100M"
+        assert re.fullmatch(r"hpc-bridge:\S+ my run 7", ours["Comment"]), ours["Comment"]
+        assert "submitting it with sbatch instead" not in d.log.read_text()
+    finally:
+        subprocess.run(["chroot", root, "scancel", ours_id], check=False)

@@ -139,3 +139,26 @@ def test_a_node_range_goes_to_slurm_as_a_range() -> None:
     for exact in ("2", "2-2", "2-"):
         assert scheduling_of(tbatch(exact)).max_nodes is None
     assert o.slurm_only() == ["--nodes=MIN-MAX (a range, at most 3)"]
+
+
+def test_slurmrestd_gets_the_fields_it_has_from_v0_0_40() -> None:
+    from slurm_adapter.dialects import V0_0_41, V0_0_45
+
+    script = ("#!/bin/sh\n#SBATCH --mail-type=END,TIME_LIMIT_90 --mail-user=a@b --requeue\n"
+              "#SBATCH --open-mode=t --mem-per-cpu=1G -m cyclic --comment=hi\n")
+    job = to_trainjob(parse_tbatch(["job.sh"], script), cwd="/", environ={})
+    spec = job_spec(request(job, scheduling_of(job)), default_chdir="/")
+    for dialect in (V0_0_41, V0_0_45):
+        body = rest_job(spec, {"PATH": "/bin"}, dialect)
+        assert {k: body[k] for k in ("mail_type", "mail_user", "requeue", "open_mode",
+                                     "memory_per_cpu", "distribution", "comment")} == {
+            "mail_type": ["END", "TIME=90%"], "mail_user": "a@b", "requeue": True,
+            "open_mode": ["TRUNCATE"], "distribution": "cyclic", "comment": f"hpc-bridge:{UID} hi",
+            "memory_per_cpu": {"set": True, "infinite": False, "number": 1024}}
+    with pytest.raises(UnsupportedOption):  # v0.0.38 has none of them: sbatch
+        rest_job(spec, {"PATH": "/bin"}, V0_0_38)
+    for other in ("--mail-type=ALL", "--hint=multithread", "--begin=now"):
+        job = to_trainjob(parse_tbatch([other, "job.sh"], "#!/bin/sh\n"), cwd="/", environ={})
+        spec = job_spec(request(job, scheduling_of(job)), default_chdir="/")
+        with pytest.raises(UnsupportedOption):  # no field here: sbatch reads it
+            rest_job(spec, {"PATH": "/bin"}, V0_0_41)

@@ -56,10 +56,9 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
-from bridge.backend import BackendJob, BackendState, BackendUnavailable, Owner
+from bridge.backend import Owner
 from bridge.batchscript import script_bytes, script_of
 from bridge.callers import bearer_token, peer_owner
-from bridge.engine import Admission, Engine
 from bridge.errors import BridgeError, Conflict, EngineError, InvalidRequest, PermissionDenied
 from bridge.gate import GatedSockSite, GatedUnixSite, prepaid
 from bridge.limits import LimitExceeded, LimitSettings, UserLimits
@@ -71,15 +70,21 @@ from bridge.model import (
     parse_json_object,
 )
 from bridge.output import OutputRefused
-from bridge.refs import AmbiguousJob
+from bridge.service import (
+    Admission,
+    Admitted,
+    AmbiguousJob,
+    JobNotFound,
+    JobRecord,
+    JobService,
+)
 from bridge.states import TERMINAL, JobState
-from bridge.store import JobNotFound, JobRecord
 from bridge.views import job_view, list_view
 
 log = structlog.get_logger("hpc_bridge.api")
 
 OWNER_KEY = web.RequestKey("owner", Owner)
-ENGINE_KEY = web.AppKey("engine", Engine)
+SERVICE_KEY = web.AppKey("service", JobService)
 TOKENS_KEY = web.AppKey("tokens", dict)
 LIMITS_KEY = web.AppKey("limits", UserLimits)
 #: Items in a page of ``GET /v1/jobs`` when the caller names no ``limit``, and the most.
@@ -212,10 +217,9 @@ def _find(request: web.Request, allowed: frozenset[str] = frozenset({"namespace"
           ) -> JobRecord:
     """The job ``{ref}`` names for this caller (:func:`bridge.refs.resolve`); an unknown
     query parameter is a 400."""
-    engine = request.app[ENGINE_KEY]
     namespace = _query(request, allowed).get("namespace")
-    return engine.store.find(request.match_info["ref"], namespace,
-                             caller_uid=request[OWNER_KEY].uid)
+    return request.app[SERVICE_KEY].find(request.match_info["ref"], namespace,
+                                         request[OWNER_KEY])
 
 
 #: Header of a client's idempotency key: a retried POST with the same key (same caller)
@@ -243,19 +247,17 @@ def _submitted(record: JobRecord, status: int) -> web.Response:
                               "state": record.state.value}, status=status)
 
 
-def _replay(engine: Engine, owner: Owner, key: str, digest: str) -> web.Response | None:
-    """The answer to a retried submission: the first job with this caller's key (200),
-    409 when the key came with another body; None when the key is new."""
-    first = engine.store.by_idempotency_key(owner.uid, key)
-    if first is None:
-        return None
-    if first.request_digest != digest:
+def _admitted(admitted: Admitted, key: str | None) -> web.Response:
+    """The answer to a submission: 201 with a new job; for a retry (the first job with
+    this caller's key) 200, or 409 when the key came with another body."""
+    first = admitted.record
+    if admitted.conflict:
         return _error(409, f"{IDEMPOTENCY_HEADER} {key!r} was used for another request "
                            f"(job {first.id}); use a new key for a new job")
-    return _submitted(first, 200)
+    return _submitted(first, 200 if admitted.replayed else 201)
 
 
-def _parse_submission(raw: bytes, engine: Engine, owner: Owner, max_script: int,
+def _parse_submission(raw: bytes, service: JobService, owner: Owner, max_script: int,
                       ) -> tuple[TrainJob, Admission] | web.Response:
     """Decode, check and prepare a submitted body (in a worker thread: it touches no
     store and no loop state). An answer to send instead, or the job ready to admit;
@@ -268,7 +270,7 @@ def _parse_submission(raw: bytes, engine: Engine, owner: Owner, max_script: int,
             return _error(413, f"batch script too large ({size} bytes; "
                                f"metadata.annotations[{ANN_BATCH_SCRIPT}]): at most "
                                f"{max_script} bytes (limits.max_script_bytes)")
-    return job, engine.prepare(job, owner)
+    return job, service.prepare(job, owner)
 
 
 async def submit(request: web.Request) -> web.Response:
@@ -276,7 +278,7 @@ async def submit(request: web.Request) -> web.Response:
     caller's count of unfinished jobs and the insert, in that order. With an
     ``Idempotency-Key`` header the submission happens once per caller and key: a retry
     answers 200 with the first job (stored with it, so this holds across restarts)."""
-    engine = request.app[ENGINE_KEY]
+    service = request.app[SERVICE_KEY]
     limits = request.app[LIMITS_KEY]
     owner = request[OWNER_KEY]
     _query(request, frozenset())
@@ -291,25 +293,19 @@ async def submit(request: web.Request) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         return _body_too_large(max_body)
     digest = hashlib.sha256(raw).hexdigest()
-    if key is not None and (replayed := _replay(engine, owner, key, digest)) is not None:
-        return replayed
-    parsed = await asyncio.to_thread(_parse_submission, raw, engine, owner,
+    if key is not None and (replayed := service.replay(owner, key, digest)) is not None:
+        return _admitted(replayed, key)
+    parsed = await asyncio.to_thread(_parse_submission, raw, service, owner,
                                      limits.settings.max_script_bytes)
     if isinstance(parsed, web.Response):
         return parsed
     job, prepared = parsed
     # No await from the count to the insert: two submissions cannot both take the last
     # place under limits.max_active_jobs.
-    limits.check_active(owner.uid, owner.user, engine.store.count_active(owner.uid))
-    try:
-        record = engine.admit(job, owner, prepared=prepared, idempotency_key=key,
-                              request_digest=digest)
-    except Conflict:
-        # Two retries raced past the check: the loser answers with the winner's job.
-        if key is not None and (replayed := _replay(engine, owner, key, digest)) is not None:
-            return replayed
-        raise
-    return _submitted(record, 201)
+    limits.check_active(owner.uid, owner.user, service.count_active(owner.uid))
+    # Two retries that raced past the replay: the loser answers with the winner's job.
+    return _admitted(service.admit(job, owner, prepared=prepared, idempotency_key=key,
+                                   request_digest=digest), key)
 
 
 def _continue_token(last_id: int) -> str:
@@ -329,7 +325,7 @@ def _after_id(token: str) -> int:
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE_KEY]
+    service = request.app[SERVICE_KEY]
     query = _query(request, frozenset({"states", "user", "backend", "limit", "continue"}))
     states_q = query.get("states")
     states: list[JobState] | None
@@ -356,44 +352,42 @@ async def list_jobs(request: web.Request) -> web.Response:
         except ValueError:
             return _error(400, "continue: not a token from this daemon's job list "
                                "(pass metadata.continue of the previous page)")
-    records = engine.store.list_jobs(states, user=query.get("user"),
-                                     backend=query.get("backend"),
-                                     after_id=after, limit=limit + 1)
-    more = len(records) > limit
-    records = records[:limit]
-    metadata = {"continue": _continue_token(records[-1].id)} if more else {}
-    return web.json_response({"items": [list_view(r) for r in records],
+    page = service.list_jobs(states, user=query.get("user"), backend=query.get("backend"),
+                             after_id=after, limit=limit)
+    metadata = ({"continue": _continue_token(page.next_after)}
+                if page.next_after is not None else {})
+    return web.json_response({"items": [list_view(r) for r in page.items],
                               "metadata": metadata})
 
 
 async def show(request: web.Request) -> web.Response:
-    return web.json_response(job_view(_find(request), request.app[ENGINE_KEY], True,
+    return web.json_response(job_view(_find(request), request.app[SERVICE_KEY], True,
                                       viewer=request[OWNER_KEY]))
 
 
 async def cancel(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE_KEY]
-    rec = engine.cancel(_find(request), request[OWNER_KEY])
-    return web.json_response(job_view(rec, engine), status=202)
+    service = request.app[SERVICE_KEY]
+    rec = service.cancel(_find(request), request[OWNER_KEY])
+    return web.json_response(job_view(rec, service), status=202)
 
 
 async def suspend(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE_KEY]
-    rec = engine.set_suspend(_find(request), True, request[OWNER_KEY])
-    return web.json_response(job_view(rec, engine), status=202)
+    service = request.app[SERVICE_KEY]
+    rec = service.suspend(_find(request), request[OWNER_KEY])
+    return web.json_response(job_view(rec, service), status=202)
 
 
 async def resume(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE_KEY]
-    rec = engine.set_suspend(_find(request), False, request[OWNER_KEY])
-    return web.json_response(job_view(rec, engine), status=202)
+    service = request.app[SERVICE_KEY]
+    rec = service.resume(_find(request), request[OWNER_KEY])
+    return web.json_response(job_view(rec, service), status=202)
 
 
 _FLAGS = {"0": False, "1": True, "false": False, "true": True, "no": False, "yes": True}
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
-    engine = request.app[ENGINE_KEY]
+    service = request.app[SERVICE_KEY]
     rec = _find(request, frozenset({"namespace", "stream", "offset", "follow"}))
     caller = request[OWNER_KEY]
     if caller.uid not in (0, rec.owner.uid):
@@ -410,26 +404,16 @@ async def logs(request: web.Request) -> web.StreamResponse:
     if follow_q not in _FLAGS:
         return _error(400, f"follow must be one of {', '.join(_FLAGS)}, got {follow_q!r}")
     follow = _FLAGS[follow_q]
-    backend = engine.backends[rec.backend]
     response: web.StreamResponse | None = None
     while True:
-        rec = engine.store.get(rec.id)
-        finished = rec.state.terminal
-        path = rec.stdout_path if stream == "stdout" else rec.stderr_path
-        data = b""
-        if rec.backend_id and path:
-            bj = BackendJob(backend_id=rec.backend_id, job_uid=rec.uid,
-                            state=BackendState.UNKNOWN, stdout_path=rec.stdout_path,
-                            stderr_path=rec.stderr_path, owner_uid=rec.owner.uid)
-            try:
-                data, offset = await backend.read_log(bj, stream, offset)
-            except BackendUnavailable as exc:
-                log.warning("reading output failed", job_id=rec.id, error=str(exc))
-            except OutputRefused as exc:
-                log.warning("output not read", job_id=rec.id, reason=str(exc))
-                if response is None:  # nothing sent yet: the caller learns why
-                    return _error(403, f"not reading the output of job {rec.id}: {exc}")
-                break  # refused mid-stream (the file was swapped): stop there
+        try:
+            chunk = await service.read_output(rec.id, caller, stream, offset)
+        except OutputRefused as exc:
+            log.warning("output not read", job_id=rec.id, reason=str(exc))
+            if response is None:  # nothing sent yet: the caller learns why
+                return _error(403, f"not reading the output of job {rec.id}: {exc}")
+            break  # refused mid-stream (the file was swapped): stop there
+        data, offset, finished = chunk.data, chunk.offset, chunk.finished
         if response is None:
             response = web.StreamResponse(
                 headers={"Content-Type": "application/octet-stream"})
@@ -517,17 +501,17 @@ async def _log_limit_hits(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-def make_app(engine: Engine, tokens: dict[str, Owner] | None = None,
+def make_app(service: JobService, tokens: dict[str, Owner] | None = None,
              limits: LimitSettings | None = None, health: Health | None = None
              ) -> web.Application:
-    """The API application; ``limits``: the per-user limits (defaults when None);
-    ``health``: what ``/v1/healthz`` reports (default: ``single``, ready once the
-    engine is)."""
+    """The API application over ``service`` (its only way to jobs); ``limits``: the
+    per-user limits (defaults when None); ``health``: what ``/v1/healthz`` reports
+    (default: ``single``, ready once the engine is)."""
     user_limits = UserLimits(limits or LimitSettings())
     app = web.Application(middlewares=[identity_middleware],
                           client_max_size=user_limits.settings.max_request_bytes)
-    app[ENGINE_KEY] = engine
-    app[HEALTH_KEY] = health or Health("single", engine.ready.is_set)
+    app[SERVICE_KEY] = service
+    app[HEALTH_KEY] = health or Health("single", service.is_ready)
     app[TOKENS_KEY] = tokens or {}
     app[LIMITS_KEY] = user_limits
     app.cleanup_ctx.append(_log_limit_hits)

@@ -19,14 +19,11 @@ import re
 
 from aiohttp import web
 
-from bridge.api import ENGINE_KEY, OWNER_KEY
+from bridge.api import OWNER_KEY, SERVICE_KEY
 from bridge.errors import BridgeError
 from bridge.events import event_payload
-from bridge.feed import EventFeed
-from bridge.outbox import Event
-from bridge.store import Store
+from bridge.service import Event, JobService
 
-FEED_KEY = web.AppKey("feed", EventFeed)
 MAX_WAIT = 60.0
 DEFAULT_WAIT = 25.0
 MAX_LIMIT = 1000
@@ -89,7 +86,7 @@ def parse_query(query: dict[str, str]) -> tuple[int | None, float, int]:
     return since, wait, limit
 
 
-async def owned_after(store: Store, cursor: int, upto: int, limit: int,
+async def owned_after(service: JobService, cursor: int, upto: int, limit: int,
                       owner_uid: int | None, window: int = SCAN_WINDOW
                       ) -> tuple[list[Event], int]:
     """At most ``limit`` events of ``owner_uid``'s jobs (every job's when None) with
@@ -98,10 +95,10 @@ async def owned_after(store: Store, cursor: int, upto: int, limit: int,
     reads every outbox row of the range, other users' too) and the event loop runs
     between two windows: the cost of one caller's scan is not one block of the loop."""
     if owner_uid is None:
-        return store.events_after(cursor, limit, upto=upto), upto
+        return service.changes(cursor, limit, upto=upto)[0], upto
     while cursor < upto:
         end = min(upto, cursor + window)
-        rows = store.events_after(cursor, limit, upto=end, owner_uid=owner_uid)
+        rows, _ = service.changes(cursor, limit, upto=end, owner_uid=owner_uid)
         if rows:
             return rows, end
         cursor = end
@@ -115,16 +112,15 @@ async def list_events(request: web.Request) -> web.Response:
         since, wait, limit = parse_query(dict(request.query))
     except BadParameter as exc:
         return web.json_response({"error": str(exc)}, status=400)
-    store = request.app[ENGINE_KEY].store
-    feed = request.app[FEED_KEY]
+    service = request.app[SERVICE_KEY]
     owner = request[OWNER_KEY]
     only = None if owner.uid == 0 else owner.uid
-    cursor = store.last_event_id() if since is None else since
+    cursor = service.cursor() if since is None else since
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
-        newest = store.last_event_id()
-        rows, reached = await owned_after(store, cursor, newest, limit, only)
+        newest = service.cursor()
+        rows, reached = await owned_after(service, cursor, newest, limit, only)
         if rows:
             following = rows[-1].id if len(rows) == limit else max(cursor, reached)
             return web.json_response({"items": [event_payload(r) for r in rows],
@@ -133,10 +129,10 @@ async def list_events(request: web.Request) -> web.Response:
         remaining = deadline - loop.time()
         if remaining <= 0:
             return web.json_response({"items": [], "next": cursor})
-        await feed.wait_after(cursor, remaining)
+        await service.wait_for_changes(cursor, remaining)
 
 
-def add_routes(app: web.Application, feed: EventFeed) -> None:
-    """Serve ``/v1/events`` from ``app`` (before it starts)."""
-    app[FEED_KEY] = feed
+def add_routes(app: web.Application) -> None:
+    """Serve ``/v1/events`` from ``app`` (made by :func:`bridge.api.make_app`, before
+    it starts): the events come from its :class:`JobService`."""
     app.router.add_get("/v1/events", list_events)

@@ -28,7 +28,7 @@ from bridge.backend import Backend, load_backend
 from bridge.callers import load_tokens
 from bridge.config import Config, ConfigError, load_config, partition_routes
 from bridge.engine import Engine, EngineSettings
-from bridge.eventtasks import start_event_tasks, stop_event_tasks
+from bridge.eventtasks import make_feed, start_event_tasks, stop_event_tasks
 from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.leader import Elector, load_elector, lost_lease, reset_store, stand_by, start_fence
@@ -37,6 +37,7 @@ from bridge.metrics import Metrics
 from bridge.metrics_backend import instrument
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
+from bridge.service import JobService
 from bridge.statelock import acquire as lock_state_dir
 from bridge.store import Store
 from bridge.systemd import listen_fds, sd_notify, watchdog_interval, watchdog_pings
@@ -164,7 +165,9 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
     health.ready = engine.ready.is_set
     lim = config.limits
-    app = make_app(engine, tokens, LimitSettings(
+    feed = make_feed(store, metrics)
+    service = JobService(engine, feed)
+    app = make_app(service, tokens, LimitSettings(
         max_active_jobs=lim.max_active_jobs, submit_rate=lim.submit_rate,
         submit_burst=lim.submit_burst, max_concurrent_requests=lim.max_concurrent_requests,
         request_rate=lim.request_rate, request_burst=lim.request_burst,
@@ -172,7 +175,7 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
         max_request_bytes=lim.max_request_bytes, max_script_bytes=lim.max_script_bytes),
         health)
     # Before the app is served (it adds the events route; aiohttp freezes the app).
-    events = await start_event_tasks(config, store, app, metrics)
+    events = await start_event_tasks(config, feed, app, metrics)
     try:  # the socket first: a refused one (another daemon answers) must submit nothing
         runner = await serve(app, config.daemon.socket, config.daemon.tcp, inherited)
     except BaseException:
@@ -184,7 +187,7 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     pings = asyncio.create_task(watchdog_pings(interval)) if interval else None
     engine_task = asyncio.create_task(engine.run(), name="engine")
     await engine.ready.wait()
-    door_tasks = [asyncio.create_task(door.run(engine), name=f"frontdoor-{name}")
+    door_tasks = [asyncio.create_task(door.run(service), name=f"frontdoor-{name}")
                   for name, door in frontdoors.items()]
     sd_notify("READY=1")
     log.info("serving", socket=config.daemon.socket, inherited_sockets=len(inherited),

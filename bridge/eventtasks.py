@@ -2,7 +2,8 @@
 ``GET /v1/events``), the MQTT publisher (``[events.mqtt]``) and the metrics listener
 (``[metrics] listen``). Each runs as its own task, so none of them can slow the engine.
 
-Contract: :func:`start_event_tasks` is called before the API app starts (it adds the
+Contract: :func:`make_feed` is called first (the daemon's :class:`bridge.service.JobService`
+is built on the feed), :func:`start_event_tasks` before the API app starts (it adds the
 ``/v1/events`` route and, with metrics, the request-counting middleware); an insecure
 MQTT password file raises :class:`bridge.filemodes.InsecureFile` there, so the daemon
 refuses to start.
@@ -24,6 +25,11 @@ from bridge.publisher import Publisher
 from bridge.store import Store
 
 
+def make_feed(store: Store, metrics: Metrics | None = None) -> EventFeed:
+    """The outbox feed of ``store``; ``metrics`` (if any) observe its events."""
+    return EventFeed(store, observers=[metrics.observe_events] if metrics else [])
+
+
 @dataclass
 class EventTasks:
     feed: EventFeed
@@ -33,16 +39,16 @@ class EventTasks:
     metrics_runner: web.AppRunner | None = None
 
 
-async def start_event_tasks(config: Config, store: Store, app: web.Application,
+async def start_event_tasks(config: Config, feed: EventFeed, app: web.Application,
                             metrics: Metrics | None = None) -> EventTasks:
-    """Build and start what ``config`` asks for; wire ``/v1/events`` into ``app``.
-    ``metrics`` (the daemon's, made when ``[metrics] listen`` is set) is served."""
-    feed = EventFeed(store, observers=[metrics.observe_events] if metrics else [])
+    """Start ``feed`` (:func:`make_feed`) and what ``config`` asks for; wire
+    ``/v1/events`` into ``app``. ``metrics`` (the daemon's, made when ``[metrics]
+    listen`` is set) is served."""
     publisher = None
     if config.events.mqtt is not None:
-        publisher = Publisher(store, feed, config.events.mqtt,
+        publisher = Publisher(feed.store, feed, config.events.mqtt,
                               on_published=metrics.observe_published if metrics else None)
-    add_routes(app, feed)
+    add_routes(app)
     running = EventTasks(feed, publisher, metrics)
     if metrics is not None and config.metrics.listen:
         metrics.publisher = publisher

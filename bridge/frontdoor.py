@@ -3,10 +3,10 @@
 A front door is built by an entry point of the ``hpc_bridge.frontdoors`` group
 (``(name, settings) -> FrontDoor``), configured as ``[frontdoors.NAME]`` with
 ``kind = ...``, so that ``bridge`` never imports an adapter. The daemon starts it once
-the engine is ready; it admits jobs through :meth:`bridge.engine.Engine.admit` (and
-cancels / suspends through the engine too) and reports back to its world from the
-store. It must survive its world being down: :meth:`FrontDoor.run` returns only when
-cancelled.
+the engine is ready and hands it the :class:`bridge.service.JobService`: its only way
+to jobs (admit, cancel, suspend, find, list, and the change feed it reports back to
+its world from). It never touches the store or a back end. It must survive its world
+being down: :meth:`FrontDoor.run` returns only when cancelled.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from bridge.backend import load_plugin
 
 if TYPE_CHECKING:
-    from bridge.engine import Engine
+    from bridge.service import JobService
 
 ENTRY_POINT_GROUP = "hpc_bridge.frontdoors"
 
@@ -25,7 +25,7 @@ ENTRY_POINT_GROUP = "hpc_bridge.frontdoors"
 class FrontDoor(Protocol):
     name: str
 
-    async def run(self, engine: Engine) -> None:
+    async def run(self, service: JobService) -> None:
         """Serve until cancelled (errors of the world are retried, never raised)."""
 
     async def close(self) -> None:

@@ -187,6 +187,14 @@ class Store(OutboxQueries):
 
     def __init__(self, conn: sqlite3.Connection):
         self._db = conn
+        #: Called with a job's id after each committed change that writes no outbox
+        #: row (a change within a state: reason, message, bookkeeping, the document),
+        #: in this process (:meth:`bridge.service.JobService.updates`).
+        self.update_listeners: list[Callable[[int], None]] = []
+
+    def _updated(self, job_id: int) -> None:
+        for listener in list(self.update_listeners):
+            listener(job_id)
 
     @classmethod
     def open(cls, path: str | Path, *, durable: bool = False) -> Store:
@@ -307,12 +315,15 @@ class Store(OutboxQueries):
                          updated_at=now, **fields)
             if src != dst:
                 self._record(db, job_id, src, dst, reason, message, now)
+        if src == dst:
+            self._updated(job_id)
         return self.get(job_id)
 
     def update(self, job_id: int, **fields: Any) -> JobRecord:
         """Set bookkeeping fields without a state change."""
         with self._tx() as db:
             self._update(db, job_id, updated_at=time.time(), **fields)
+        self._updated(job_id)
         return self.get(job_id)
 
     _COLUMNS = frozenset({
@@ -343,6 +354,7 @@ class Store(OutboxQueries):
         with self._tx() as db:
             self._update(db, job_id, document=json.dumps(job.to_dict()),
                          summary=json.dumps(job_summary(job)), updated_at=time.time())
+        self._updated(job_id)
 
     # -- reading -----------------------------------------------------------------
 

@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any
 from bridge.backend import Owner
 from bridge.job_summary import job_summary
 from bridge.model import ANN_BATCH_SCRIPT
-from bridge.store import JobRecord
 
 if TYPE_CHECKING:
-    from bridge.engine import Engine
+    from bridge.service import JobRecord, JobService
 
 
 def _iso(ts: float | None) -> str | None:
@@ -89,7 +88,7 @@ def list_view(rec: JobRecord) -> dict[str, Any]:
     }
 
 
-def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
+def job_view(rec: JobRecord, service: JobService, with_transitions: bool = False,
              viewer: Owner | None = None) -> dict[str, Any]:
     """The JSON view of one job the API and CLI share: :func:`list_view` and the
     TrainJob document (``trainJob``). A ``viewer`` who is neither the owner nor root
@@ -103,6 +102,6 @@ def job_view(rec: JobRecord, engine: Engine, with_transitions: bool = False,
         view["transitions"] = [
             {"from": t.src.value if t.src else None, "to": t.dst.value, "reason": t.reason,
              "message": t.message, "at": _iso(t.at)}
-            for t in engine.store.transitions(rec.id)
+            for t in service.transitions(rec.id)
         ]
     return view

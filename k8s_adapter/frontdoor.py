@@ -21,8 +21,11 @@ For each of its TrainJobs:
 4. ``spec.suspend`` changes suspend or resume the job.
 5. Deleting the TrainJob cancels the job wherever it runs; the finalizer is removed
    once the job is finished (for Kubernetes the JobSet and its pods are gone).
-6. Status is written back (``/status`` subresource, merge patch) whenever the stored
-   job changes: :mod:`k8s_adapter.status`.
+6. Status is written back (``/status`` subresource, merge patch) whenever the job
+   changes (:mod:`k8s_adapter.status`), driven by the service's change feed: see
+   :meth:`TrainJobFrontDoor._status_loop`.
+
+The door reaches jobs only through :class:`bridge.service.JobService`.
 
 Settings (``[frontdoors.NAME]``, ``kind = "kubernetes"``): ``kubeconfig``, ``context``,
 ``managed_by`` (list), ``backend``, ``allowed_backends`` (list), ``run_as``,
@@ -33,8 +36,6 @@ watch; default all).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
 import logging
 import pwd
 import time
@@ -42,37 +43,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bridge.backend import BackendRejected, BackendUnavailable, Owner, ReportsJobsStatus
+from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.backoff import Backoff
-from bridge.engine import EngineError
 from bridge.model import ANN_BACKEND, MANAGED_BY, ValidationError, load_trainjob
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
 from bridge.plugin_settings import parse_settings
+from bridge.service import EngineError, JobNotFound, JobRecord
 from bridge.states import JobState
-from bridge.store import JobRecord
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
-from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.kube import Kube, KubeSettings
 from k8s_adapter.settings import TrainJobDoorSettings
 from k8s_adapter.status import desired_status, failed_status, same_status
+from k8s_adapter.trainjobs import ANN_REFUSED, FINALIZER, PLURAL, TrainJobCalls
+from k8s_adapter.trainjobs import document as _document
+from k8s_adapter.trainjobs import finished as _finished
+from k8s_adapter.trainjobs import ref as _ref
 
 if TYPE_CHECKING:
-    from bridge.engine import Engine
+    from collections.abc import Iterable
+
+    from bridge.service import JobService
 
 __all__ = ["FINALIZER", "TrainJobFrontDoor", "create"]
 
 log = logging.getLogger(__name__)
 
-PLURAL = "trainjobs"
-FINALIZER = "hpc-bridge.io/finalizer"
 ORIGIN = "kubernetes"
 ROOT = Owner(uid=0, gid=0, user="root")
-#: Annotation on a refused TrainJob: the generation that was refused.
-ANN_REFUSED = "hpc-bridge.io/refused-generation"
 #: Seconds before a TrainJob whose handling failed is handled again.
 RETRY_SECONDS = 2.0
 #: TrainJobs handled at once (their finalizer and status calls overlap).
 HANDLE_CONCURRENCY = 16
+#: Events of the change feed the status loop reads at once.
+STATUS_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class TrainJobFrontDoor:
         self.name = name
         self.settings = settings
         self.kube = Kube(settings.kube)
+        self.calls = TrainJobCalls(self.kube)
         #: uid -> the last TrainJob object seen (ours only).
         self._objects: dict[str, dict[str, Any]] = {}
         #: uid -> the status last written (or read), to write only changes.
@@ -113,12 +118,12 @@ class TrainJobFrontDoor:
         self._handled: dict[str, Any] = {}
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
         self._wake = asyncio.Event()
-        self._engine: Engine | None = None
+        self._service: JobService | None = None
 
     # -- life cycle ------------------------------------------------------------------
 
-    async def run(self, engine: Engine) -> None:
-        self._engine = engine
+    async def run(self, service: JobService) -> None:
+        self._service = service
         backoff = Backoff(1.0, 30.0)
         while True:
             try:
@@ -194,16 +199,16 @@ class TrainJobFrontDoor:
     def _cancel_orphans(self, namespace: str | None, listed: set[str]) -> None:
         """Cancel unfinished jobs whose TrainJob is gone from a full listing (deleted
         while the bridge was away, with its finalizer removed by hand)."""
-        assert self._engine is not None
+        assert self._service is not None
         live = [JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobState.RUNNING]
-        for rec in self._engine.store.list_jobs(live, origin=ORIGIN):
+        for rec in self._service.list_jobs(live, origin=ORIGIN).items:
             if rec.uid in listed or rec.cancel_requested or (
                     namespace is not None and rec.namespace != namespace):
                 continue
             log.warning("TrainJob %s/%s is gone: cancelling job %d", rec.namespace, rec.name,
                         rec.id)
             try:
-                self._engine.cancel(rec, ROOT)
+                self._service.cancel(rec, ROOT)
             except EngineError as exc:
                 log.warning("job %d: %s", rec.id, exc)
 
@@ -213,7 +218,7 @@ class TrainJobFrontDoor:
         return (obj.get("spec") or {}).get("managedBy") in self.settings.managed_by
 
     async def _handle(self, obj: dict[str, Any], deleted: bool) -> None:
-        assert self._engine is not None
+        assert self._service is not None
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid"))
         if not self._ours(obj):
@@ -222,10 +227,10 @@ class TrainJobFrontDoor:
             self._objects.pop(uid, None)
             self._written.pop(uid, None)
             self._handled.pop(uid, None)
-            rec = self._engine.store.get_by_uid(uid)
+            rec = self._service.get_by_uid(uid)
             if rec is not None and not rec.state.terminal and not rec.cancel_requested:
                 # Deleted without our finalizer (removed by hand): still stop the job.
-                self._engine.cancel(rec, ROOT)
+                self._service.cancel(rec, ROOT)
             return
         self._objects[uid] = obj
         self._dirty.add(uid)
@@ -233,7 +238,7 @@ class TrainJobFrontDoor:
         if (not meta.get("deletionTimestamp") and generation is not None
                 and self._handled.get(uid) == generation):
             return  # a status or metadata echo (our own writes): the spec is as handled
-        rec = self._engine.store.get_by_uid(uid)
+        rec = self._service.get_by_uid(uid)
         if meta.get("deletionTimestamp"):
             await self._deleting(obj, rec)
             return
@@ -251,25 +256,25 @@ class TrainJobFrontDoor:
         want = bool((obj.get("spec") or {}).get("suspend"))
         if not rec.state.terminal and want != rec.suspend_requested:
             try:
-                self._engine.set_suspend(rec, want, ROOT)
+                self._service.set_suspend(rec, want, ROOT)
                 log.info("TrainJob %s %s", _ref(obj), "suspended" if want else "resumed")
             except EngineError as exc:
                 log.warning("TrainJob %s: %s", _ref(obj), exc)
         self._handled[uid] = generation
 
     async def _deleting(self, obj: dict[str, Any], rec: JobRecord | None) -> None:
-        assert self._engine is not None
+        assert self._service is not None
         if rec is not None and not rec.state.terminal:
             if not rec.cancel_requested:
                 try:
-                    self._engine.cancel(rec, ROOT)
+                    self._service.cancel(rec, ROOT)
                     log.info("TrainJob %s deleted: cancelling job %d", _ref(obj), rec.id)
                 except EngineError as exc:
                     log.warning("TrainJob %s: %s", _ref(obj), exc)
-            rec = self._engine.store.get(rec.id)
+            rec = self._service.get(rec.id)
             if not rec.state.terminal:
                 return  # the status loop removes the finalizer once it is finished
-        await self._remove_finalizer(obj)
+        await self.calls.remove_finalizer(obj)
 
     def _owner(self, namespace: str) -> Owner:
         user = self.settings.namespace_users.get(namespace, self.settings.run_as)
@@ -283,7 +288,7 @@ class TrainJobFrontDoor:
     async def _admit(self, obj: dict[str, Any]) -> bool:
         """Admit the TrainJob, or refuse it with a Failed condition (True: this
         generation is dealt with; API errors propagate, to be retried)."""
-        assert self._engine is not None
+        assert self._service is not None
         meta = obj.get("metadata") or {}
         generation = str(meta.get("generation") or "")
         if (meta.get("annotations") or {}).get(ANN_REFUSED) == generation and generation:
@@ -293,7 +298,7 @@ class TrainJobFrontDoor:
         # leader that went away, a lost store), and its job may exist in the back end.
         taken_before = FINALIZER in (meta.get("finalizers") or [])
         if not taken_before:
-            obj = await self._add_finalizer(obj)
+            obj = await self.calls.add_finalizer(obj)
             meta = obj.get("metadata") or {}
         try:
             job = load_trainjob(_document(obj), f"TrainJob {_ref(obj)}")
@@ -309,10 +314,9 @@ class TrainJobFrontDoor:
             if chosen is None and self.settings.backend:
                 annotations[ANN_BACKEND] = self.settings.backend
             annotations[ANN_ORIGIN] = ORIGIN_KUBERNETES
-            rec = self._engine.admit(job, self._owner(str(meta.get("namespace"))),
-                                     origin=ORIGIN)
-            if taken_before:  # the engine looks it up (adopts it) before any submit
-                rec = self._engine.store.update(rec.id, attempts=1)
+            # Taken before: the engine looks it up (adopts it) before any submit.
+            rec = self._service.admit(job, self._owner(str(meta.get("namespace"))),
+                                      origin=ORIGIN, taken_before=taken_before).record
         except (ValidationError, EngineError) as exc:
             await self._refuse(obj, str(exc))
             return True
@@ -324,94 +328,84 @@ class TrainJobFrontDoor:
         uid = str(meta.get("uid"))
         log.warning("TrainJob %s refused: %s", _ref(obj), message)
         status = failed_status(message, "InvalidTrainJob", obj.get("status"))
-        await self._patch_status(obj, status)
+        await self.calls.patch_status(obj, status)
         self._written[uid] = status
         # Remember the refusal on the object (survives a restart), and let it go.
-        await self.kube.call(
-            f"annotate TrainJob {_ref(obj)}", self.kube.custom.patch_namespaced_custom_object,
-            TRAINER_GROUP, TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"),
-            {"metadata": {"annotations": {ANN_REFUSED: str(meta.get("generation") or "")}}},
-            _content_type=MERGE_PATCH)
-        await self._remove_finalizer(obj)
-
-    async def _add_finalizer(self, obj: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
-        meta = obj.get("metadata") or {}
-        finalizers = list(meta.get("finalizers") or [])
-        ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/metadata/resourceVersion",
-             "value": meta.get("resourceVersion")}]
-        if finalizers:
-            ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
-        else:
-            ops.append({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
-        try:
-            result: dict[str, Any] = await self.kube.call(
-                f"add the finalizer to TrainJob {_ref(obj)}",
-                self.kube.custom.patch_namespaced_custom_object, TRAINER_GROUP,
-                TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"), ops,
-                _content_type=JSON_PATCH)
-        except BackendRejected as exc:
-            if not is_status(exc, 422) or fresh:
-                raise
-            # Changed since this copy was read: read it again and try once more.
-            latest: dict[str, Any] = await self.kube.call(
-                f"get TrainJob {_ref(obj)}", self.kube.custom.get_namespaced_custom_object,
-                TRAINER_GROUP, TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"))
-            if FINALIZER in ((latest.get("metadata") or {}).get("finalizers") or []):
-                return latest
-            return await self._add_finalizer(latest, fresh=True)
-        return result
-
-    async def _remove_finalizer(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        finalizers = list(meta.get("finalizers") or [])
-        if FINALIZER not in finalizers:
-            return
-        index = finalizers.index(FINALIZER)
-        ops = [{"op": "test", "path": f"/metadata/finalizers/{index}", "value": FINALIZER},
-               {"op": "remove", "path": f"/metadata/finalizers/{index}"}]
-        try:
-            await self.kube.call(
-                f"remove the finalizer of TrainJob {_ref(obj)}",
-                self.kube.custom.patch_namespaced_custom_object, TRAINER_GROUP,
-                TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"), ops,
-                _content_type=JSON_PATCH)
-            log.info("TrainJob %s: finalizer removed", _ref(obj))
-        except BackendRejected as exc:
-            if not is_status(exc, 404, 422, 409):
-                raise
-            # 422: the test failed (the list changed); the next event retries.
+        await self.calls.mark_refused(obj)
+        await self.calls.remove_finalizer(obj)
 
     # -- status write-back -----------------------------------------------------------
 
     async def _status_loop(self) -> None:
-        assert self._engine is not None
-        store = self._engine.store
-        watermark = 0.0
-        while True:
-            await self._retry_due()
-            with_margin = watermark - 2.0
-            watermark = time.time()
-            changed = store.list_jobs(origin=ORIGIN, updated_after=with_margin)
-            records = {r.uid: r for r in changed}
-            for uid in list(self._dirty):
-                if uid not in records and (rec := store.get_by_uid(uid)) is not None:
-                    records[uid] = rec
-            self._dirty.clear()
-            for uid, rec in records.items():
-                obj = self._objects.get(uid)
-                if obj is None:
-                    continue
-                try:
-                    await self._sync(obj, rec)
-                except (BackendUnavailable, BackendRejected) as exc:
-                    log.warning("TrainJob %s: status not written: %s", _ref(obj), exc)
-                    self._dirty.add(uid)
-                except Exception:
-                    log.exception("TrainJob %s: status write failed", _ref(obj))
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.status_interval)
+        """Write the status of each TrainJob whose job changed: on every event of the
+        service's change feed (from its cursor at start), every change within a state
+        (:meth:`JobService.updates`) and every TrainJob of the door's dirty set (what
+        the watch delivered). Every TrainJob known at start is synced once, and the
+        watch's first listing marks each dirty: after a restart (or a crash) each
+        status converges. A failed write is tried again ``status_interval`` later."""
+        assert self._service is not None
+        service = self._service
+        cursor = service.cursor()
+        updates = service.updates(self._wake)
+        self._dirty.update(self._objects)
+        try:
+            while True:
+                self._wake.clear()
+                await self._retry_due()
+                events, cursor = service.changes(cursor, STATUS_BATCH)
+                await self._sync_all(self._changed({e.job_id for e in events} | updates.take()))
+                if len(events) < STATUS_BATCH:  # else more are there already
+                    await self._wait(cursor)
+        finally:
+            service.stop_updates(updates)
+
+    def _changed(self, job_ids: Iterable[int]) -> dict[str, JobRecord]:
+        """The records of the door's TrainJobs among ``job_ids`` and the dirty set (which
+        is emptied), by uid."""
+        assert self._service is not None
+        records: dict[str, JobRecord] = {}
+        for job_id in sorted(job_ids):
+            try:
+                rec = self._service.get(job_id)
+            except JobNotFound:
+                continue
+            if rec.origin == ORIGIN and rec.uid in self._objects:
+                records[rec.uid] = rec
+        for uid in sorted(self._dirty - set(records)):
+            found = self._service.get_by_uid(uid)
+            if found is not None and found.origin == ORIGIN:
+                records[uid] = found
+        self._dirty.clear()
+        return records
+
+    async def _sync_all(self, records: dict[str, JobRecord]) -> None:
+        for uid, rec in records.items():
+            obj = self._objects.get(uid)
+            if obj is None:
+                continue
+            try:
+                await self._sync(obj, rec)
+            except (BackendUnavailable, BackendRejected) as exc:
+                log.warning("TrainJob %s: status not written: %s", _ref(obj), exc)
+                self._dirty.add(uid)
+            except Exception:
+                log.exception("TrainJob %s: status write failed", _ref(obj))
+
+    async def _wait(self, cursor: int) -> None:
+        """Until an event after ``cursor``, the door's wake (a TrainJob handled, a job
+        changed within its state) or ``status_interval`` seconds, whichever is first."""
+        assert self._service is not None
+        if self._wake.is_set():
+            return
+        timeout = self.settings.status_interval
+        waits = {asyncio.ensure_future(self._service.wait_for_changes(cursor, timeout)),
+                 asyncio.ensure_future(self._wake.wait())}
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def _retry_due(self) -> None:
         """Handle again the TrainJobs whose last handling failed (apiserver down,
@@ -425,63 +419,17 @@ class TrainJobFrontDoor:
             if obj is not None and uid not in self._latest:
                 self._enqueue(obj, deleted=False)
 
-    def _jobs_status(self, rec: JobRecord) -> list[dict[str, Any]] | None:
-        assert self._engine is not None
-        backend = self._engine.backends.get(rec.backend)
-        if isinstance(backend, ReportsJobsStatus):
-            # The JobSet's own namespace: another namespace's JobSet may carry this uid.
-            namespace = rec.backend_id.partition("/")[0] if rec.backend_id else rec.namespace
-            return backend.jobs_status(namespace, rec.uid)
-        return None
-
     async def _sync(self, obj: dict[str, Any], rec: JobRecord) -> None:
         uid = rec.uid
         meta = obj.get("metadata") or {}
         previous = self._written.get(uid) or obj.get("status")
-        status = desired_status(rec, self._jobs_status(rec), previous)
+        assert self._service is not None
+        status = desired_status(rec, self._service.jobs_status(rec), previous)
         if not same_status(status, previous) and not same_status(status, obj.get("status")):
-            await self._patch_status(obj, status)
+            await self.calls.patch_status(obj, status)
             self._written[uid] = status
         if meta.get("deletionTimestamp") and rec.state.terminal:
-            await self._remove_finalizer(obj)
-
-    async def _patch_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        try:
-            await self.kube.call(
-                f"write the status of TrainJob {_ref(obj)}",
-                self.kube.custom.patch_namespaced_custom_object_status, TRAINER_GROUP,
-                TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"),
-                {"status": status}, _content_type=MERGE_PATCH)
-        except BackendRejected as exc:
-            if not is_status(exc, 404):
-                raise
-
-
-def _ref(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-def _finished(obj: Mapping[str, Any]) -> bool:
-    """Whether the TrainJob's status says it has finished (``Complete`` or ``Failed``)."""
-    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])
-
-
-def _document(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The TrainJob as the bridge stores it: no status, no server-managed fields."""
-    doc = copy.deepcopy(dict(obj))
-    doc.pop("status", None)
-    meta = doc.setdefault("metadata", {})
-    for key in ("managedFields", "resourceVersion", "generation", "finalizers",
-                "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
-        meta.pop(key, None)
-    annotations = meta.get("annotations") or {}
-    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    annotations.pop(ANN_REFUSED, None)
-    return doc
-
+            await self.calls.remove_finalizer(obj)
 
 KNOWN_SETTINGS = frozenset(TrainJobDoorSettings.model_fields)
 

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.states import JobState
-from bridge.store import JobRecord
+
+if TYPE_CHECKING:
+    from bridge.service import JobRecord
 
 FAILED_STATES = (JobState.FAILED, JobState.CANCELLED)
 

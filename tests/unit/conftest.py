@@ -16,8 +16,10 @@ from multidict import CIMultiDictProxy
 from bridge.api import make_app
 from bridge.backend import Owner
 from bridge.engine import Engine, EngineSettings
+from bridge.feed import EventFeed
 from bridge.limits import LimitSettings
 from bridge.runtimes import RuntimeCatalog
+from bridge.service import JobService
 from bridge.store import Store
 from tests.unit.builders import ALICE, BOB, inventory
 from tests.unit.fakes import FakeBackend
@@ -88,7 +90,7 @@ async def api_client(tmp_path: Path, api_limits: LimitSettings) -> AsyncIterator
     backend = FakeBackend(inventory())
     engine = Engine(Store.open(tmp_path / "bridge.sqlite"), {"slurm": backend},
                     RuntimeCatalog(), EngineSettings(default_backend="slurm"))
-    app = make_app(engine, dict(TOKENS), api_limits)
+    app = make_app(JobService(engine, EventFeed(engine.store)), dict(TOKENS), api_limits)
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:

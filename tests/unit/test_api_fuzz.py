@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 from bridge.api import make_app
 from bridge.backend import Owner
 from bridge.engine import Engine, EngineSettings
+from bridge.feed import EventFeed
 from bridge.limits import LimitSettings
 from bridge.runtimes import RuntimeCatalog
+from bridge.service import JobService
 from bridge.store import Store
 from slurm_adapter.backend import create as slurm_backend
 from tests.hostile import (
@@ -56,7 +58,7 @@ class Api:
         # The per-user limits are off here: they are tested on their own
         # (tests/unit/test_limits.py, tests/integration/test_fair_share.py), and this
         # suite sends thousands of requests a second as one user.
-        app = make_app(self.engine, USERS, LimitSettings(
+        app = make_app(JobService(self.engine, EventFeed(store)), USERS, LimitSettings(
             max_active_jobs=0, submit_rate=0, max_concurrent_requests=0, request_rate=0))
 
         async def start() -> TestClient[Any, Any]:

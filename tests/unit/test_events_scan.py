@@ -7,10 +7,15 @@ import asyncio
 from pathlib import Path
 
 from bridge.api_events import owned_after
+from bridge.engine import Engine, EngineSettings
+from bridge.feed import EventFeed
 from bridge.model import TrainJob, ensure_identity, load_trainjob
+from bridge.runtimes import RuntimeCatalog
+from bridge.service import JobService
 from bridge.states import JobState
 from bridge.store import Store
-from tests.unit.builders import ALICE, BOB
+from tests.unit.builders import ALICE, BOB, inventory
+from tests.unit.fakes import FakeBackend
 
 
 def _job(name: str) -> TrainJob:
@@ -18,6 +23,12 @@ def _job(name: str) -> TrainJob:
         "kind": "TrainJob", "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "metadata": {"name": name},
         "spec": {"runtimeRef": {"name": "plain"}, "trainer": {"command": ["true"]}}}))
+
+
+def _service(store: Store) -> JobService:
+    engine = Engine(store, {"slurm": FakeBackend(inventory())}, RuntimeCatalog(),
+                    EngineSettings(default_backend="slurm"))
+    return JobService(engine, EventFeed(store))
 
 
 def _history(store: Store) -> tuple[int, int]:
@@ -47,7 +58,7 @@ def test_a_scan_behind_other_users_events_lets_the_loop_run(tmp_path: Path) -> N
         task = asyncio.create_task(ticker())
         await asyncio.sleep(0)
         start = ticks
-        rows, reached = await owned_after(store, 0, newest, 200, BOB.uid, window=5)
+        rows, reached = await owned_after(_service(store), 0, newest, 200, BOB.uid, window=5)
         done.set()
         await task
         return ticks - start, [r.job_id for r in rows], reached
@@ -64,9 +75,10 @@ def test_windows_return_the_same_events_as_one_query(tmp_path: Path) -> None:
     got: list[int] = []
     cursor = 0
     while cursor < newest:
-        rows, reached = asyncio.run(owned_after(store, cursor, newest, 7, ALICE.uid, window=3))
+        rows, reached = asyncio.run(owned_after(_service(store), cursor, newest, 7, ALICE.uid,
+                                                window=3))
         got += [r.id for r in rows]
         cursor = rows[-1].id if len(rows) == 7 else reached
     assert got == [e.id for e in whole]
-    assert asyncio.run(owned_after(store, 0, newest, 5, None))[0] == \
+    assert asyncio.run(owned_after(_service(store), 0, newest, 5, None))[0] == \
         store.events_after(0, 5, upto=newest)

@@ -11,8 +11,10 @@ import pytest
 
 from bridge.backend import Owner
 from bridge.engine import Engine, EngineSettings
+from bridge.feed import EventFeed
 from bridge.model import ANN_BATCH_SCRIPT, ANN_SCHEDULING, load_trainjob
 from bridge.runtimes import RuntimeCatalog
+from bridge.service import JobService
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
 from bridge.views import job_view, list_view
@@ -67,9 +69,9 @@ def test_job_view_adds_the_document_and_on_request_the_transitions(engine: Engin
     rec = admitted(engine)
     engine.store.transition(rec.id, JobState.SUBMITTED, "Submitted", backend_id="7")
     rec = engine.store.get(rec.id)
-    plain = job_view(rec, engine)
+    plain = job_view(rec, JobService(engine, EventFeed(engine.store)))
     assert plain["trainJob"] == rec.job.to_dict() and "transitions" not in plain
-    whole = job_view(rec, engine, True)
+    whole = job_view(rec, JobService(engine, EventFeed(engine.store)), True)
     assert [(t["from"], t["to"], t["reason"]) for t in whole["transitions"]] == [
         (None, "Pending", "Created"),
         ("Pending", "Submitted", "Submitted")]
@@ -79,14 +81,14 @@ def test_job_view_adds_the_document_and_on_request_the_transitions(engine: Engin
 @pytest.mark.parametrize("viewer", [None, ALICE, ROOT])
 def test_the_owner_and_root_see_everything(engine: Engine, viewer: Owner | None) -> None:
     rec = admitted(engine)
-    view = job_view(rec, engine, viewer=viewer)
+    view = job_view(rec, JobService(engine, EventFeed(engine.store)), viewer=viewer)
     assert view["trainJob"] == rec.job.to_dict()
     assert view["trainJob"]["spec"]["trainer"]["env"][0]["value"] == "s3cret"
 
 
 def test_another_user_sees_no_environment_value_and_no_script(engine: Engine) -> None:
     rec = admitted(engine)
-    doc = job_view(rec, engine, viewer=BOB)["trainJob"]
+    doc = job_view(rec, JobService(engine, EventFeed(engine.store)), viewer=BOB)["trainJob"]
     assert doc["spec"]["trainer"]["env"] == [{"name": "TOKEN", "value": "(hidden)"}]
     assert doc["metadata"]["annotations"][ANN_BATCH_SCRIPT] == "(hidden)"
     container = doc["spec"]["runtimePatches"][0]["trainer"]["containers"][0]

@@ -1,0 +1,301 @@
+"""JobService: the one narrow interface every front door uses (the HTTP API, TrainJob
+CRs): admit, cancel, suspend, resume, find, list, read output, and the change feed.
+
+No front door touches the store or a concrete back end; they hold a :class:`JobService`
+and use the names this module exports (:class:`JobRecord`, :class:`EngineError`,
+:class:`JobNotFound`, :class:`Event` ...). The service is thin: each call delegates
+to the engine (which decides) or the store (which remembers), with the same
+semantics as those calls; it adds no policy.
+
+Contract of the change feed:
+
+* :meth:`JobService.changes` reads the outbox: every state change of every job is
+  one :class:`Event` with a sequence number that only grows (one writer, one loop).
+  ``changes(since)`` answers the events after ``since``, oldest first, and a cursor;
+  passing the cursor back never skips an event and never answers one twice.
+* :meth:`JobService.wait_for_changes` returns as soon as an event after a cursor
+  exists (woken through :class:`bridge.feed.EventFeed`) or when its timeout passes.
+* A change *within* a state (reason, message, bookkeeping fields, the stored document:
+  e.g. ``Pending`` → ``Pending/BackendUnavailable``, a suspend request) writes no
+  outbox row, hence no event. A door that shows such fields (the CR door's status)
+  subscribes to them with :meth:`JobService.updates`: the ids of jobs changed that way
+  in this process. They are not durable: a restarted door syncs everything once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from bridge.backend import (
+    BackendJob,
+    BackendState,
+    BackendUnavailable,
+    Owner,
+    ReportsJobsStatus,
+)
+from bridge.engine import Engine, EngineError
+from bridge.engine_settings import Admission
+from bridge.errors import Conflict, PermissionDenied
+from bridge.feed import EventFeed
+from bridge.model import TrainJob
+from bridge.outbox import Event
+from bridge.refs import AmbiguousJob
+from bridge.states import JobState
+from bridge.store import JobNotFound, JobRecord, Transition
+
+__all__ = ["Admission", "Admitted", "AmbiguousJob", "EngineError", "Event", "JobNotFound",
+           "JobPage", "JobRecord", "JobService", "JobUpdates", "OutputChunk", "Transition"]
+
+log = structlog.get_logger("hpc_bridge.service")
+
+#: Events one :meth:`JobService.changes` call answers when the caller names no limit.
+CHANGES_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What :meth:`JobService.admit` (or :meth:`JobService.replay`) did: ``record`` is
+    the job; ``replayed``: an earlier submission with the caller's idempotency key made
+    it (nothing new was stored); ``conflict``: that earlier submission had another body
+    (``record`` is the earlier job; the new one was refused)."""
+
+    record: JobRecord
+    replayed: bool = False
+    conflict: bool = False
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a listing: the records (light rows, oldest first) and, when more
+    follow, the id to pass as ``after_id`` for the next page (None: this was the last)."""
+
+    items: list[JobRecord]
+    next_after: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """One read of a job's output: the bytes, the offset to read from next, and whether
+    the job had finished before this read (then no byte follows what was read)."""
+
+    data: bytes
+    offset: int
+    finished: bool
+
+
+class JobUpdates:
+    """A subscription to the jobs changed within their state (:meth:`JobService.updates`):
+    :meth:`take` answers the ids gathered since the last take; ``wake`` (when given) is
+    set on each such change."""
+
+    def __init__(self, wake: asyncio.Event | None = None) -> None:
+        self._ids: set[int] = set()
+        self.wake = wake or asyncio.Event()
+
+    def add(self, job_id: int) -> None:
+        self._ids.add(job_id)
+        self.wake.set()
+
+    def take(self) -> set[int]:
+        """The ids gathered since the last call (each once), and forget them."""
+        ids, self._ids = self._ids, set()
+        return ids
+
+
+class JobService:
+    """The front doors' interface to the engine and the store (module docstring).
+
+    Every method runs on the event loop except :meth:`prepare` (a worker thread may run
+    it: it touches no store and no loop state). Errors are the engine's and the
+    store's: :class:`bridge.model.ValidationError` (bad input), :class:`EngineError`
+    (refused: permission, conflict, state), :class:`JobNotFound`, :class:`AmbiguousJob`.
+    """
+
+    def __init__(self, engine: Engine, feed: EventFeed) -> None:
+        self._engine = engine
+        self._store = engine.store
+        self._feed = feed
+
+    # -- admission -------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        """Whether the engine has started (its back ends were tried once)."""
+        return self._engine.ready.is_set()
+
+    def prepare(self, job: TrainJob, owner: Owner, origin: str = "api") -> Admission:
+        """Validate ``job`` and work out its stored forms (:meth:`Engine.prepare`); safe
+        in a worker thread."""
+        return self._engine.prepare(job, owner, origin)
+
+    def replay(self, owner: Owner, key: str, digest: str) -> Admitted | None:
+        """The earlier job ``owner`` submitted with idempotency ``key`` (``replayed``;
+        ``conflict`` when its request's SHA-256 was not ``digest``), or None when the key
+        is new."""
+        first = self._store.by_idempotency_key(owner.uid, key)
+        if first is None:
+            return None
+        return Admitted(first, replayed=True, conflict=first.request_digest != digest)
+
+    def admit(self, job: TrainJob, owner: Owner, *, origin: str = "api",
+              prepared: Admission | None = None, idempotency_key: str | None = None,
+              request_digest: str | None = None, taken_before: bool = False) -> Admitted:
+        """Store ``job`` as a new job of ``owner`` (:meth:`Engine.admit`: ``Pending``, or
+        ``Suspended`` with ``spec.suspend``); ``prepared``: :meth:`prepare` of it, done.
+
+        With an ``idempotency_key`` a submission happens once per owner and key: when
+        another submission with the key got in first (a race of two retries), the
+        answer is that one's job (:meth:`replay`) instead of a 409.
+        ``taken_before``: a bridge may have submitted this job already (its TrainJob
+        carries the door's finalizer but this store has no record: a lost store, a new
+        leader); it is stored with ``attempts=1``, so the engine looks it up in its back
+        end (and adopts it) before it ever submits it.
+        """
+        try:
+            record = self._engine.admit(job, owner, origin, prepared=prepared,
+                                        idempotency_key=idempotency_key,
+                                        request_digest=request_digest)
+        except Conflict:
+            if idempotency_key is not None and (replayed := self.replay(
+                    owner, idempotency_key, request_digest or "")) is not None:
+                return replayed
+            raise
+        if taken_before:  # no await since admit: the engine has not looked at it yet
+            record = self._store.update(record.id, attempts=1)
+        return Admitted(record)
+
+    def count_active(self, owner_uid: int) -> int:
+        """How many unfinished jobs the user ``owner_uid`` has."""
+        return self._store.count_active(owner_uid)
+
+    # -- changing a job --------------------------------------------------------------
+
+    def cancel(self, record: JobRecord, caller: Owner) -> JobRecord:
+        """Ask for the job to stop (:meth:`Engine.cancel`: its owner or root only)."""
+        return self._engine.cancel(record, caller)
+
+    def suspend(self, record: JobRecord, caller: Owner) -> JobRecord:
+        """Suspend the job (:meth:`Engine.set_suspend`)."""
+        return self._engine.set_suspend(record, True, caller)
+
+    def resume(self, record: JobRecord, caller: Owner) -> JobRecord:
+        """Resume a suspended job (:meth:`Engine.set_suspend`)."""
+        return self._engine.set_suspend(record, False, caller)
+
+    def set_suspend(self, record: JobRecord, suspend: bool, caller: Owner) -> JobRecord:
+        """:meth:`suspend` or :meth:`resume`, as ``suspend`` says."""
+        return self._engine.set_suspend(record, suspend, caller)
+
+    # -- reading jobs ----------------------------------------------------------------
+
+    def find(self, ref: str, namespace: str | None, caller: Owner) -> JobRecord:
+        """The job ``ref`` names for ``caller`` (:meth:`bridge.store.Store.find`: a
+        numeric id is global; a uid or name prefers the caller's own jobs)."""
+        return self._store.find(ref, namespace, caller_uid=caller.uid)
+
+    def get(self, job_id: int) -> JobRecord:
+        """The job with this id (:class:`JobNotFound` if none)."""
+        return self._store.get(job_id)
+
+    def get_by_uid(self, uid: str) -> JobRecord | None:
+        """The job with this uid (a TrainJob's ``metadata.uid``), or None."""
+        return self._store.get_by_uid(uid)
+
+    def by_idempotency_key(self, owner_uid: int, key: str) -> JobRecord | None:
+        """The job ``owner_uid`` submitted with idempotency key ``key``, or None."""
+        return self._store.by_idempotency_key(owner_uid, key)
+
+    def transitions(self, job_id: int) -> list[Transition]:
+        """The job's state changes, oldest first."""
+        return self._store.transitions(job_id)
+
+    def list_jobs(self, states: Sequence[JobState] | None = None, *, user: str | None = None,
+                  backend: str | None = None, origin: str | None = None,
+                  after_id: int | None = None, limit: int | None = None) -> JobPage:
+        """Jobs matching every filter given (``states`` None: all), oldest first, after
+        ``after_id``, at most ``limit`` (None: all): light rows, each document read on
+        first use."""
+        rows = self._store.list_jobs(states, user=user, backend=backend, origin=origin,
+                                     after_id=after_id,
+                                     limit=None if limit is None else limit + 1)
+        if limit is not None and len(rows) > limit:
+            return JobPage(rows[:limit], rows[limit - 1].id)
+        return JobPage(rows)
+
+    async def read_output(self, job_id: int, caller: Owner, stream: str,
+                          offset: int) -> OutputChunk:
+        """Read the job's ``stream`` (``stdout``/``stderr``) from byte ``offset`` through
+        its back end. Only its owner or root may (else
+        :class:`bridge.errors.PermissionDenied`). A back end that cannot be reached reads
+        nothing (logged); a file the back end refuses to read raises
+        :class:`bridge.output.OutputRefused`."""
+        rec = self._store.get(job_id)
+        if caller.uid not in (0, rec.owner.uid):
+            raise PermissionDenied("Access/permission denied: only the job's owner may read "
+                                   "its output")
+        finished = rec.state.terminal
+        path = rec.stdout_path if stream == "stdout" else rec.stderr_path
+        if not (rec.backend_id and path):
+            return OutputChunk(b"", offset, finished)
+        bj = BackendJob(backend_id=rec.backend_id, job_uid=rec.uid,
+                        state=BackendState.UNKNOWN, stdout_path=rec.stdout_path,
+                        stderr_path=rec.stderr_path, owner_uid=rec.owner.uid)
+        try:
+            data, offset = await self._engine.backends[rec.backend].read_log(
+                bj, stream, offset)
+        except BackendUnavailable as exc:
+            log.warning("reading output failed", job_id=rec.id, error=str(exc))
+            return OutputChunk(b"", offset, finished)
+        return OutputChunk(data, offset, finished)
+
+    def jobs_status(self, record: JobRecord) -> list[dict[str, Any]] | None:
+        """What the job's back end reports of its parts (a JobSet's
+        ``replicatedJobsStatus``) when it is :class:`ReportsJobsStatus`; else None."""
+        backend = self._engine.backends.get(record.backend)
+        if not isinstance(backend, ReportsJobsStatus):
+            return None
+        # The JobSet's own namespace: another namespace's JobSet may carry this uid.
+        namespace = (record.backend_id.partition("/")[0] if record.backend_id
+                     else record.namespace)
+        return backend.jobs_status(namespace, record.uid)
+
+    # -- the change feed -------------------------------------------------------------
+
+    def cursor(self) -> int:
+        """The newest event's sequence number now (0 when there is none): pass it to
+        :meth:`changes` to read only what happens from now on."""
+        return self._store.last_event_id()
+
+    def changes(self, since: int, limit: int = CHANGES_LIMIT, *, upto: int | None = None,
+                owner_uid: int | None = None) -> tuple[list[Event], int]:
+        """The events with ``since < id <= upto`` (``upto`` None: the newest now),
+        oldest first, at most ``limit``; only those of ``owner_uid``'s jobs when given.
+        Also the cursor for the next call: the last event answered when ``limit`` were,
+        else ``upto`` (or the newest): every event up to it was looked at."""
+        newest = self._store.last_event_id() if upto is None else upto
+        rows = self._store.events_after(since, limit, upto=newest, owner_uid=owner_uid)
+        if len(rows) >= limit:
+            return rows, rows[-1].id
+        return rows, max(since, newest)
+
+    async def wait_for_changes(self, cursor: int, seconds: float) -> bool:
+        """Wait until an event after ``cursor`` exists (True) or ``seconds``
+        passed (False)."""
+        return await self._feed.wait_after(cursor, seconds)
+
+    def updates(self, wake: asyncio.Event | None = None) -> JobUpdates:
+        """Subscribe to the jobs changed within their state from now on (module
+        docstring); ``wake`` is set on each. End it with :meth:`stop_updates`."""
+        subscription = JobUpdates(wake)
+        self._store.update_listeners.append(subscription.add)
+        return subscription
+
+    def stop_updates(self, subscription: JobUpdates) -> None:
+        """End a subscription of :meth:`updates`."""
+        listeners = self._store.update_listeners
+        if subscription.add in listeners:
+            listeners.remove(subscription.add)

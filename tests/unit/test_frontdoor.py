@@ -1,0 +1,232 @@
+"""The TrainJob CR door's logic (k8s_adapter/frontdoor.py) without an apiserver: its
+pure helpers, admission through the JobService, and the status write-back driven by the
+service's change feed. The door's TrainJob calls are a recorded fake here; against the
+real apiserver: tests/integration/test_k8s_trainjobs.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.backend import BackendUnavailable, Owner
+from bridge.engine import Engine
+from bridge.model import MANAGED_BY
+from bridge.service import JobService
+from bridge.states import JobState
+from k8s_adapter import frontdoor
+from k8s_adapter.kube import KubeSettings
+from k8s_adapter.trainjobs import finished, ref
+from tests.unit.test_engine_placement import trainjob
+from tests.unit.test_service import make_service
+
+ROOT = Owner(uid=0, gid=0, user="root")
+
+
+def uid(n: int) -> str:
+    """The TrainJob uid number ``n`` (RFC 4122, as the apiserver makes them)."""
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def obj(job_uid: str, name: str = "train", **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": "team-a", "uid": job_uid, "generation": 1,
+                         "resourceVersion": "1", **meta},
+            "spec": {"managedBy": MANAGED_BY, "runtimeRef": {"name": "plain"},
+                     "trainer": {"command": ["hostname"]}}}
+
+
+class RecordedCalls:
+    """The door's TrainJob calls, recorded; ``patched`` is set on each status write."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.patched = asyncio.Event()
+        self.fail_next_patch = False
+
+    async def add_finalizer(self, o: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
+        self.calls.append(("add_finalizer", o["metadata"]["uid"], None))
+        return {**o, "metadata": {**o["metadata"], "finalizers": [frontdoor.FINALIZER]}}
+
+    async def remove_finalizer(self, o: Mapping[str, Any]) -> None:
+        self.calls.append(("remove_finalizer", o["metadata"]["uid"], None))
+
+    async def mark_refused(self, o: Mapping[str, Any]) -> None:
+        self.calls.append(("mark_refused", o["metadata"]["uid"], None))
+
+    async def patch_status(self, o: Mapping[str, Any], status: dict[str, Any]) -> None:
+        if self.fail_next_patch:
+            self.fail_next_patch = False
+            raise BackendUnavailable("apiserver down")
+        self.calls.append(("patch_status", o["metadata"]["uid"], status))
+        self.patched.set()
+
+    def statuses(self, job_uid: str) -> list[dict[str, Any]]:
+        return [s for c, u, s in self.calls if c == "patch_status" and u == job_uid]
+
+
+def last_condition(status: Mapping[str, Any]) -> tuple[str, str, str]:
+    cond = status["conditions"][-1]
+    return cond["type"], cond["status"], cond["reason"]
+
+
+@dataclass
+class Bed:
+    door: frontdoor.TrainJobFrontDoor
+    calls: RecordedCalls
+    service: JobService
+    engine: Engine
+
+    async def written(self, job_uid: str, count: int) -> dict[str, Any]:
+        """Wait until ``count`` statuses of ``job_uid`` were written; the last."""
+        async with asyncio.timeout(30):
+            while len(self.calls.statuses(job_uid)) < count:
+                self.calls.patched.clear()
+                await self.calls.patched.wait()
+        return self.calls.statuses(job_uid)[-1]
+
+
+def make_door(service: JobService) -> tuple[frontdoor.TrainJobFrontDoor, RecordedCalls]:
+    door = frontdoor.TrainJobFrontDoor("kubernetes", frontdoor.FrontDoorSettings(
+        kube=KubeSettings(), namespace_users={"team-a": "root"}, status_interval=0.05))
+    calls = RecordedCalls()
+    door.calls = calls  # type: ignore[assignment]
+    door._service = service
+    return door, calls
+
+
+@pytest.fixture
+async def bed(tmp_path: Path) -> AsyncIterator[Bed]:
+    service, engine, feed = make_service(tmp_path)
+    door, calls = make_door(service)
+    tasks = [asyncio.create_task(feed.run())]
+    yield Bed(door, calls, service, engine)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_status_loop(door: frontdoor.TrainJobFrontDoor) -> asyncio.Task[None]:
+    return asyncio.create_task(door._status_loop())
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def admit_for(bed: Bed, job_uid: str, origin: str = "kubernetes") -> int:
+    job = trainjob(nodes=1)
+    job.metadata.uid = job_uid
+    return bed.service.admit(job, ROOT, origin=origin).record.id
+
+
+# -- pure helpers -------------------------------------------------------------------
+
+
+def test_finished_reads_complete_or_failed_conditions() -> None:
+    assert not finished({})
+    assert not finished({"status": {"conditions": [{"type": "Complete", "status": "False"}]}})
+    assert finished({"status": {"conditions": [{"type": "Created", "status": "True"},
+                                               {"type": "Failed", "status": "True"}]}})
+    assert ref(obj("u")) == "team-a/train"
+
+
+# -- admission ----------------------------------------------------------------------
+
+
+async def test_admit_adds_the_finalizer_first_and_stores_a_kubernetes_job(bed: Bed) -> None:
+    assert await bed.door._admit(obj(uid(1)))
+    assert bed.calls.calls[0][:2] == ("add_finalizer", uid(1))
+    rec = bed.service.get_by_uid(uid(1))
+    assert rec is not None and rec.origin == "kubernetes" and rec.attempts == 0
+
+
+async def test_a_trainjob_taken_before_is_admitted_for_lookup_first(bed: Bed) -> None:
+    assert await bed.door._admit(obj(uid(2), finalizers=[frontdoor.FINALIZER]))
+    assert not [c for c in bed.calls.calls if c[0] == "add_finalizer"]
+    rec = bed.service.get_by_uid(uid(2))
+    assert rec is not None and rec.attempts == 1
+
+
+async def test_a_bad_trainjob_is_refused_with_a_failed_status(bed: Bed) -> None:
+    bad = obj(uid(3))
+    bad["spec"]["runtimeRef"]["name"] = "no-such-runtime"
+    assert await bed.door._admit(bad)
+    assert bed.service.get_by_uid(uid(3)) is None
+    assert [c[0] for c in bed.calls.calls] == ["add_finalizer", "patch_status",
+                                               "mark_refused", "remove_finalizer"]
+    assert last_condition(bed.calls.statuses(uid(3))[0])[:2] == ("Failed", "True")
+
+
+# -- status write-back --------------------------------------------------------------
+
+
+async def test_status_follows_changes_updates_and_skips_other_jobs(bed: Bed) -> None:
+    job_id = admit_for(bed, uid(4))
+    bed.door._objects[uid(4)] = obj(uid(4))
+    loop = await run_status_loop(bed.door)
+    try:
+        # Known at start: synced once though nothing changed since.
+        assert last_condition(await bed.written(uid(4), 1)) == ("Created", "True", "Created")
+        # A state change (an outbox event).
+        bed.engine.store.transition(job_id, JobState.SUBMITTED, "Submitted", "queued",
+                                    backend_id="7", attempts=1)
+        assert last_condition(await bed.written(uid(4), 2)) == ("Running", "False",
+                                                               "Submitted")
+        # A change within the state (no event): still written.
+        bed.engine.store.transition(job_id, JobState.SUBMITTED, "Priority", "waits")
+        assert last_condition(await bed.written(uid(4), 3)) == ("Running", "False", "Priority")
+        # Another origin's job with a TrainJob-like uid is not the door's.
+        other = admit_for(bed, uid(5), origin="api")
+        bed.door._objects[uid(5)] = obj(uid(5), name="other")
+        bed.service.cancel(bed.service.get(other), ROOT)
+        bed.engine.store.transition(job_id, JobState.RUNNING, "Running", "on node1")
+        assert last_condition(await bed.written(uid(4), 4)) == ("Running", "True", "Running")
+        assert bed.calls.statuses(uid(5)) == []
+    finally:
+        await stop(loop)
+
+
+async def test_a_failed_status_write_is_tried_again(bed: Bed) -> None:
+    job_id = admit_for(bed, uid(6))
+    bed.door._objects[uid(6)] = obj(uid(6))
+    bed.calls.fail_next_patch = True
+    loop = await run_status_loop(bed.door)
+    try:
+        assert last_condition(await bed.written(uid(6), 1))[0] == "Created"
+        bed.service.cancel(bed.service.get(job_id), ROOT)
+        assert last_condition(await bed.written(uid(6), 2))[:2] == ("Failed", "True")
+    finally:
+        await stop(loop)
+
+
+async def test_a_restarted_door_converges_on_what_changed_while_it_was_away(bed: Bed
+                                                                            ) -> None:
+    job_id = admit_for(bed, uid(7))
+    bed.service.cancel(bed.service.get(job_id), ROOT)  # before any door runs
+    door, calls = make_door(bed.service)
+    door._objects[uid(7)] = obj(uid(7))
+    bed.door, bed.calls = door, calls
+    loop = await run_status_loop(door)
+    try:
+        status = await bed.written(uid(7), 1)
+        assert last_condition(status)[:3] == ("Failed", "True", "Cancelled")
+    finally:
+        await stop(loop)
+
+
+async def test_a_trainjob_the_watch_delivers_later_is_synced(bed: Bed) -> None:
+    admit_for(bed, uid(8))
+    loop = await run_status_loop(bed.door)
+    try:
+        bed.door._objects[uid(8)] = obj(uid(8))  # what _handle does for a watch event
+        bed.door._dirty.add(uid(8))
+        bed.door._wake.set()
+        assert last_condition(await bed.written(uid(8), 1))[0] == "Created"
+    finally:
+        await stop(loop)

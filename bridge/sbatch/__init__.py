@@ -13,6 +13,7 @@ The package re-exports the names other code uses; each concept lives in one modu
   ``--wrap``;
 * :mod:`~bridge.sbatch.parse`: :func:`parse_tbatch`, command line over ``#SBATCH`` lines;
 * :mod:`~bridge.sbatch.environment`: the environment ``--export`` gives the job;
+* :mod:`~bridge.sbatch.inputenv`: sbatch's input environment variables (``SBATCH_*``);
 * :mod:`~bridge.sbatch.scheduling`: the scheduling-options annotation;
 * :mod:`~bridge.sbatch.trainjob`: :func:`to_trainjob` and :func:`trainjob_from_file`.
 
@@ -22,8 +23,13 @@ Contract:
   NUL, no DOS line breaks, not empty) and returns the ``#SBATCH`` lines of the leading
   comment block as ``[(lineno, argv)]``.
 * :func:`parse_tbatch` returns a frozen :class:`BatchRequest`; command-line options win
+  over sbatch's ``SBATCH_*`` input variables (:mod:`~bridge.sbatch.inputenv`), which win
   over ``#SBATCH`` lines. Long options are matched exactly; unique prefixes are refused
-  (with a hint); sbatch options the bridge does not support are refused by name.
+  (with a hint); sbatch options the bridge does not support are refused by name, all of
+  them in one error (each with its ``file:line``, or ``command line``). Options only Slurm
+  honours (:mod:`bridge.slurm_options`) are read, checked as sbatch checks them, and
+  passed on in the scheduling annotation. A script's bytes that are not UTF-8 are kept
+  (lone surrogates), except in ``#SBATCH`` lines.
 * :func:`to_trainjob` builds the TrainJob; :func:`trainjob_from_file` loads ``-f`` files.
 * Every user error is a :class:`SbatchError` whose ``str()`` reads like sbatch
   (``tbatch: error: job.sh:3: unrecognized option '--foo'``); nothing else is raised for

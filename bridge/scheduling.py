@@ -87,7 +87,7 @@ class SchedulingOptions(BaseModel):
     mem_per_cpu_mb: int | None = Field(default=None, ge=1)
     gres: str | None = None
     distribution: str | None = None
-    tmp_mb: int | None = Field(default=None, ge=1)
+    tmp_mb: int | None = Field(default=None, ge=0)
     gpus: str | None = None
     gpus_per_task: str | None = None
     cpus_per_gpu: int | None = Field(default=None, ge=1)

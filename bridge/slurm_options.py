@@ -113,6 +113,11 @@ def megabytes(value: str) -> int:
     return size
 
 
+def _tmp(value: str) -> int:
+    """``--tmp``: a size as ``--mem`` reads it; ``0`` (no minimum) too."""
+    return 0 if re.fullmatch(r"0+[KkMmGgTt]?[Bb]?", value) else megabytes(value)
+
+
 @dataclass(frozen=True)
 class Passed:
     """One option passed to Slurm: its long name, its letter, how its text is checked."""
@@ -146,7 +151,7 @@ PASSED: Mapping[str, Passed] = {
     "gres": Passed("gres", _word(), metavar="LIST", help="generic resources per node"),
     "distribution": Passed("distribution", _distribution, short="m", metavar="DIST",
                            help="task distribution (block, cyclic, plane=N ...)"),
-    "tmp_mb": Passed("tmp", megabytes, metavar="SIZE", help="temporary disk per node"),
+    "tmp_mb": Passed("tmp", _tmp, metavar="SIZE", help="temporary disk per node"),
     "gpus": Passed("gpus", _gpus, short="G", metavar="[TYPE:]N", help="GPUs for the whole job"),
     "gpus_per_task": Passed("gpus-per-task", _gpus, metavar="[TYPE:]N", help="GPUs per task"),
     "cpus_per_gpu": Passed("cpus-per-gpu", _count, metavar="N", help="CPUs per GPU"),

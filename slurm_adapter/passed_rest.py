@@ -4,7 +4,8 @@ job fields.
 Checked against the OpenAPI documents of live slurmrestd (24.11: v0.0.40 … v0.0.42;
 26.05: v0.0.42 … v0.0.45), which spell them alike: ``mail_type`` (a list of flags, with
 ``TIME=90%`` for sbatch's ``TIME_LIMIT_90``), ``mail_user``, ``requeue`` (boolean),
-``open_mode`` (``["APPEND"]``), ``memory_per_cpu`` (a number), ``distribution``.
+``open_mode`` (``["APPEND"]``), ``memory_per_cpu`` (a number), ``distribution``,
+``wckey``, ``reservation``, ``licenses`` (strings), ``temporary_disk_per_node`` (MB).
 
 Contract: :func:`rest_fields` returns the fields for the passed options of a job, or
 ``None`` when one of them has no field here (or the dialect has none,
@@ -42,8 +43,10 @@ def rest_fields(values: Mapping[str, Any], dialect: Dialect) -> dict[str, Any] |
             if not all(flag in _MAIL for flag in flags):
                 return None
             fields["mail_type"] = [_MAIL[flag] for flag in flags]
-        elif name in ("mail_user", "distribution"):
+        elif name in ("mail_user", "distribution", "wckey", "reservation", "licenses"):
             fields[name] = value
+        elif name == "tmp_mb":
+            fields["temporary_disk_per_node"] = int(value)
         elif name == "requeue":
             fields["requeue"] = bool(value)
         elif name == "open_mode":

@@ -239,7 +239,7 @@ def test_passed_options_go_through_slurmrestd_where_it_has_fields(
     script = outdir / "rest.sh"
     script.write_text("#!/bin/sh\n#SBATCH --mail-type=END,FAIL --mail-user=alice@example.org\n"
                       "#SBATCH --no-requeue --open-mode=append --mem-per-cpu=100 -m cyclic\n"
-                      "#SBATCH --comment='my run 7' -t 5\nsleep 5\n")
+                      "#SBATCH --comment='my run 7' -t 5 --wckey=proj --tmp=0\nsleep 5\n")
     res = d.cli("alice", "tbatch", "--parsable", str(script), cwd=outdir)
     assert res.returncode == 0, res.stderr
     ours_id = d.wait_state(res.stdout.strip(), ["Submitted", "Running", "Succeeded"])[

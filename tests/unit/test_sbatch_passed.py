@@ -97,7 +97,7 @@ def test_the_key_is_read_back_before_the_users_comment() -> None:
 
 def test_the_daemon_checks_the_annotation_as_tbatch_does() -> None:
     job = trainjob()
-    job.metadata.annotations[ANN_SCHEDULING] = '{"mail_type": "SOMETIMES", "tmp_mb": 0}'
+    job.metadata.annotations[ANN_SCHEDULING] = '{"mail_type": "SOMETIMES", "tmp_mb": -1}'
     with pytest.raises(ValidationError) as err:
         scheduling_of(job)
     assert "mail_type" in str(err.value) and "tmp_mb" in str(err.value)
@@ -157,6 +157,12 @@ def test_slurmrestd_gets_the_fields_it_has_from_v0_0_40() -> None:
             "memory_per_cpu": {"set": True, "infinite": False, "number": 1024}}
     with pytest.raises(UnsupportedOption):  # v0.0.38 has none of them: sbatch
         rest_job(spec, {"PATH": "/bin"}, V0_0_38)
+    job = to_trainjob(parse_tbatch(["--wckey=w", "--reservation=r", "-L", "l:2", "--tmp=1G",
+                                    "job.sh"], "#!/bin/sh\n"), cwd="/", environ={})
+    body = rest_job(job_spec(request(job, scheduling_of(job)), default_chdir="/"),
+                    {"PATH": "/bin"}, V0_0_41)
+    assert (body["wckey"], body["reservation"], body["licenses"],
+            body["temporary_disk_per_node"]) == ("w", "r", "l:2", 1024)
     for other in ("--mail-type=ALL", "--hint=multithread", "--begin=now"):
         job = to_trainjob(parse_tbatch([other, "job.sh"], "#!/bin/sh\n"), cwd="/", environ={})
         spec = job_spec(request(job, scheduling_of(job)), default_chdir="/")

@@ -48,9 +48,12 @@ log = structlog.get_logger("hpc_bridge.daemon")
 def configure_logging(fmt: str, level: str) -> None:
     """structlog to stderr: JSON lines (for journald/collectors) or console.
 
-    Records of the standard ``logging`` module (the adapters', libraries') go through the
-    same renderer: one JSON object per line too, with the logger's name and the record's
-    ``extra`` fields as keys, never plain text inside a JSON log."""
+    One pipeline: every logger of the daemon and its adapters is a structlog logger whose
+    events go through the standard ``logging`` module to one handler, which renders them
+    with :class:`structlog.stdlib.ProcessorFormatter`; records of libraries' standard
+    loggers go through the same renderer (with the logger's name and the record's
+    ``extra`` fields as keys). One JSON object per line, never plain text inside a JSON
+    log."""
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
@@ -72,14 +75,14 @@ def configure_logging(fmt: str, level: str) -> None:
     root.setLevel(level.upper())
     structlog.configure(
         processors=[
+            structlog.stdlib.add_logger_name,
             *shared,
-            structlog.processors.format_exc_info,
-            renderer,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
 

@@ -35,9 +35,11 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import structlog
+
 from bridge.backend import load_plugin
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 ENTRY_POINT_GROUP = "hpc_bridge.leader_election"
 #: Exit status of a daemon that lost its lease.

@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-import logging
 import os
 import shutil
 import sys
@@ -54,6 +53,8 @@ from collections.abc import AsyncGenerator, Callable, Collection, Iterable, Mapp
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+
+import structlog
 
 from bridge.backend import (
     BackendError,
@@ -84,9 +85,9 @@ from flux_adapter.stream import StatusStream
 
 __all__ = ["FluxBackend", "create", "default_mpi_launch"]
 
-#: Standard logging with the fields in ``extra``: the daemon renders every record as one
+#: structlog, with the fields as keyword arguments: the daemon renders every event as one
 #: structlog line (JSON with these keys in production), see bridge.daemon.configure_logging.
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -161,7 +162,7 @@ class FluxBackend:
         if message not in self._warned:
             self._warned.add(message)
             log.warning("flux back end %s: %s", self.name, message,
-                        extra={"backend": self.name, "error": message})
+                        backend=self.name, error=message)
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -180,8 +181,8 @@ class FluxBackend:
                             f"({{{{tmpdir}}}}, RFC 37 files) will not work")
         log.info("flux back end %s: flux-core %s, instance owner uid %d, daemon uid %d, "
                  "submitting as %s", self.name, version, owner, os.geteuid(), self.submit_as,
-                 extra={"backend": self.name, "flux_core": version, "instance_owner": owner,
-                        "submit_as": self.submit_as})
+                 backend=self.name, flux_core=version, instance_owner=owner,
+                 submit_as=self.submit_as)
 
     async def close(self) -> None:
         if self._closed:
@@ -269,7 +270,7 @@ class FluxBackend:
             specs = await self._call(lambda c: c.jobspecs(wanted))
         except Exception as exc:  # paths and confirmation are best effort
             log.info("flux back end %s: jobspecs not readable: %s", self.name, exc,
-                     extra={"backend": self.name, "error": str(exc)})
+                     backend=self.name, error=str(exc))
             return
         self._table.add_infos(specs)
 
@@ -363,7 +364,7 @@ class FluxBackend:
         if owner_uid is None:
             log.warning("read_log: owner of Flux job %s unknown; not reading %s",
                         job.backend_id, path,
-                        extra={"backend": self.name, "flux_job": job.backend_id})
+                        backend=self.name, flux_job=job.backend_id)
             return b"", offset
         data = await asyncio.to_thread(read_owned, path, owner_uid, offset)
         return data, offset + len(data)

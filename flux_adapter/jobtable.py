@@ -21,11 +21,12 @@ No I/O and no locking: the back end calls it from the event loop only.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import structlog
 
 from bridge.backend import BackendJob, StatusBatch
 from flux_adapter.events import (
@@ -42,7 +43,7 @@ from mpi_launch.hostlist import HostlistError, expand
 
 __all__ = ["FORGET_AFTER", "SINCE_MARGIN", "JobTable", "TrackedJob"]
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 #: Seconds subtracted from the previous snapshot's time in a ``since`` query (clock
 #: skew between the daemon's host and the broker's).
@@ -141,8 +142,7 @@ class JobTable:
                 tracked.nodes = tuple(nodes_of(resp["R"]))
             except RError as exc:
                 log.warning("flux back end %s: job %d: %s", self.name, job_id, exc,
-                            extra={"backend": self.name, "flux_job": job_id,
-                                   "error": str(exc)})
+                            backend=self.name, flux_job=job_id, error=str(exc))
         return job_id
 
     def changed(self, job_ids: Iterable[int]) -> tuple[BackendJob, ...]:

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
+
+import structlog
 
 from bridge.backend import BackendError, BackendUnavailable, StatusBatch
 from bridge.backoff import Backoff
@@ -40,7 +41,7 @@ from flux_adapter.jobtable import JobTable
 
 __all__ = ["RECONNECT_BASE", "RECONNECT_CAP", "StatusStream"]
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 #: First and longest wait (seconds) between two attempts to reach a lost broker again.
 RECONNECT_BASE = 0.5
@@ -101,7 +102,7 @@ class StatusStream:
                 self._warn_once(f"no status for now: {exc}")
             except Exception:
                 log.exception("flux back end %s: unexpected error in the status stream",
-                              self.name, extra={"backend": self.name})
+                              self.name, backend=self.name)
             if self._closed:
                 return
             await backoff.sleep()

@@ -32,11 +32,12 @@ in-cluster service account), ``context``, ``default_image``, ``service_account``
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import structlog
 
 from bridge.backend import (
     BackendJob,
@@ -83,7 +84,7 @@ from k8s_adapter.settings import KubernetesSettings
 
 __all__ = ["ANN_ORIGIN", "KubernetesBackend", "create"]
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 DEFAULT_TOPOLOGY_LABELS = ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"

@@ -36,12 +36,13 @@ watch; default all).
 from __future__ import annotations
 
 import asyncio
-import logging
 import pwd
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.backoff import Backoff
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FINALIZER", "TrainJobFrontDoor", "create"]
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 ORIGIN = "kubernetes"
 ROOT = Owner(uid=0, gid=0, user="root")

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable
 from bridge.backoff import Backoff
 from bridge.plugin_settings import PluginSettings, PositiveFloat, parse_settings
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

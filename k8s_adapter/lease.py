@@ -20,7 +20,6 @@ Settings (``[leader_election]``, ``kind = "kubernetes"``): ``lease`` (name, defa
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import time
@@ -28,9 +27,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from k8s_adapter.kube import Kube, KubeSettings, kube_settings
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 KNOWN_SETTINGS = frozenset({"lease", "namespace", "identity", "lease_duration",

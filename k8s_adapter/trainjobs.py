@@ -11,16 +11,17 @@ a TrainJob that is gone) returns without an error.
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Mapping
 from typing import Any
+
+import structlog
 
 from bridge.backend import BackendRejected
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
 from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, is_status
 
-log = logging.getLogger("k8s_adapter.frontdoor")
+log = structlog.get_logger("k8s_adapter.frontdoor")
 
 PLURAL = "trainjobs"
 FINALIZER = "hpc-bridge.io/finalizer"

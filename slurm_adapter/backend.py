@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import os
 import pwd
 import re
@@ -35,6 +34,8 @@ import time
 from collections.abc import AsyncGenerator, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from bridge.backend import (
     BackendError,
@@ -78,7 +79,7 @@ from slurm_adapter.topology import parse_topology
 
 __all__ = ["SlurmBackend", "backend_state", "create", "job_from_slurm", "node_from_slurm"]
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 #: At most this much output per :meth:`SlurmBackend.read_log` call.
 

@@ -41,12 +41,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK, untrusted_component
@@ -54,7 +55,7 @@ from slurm_adapter.errors import classify, is_transient_message
 
 __all__ = ["Completed", "SlurmCli"]
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 #: PATH of the Slurm commands themselves.
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

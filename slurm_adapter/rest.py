@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from typing import Any, Protocol
 
 import httpx
 import jwt
+import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable
 from slurm_adapter.dialects import Dialect
@@ -46,7 +46,7 @@ from slurm_adapter.errors import classify, error_messages
 
 __all__ = ["JwtSigner", "ScontrolTokens", "SlurmRestClient", "TokenSource"]
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 #: Slurm error numbers that make a cancellation a no-op: "Invalid job id specified"
 #: (unknown / purged job) and "Job/step already completing or completed".

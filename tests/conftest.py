@@ -14,6 +14,16 @@ import structlog
 
 from tests import hostile
 
+# As in the daemon (bridge.daemon.configure_logging), structlog's events go through the
+# standard logging module, so pytest's log capture (``caplog``) sees every logger's.
+structlog.configure(
+    processors=[structlog.stdlib.add_logger_name, structlog.processors.add_log_level,
+                structlog.dev.ConsoleRenderer(colors=False)],
+    wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+    logger_factory=structlog.stdlib.LoggerFactory(),
+    cache_logger_on_first_use=False,
+)
+
 
 @pytest.fixture(autouse=True)
 def _logging_as_it_was() -> Iterator[None]:

@@ -54,13 +54,14 @@ def test_namespace_must_be_the_jobs_or_its_recorded_ids() -> None:
     assert foreign_reason(job("ns2/x", namespace="ns2"), 0, "team", "ns2/x") is None
 
 
-def test_pick_ignores_a_forgery_and_logs_it_once(capsys: pytest.CaptureFixture[str]) -> None:
+def test_pick_ignores_a_forgery_and_logs_it_once(caplog: pytest.LogCaptureFixture) -> None:
     check = OwnerCheck()
     mine, forged = job("10", 1001), job("11", 1002)
     for _ in range(3):
         assert check.pick("slurm", object(), 1, UID, ALICE, "default", [forged, mine]) is mine
         assert check.pick("slurm", object(), 1, UID, ALICE, "default", [forged]) is None
-    assert capsys.readouterr().out.count("foreign back-end job") == 1
+    assert [r.levelname for r in caplog.records if "foreign back-end job" in r.getMessage()
+            ] == ["WARNING"]
 
 
 def test_pick_prefers_the_recorded_id_and_asks_the_back_end_for_its_uid() -> None:

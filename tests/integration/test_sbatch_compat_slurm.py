@@ -84,6 +84,8 @@ def test_passed_options_reach_slurm_as_sbatchs_do(
         # The user's comment follows the bridge's key (by which it finds the job again).
         assert ref["Comment"] == "my run 7"
         assert re.fullmatch(r"hpc-bridge:\S+ my run 7", ours["Comment"]), ours["Comment"]
+        if fixture == "daemon":  # slurmrestd v0.0.38 has none of these fields: sbatch
+            assert "submitting it with sbatch instead" in d.log.read_text()
     finally:
         subprocess.run(["scancel", sbatch_id, ours_id], check=False)
 

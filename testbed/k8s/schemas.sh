@@ -45,10 +45,14 @@ if [[ ! -e $OUT/.built-in ]]; then
   (cd "$ROOT" && "$VENV/bin/openapi2jsonschema" --kubernetes --stand-alone --strict \
     --expanded -o "$(basename "$OUT")" "$tmp/swagger.json" >"$tmp/log" 2>&1) ||
     die "openapi2jsonschema failed: $(tail -5 "$tmp/log")"
-  # It skips CustomResourceDefinition itself ("not currently supported"): the chart's
-  # CRDs are checked by the apiserver instead (test_crds_apiserver.py, helm install).
-  if grep "An error occured" "$tmp/log" | grep -vq "not currently supported"; then
-    die "openapi2jsonschema: $(grep "An error occured" "$tmp/log" | grep -v "not currently supported" | head -3)"
+  # It skips CustomResourceDefinition itself ("not currently supported"), and the other
+  # apiextensions kinds that embed the recursive JSONSchemaProps (e.g.
+  # CustomResourceDefinitionVersion) fail with a RecursionError when --stand-alone
+  # expands them: no chart or test validates those with kubeconform; the chart's CRDs
+  # are checked by the apiserver instead (test_crds_apiserver.py, helm install).
+  expected='not currently supported|processing customresourcedefinition[a-z]*: maximum recursion depth'
+  if grep "An error occured" "$tmp/log" | grep -Evq "$expected"; then
+    die "openapi2jsonschema: $(grep "An error occured" "$tmp/log" | grep -Ev "$expected" | head -3)"
   fi
   touch "$OUT/.built-in"
 fi

@@ -384,7 +384,13 @@ class BridgeClient:
             except OSError as exc:
                 raise self._connect_error(exc) from None
             try:
-                connection.request(method, target, body=payload, headers=headers)
+                try:
+                    connection.request(method, target, body=payload, headers=headers)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The daemon answered before reading the whole body (413 too large,
+                    # 429 at the socket's accept) and closed: its answer is there to read.
+                    if connection.sock is None:
+                        raise
                 if not read_timeout and connection.sock is not None:
                     connection.sock.settimeout(None)
                 return connection, connection.getresponse()

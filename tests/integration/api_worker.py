@@ -39,7 +39,13 @@ def main() -> None:
             if body is not None:
                 conn.putheader("Content-Type", "application/json")
                 conn.putheader("Content-Length", str(len(body)))
-            conn.endheaders(body)
+            try:
+                conn.endheaders(body)
+            except (BrokenPipeError, ConnectionResetError):
+                # Answered (413, 429) and closed before the whole body was read: the
+                # answer is there to read, as a browser or curl would.
+                if conn.sock is None:
+                    raise
             resp = conn.getresponse()
             streamed = req.get("head_only") and resp.status == 200
             answer = {"status": resp.status, "type": resp.getheader("Content-Type", ""),

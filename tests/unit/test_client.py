@@ -585,3 +585,43 @@ def test_a_full_listen_queue_is_waited_out_then_reported() -> None:
             filler.close()
         server.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_an_answer_before_the_whole_body_is_read_reaches_the_user() -> None:
+    """The daemon answers a body too large (413) from its head alone and closes without
+    reading the rest: the client's write breaks, and the answer is still what the user
+    sees (not "connection failed", not a retry)."""
+    directory = tempfile.mkdtemp(prefix="hb-", dir="/tmp")
+    path = os.path.join(directory, "early.sock")
+    answer = b'{"error": "request body too large: at most 1048576 bytes"}'
+    heads: list[bytes] = []
+
+    def serve(listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            heads.append(head)
+            conn.sendall(b"HTTP/1.1 413 Request Entity Too Large\r\n"
+                         b"Content-Type: application/json\r\nConnection: close\r\n"
+                         b"Content-Length: " + str(len(answer)).encode() + b"\r\n\r\n"
+                         + answer)
+            conn.shutdown(socket.SHUT_WR)
+
+    try:
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(path)
+            listener.listen(1)
+            server = threading.Thread(target=serve, args=(listener,))
+            server.start()
+            big = {"kind": "TrainJob", "pad": "x" * (32 << 20)}  # beyond any socket buffer
+            with BridgeClient(socket_path=path) as client, pytest.raises(
+                    BridgeClientError) as info:
+                client.submit(big)
+            server.join(10)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    assert (info.value.status, info.value.message) == (
+        413, "request body too large: at most 1048576 bytes")
+    assert len(heads) == 1  # answered, so not sent again

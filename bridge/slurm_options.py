@@ -17,6 +17,7 @@ Standard library only: tbatch (client) and the daemon both use it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,18 @@ MAIL_TYPES = frozenset(
      "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
 )
 _HINTS = frozenset({"compute_bound", "memory_bound", "multithread", "nomultithread"})
-_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+_MAIL_USER = re.compile(r"[A-Za-z0-9._%+=@][A-Za-z0-9._%+=@-]{0,254}")
+#: The user's --comment follows the bridge's key in Slurm's comment field
+#: ("hpc-bridge:" + a 36-character uid + " "), which Slurm keeps to 1024 characters.
+COMMENT_LIMIT = 1024 - len("hpc-bridge:") - 36 - 1
+
+
+def _unprintable(value: str, spaces: bool) -> bool:
+    """Whether ``value`` has a control, format, surrogate or unassigned character
+    (Unicode category C*, C1 controls and terminal escapes included), a line or
+    paragraph separator, or (``spaces``) any white space."""
+    return any(unicodedata.category(c)[0] == "C" or c in "\u2028\u2029"
+               or (spaces and c.isspace()) for c in value)
 _SIGNAL = re.compile(r"(?:[RB]{1,2}:)?(?:[0-9]{1,2}|(?:SIG)?[A-Z][A-Z0-9+-]*)(?:@[0-9]{1,5})?")
 _GPUS = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._\-]*:)?[0-9]{1,6}")
 _DIST = re.compile(r"(?:\*|block|cyclic|arbitrary|plane=[0-9]+)"
@@ -42,8 +54,10 @@ def _word(limit: int = 1024) -> Callable[[str], Any]:
     """Any non-empty text without spaces or control characters (Slurm checks the rest)."""
 
     def check(value: str) -> str:
-        if value == "" or _CONTROL.search(value):
+        if value == "" or _unprintable(value, spaces=True):
             raise ValueError("must be a non-empty word without spaces or control characters")
+        if value.startswith("-"):
+            raise ValueError("must not start with '-'")
         if len(value) > limit:
             raise ValueError(f"longer than {limit} characters")
         return value
@@ -52,8 +66,14 @@ def _word(limit: int = 1024) -> Callable[[str], Any]:
 
 
 def _comment(value: str) -> str:
-    if re.search(r"[\x00-\x1f\x7f]", value) or len(value) > 1024:
-        raise ValueError("must be at most 1024 characters, no control characters")
+    if _unprintable(value, spaces=False) or len(value) > COMMENT_LIMIT:
+        raise ValueError(f"must be at most {COMMENT_LIMIT} characters, no control characters")
+    return value
+
+
+def _mail_user(value: str) -> str:
+    if not _MAIL_USER.fullmatch(value):
+        raise ValueError("must be a user name or an email address")
     return value
 
 
@@ -132,7 +152,7 @@ class Passed:
 PASSED: Mapping[str, Passed] = {
     "mail_type": Passed("mail-type", _mail_type, metavar="TYPE,...",
                         help="mail on these events (BEGIN, END, FAIL, ALL ...)"),
-    "mail_user": Passed("mail-user", _word(), metavar="USER", help="whom Slurm mails"),
+    "mail_user": Passed("mail-user", _mail_user, metavar="USER", help="whom Slurm mails"),
     "signal": Passed("signal", _signal, metavar="[R|B:]SIG[@TIME]",
                      help="signal the job TIME seconds before its time limit"),
     "open_mode": Passed("open-mode", _open_mode, metavar="append|truncate",

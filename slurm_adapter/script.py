@@ -321,15 +321,18 @@ def neutralise_directives(script: str) -> str:
     The block ends, as for sbatch, at the first line that is neither blank nor a
     comment; later lines and the line endings are left untouched.
     """
-    lines = script.splitlines(keepends=True)
+    # Lines as sbatch reads them: split at "\n" only (str.splitlines also splits at
+    # \f, \x1c, \u2028 ... which would end the block early and leave later #SBATCH
+    # lines live for sbatch), blank as C's isspace() says.
+    lines = script.split("\n")
     for i, line in enumerate(lines):
         if line.startswith("#SBATCH"):
             lines[i] = "#" + line
             continue
-        stripped = line.strip()
+        stripped = line.strip(" \t\n\v\f\r")
         if stripped and not stripped.startswith("#"):
             break
-    return "".join(lines)
+    return "\n".join(lines)
 
 
 def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch") -> str:

@@ -42,7 +42,12 @@ def check_script(text: str) -> None:
     surrogates, as ``surrogateescape`` decodes them) are accepted: the script runs
     unchanged; :func:`read_directives` refuses them only in ``#SBATCH`` lines.
     """
-    size = len(text.encode("utf-8", "surrogateescape"))
+    try:
+        size = len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError as exc:  # a surrogate no bytes decode to
+        line = text.count("\n", 0, exc.start) + 1
+        raise SbatchError(f"Batch script has a character that is not text (line {line})"
+                          ) from None
     if size > MAX_SCRIPT_BYTES:
         raise SbatchError(f"Batch script is too large ({size} bytes; at most {MAX_SCRIPT_BYTES})")
     if text == "":

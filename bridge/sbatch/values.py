@@ -43,6 +43,9 @@ __all__ = [
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 
 _MAX_COUNT = 2**31 - 1
+#: The most nodes a TrainJob may ask for (``numNodes`` in bridge/model.py and the CRD):
+#: refused here, where the error can name the ``#SBATCH`` line.
+_MAX_NODES = 100_000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DIGITS = re.compile(r"[0-9]+")
 _OBJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,252}")
@@ -112,8 +115,8 @@ def _node_count(word: str) -> int:
     if word[-1:] in ("k", "K"):
         factor, word = 1024, word[:-1]
     number = _digits(word, "expected N or MIN-MAX (node counts)") * factor
-    if number > _MAX_COUNT:
-        raise BadValue(f"node count must be <= {_MAX_COUNT}")
+    if number > _MAX_NODES:
+        raise BadValue(f"node count must be <= {_MAX_NODES}")
     return number
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError as PydanticError
 
 from bridge.engine import Engine, EngineSettings
 from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError, load_trainjob
@@ -168,3 +169,27 @@ def test_slurmrestd_gets_the_fields_it_has_from_v0_0_40() -> None:
         spec = job_spec(request(job, scheduling_of(job)), default_chdir="/")
         with pytest.raises(UnsupportedOption):  # no field here: sbatch reads it
             rest_job(spec, {"PATH": "/bin"}, V0_0_41)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("mail_user", "-Ssendmail=/tmp/x"),   # an option to the site's mail program
+    ("mail_user", "|/tmp/run"),           # a pipe address
+    ("mail_user", "a b"),
+    ("begin", "--uid=0"),
+    ("licenses", "-x"),
+    ("comment", "a\x85b"),                # C1 control (NEL)
+    ("comment", "red\x9b[31m"),           # 8-bit CSI: a terminal escape in squeue
+    ("comment", "two\u2028lines"),
+    ("comment", "x" * 977),               # with the bridge's key, beyond Slurm's 1024
+    ("wckey", "a\u200bb"),                # format character
+])
+def test_the_daemon_refuses_hostile_values_of_passed_options(field: str, value: str) -> None:
+    """What a hostile user could put in the scheduling annotation directly (tbatch's own
+    checks are not a defence): refused at admission, naming the field."""
+    with pytest.raises(PydanticError) as err:
+        SchedulingOptions.model_validate({field: value})
+    assert field in str(err.value)
+
+
+def test_a_comment_of_the_longest_length_is_taken() -> None:
+    assert SchedulingOptions.model_validate({"comment": "x" * 976}).comment == "x" * 976

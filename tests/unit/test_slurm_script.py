@@ -165,6 +165,15 @@ def test_tbatch_script_is_kept_with_directives_neutralised() -> None:
     assert script.endswith("\n#SBATCH --after-the-first-command-is-not-a-directive\n")
 
 
+@pytest.mark.parametrize("separator", ["\f", "\v", "\r", "\x1c", "\x1d", "\x1e", "\x85",
+                                       "\u2028", "\u2029"])
+def test_no_line_separator_but_newline_ends_the_directive_block(separator: str) -> None:
+    """sbatch splits a script at "\\n" only: "#x<FF>echo hi" is one comment line to it,
+    so the #SBATCH lines after it are live and must be neutralised too."""
+    script = f"#!/bin/bash\n#x{separator}echo hi\n#SBATCH --array=0-999\nsrun true\n"
+    assert neutralise_directives(script) == script.replace("#SBATCH", "##SBATCH")
+
+
 def test_neutralise_keeps_crlf_and_untouched_scripts() -> None:
     assert neutralise_directives("#!/bin/sh\r\n#SBATCH -N1\r\necho\r\n") == \
         "#!/bin/sh\r\n##SBATCH -N1\r\necho\r\n"

@@ -5,6 +5,10 @@ Routes (JSON unless stated):
 
 * ``POST /v1/jobs`` — body: a TrainJob document. 201 ``{id, uid, name, state}``. With an
   ``Idempotency-Key`` header (per caller), a retry answers 200 with the first job.
+* ``POST /v1/sbatch`` — body: what ``tbatch`` was given (arguments, script, working
+  directory, environment; :mod:`bridge.sbatch.submission`), parsed here as sbatch
+  parses it; answers as ``POST /v1/jobs`` (:mod:`bridge.api_submit`), and 400 with
+  tbatch's message naming the option and ``#SBATCH`` line.
 * ``GET /v1/jobs?states=Pending,Running|all&user=U&backend=B&limit=N&continue=T`` —
   one page ``{"items": [JobView without trainJob], "metadata": {"continue": T}}``,
   oldest first; without ``states`` only jobs that are not finished (like ``squeue``).
@@ -43,12 +47,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hashlib
 import hmac
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,23 +59,27 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
+from bridge.api_common import (
+    LIMITS_KEY,
+    OWNER_KEY,
+    SERVICE_KEY,
+    TOKENS_KEY,
+    error_response,
+    query_params,
+    refuse,
+    too_many,
+)
+from bridge.api_submit import submit, submit_sbatch
 from bridge.backend import Owner
-from bridge.batchscript import script_bytes, script_of
 from bridge.callers import bearer_token, peer_owner
 from bridge.errors import BridgeError, Conflict, EngineError, InvalidRequest, PermissionDenied
 from bridge.gate import GatedSockSite, GatedUnixSite, prepaid
 from bridge.limits import LimitExceeded, LimitSettings, UserLimits
 from bridge.model import (
-    ANN_BATCH_SCRIPT,
-    TrainJob,
     ValidationError,
-    load_trainjob,
-    parse_json_object,
 )
 from bridge.output import OutputRefused
 from bridge.service import (
-    Admission,
-    Admitted,
     AmbiguousJob,
     JobNotFound,
     JobRecord,
@@ -83,51 +90,12 @@ from bridge.views import job_view, list_view
 
 log = structlog.get_logger("hpc_bridge.api")
 
-OWNER_KEY = web.RequestKey("owner", Owner)
-SERVICE_KEY = web.AppKey("service", JobService)
-TOKENS_KEY = web.AppKey("tokens", dict)
-LIMITS_KEY = web.AppKey("limits", UserLimits)
 #: Items in a page of ``GET /v1/jobs`` when the caller names no ``limit``, and the most.
 DEFAULT_PAGE = 500
 MAX_PAGE = 5000
 #: Connections the kernel queues for the daemon (one user's flood of connects must
 #: not leave no room for another's; Linux caps it at net.core.somaxconn).
 LISTEN_BACKLOG = 4096
-
-
-def _error(status: int, message: str, headers: Mapping[str, str] | None = None
-           ) -> web.Response:
-    extra = {k: v for k, v in (headers or {}).items() if k in ("Allow", "Retry-After")}
-    return web.json_response({"error": message}, status=status, headers=extra)
-
-
-#: A refused request's unread body up to this size is read and dropped (aiohttp's
-#: lingering close), so that the client, still writing it, reads the answer; a larger
-#: one (or one of unknown size) is not read: its connection is closed after the answer.
-DRAIN_BYTES = 64 * 1024
-
-
-async def _refuse(request: web.Request, response: web.Response) -> web.Response:
-    """Send a refusal; when the request's unread body is large (or of unknown size),
-    send it now and close the connection instead of reading the rest."""
-    length = request.content_length
-    if (length is None or length > DRAIN_BYTES) and request.can_read_body:
-        await response.prepare(request)
-        await response.write_eof()
-        request.protocol.force_close()  # the answer is flushed before the close
-    return response
-
-
-def _too_many(exc: LimitExceeded) -> web.Response:
-    return web.json_response({"error": str(exc), "limit": exc.limit}, status=429,
-                             headers={"Retry-After": str(exc.retry_after)})
-
-
-def _body_too_large(limit: int, size: int | None = None) -> web.Response:
-    got = f" ({size} bytes)" if size is not None else ""
-    return _error(413, f"request body too large{got}: at most {limit} bytes "
-                       f"(limits.max_request_bytes)")
-
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -143,7 +111,7 @@ async def identity_middleware(request: web.Request, handler: Handler) -> web.Str
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return _error(exc.status, _http_message(request, exc), headers=exc.headers)
+        return error_response(exc.status, _http_message(request, exc), headers=exc.headers)
 
 
 async def _identified(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -158,7 +126,7 @@ async def _identified(request: web.Request, handler: Handler) -> web.StreamRespo
         match = next((o for t, o in tokens.items()
                       if raw and hmac.compare_digest(t.encode(), raw)), None)
         if match is None:
-            return _error(401, "missing or invalid bearer token")
+            return error_response(401, "missing or invalid bearer token")
         owner = match
     request[OWNER_KEY] = owner
     limits = request.app[LIMITS_KEY]
@@ -167,16 +135,16 @@ async def _identified(request: web.Request, handler: Handler) -> web.StreamRespo
             limits.check_request(owner.uid, owner.user)
         limits.enter(owner.uid, owner.user)
     except LimitExceeded as exc:
-        return await _refuse(request, _too_many(exc))
+        return await refuse(request, too_many(exc))
     try:
         return await handler(request)
     except LimitExceeded as exc:
-        return await _refuse(request, _too_many(exc))
+        return await refuse(request, too_many(exc))
     except BridgeError as exc:
         status = next((code for cls, code in ERROR_STATUS if isinstance(exc, cls)), None)
         if status is None:
             raise
-        return _error(status, f"job {exc.args[0]} not found"
+        return error_response(status, f"job {exc.args[0]} not found"
                       if isinstance(exc, JobNotFound) else str(exc))
     finally:
         limits.leave(owner.uid)
@@ -200,112 +168,13 @@ def _http_message(request: web.Request, exc: web.HTTPException) -> str:
     return exc.text if exc.text and exc.text != default else exc.reason
 
 
-def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
-    """The request's query parameters; an unknown or repeated one is a 400."""
-    params: dict[str, str] = {}
-    for key, value in request.query.items():
-        if key not in allowed:
-            known = ", ".join(sorted(allowed)) or "none"
-            raise ValidationError([("", f"unknown query parameter {key!r}; known: {known}")])
-        if key in params:
-            raise ValidationError([("", f"query parameter {key!r} given more than once")])
-        params[key] = value
-    return params
-
-
 def _find(request: web.Request, allowed: frozenset[str] = frozenset({"namespace"})
           ) -> JobRecord:
     """The job ``{ref}`` names for this caller (:func:`bridge.refs.resolve`); an unknown
     query parameter is a 400."""
-    namespace = _query(request, allowed).get("namespace")
+    namespace = query_params(request, allowed).get("namespace")
     return request.app[SERVICE_KEY].find(request.match_info["ref"], namespace,
                                          request[OWNER_KEY])
-
-
-#: Header of a client's idempotency key: a retried POST with the same key (same caller)
-#: answers the first job instead of making a second.
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-MAX_IDEMPOTENCY_KEY = 200
-
-
-def idempotency_key(value: str | None) -> str | None:
-    """The ``Idempotency-Key`` header's value (None if absent); ``ValidationError``
-    naming the header when it is empty, longer than 200 characters or not printable
-    ASCII."""
-    if value is None:
-        return None
-    if not value or len(value) > MAX_IDEMPOTENCY_KEY or not all(
-            "!" <= c <= "~" for c in value):
-        raise ValidationError([(f"{IDEMPOTENCY_HEADER} header",
-                                f"must be 1-{MAX_IDEMPOTENCY_KEY} printable ASCII characters "
-                                f"without spaces")])
-    return value
-
-
-def _submitted(record: JobRecord, status: int) -> web.Response:
-    return web.json_response({"id": record.id, "uid": record.uid, "name": record.name,
-                              "state": record.state.value}, status=status)
-
-
-def _admitted(admitted: Admitted, key: str | None) -> web.Response:
-    """The answer to a submission: 201 with a new job; for a retry (the first job with
-    this caller's key) 200, or 409 when the key came with another body."""
-    first = admitted.record
-    if admitted.conflict:
-        return _error(409, f"{IDEMPOTENCY_HEADER} {key!r} was used for another request "
-                           f"(job {first.id}); use a new key for a new job")
-    return _submitted(first, 200 if admitted.replayed else 201)
-
-
-def _parse_submission(raw: bytes, service: JobService, owner: Owner, max_script: int,
-                      ) -> tuple[TrainJob, Admission] | web.Response:
-    """Decode, check and prepare a submitted body (in a worker thread: it touches no
-    store and no loop state). An answer to send instead, or the job ready to admit;
-    a bad body raises :class:`ValidationError` (400)."""
-    job = load_trainjob(parse_json_object(raw, "request body"), "request")
-    script = job.metadata.annotations.get(ANN_BATCH_SCRIPT)
-    if script is not None and len(script) > max_script // 4:  # cheap first: <= 4 bytes/char
-        size = len(script_bytes(script_of(job) or ""))  # its own bytes, even if base64
-        if size > max_script:
-            return _error(413, f"batch script too large ({size} bytes; "
-                               f"metadata.annotations[{ANN_BATCH_SCRIPT}]): at most "
-                               f"{max_script} bytes (limits.max_script_bytes)")
-    return job, service.prepare(job, owner)
-
-
-async def submit(request: web.Request) -> web.Response:
-    """Admit a job: the caller's rate, the body's size, validation (off the loop), the
-    caller's count of unfinished jobs and the insert, in that order. With an
-    ``Idempotency-Key`` header the submission happens once per caller and key: a retry
-    answers 200 with the first job (stored with it, so this holds across restarts)."""
-    service = request.app[SERVICE_KEY]
-    limits = request.app[LIMITS_KEY]
-    owner = request[OWNER_KEY]
-    _query(request, frozenset())
-    key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
-    max_body = limits.settings.max_request_bytes
-    if request.content_length is not None and request.content_length > max_body:
-        # Not read at all: the connection closes after the answer.
-        return await _refuse(request, _body_too_large(max_body, request.content_length))
-    limits.check_submit(owner.uid, owner.user)
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return _body_too_large(max_body)
-    digest = hashlib.sha256(raw).hexdigest()
-    if key is not None and (replayed := service.replay(owner, key, digest)) is not None:
-        return _admitted(replayed, key)
-    parsed = await asyncio.to_thread(_parse_submission, raw, service, owner,
-                                     limits.settings.max_script_bytes)
-    if isinstance(parsed, web.Response):
-        return parsed
-    job, prepared = parsed
-    # No await from the count to the insert: two submissions cannot both take the last
-    # place under limits.max_active_jobs.
-    limits.check_active(owner.uid, owner.user, service.count_active(owner.uid))
-    # Two retries that raced past the replay: the loser answers with the winner's job.
-    return _admitted(service.admit(job, owner, prepared=prepared, idempotency_key=key,
-                                   request_digest=digest), key)
 
 
 def _continue_token(last_id: int) -> str:
@@ -326,7 +195,7 @@ def _after_id(token: str) -> int:
 
 async def list_jobs(request: web.Request) -> web.Response:
     service = request.app[SERVICE_KEY]
-    query = _query(request, frozenset({"states", "user", "backend", "limit", "continue"}))
+    query = query_params(request, frozenset({"states", "user", "backend", "limit", "continue"}))
     states_q = query.get("states")
     states: list[JobState] | None
     if states_q is None:
@@ -337,20 +206,20 @@ async def list_jobs(request: web.Request) -> web.Response:
         try:
             states = [JobState(s.strip().capitalize()) for s in states_q.split(",") if s.strip()]
         except ValueError:
-            return _error(400, f"unknown state in {states_q!r}; known: "
+            return error_response(400, f"unknown state in {states_q!r}; known: "
                                f"{', '.join(s.value for s in JobState)}")
     try:
         limit = int(query.get("limit", str(DEFAULT_PAGE)))
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(limit)
     except ValueError:
-        return _error(400, f"limit must be an integer from 1 to {MAX_PAGE}")
+        return error_response(400, f"limit must be an integer from 1 to {MAX_PAGE}")
     after: int | None = None
     if query.get("continue"):
         try:
             after = _after_id(query["continue"])
         except ValueError:
-            return _error(400, "continue: not a token from this daemon's job list "
+            return error_response(400, "continue: not a token from this daemon's job list "
                                "(pass metadata.continue of the previous page)")
     page = service.list_jobs(states, user=query.get("user"), backend=query.get("backend"),
                              after_id=after, limit=limit)
@@ -391,18 +260,19 @@ async def logs(request: web.Request) -> web.StreamResponse:
     rec = _find(request, frozenset({"namespace", "stream", "offset", "follow"}))
     caller = request[OWNER_KEY]
     if caller.uid not in (0, rec.owner.uid):
-        return _error(403, "Access/permission denied: only the job's owner may read its output")
+        return error_response(
+            403, "Access/permission denied: only the job's owner may read its output")
     query = request.query
     stream = query.get("stream", "stdout")
     if stream not in ("stdout", "stderr"):
-        return _error(400, "stream must be stdout or stderr")
+        return error_response(400, "stream must be stdout or stderr")
     text = query.get("offset", "0")
     if not (text.isascii() and text.isdigit() and len(text) <= 18):
-        return _error(400, f"offset must be a byte count (0 to 18 digits), got {text!r}")
+        return error_response(400, f"offset must be a byte count (0 to 18 digits), got {text!r}")
     offset = int(text)
     follow_q = query.get("follow", "0").lower()
     if follow_q not in _FLAGS:
-        return _error(400, f"follow must be one of {', '.join(_FLAGS)}, got {follow_q!r}")
+        return error_response(400, f"follow must be one of {', '.join(_FLAGS)}, got {follow_q!r}")
     follow = _FLAGS[follow_q]
     response: web.StreamResponse | None = None
     while True:
@@ -411,7 +281,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
         except OutputRefused as exc:
             log.warning("output not read", job_id=rec.id, reason=str(exc))
             if response is None:  # nothing sent yet: the caller learns why
-                return _error(403, f"not reading the output of job {rec.id}: {exc}")
+                return error_response(403, f"not reading the output of job {rec.id}: {exc}")
             break  # refused mid-stream (the file was swapped): stop there
         data, offset, finished = chunk.data, chunk.offset, chunk.finished
         if response is None:
@@ -452,11 +322,11 @@ def _health(health: Health, wanted: bool) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     try:  # the health app has no middleware to turn this into a 400
-        params = _query(request, frozenset({"ready"}))
+        params = query_params(request, frozenset({"ready"}))
     except ValidationError as exc:
-        return _error(400, str(exc))
+        return error_response(400, str(exc))
     if params.get("ready", "0") not in ("0", "1"):
-        return _error(400, "ready must be 0 or 1")
+        return error_response(400, "ready must be 0 or 1")
     return _health(request.app[HEALTH_KEY], params.get("ready") == "1")
 
 
@@ -516,6 +386,7 @@ def make_app(service: JobService, tokens: dict[str, Owner] | None = None,
     app[LIMITS_KEY] = user_limits
     app.cleanup_ctx.append(_log_limit_hits)
     app.router.add_post("/v1/jobs", submit)
+    app.router.add_post("/v1/sbatch", submit_sbatch)
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{ref}", show)
     app.router.add_post("/v1/jobs/{ref}/cancel", cancel)

@@ -19,7 +19,7 @@ import re
 
 from aiohttp import web
 
-from bridge.api import OWNER_KEY, SERVICE_KEY
+from bridge.api_common import OWNER_KEY, SERVICE_KEY
 from bridge.errors import BridgeError
 from bridge.events import event_payload
 from bridge.service import Event, JobService

@@ -12,6 +12,8 @@ API (JSON unless stated; errors are ``{"error": message}``):
 
 * ``POST /v1/jobs`` (a TrainJob document, ``Idempotency-Key`` header) -> 201
   ``{id, uid, name, state}``; 200 with the same job for a retry with the same key
+* ``POST /v1/sbatch`` (what tbatch was given: arguments, script, cwd, environment) ->
+  as ``POST /v1/jobs``, plus ``parsable``
 * ``GET /v1/jobs?states=A,B|all&user=U&limit=N&continue=T`` -> one page
   ``{"items": [JobView], "metadata": {"continue": T}}`` (no ``trainJob`` in a listing);
   no ``states``: only jobs not finished; :meth:`BridgeClient.iter_jobs` follows the pages
@@ -48,7 +50,6 @@ import json
 import os
 import socket
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.client import (
     HTTPConnection,
@@ -157,6 +158,9 @@ class SubmitResult(NamedTuple):
     uid: str
     name: str
     state: str
+    #: sbatch's ``--parsable`` (command line, ``#SBATCH`` line or input variable), as the
+    #: daemon read it from a ``POST /v1/sbatch``; False for a TrainJob.
+    parsable: bool = False
 
 
 def _ref(ref: str | int) -> str:
@@ -444,7 +448,7 @@ class BridgeClient:
 
     def submit(self, job: TrainJob | Mapping[str, Any], *,
                idempotency_key: str | None = None) -> SubmitResult:
-        """Submit a TrainJob (model or camelCase document) once.
+        """Submit a TrainJob (model or camelCase document) once (``POST /v1/jobs``).
 
         The request carries an ``Idempotency-Key`` (``idempotency_key``, or a fresh
         random one per call); when no answer comes (timeout, connection refused or
@@ -454,10 +458,21 @@ class BridgeClient:
         # A Mapping check, not isinstance(job, TrainJob): importing the model (pydantic)
         # would double the start-up time of the commands that never submit.
         document = dict(job) if isinstance(job, Mapping) else job.to_dict()
-        headers = {IDEMPOTENCY_HEADER: idempotency_key or uuid.uuid4().hex}
+        return self._submit("/v1/jobs", document, idempotency_key)
+
+    def submit_sbatch(self, request: Mapping[str, Any], *,
+                      idempotency_key: str | None = None) -> SubmitResult:
+        """Submit what ``tbatch`` was given (``POST /v1/sbatch``; the fields are those
+        of :mod:`bridge.sbatch.submission`): the daemon parses it as sbatch would, and
+        its 400 names the option and ``#SBATCH`` line. Sent once, as :meth:`submit`."""
+        return self._submit("/v1/sbatch", dict(request), idempotency_key)
+
+    def _submit(self, path: str, document: dict[str, Any],
+                idempotency_key: str | None) -> SubmitResult:
+        headers = {IDEMPOTENCY_HEADER: idempotency_key or os.urandom(16).hex()}
         for attempt in range(1, SUBMIT_ATTEMPTS + 1):
             try:
-                answer = self._call("POST", "/v1/jobs", body=document, headers=headers)
+                answer = self._call("POST", path, body=document, headers=headers)
                 break
             except BridgeClientError as exc:
                 if not exc.transient or attempt == SUBMIT_ATTEMPTS:
@@ -470,6 +485,7 @@ class BridgeClient:
                 uid=str(data["uid"]),
                 name=str(data["name"]),
                 state=str(data["state"]),
+                parsable=data.get("parsable") is True,
             )
         except (KeyError, TypeError, ValueError):
             raise BridgeClientError(

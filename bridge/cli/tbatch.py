@@ -16,18 +16,29 @@ with ``--parsable``, ``<id>``; exit status 0. Errors of the script or options pr
 :class:`bridge.sbatch.SbatchError`'s message (already worded ``tbatch: error: ...``)
 and exit 1; other errors as every command (:mod:`bridge.cli.common`).
 
-Only this command imports the TrainJob model (pydantic) and the sbatch parser, and
-only when it runs: importing this module stays light.
+tbatch does not parse its options: it finds the script (or ``-f`` file) to read with
+:func:`bridge.sbatch.locate.locate` and sends its arguments, the script, the working
+directory and the environment to the daemon (``POST /v1/sbatch``), which parses them
+as before and answers tbatch's own message when something is wrong. So tbatch imports
+the standard library and the client only, never the model (pydantic); ``--help``
+imports the option table.
 """
 
 from __future__ import annotations
 
+import binascii
 import os
 import sys
+from typing import Any
 
-from bridge.cli.common import connect, run, version
+from bridge.cli.common import UserError, connect, run, version
+from bridge.sbatch.locate import locate
+from bridge.sbatch.script import MAX_SCRIPT_BYTES
 
 __all__ = ["tbatch_main"]
+
+#: The most of a ``-f`` file read (the daemon's request limit refuses more anyway).
+MAX_FILE_BYTES = 8 * 1024 * 1024
 
 
 def _find_script(path: str) -> str:
@@ -41,87 +52,85 @@ def _find_script(path: str) -> str:
     return path
 
 
-def _read_limited(path: str | None) -> bytes:
-    from bridge.sbatch import MAX_SCRIPT_BYTES, SbatchError
-
+def _read(path: str | None, limit: int) -> bytes | None:
+    """Up to ``limit + 1`` bytes of ``path`` (stdin for None); None if unreadable."""
     if path is None:
         if sys.stdin.isatty():
             print(
                 "tbatch: reading the batch script from standard input (end with Ctrl-D)",
                 file=sys.stderr,
             )
-        return sys.stdin.buffer.read(MAX_SCRIPT_BYTES + 1)
+        return sys.stdin.buffer.read(limit + 1)
     try:
         with open(path, "rb") as fh:
-            return fh.read(MAX_SCRIPT_BYTES + 1)
+            return fh.read(limit + 1)
     except OSError:
-        raise SbatchError(f"Unable to open file {path}") from None
+        return None
 
 
-def _read_script(path: str | None) -> str:
-    from bridge.sbatch import MAX_SCRIPT_BYTES, SbatchError
-
-    data = _read_limited(None if path in (None, "-") else _find_script(str(path)))
-    if len(data) > MAX_SCRIPT_BYTES:
-        raise SbatchError(f"Batch script is too large (more than {MAX_SCRIPT_BYTES} bytes)")
-    if not data.startswith(b"#!"):
-        return data.decode("utf-8", "replace")  # check_script says what is wrong
-    # Bytes that are not UTF-8 (a Latin-1 comment) are kept, as lone surrogates: the
-    # script runs unchanged; only its #SBATCH lines must be text.
-    return data.decode("utf-8", "surrogateescape")
+def _wire(text: str) -> str | dict[str, str]:
+    """A string as sent: itself, or ``{"base64": ...}`` of its bytes when it holds lone
+    surrogates (bytes that are not UTF-8, as :func:`os.fsdecode` keeps them)."""
+    return _wire_bytes(text.encode("utf-8", "surrogateescape"), text)
 
 
-def _getcwd() -> str:
-    from bridge.sbatch import SbatchError
-
+def _wire_bytes(data: bytes, text: str | None = None) -> str | dict[str, str]:
     try:
-        return os.getcwd()
+        return data.decode("utf-8") if text is None or not text.isascii() else text
+    except UnicodeDecodeError:
+        return {"base64": binascii.b2a_base64(data, newline=False).decode("ascii")}
+
+
+def _request(argv: list[str]) -> dict[str, Any] | None:
+    """The ``POST /v1/sbatch`` body for ``argv``; None when it was ``--help``/``--version``
+    (answered here)."""
+    found = locate(argv)
+    if found.help:
+        from bridge.sbatch import help_text
+
+        sys.stdout.write(help_text())
+        return None
+    if found.version:
+        print(f"tbatch (hpc-bridge {version()})")
+        return None
+    try:
+        cwd = os.getcwd()
     except OSError as exc:
-        raise SbatchError(f"getcwd failed: {exc.strerror}") from None
+        raise UserError(f"getcwd failed: {exc.strerror}") from None
+    request: dict[str, Any] = {
+        "argv": [_wire(word) for word in argv],
+        "cwd": _wire(cwd),
+        "environ": {name: _wire(value) for name, value in os.environ.items()},
+    }
+    if not found.complete or found.wrap is not None:
+        return request  # nothing to read (an unknown option: the daemon names it)
+    if found.trainjob_file is not None:
+        data = _read(found.trainjob_file, MAX_FILE_BYTES)
+        try:
+            request["file"] = None if data is None else data[:MAX_FILE_BYTES].decode("utf-8")
+        except UnicodeDecodeError:
+            request["file"] = None
+        if request["file"] is None:
+            request["scriptProblem"] = "unreadable"
+        return request
+    path = found.script_path
+    data = _read(None if path in (None, "-") else _find_script(str(path)), MAX_SCRIPT_BYTES)
+    if data is None:
+        request["scriptProblem"] = "unreadable"
+    elif len(data) > MAX_SCRIPT_BYTES:
+        request["scriptProblem"] = "too-large"
+    else:
+        request["script"] = _wire_bytes(data)
+    return request
 
 
 def _tbatch(argv: list[str]) -> int:
-    from bridge.sbatch import SbatchError
-
-    try:
-        return _submit(argv)
-    except SbatchError as exc:  # already worded "tbatch: error: ..."
-        print(str(exc), file=sys.stderr)
-        return 1
-
-
-def _submit(argv: list[str]) -> int:
-    from bridge.sbatch import (
-        SbatchError,
-        help_text,
-        parse_command_line,
-        parse_tbatch,
-        to_trainjob,
-        trainjob_from_file,
-    )
-
-    cmd = parse_command_line(argv)
-    if cmd.help:
-        sys.stdout.write(help_text())
+    request = _request(argv)
+    if request is None:
         return 0
-    if cmd.version:
-        print(f"tbatch (hpc-bridge {version()})")
-        return 0
-    if cmd.trainjob_file is not None:
-        request = parse_tbatch(argv)
-        try:
-            with open(cmd.trainjob_file, encoding="utf-8") as fh:
-                text = fh.read(8 * 1024 * 1024)
-        except (OSError, UnicodeDecodeError):
-            raise SbatchError(f"Unable to open file {cmd.trainjob_file}") from None
-        job = trainjob_from_file(request, text)
-    else:
-        script = None if cmd.wrap is not None else _read_script(cmd.script_path)
-        request = parse_tbatch(argv, script, environ=os.environ)
-        job = to_trainjob(request, cwd=_getcwd(), environ=os.environ)
     with connect() as client:
-        result = client.submit(job)
-    print(result.id if request.parsable else f"Submitted batch job {result.id}")
+        result = client.submit_sbatch(request)
+    print(result.id if result.parsable else f"Submitted batch job {result.id}")
     return 0
 
 

@@ -15,7 +15,14 @@ The package re-exports the names other code uses; each concept lives in one modu
 * :mod:`~bridge.sbatch.environment`: the environment ``--export`` gives the job;
 * :mod:`~bridge.sbatch.inputenv`: sbatch's input environment variables (``SBATCH_*``);
 * :mod:`~bridge.sbatch.scheduling`: the scheduling-options annotation;
-* :mod:`~bridge.sbatch.trainjob`: :func:`to_trainjob` and :func:`trainjob_from_file`.
+* :mod:`~bridge.sbatch.trainjob`: :func:`to_trainjob` and :func:`trainjob_from_file`;
+* :mod:`~bridge.sbatch.locate`: what ``tbatch`` itself reads of its command line (the
+  script or ``-f`` file to send), standard library only;
+* :mod:`~bridge.sbatch.submission`: ``tbatch``'s request as the daemon receives it,
+  turned into the TrainJob there.
+
+The names below are imported from their module when first used, so that importing one
+light module (:mod:`~bridge.sbatch.locate`) does not load the parser and the model.
 
 Contract:
 
@@ -38,42 +45,72 @@ Contract:
 
 from __future__ import annotations
 
-from bridge.sbatch.cmdline import parse_command_line
-from bridge.sbatch.environment import NEVER_EXPORTED, exported_environment
-from bridge.sbatch.errors import SbatchError
-from bridge.sbatch.options import OPTIONS, OptionSpec, help_text
-from bridge.sbatch.parse import parse_tbatch
-from bridge.sbatch.request import (
-    DEFAULT_RUNTIME,
-    BatchOptions,
-    BatchRequest,
-    CommandLine,
-    ExportSpec,
-)
-from bridge.sbatch.scheduling import default_job_name
-from bridge.sbatch.script import MAX_SCRIPT_BYTES, check_script, read_directives, wrap_script
-from bridge.sbatch.trainjob import ANN_GPU_TYPE, to_trainjob, trainjob_from_file
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ANN_GPU_TYPE",
-    "DEFAULT_RUNTIME",
-    "MAX_SCRIPT_BYTES",
-    "NEVER_EXPORTED",
-    "OPTIONS",
-    "BatchOptions",
-    "BatchRequest",
-    "CommandLine",
-    "ExportSpec",
-    "OptionSpec",
-    "SbatchError",
-    "check_script",
-    "default_job_name",
-    "exported_environment",
-    "help_text",
-    "parse_command_line",
-    "parse_tbatch",
-    "read_directives",
-    "to_trainjob",
-    "trainjob_from_file",
-    "wrap_script",
-]
+if TYPE_CHECKING:
+    from bridge.sbatch.cmdline import parse_command_line as parse_command_line
+    from bridge.sbatch.environment import NEVER_EXPORTED as NEVER_EXPORTED
+    from bridge.sbatch.environment import exported_environment as exported_environment
+    from bridge.sbatch.errors import SbatchError as SbatchError
+    from bridge.sbatch.options import OPTIONS as OPTIONS
+    from bridge.sbatch.options import OptionSpec as OptionSpec
+    from bridge.sbatch.options import help_text as help_text
+    from bridge.sbatch.parse import parse_tbatch as parse_tbatch
+    from bridge.sbatch.request import DEFAULT_RUNTIME as DEFAULT_RUNTIME
+    from bridge.sbatch.request import BatchOptions as BatchOptions
+    from bridge.sbatch.request import BatchRequest as BatchRequest
+    from bridge.sbatch.request import CommandLine as CommandLine
+    from bridge.sbatch.request import ExportSpec as ExportSpec
+    from bridge.sbatch.scheduling import default_job_name as default_job_name
+    from bridge.sbatch.script import MAX_SCRIPT_BYTES as MAX_SCRIPT_BYTES
+    from bridge.sbatch.script import check_script as check_script
+    from bridge.sbatch.script import read_directives as read_directives
+    from bridge.sbatch.script import wrap_script as wrap_script
+    from bridge.sbatch.submission import trainjob_of_submission as trainjob_of_submission
+    from bridge.sbatch.trainjob import ANN_GPU_TYPE as ANN_GPU_TYPE
+    from bridge.sbatch.trainjob import to_trainjob as to_trainjob
+    from bridge.sbatch.trainjob import trainjob_from_file as trainjob_from_file
+
+#: Public name -> the module that defines it (imported when the name is first asked for:
+#: ``tbatch`` imports :mod:`bridge.sbatch.locate` without the model and pydantic).
+_EXPORTS = {
+    "ANN_GPU_TYPE": "trainjob",
+    "DEFAULT_RUNTIME": "request",
+    "MAX_SCRIPT_BYTES": "script",
+    "NEVER_EXPORTED": "environment",
+    "OPTIONS": "options",
+    "BatchOptions": "request",
+    "BatchRequest": "request",
+    "CommandLine": "request",
+    "ExportSpec": "request",
+    "OptionSpec": "options",
+    "SbatchError": "errors",
+    "check_script": "script",
+    "default_job_name": "scheduling",
+    "exported_environment": "environment",
+    "help_text": "options",
+    "parse_command_line": "cmdline",
+    "parse_tbatch": "parse",
+    "read_directives": "script",
+    "to_trainjob": "trainjob",
+    "trainjob_from_file": "trainjob",
+    "trainjob_of_submission": "submission",
+    "wrap_script": "script",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module when the name is first asked for (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -100,7 +100,7 @@ def test_metrics_scrape_shows_jobs_counters_and_publishing(
         assert m[("hpcbridge_submit_latency_seconds_count", (("backend", "slurm"),))] == 1
         assert m[("hpcbridge_events_published_total", ())] == transitions
         assert m[("hpcbridge_mqtt_connected", ())] == 1
-        route = (("code", "201"), ("method", "POST"), ("route", "/v1/jobs"))
+        route = (("code", "201"), ("method", "POST"), ("route", "/v1/sbatch"))  # tbatch
         assert m[("hpcbridge_api_requests_total", route)] == 1
         missing = (("code", "404"), ("method", "GET"), ("route", "/v1/jobs/{ref}"))
         assert m[("hpcbridge_api_requests_total", missing)] == 1

@@ -289,8 +289,8 @@ def test_tbatch_whose_answer_is_lost_retries_with_its_key_and_makes_one_job(
         res = daemon.cli("alice", "tbatch", "--parsable", "-J", name, "--wrap", "true",
                          cwd=outdir, env={"HPC_BRIDGE_SOCKET": str(listen)})
         assert res.returncode == 0, res.stderr
-        assert proxy.stdout.readline().startswith("DROPPED POST /v1/jobs")
-        assert proxy.stdout.readline().startswith("RELAYED POST /v1/jobs")
+        assert proxy.stdout.readline().startswith("DROPPED POST /v1/sbatch")
+        assert proxy.stdout.readline().startswith("RELAYED POST /v1/sbatch")
         jobs = [j for j in daemon.api("GET", "/v1/jobs?states=all").json()["items"]
                 if j["jobName"] == name]
         assert [(j["id"], j["user"]) for j in jobs] == [(int(res.stdout), "alice")]

@@ -129,6 +129,39 @@ def test_submitted_bytes(api: Api, body: bytes) -> None:
     check_submit(api, body)
 
 
+#: tbatch's words: options it knows (with and without values), hostile text.
+_SBATCH_WORDS = st.one_of(
+    st.sampled_from(["-N", "2", "-N2-", "--nodes=0", "-p", "--wrap", "-f", "--parsable",
+                     "--export=NONE,A", "--array=1-3", "--exclusive=x", "-o", "%j.%", "--",
+                     "-", "job.sh", "--begin=now+1", "--mail-user=-x", "--comment", "-J"]),
+    st.sampled_from(HOSTILE_WORDS), st.text(alphabet=ANY_CHAR, max_size=8))
+_SBATCH_TEXT = st.one_of(st.text(alphabet=ANY_CHAR, max_size=40),
+                         st.builds(lambda b: {"base64": b}, st.text(max_size=12)),
+                         st.sampled_from(["#!/bin/sh\n#SBATCH -N 2\ntrue\n",
+                                          "#!/bin/sh\n#SBATCH --bogus\n", "kind: TrainJob"]))
+_SBATCH_BODIES = st.fixed_dictionaries(
+    {"argv": st.lists(st.one_of(_SBATCH_WORDS, st.just({"base64": "/w=="})), max_size=6)},
+    optional={"cwd": _SBATCH_TEXT, "environ": st.dictionaries(
+                  st.one_of(st.sampled_from(["SBATCH_PARTITION", "SBATCH_TIMELIMIT",
+                                             "SBATCH_EXPORT", "PATH"]), st.text(max_size=6)),
+                  _SBATCH_TEXT, max_size=3),
+              "script": st.one_of(st.none(), _SBATCH_TEXT),
+              "file": st.one_of(st.none(), _SBATCH_TEXT),
+              "scriptProblem": st.sampled_from(["unreadable", "too-large", "x"])})
+
+
+@cases(3)
+@given(st.one_of(_SBATCH_BODIES, st.dictionaries(st.text(max_size=8), _SBATCH_TEXT, max_size=3)))
+def test_sbatch_submissions(api: Api, body: dict[str, Any]) -> None:
+    """``POST /v1/sbatch`` (tbatch's arguments, script and environment, parsed in the
+    daemon): any body is a job or a 4xx naming what is wrong, never a 5xx or a hang."""
+    status, raw, ctype = api.call("POST", "/v1/sbatch", body=json.dumps(body).encode(),
+                                  headers={"Content-Type": "application/json"})
+    answer = assert_refused_or_ok(status, raw, ctype)
+    if status < 400:
+        assert status == 201 and isinstance(answer["parsable"], bool), (status, raw)
+
+
 @cases(0.5)
 @given(trainjobs(), st.sampled_from([None, "application/json; charset=bogus", "text/plain",
                                      "application/json; charset=latin-1",

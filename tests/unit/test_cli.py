@@ -6,9 +6,7 @@ behind the real client.
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -166,137 +164,7 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-def _submitted(request: Request) -> Reply:
-    return Reply(201, json={"id": 42, "uid": "u", "name": "tj-42", "state": "Pending"})
-
-
-# ----------------------------------------------------------------------- tbatch
-
-
-def test_tbatch_script_file(
-    daemon: Daemon,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    daemon.on("POST", "/v1/jobs", _submitted)
-    script = tmp_path / "train.sh"
-    script.write_text("#!/bin/bash\n#SBATCH -N 2 -t 30\nsrun hostname\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MY_VAR", "x y")
-    monkeypatch.setenv("HPC_BRIDGE_TOKEN", "secret")
-    assert tbatch_main(["-p", "gpu", "train.sh", "arg1"]) == 0
-    assert capsys.readouterr().out == "Submitted batch job 42\n"
-    doc = daemon.body()
-    assert doc["spec"]["trainer"]["numNodes"] == 2
-    assert doc["spec"]["trainer"]["args"] == ["arg1"]
-    env = {e["name"]: e["value"] for e in doc["spec"]["trainer"]["env"]}
-    assert env["MY_VAR"] == "x y"
-    assert "HPC_BRIDGE_TOKEN" not in env
-    options = json.loads(doc["metadata"]["annotations"][ANN_SCHEDULING])
-    assert options["partition"] == "gpu"
-    assert options["chdir"] == os.getcwd()
-    assert options["job_name"] == "train.sh"
-    assert doc["metadata"]["annotations"][ANN_BATCH_SCRIPT] == script.read_text()
-
-
-def test_tbatch_parsable(
-    daemon: Daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    daemon.on("POST", "/v1/jobs", _submitted)
-    script = tmp_path / "j.sh"
-    script.write_text("#!/bin/sh\n#SBATCH --parsable\ntrue\n")
-    assert tbatch_main([str(script)]) == 0
-    assert capsys.readouterr().out == "42\n"
-
-
-def test_tbatch_script_from_stdin(
-    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    daemon.on("POST", "/v1/jobs", _submitted)
-    stdin = io.TextIOWrapper(io.BytesIO(b"#!/bin/sh\n#SBATCH -J piped\necho hi\n"))
-    monkeypatch.setattr(sys, "stdin", stdin)
-    assert tbatch_main(["--parsable"]) == 0
-    assert capsys.readouterr().out == "42\n"
-    options = json.loads(daemon.body()["metadata"]["annotations"][ANN_SCHEDULING])
-    assert options["job_name"] == "piped"
-
-
-def test_tbatch_wrap(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
-    daemon.on("POST", "/v1/jobs", _submitted)
-    assert tbatch_main(["--wrap", "echo `hostname` $(id)"]) == 0
-    script = daemon.body()["metadata"]["annotations"][ANN_BATCH_SCRIPT]
-    assert script == (
-        "#!/bin/sh\n# This script was created by tbatch --wrap.\n\necho `hostname` $(id)\n"
-    )
-
-
-def test_tbatch_trainjob_file(
-    daemon: Daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    daemon.on("POST", "/v1/jobs", _submitted)
-    path = tmp_path / "job.yaml"
-    path.write_text(
-        "spec:\n  runtimeRef: {name: torch-distributed}\n  trainer: {command: [python, train.py]}\n"
-    )
-    assert tbatch_main(["-f", str(path), "--backend", "kubernetes"]) == 0
-    doc = daemon.body()
-    assert doc["spec"]["trainer"]["command"] == ["python", "train.py"]
-    assert doc["metadata"]["annotations"]["hpc-bridge.io/backend"] == "kubernetes"
-
-
-@pytest.mark.parametrize(
-    ("argv", "files", "message"),
-    [
-        (["--foo", "x.sh"], {}, "tbatch: error: unrecognized option '--foo'\n"),
-        (["missing.sh"], {}, "tbatch: error: Unable to open file missing.sh\n"),
-        (["j.sh"], {"j.sh": "echo no shebang\n"}, "tbatch: error: This does not look like"),
-        (
-            ["j.sh"],
-            {"j.sh": "#!/bin/sh\n#SBATCH --bad\n"},
-            "tbatch: error: j.sh:2: unrecognized option '--bad'\n",
-        ),
-        (["-f", "nope.yaml"], {}, "tbatch: error: Unable to open file nope.yaml\n"),
-        (
-            ["-f", "j.yaml"],
-            {"j.yaml": "kind: TrainJob\nspec: {}\n"},
-            "tbatch: error: j.yaml: spec.runtimeRef: Field required\n",
-        ),
-        (["-N", "4", "-n", "2", "j.sh"], {"j.sh": "#!/bin/sh\n"}, "is less than --nodes=4"),
-    ],
-)
-def test_tbatch_user_errors(
-    argv: list[str],
-    files: dict[str, str],
-    message: str,
-    daemon: Daemon,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    assert tbatch_main(argv) == 1
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert (
-        captured.err.startswith(message)
-        if message.startswith("tbatch")
-        else message in captured.err
-    )
-    assert "Traceback" not in captured.err
-    assert daemon.requests == []
-
-
-def test_tbatch_binary_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "bin").write_bytes(b"\x7fELF\x00\xff\xfe")
-    assert tbatch_main([str(tmp_path / "bin")]) == 1
-    assert "This does not look like a batch script" in capsys.readouterr().err
-    # Bytes that are not UTF-8 are kept (issue 12), except in #SBATCH lines.
-    (tmp_path / "latin1.sh").write_bytes(b"#!/bin/sh\n#SBATCH -J caf\xe9\necho caf\xe9\n")
-    assert tbatch_main([str(tmp_path / "latin1.sh")]) == 1
-    assert "latin1.sh:2: #SBATCH line is not UTF-8 text" in capsys.readouterr().err
+# ------------------------------------------------- tbatch (the rest: test_tbatch.py)
 
 
 def test_tbatch_daemon_down(
@@ -317,20 +185,6 @@ def test_tbatch_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Usage: tbatch" in capsys.readouterr().out
     assert tbatch_main(["-V"]) == 0
     assert capsys.readouterr().out.startswith("tbatch (hpc-bridge ")
-
-
-def test_tbatch_finds_a_bare_script_name_on_path(
-    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    daemon.on("POST", "/v1/jobs", _submitted)
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "onpath.sh").write_text("#!/bin/sh\ntrue\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PATH", str(bindir))
-    assert tbatch_main(["onpath.sh"]) == 0
-    options = json.loads(daemon.body()["metadata"]["annotations"][ANN_SCHEDULING])
-    assert options["job_name"] == "onpath.sh"
 
 
 # ----------------------------------------------------------------------- tqueue
@@ -739,11 +593,13 @@ def test_annotation_names_match_the_model() -> None:
 def test_importing_the_commands_stays_light() -> None:
     """tqueue/tshow/tcancel/tlog start in tens of ms: no pydantic, PyYAML, httpx ...
 
-    (tbatch imports the model when it runs; tshow --yaml PyYAML; --version metadata.)
+    (tshow --yaml imports PyYAML when it runs, --version metadata, tbatch --help the
+    option table; test_tbatch.py runs a whole submission.)
     """
     heavy = [
         "bridge.model",
-        "bridge.sbatch",
+        "bridge.sbatch.cmdline",
+        "bridge.sbatch.parse",
         "pydantic",
         "yaml",
         "httpx",

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.api import idempotency_key
+from bridge.api_submit import idempotency_key
 from bridge.callers import bearer_token, load_tokens
 from bridge.filemodes import InsecureFile, check_secret_file, secure_state_dir
 from bridge.model import ValidationError, ensure_identity, is_job_uid, load_trainjob

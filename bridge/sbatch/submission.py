@@ -1,0 +1,107 @@
+"""``tbatch``'s request as the daemon receives it, turned into the TrainJob there.
+
+``tbatch`` sends what the user typed and had, not a TrainJob: building one needs the
+model (pydantic), most of a command's start-up time, and the daemon's answer names the
+option and ``#SBATCH`` line as the local parser did. ``POST /v1/sbatch`` carries a JSON
+object:
+
+* ``argv``: tbatch's arguments, as typed (a list);
+* ``cwd``: the working directory; ``environ``: the submitting environment (an object);
+* ``script``: the batch script (``null`` with ``--wrap`` and ``-f``, and when tbatch
+  could not read it: then ``scriptProblem`` is ``"unreadable"`` or ``"too-large"``);
+* ``file``: the text of ``-f FILE`` (``null`` otherwise).
+
+Text that is not valid UTF-8 (an argument, a variable's value, a Latin-1 script) is
+sent as ``{"base64": ...}`` of its bytes instead of a string, and decoded here as the
+client's own ``surrogateescape`` strings, so the parser sees exactly what tbatch saw.
+
+Contract: :func:`trainjob_of_submission` returns the TrainJob and whether the answer is
+to be printed ``--parsable``; it reads no file and no environment of the daemon (the
+parser is pure). A body of the wrong shape raises
+:class:`bridge.model.ValidationError` naming the field; everything the user wrote
+raises :class:`~bridge.sbatch.errors.SbatchError`, worded as tbatch prints it, with the
+command line's own errors first (as before: an unknown option is reported before an
+unreadable script).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from bridge.model import TrainJob, ValidationError
+from bridge.sbatch.cmdline import parse_command_line
+from bridge.sbatch.errors import SbatchError
+from bridge.sbatch.parse import parse_tbatch
+from bridge.sbatch.script import MAX_SCRIPT_BYTES
+from bridge.sbatch.trainjob import to_trainjob, trainjob_from_file
+
+__all__ = ["FIELDS", "SCRIPT_PROBLEMS", "trainjob_of_submission"]
+
+#: The fields of a submission.
+FIELDS = frozenset({"argv", "cwd", "environ", "script", "scriptProblem", "file"})
+#: Why tbatch sent no script although the command line names one.
+SCRIPT_PROBLEMS = frozenset({"unreadable", "too-large"})
+
+
+def _text(value: Any, field: str) -> str:
+    """A string, or ``{"base64": ...}`` of bytes that are not UTF-8 (kept as lone
+    surrogates, as ``os.fsdecode`` keeps them)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        try:
+            raw = base64.b64decode(value["base64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise ValidationError([(field, "base64 is not valid")]) from None
+        return raw.decode("utf-8", "surrogateescape")
+    raise ValidationError([(field, 'must be a string or {"base64": string}')])
+
+
+def _optional_text(body: Mapping[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    return None if value is None else _text(value, field)
+
+
+def _decode(body: Mapping[str, Any]) -> tuple[list[str], str, dict[str, str]]:
+    unknown = sorted(set(body) - FIELDS)
+    if unknown:
+        raise ValidationError([(unknown[0], "unknown field")])
+    argv = body.get("argv")
+    if not isinstance(argv, list):
+        raise ValidationError([("argv", "must be a list of the arguments")])
+    environ = body.get("environ", {})
+    if not isinstance(environ, dict):
+        raise ValidationError([("environ", "must be an object of the variables")])
+    cwd = body.get("cwd")
+    if cwd is None:
+        raise ValidationError([("cwd", "required: the working directory")])
+    return (
+        [_text(word, f"argv[{i}]") for i, word in enumerate(argv)],
+        _text(cwd, "cwd"),
+        {name: _text(value, f"environ.{name}") for name, value in environ.items()},
+    )
+
+
+def trainjob_of_submission(body: Mapping[str, Any]) -> tuple[TrainJob, bool]:
+    """The TrainJob ``tbatch`` asked for in ``body`` (see the module), and ``--parsable``."""
+    argv, cwd, environ = _decode(body)
+    script = _optional_text(body, "script")
+    trainjob_text = _optional_text(body, "file")
+    problem = body.get("scriptProblem")
+    if problem is not None and problem not in SCRIPT_PROBLEMS:
+        raise ValidationError([("scriptProblem", f"one of {', '.join(sorted(SCRIPT_PROBLEMS))}")])
+    cmd = parse_command_line(argv)  # the command line's own errors first
+    if problem == "unreadable":
+        raise SbatchError(f"Unable to open file {cmd.trainjob_file or cmd.script_path or '-'}")
+    if problem == "too-large":
+        raise SbatchError(f"Batch script is too large (more than {MAX_SCRIPT_BYTES} bytes)")
+    if cmd.trainjob_file is not None:
+        request = parse_tbatch(argv)
+        if trainjob_text is None:
+            raise ValidationError([("file", "required with -f/--file: the file's text")])
+        return trainjob_from_file(request, trainjob_text), request.parsable
+    request = parse_tbatch(argv, script, environ=environ)
+    return to_trainjob(request, cwd=cwd, environ=environ), request.parsable

@@ -1,0 +1,248 @@
+"""``tbatch`` against the real API in process (:func:`tests.unit.conftest.api_client`):
+the client sends what it was given (``POST /v1/sbatch``), the daemon parses it and
+stores the job; user errors are the daemon's 400, printed as tbatch always printed them.
+The command runs in a worker thread (it is synchronous) while the loop serves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.cli import tbatch_main
+from bridge.model import ANN_BATCH_SCRIPT, ANN_SCHEDULING
+from bridge.store import JobRecord
+from tests.unit.conftest import ApiClient
+
+
+@pytest.fixture
+def as_alice(api_client: ApiClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+             ) -> ApiClient:
+    """tbatch talks to ``api_client`` as alice, from ``tmp_path``."""
+    monkeypatch.setenv("HPC_BRIDGE_URL", str(api_client.client.make_url("")).rstrip("/"))
+    monkeypatch.setenv("HPC_BRIDGE_TOKEN", "alice")
+    monkeypatch.chdir(tmp_path)
+    return api_client
+
+
+async def tbatch(*argv: str) -> int:
+    """Run tbatch (in a thread: the event loop serves the API meanwhile)."""
+    return await asyncio.to_thread(tbatch_main, list(argv))
+
+
+def only_job(api: ApiClient) -> JobRecord:
+    jobs = api.store.list_jobs()
+    assert len(jobs) == 1
+    return api.store.get(jobs[0].id)
+
+
+def scheduling(record: JobRecord) -> dict[str, Any]:
+    options = json.loads(record.job.metadata.annotations[ANN_SCHEDULING])
+    assert isinstance(options, dict)
+    return options
+
+
+async def test_script_file(as_alice: ApiClient, tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 2 -t 30\nsrun hostname\n")
+    monkeypatch.setenv("MY_VAR", "x y")
+    assert await tbatch("-p", "gpu", "train.sh", "arg1") == 0
+    record = only_job(as_alice)
+    assert capsys.readouterr().out == f"Submitted batch job {record.id}\n"
+    assert record.owner.user == "alice"
+    trainer = record.job.spec.trainer
+    assert trainer is not None and trainer.num_nodes == 2 and trainer.args == ["arg1"]
+    env = {e.name: e.value for e in trainer.env or []}
+    assert env["MY_VAR"] == "x y"
+    assert "HPC_BRIDGE_TOKEN" not in env  # never exported by --export=ALL
+    options = scheduling(record)
+    assert options["partition"] == "gpu"
+    assert options["chdir"] == str(tmp_path)
+    assert options["job_name"] == "train.sh"
+    assert record.job.metadata.annotations[ANN_BATCH_SCRIPT] == script.read_text()
+
+
+@pytest.mark.parametrize("where", ["script", "command line"])
+async def test_parsable_from_either(where: str, as_alice: ApiClient, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    directive = "#SBATCH --parsable\n" if where == "script" else ""
+    (tmp_path / "j.sh").write_text(f"#!/bin/sh\n{directive}true\n")
+    argv = ["--parsable", "j.sh"] if where == "command line" else ["j.sh"]
+    assert await tbatch(*argv) == 0
+    assert capsys.readouterr().out == f"{only_job(as_alice).id}\n"
+
+
+async def test_script_from_stdin(as_alice: ApiClient, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    stdin = io.TextIOWrapper(io.BytesIO(b"#!/bin/sh\n#SBATCH -J piped\necho hi\n"))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert await tbatch("--parsable") == 0
+    assert capsys.readouterr().out == f"{only_job(as_alice).id}\n"
+    assert scheduling(only_job(as_alice))["job_name"] == "piped"
+
+
+async def test_wrap(as_alice: ApiClient) -> None:
+    assert await tbatch("--wrap", "echo `hostname` $(id)") == 0
+    assert only_job(as_alice).job.metadata.annotations[ANN_BATCH_SCRIPT] == (
+        "#!/bin/sh\n# This script was created by tbatch --wrap.\n\necho `hostname` $(id)\n"
+    )
+
+
+async def test_trainjob_file(as_alice: ApiClient, tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(
+        "spec:\n  runtimeRef: {name: torch-distributed}\n"
+        "  trainer: {command: [python, train.py], image: x}\n"
+    )
+    assert await tbatch("-f", "job.yaml", "--backend", "slurm") == 0
+    job = only_job(as_alice).job
+    assert job.spec.trainer is not None and job.spec.trainer.command == ["python", "train.py"]
+    assert job.metadata.annotations["hpc-bridge.io/backend"] == "slurm"
+
+
+async def test_bytes_that_are_not_utf8_travel_unchanged(
+        as_alice: ApiClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A Latin-1 script, argument and variable reach the parser as the client saw them
+    (``{"base64": ...}`` on the wire): the argument is refused as sbatch's parser did;
+    the script keeps its bytes (which this fake back end, unlike Slurm's, refuses), and
+    the variable is no reason to refuse (``--export=ALL`` leaves it out)."""
+    (tmp_path / "latin1.sh").write_bytes(b"#!/bin/sh\necho caf\xe9\n")
+    monkeypatch.setenv("LATIN", "caf\udce9")  # what os.environ holds for b"caf\xe9"
+    assert await tbatch("latin1.sh", "caf\udce9") == 1
+    assert capsys.readouterr().err == (
+        "tbatch: error: argument is not valid UTF-8: 'caf\\udce9'\n")
+    assert await tbatch("latin1.sh", "cafe") == 1
+    assert capsys.readouterr().err == (
+        f"tbatch: error: metadata.annotations[{ANN_BATCH_SCRIPT}]: a batch script that is "
+        "not UTF-8 text is not supported by back end 'slurm'\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "files", "message"),
+    [
+        (["--foo", "x.sh"], {}, "tbatch: error: unrecognized option '--foo'\n"),
+        (["missing.sh"], {}, "tbatch: error: Unable to open file missing.sh\n"),
+        (["-N", "abc", "missing.sh"], {}, "tbatch: error: invalid --nodes value 'abc'"),
+        (["j.sh"], {"j.sh": "echo no shebang\n"}, "tbatch: error: This does not look like"),
+        (
+            ["j.sh"],
+            {"j.sh": "#!/bin/sh\n#SBATCH --bad\n"},
+            "tbatch: error: j.sh:2: unrecognized option '--bad'\n",
+        ),
+        (
+            ["--array=1-3", "j.sh"],
+            {"j.sh": "#!/bin/sh\n#SBATCH --bad\n"},
+            "tbatch: error: command line: option '--array' is not supported by tbatch\n"
+            "tbatch: error: j.sh:2: unrecognized option '--bad'\n",
+        ),
+        (["-f", "nope.yaml"], {}, "tbatch: error: Unable to open file nope.yaml\n"),
+        (
+            ["-f", "j.yaml"],
+            {"j.yaml": "kind: TrainJob\nspec: {}\n"},
+            "tbatch: error: j.yaml: spec.runtimeRef: Field required\n",
+        ),
+        (["-N", "4", "-n", "2", "j.sh"], {"j.sh": "#!/bin/sh\n"}, "is less than --nodes=4"),
+    ],
+)
+async def test_user_errors(argv: list[str], files: dict[str, str], message: str,
+                           as_alice: ApiClient, tmp_path: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert await tbatch(*argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(message) if message.startswith("tbatch") else (
+        message in captured.err)
+    assert "Traceback" not in captured.err
+    assert as_alice.store.list_jobs() == []
+
+
+async def test_several_refusals_each_on_its_line(
+        as_alice: ApiClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "j.sh").write_text("#!/bin/sh\n#SBATCH --hold\n#SBATCH --bad\n")
+    assert await tbatch("--array=1-3", "j.sh") == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "tbatch: error: command line: option '--array' is not supported by tbatch",
+        "tbatch: error: j.sh:2: option '--hold' is not supported by tbatch",
+        "tbatch: error: j.sh:3: unrecognized option '--bad'",
+    ]
+
+
+async def test_binary_and_latin1_scripts(as_alice: ApiClient, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bin").write_bytes(b"\x7fELF\x00\xff\xfe")
+    assert await tbatch("bin") == 1
+    assert "This does not look like a batch script" in capsys.readouterr().err
+    (tmp_path / "latin1.sh").write_bytes(b"#!/bin/sh\n#SBATCH -J caf\xe9\necho caf\xe9\n")
+    assert await tbatch("latin1.sh") == 1
+    assert "latin1.sh:2: #SBATCH line is not UTF-8 text" in capsys.readouterr().err
+
+
+async def test_finds_a_bare_script_name_on_path(
+        as_alice: ApiClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "onpath.sh").write_text("#!/bin/sh\ntrue\n")
+    monkeypatch.setenv("PATH", str(bindir))
+    assert await tbatch("onpath.sh") == 0
+    assert scheduling(only_job(as_alice))["job_name"] == "onpath.sh"
+
+
+async def test_a_retry_answers_the_first_job_and_parsable(as_alice: ApiClient) -> None:
+    """The same key and body again: the first job, ``parsable`` read again from the body."""
+    body = {"argv": ["--parsable", "--wrap", "true"], "cwd": "/tmp", "environ": {}}
+    headers = {"Idempotency-Key": "k1"}
+    first = await as_alice.call("POST", "/v1/sbatch", doc=body, headers=headers)
+    again = await as_alice.call("POST", "/v1/sbatch", doc=body, headers=headers)
+    assert (first.status, again.status) == (201, 200)
+    assert again.body == first.body and first.body["parsable"] is True
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"cwd": "/", "environ": {}}, "argv"),
+        ({"argv": "x", "cwd": "/"}, "argv"),
+        ({"argv": [], "environ": {}}, "cwd"),
+        ({"argv": [1], "cwd": "/"}, "argv[0]"),
+        ({"argv": [], "cwd": "/", "environ": []}, "environ"),
+        ({"argv": [], "cwd": "/", "environ": {"A": {"base64": "!!"}}}, "environ.A"),
+        ({"argv": [], "cwd": "/", "script": {"base64": "eA==", "x": 1}}, "script"),
+        ({"argv": [], "cwd": "/", "scriptProblem": "gone"}, "scriptProblem"),
+        ({"argv": [], "cwd": "/", "user": "root"}, "user"),
+        ({"argv": ["-f", "x"], "cwd": "/"}, "file"),
+    ],
+)
+async def test_a_malformed_body_is_a_400_naming_the_field(
+        body: dict[str, Any], field: str, as_alice: ApiClient) -> None:
+    answer = await as_alice.call("POST", "/v1/sbatch", doc=body)
+    assert answer.status == 400, answer.body
+    assert answer.error.startswith(f"{field}: "), answer.error
+
+
+async def test_tbatch_runs_without_the_model(as_alice: ApiClient, tmp_path: Path) -> None:
+    """A whole submission in a fresh interpreter loads neither the model (pydantic) nor
+    the sbatch parser, http.client nor PyYAML: the start-up cost of tbatch is the
+    interpreter's, the client's and the daemon's answer (issue 13)."""
+    heavy = ["pydantic", "bridge.model", "bridge.sbatch.cmdline", "bridge.sbatch.parse",
+             "bridge.sbatch.options", "yaml", "httpx", "hostlist", "importlib.metadata",
+             "dataclasses"]
+    (tmp_path / "j.sh").write_text("#!/bin/sh\n#SBATCH -N 1\ntrue\n")
+    code = ("import sys; from bridge.cli.tbatch import tbatch_main; "
+            "rc = tbatch_main(['--parsable', 'j.sh']); "
+            f"print(rc, [m for m in {heavy!r} if m in sys.modules])")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err
+    assert out.decode().splitlines() == [str(only_job(as_alice).id), "0 []"]

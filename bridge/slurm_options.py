@@ -30,7 +30,6 @@ MAIL_TYPES = frozenset(
      "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
 )
 _HINTS = frozenset({"compute_bound", "memory_bound", "multithread", "nomultithread"})
-_MAIL_USER = re.compile(r"[A-Za-z0-9._%+=@][A-Za-z0-9._%+=@-]{0,254}")
 #: The user's --comment follows the bridge's key in Slurm's comment field
 #: ("hpc-bridge:" + a 36-character uid + " "), which Slurm keeps to 1024 characters.
 COMMENT_LIMIT = 1024 - len("hpc-bridge:") - 36 - 1
@@ -42,10 +41,8 @@ def _unprintable(value: str, spaces: bool) -> bool:
     paragraph separator, or (``spaces``) any white space."""
     return any(unicodedata.category(c)[0] == "C" or c in "\u2028\u2029"
                or (spaces and c.isspace()) for c in value)
-_SIGNAL = re.compile(r"(?:[RB]{1,2}:)?(?:[0-9]{1,2}|(?:SIG)?[A-Z][A-Z0-9+-]*)(?:@[0-9]{1,5})?")
-_GPUS = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._\-]*:)?[0-9]{1,6}")
-_DIST = re.compile(r"(?:\*|block|cyclic|arbitrary|plane=[0-9]+)"
-                   r"(?::(?:\*|block|cyclic|fcyclic)){0,2}(?:,(?:Pack|NoPack))?")
+
+
 _SIZE = re.compile(r"([0-9]{1,12})(?:([KkMmGgTt])[Bb]?)?")
 _SIZE_FACTOR = {"k": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
 
@@ -65,15 +62,33 @@ def _word(limit: int = 1024) -> Callable[[str], Any]:
     return check
 
 
+def _pattern(regex: str, message: str) -> Callable[[str], str]:
+    """A check that returns the option's text as it is when ``regex`` matches all of it,
+    and otherwise raises ``ValueError(message)``, with ``{value}`` in ``message`` (if
+    there) replaced by the text; other braces in ``message`` stay as written."""
+    pattern = re.compile(regex)
+
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(message.replace("{value}", value))
+        return value
+
+    return check
+
+
+_mail_user = _pattern(r"[A-Za-z0-9._%+=@][A-Za-z0-9._%+=@-]{0,254}",
+                      "must be a user name or an email address")
+_signal = _pattern(r"(?:[RB]{1,2}:)?(?:[0-9]{1,2}|(?:SIG)?[A-Z][A-Z0-9+-]*)(?:@[0-9]{1,5})?",
+                   "Invalid --signal specification; expected [{R|B}:]SIGNAL[@TIME]")
+_distribution = _pattern(r"(?:\*|block|cyclic|arbitrary|plane=[0-9]+)"
+                         r"(?::(?:\*|block|cyclic|fcyclic)){0,2}(?:,(?:Pack|NoPack))?",
+                         "Invalid --distribution specification: {value}")
+_gpus = _pattern(r"(?:[A-Za-z0-9][A-Za-z0-9._\-]*:)?[0-9]{1,6}", "expected N or TYPE:N")
+
+
 def _comment(value: str) -> str:
     if _unprintable(value, spaces=False) or len(value) > COMMENT_LIMIT:
         raise ValueError(f"must be at most {COMMENT_LIMIT} characters, no control characters")
-    return value
-
-
-def _mail_user(value: str) -> str:
-    if not _MAIL_USER.fullmatch(value):
-        raise ValueError("must be a user name or an email address")
     return value
 
 
@@ -82,12 +97,6 @@ def _mail_type(value: str) -> str:
     if not all(item in MAIL_TYPES for item in items):
         raise ValueError(f"--mail-type={value} invalid")
     return ",".join(items)
-
-
-def _signal(value: str) -> str:
-    if not _SIGNAL.fullmatch(value):
-        raise ValueError("Invalid --signal specification; expected [{R|B}:]SIGNAL[@TIME]")
-    return value
 
 
 def _open_mode(value: str) -> str:
@@ -100,18 +109,6 @@ def _open_mode(value: str) -> str:
 def _hint(value: str) -> str:
     if value not in _HINTS:
         raise ValueError(f"invalid --hint value {value!r}; one of {', '.join(sorted(_HINTS))}")
-    return value
-
-
-def _distribution(value: str) -> str:
-    if not _DIST.fullmatch(value):
-        raise ValueError(f"Invalid --distribution specification: {value}")
-    return value
-
-
-def _gpus(value: str) -> str:
-    if not _GPUS.fullmatch(value):
-        raise ValueError("expected N or TYPE:N")
     return value
 
 

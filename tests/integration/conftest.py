@@ -3,7 +3,9 @@
 Under ``CI=true`` a missing test bed FAILS the test (it never skips): CI must have
 started it with ``testbed/slurm.sh up`` (and ``testbed/k8s/k8s.sh up`` for the
 ``k8s`` fixtures of conftest_k8s.py, ``testbed/flux.sh up`` for the ``flux_*`` fixtures
-of conftest_flux.py, both imported here). Outside CI it skips with the reason.
+of conftest_flux.py, both imported here; ``testbed/slurm-versions.sh up`` for
+``daemon_2411``/``daemon_2605``, daemons on the newer Slurm releases). Outside CI it
+skips with the reason.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tests.integration.conftest_k8s import (  # noqa: F401 - registers the fixtu
     k8s_fixture,
     k8s_namespace_fixture,
 )
+from tests.integration.conftest_slurm import cluster_for
 from tests.requirements import require
 
 
@@ -66,6 +69,31 @@ def cli_daemon(testbed: dict[str, str]) -> Iterator[Daemon]:
     yield d
     d.stop()
     cleanup(workdir)
+
+
+def _newer_daemon(release: str) -> Iterator[Daemon]:
+    """A started daemon on the Slurm ``release`` bed of testbed/slurm-versions.sh,
+    through its slurmrestd (REST version negotiated); stopped and its directory removed
+    after the test."""
+    cluster = cluster_for(release)
+    workdir = fresh_daemon_dir(f"rest-{release}")
+    d = Daemon(workdir, cluster.settings("rest"))
+    d.start()
+    yield d
+    d.stop()
+    cleanup(workdir)
+
+
+@pytest.fixture
+def daemon_2411() -> Iterator[Daemon]:
+    """A daemon on the Slurm 24.11 bed through slurmrestd (v0.0.42: maximum_nodes)."""
+    yield from _newer_daemon("24.11")
+
+
+@pytest.fixture
+def daemon_2605() -> Iterator[Daemon]:
+    """A daemon on the Slurm 26.05 bed through slurmrestd (v0.0.45)."""
+    yield from _newer_daemon("26.05")
 
 
 @pytest.fixture(params=["slurm", "flux"])

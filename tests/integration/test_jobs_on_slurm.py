@@ -8,12 +8,11 @@ over ``DAEMONS`` run on Flux and on Slurm 22.05, 24.11 and 26.05.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, squeue_bridge_jobs
+from tests.integration.bed import Daemon, squeue_bridge_jobs
 from tests.integration.conftest_slurm import cluster_for
 
 pytestmark = pytest.mark.integration
@@ -22,26 +21,6 @@ pytestmark = pytest.mark.integration
 #: Slurm 22.05, ``flux_daemon`` on the Flux bed, ``daemon_2411``/``daemon_2605`` on the
 #: newer Slurm releases of testbed/slurm-versions.sh (REST version negotiated).
 DAEMONS = ["daemon", "flux_daemon", "daemon_2411", "daemon_2605"]
-
-
-def _newer_daemon(release: str) -> Iterator[Daemon]:
-    cluster = cluster_for(release)
-    workdir = fresh_daemon_dir(f"rest-{release}")
-    d = Daemon(workdir, cluster.settings("rest"))
-    d.start()
-    yield d
-    d.stop()
-    cleanup(workdir)
-
-
-@pytest.fixture
-def daemon_2411() -> Iterator[Daemon]:
-    yield from _newer_daemon("24.11")
-
-
-@pytest.fixture
-def daemon_2605() -> Iterator[Daemon]:
-    yield from _newer_daemon("26.05")
 
 
 def _cluster_root(fixture: str) -> str | None:

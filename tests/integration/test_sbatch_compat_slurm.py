@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir
+from tests.integration.bed import Daemon
 from tests.integration.conftest_slurm import cluster_for
 
 pytestmark = pytest.mark.integration
@@ -158,28 +157,6 @@ def test_a_latin1_script_runs_with_its_bytes_unchanged(
     expected = LATIN1 + "d\xe9j\xe0 vu\n".encode("latin-1")
     assert (outdir / "theirs.out").read_bytes() == expected
     assert (outdir / "ours.out").read_bytes() == expected
-
-
-def _newer_daemon(release: str) -> Iterator[Daemon]:
-    cluster = cluster_for(release)
-    workdir = fresh_daemon_dir(f"rest-{release}")
-    d = Daemon(workdir, cluster.settings("rest"))
-    d.start()
-    yield d
-    d.stop()
-    cleanup(workdir)
-
-
-@pytest.fixture
-def daemon_2411() -> Iterator[Daemon]:
-    """A daemon on the Slurm 24.11 bed through slurmrestd (v0.0.42: maximum_nodes)."""
-    yield from _newer_daemon("24.11")
-
-
-@pytest.fixture
-def daemon_2605() -> Iterator[Daemon]:
-    """A daemon on the Slurm 26.05 bed through slurmrestd (v0.0.45)."""
-    yield from _newer_daemon("26.05")
 
 
 @pytest.mark.parametrize("fixture", ["daemon", "cli_daemon", "daemon_2411"])

@@ -279,10 +279,12 @@ def timed_row(measure: str, bridge: list[float], anchor: list[float]) -> Row:
 
 
 def cell(value: float | None, best: float | None) -> str:
+    def fmt(x: float) -> str:
+        return f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
+
     if value is None:
         return "-"
-    text = f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
-    return f"{text} ({best:,.1f})" if best is not None else text
+    return f"{fmt(value)} ({fmt(best)})" if best is not None else fmt(value)
 
 
 def print_table(rows: list[Row], context: dict[str, Any]) -> None:
@@ -388,11 +390,11 @@ def measure(args: argparse.Namespace, bed: dict[str, str], daemon: Daemon, outdi
                   t_big["tqueue"], t_big["squeue"]),
         timed_row("tbatch --wrap true | python -c pass", t_sub["tbatch"], t_sub["python"]),
         timed_row("tbatch --wrap true | sbatch --wrap true", t_sub["tbatch"], t_sub["sbatch"]),
-        Row(f"fill ~100: POSTs accepted | sbatch in a loop ({args.threads} threads)",
+        Row(f"fill ~100, {args.threads} threads: POSTs accepted | sbatch one by one",
             "jobs/s", fill_small[0], sbatch_rate),
-        Row(f"fill N: POSTs accepted | sbatch in a loop ({args.threads} threads)", "jobs/s",
+        Row(f"fill N, {args.threads} threads: POSTs accepted | sbatch one by one", "jobs/s",
             accepted, sbatch_rate),
-        Row("fill N: handed to Slurm | sbatch in a loop", "jobs/s", handed, sbatch_rate),
+        Row("fill N: handed to Slurm | sbatch one by one", "jobs/s", handed, sbatch_rate),
         Row("idle CPU, empty store: daemon | slurmctld", "CPU s/min", idle_empty["daemon"],
             idle_empty["slurmctld"]),
         Row("idle CPU, N: daemon | slurmctld", "CPU s/min", idle_n["daemon"],

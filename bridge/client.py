@@ -34,14 +34,15 @@ Contract: every failure (daemon unreachable, HTTP error, garbage answer) raises
 when there was no HTTP answer). Nothing else escapes, except errors raised by the
 caller's own code while it consumes :meth:`BridgeClient.stream_log`.
 
-Why the standard library (``http.client``) and no HTTP client package: this module is
-what ``tqueue``/``tbatch``/... import, commands that users and their scripts start
-hundreds of times a day (``watch tqueue``, loops of ``tbatch``) and that should start
-about as fast as ``squeue``. Importing httpx alone took ~130 ms (``httpx._main`` pulls
-in rich and click when they are installed); ``http.client`` takes ~30 ms and does all
-the client needs: one request per connection, JSON bodies, a socket timeout, chunked
-streaming. The daemon side keeps aiohttp. Keep this module's imports light (the model,
-pydantic, only for type checking).
+Why no HTTP client package, and not even ``http.client``: this module is what
+``tqueue``/``tbatch``/... import, commands that users and their scripts start hundreds
+of times a day (``watch tqueue``, loops of ``tbatch``) and that should start about as
+fast as ``squeue``. Importing httpx alone took ~130 ms (``httpx._main`` pulls in rich
+and click when they are installed); ``http.client`` ~18 ms of a ~25 ms interpreter
+start (``email.parser``, ``ssl``). :mod:`bridge.http11` does the little the client
+needs: one request per connection, JSON bodies, a socket timeout, chunked streaming,
+TLS only for ``https://``. The daemon side keeps aiohttp. Keep this module's imports
+light (the model, pydantic, only for type checking).
 """
 
 from __future__ import annotations
@@ -51,18 +52,13 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from http.client import (
-    HTTPConnection,
-    HTTPException,
-    HTTPResponse,
-    HTTPSConnection,
-    IncompleteRead,
-)
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote, urlencode, urlsplit
 
+from bridge.client_types import JobView, SubmitResult, Transition
 from bridge.errors import BridgeError
+from bridge.http11 import Connection, ProtocolError, Response, tls_socket
 
 if TYPE_CHECKING:
     from bridge.model import TrainJob
@@ -108,61 +104,6 @@ class BridgeClientError(BridgeError):
         self.retry_after = retry_after
 
 
-Transition = TypedDict(
-    "Transition",
-    {"from": str | None, "to": str, "reason": str | None, "message": str | None, "at": str | None},
-    total=False,
-)
-
-
-class JobView(TypedDict, total=False):
-    """A job as the API shows it (times are RFC 3339 strings or ``None``)."""
-
-    id: int
-    uid: str
-    name: str
-    namespace: str
-    jobName: str
-    user: str
-    unixUid: int
-    backend: str | None
-    backendId: str | None
-    state: str
-    reason: str | None
-    message: str | None
-    runtime: str
-    numNodes: int
-    nodes: list[str] | None
-    exitCode: int | None
-    partition: str | None
-    timeLimitMinutes: int | None
-    submitTime: str | None
-    startTime: str | None
-    endTime: str | None
-    stdout: str | None
-    stderr: str | None
-    #: The engine's placement decision: hosts, levels, score, mode, pinned, note.
-    placement: dict[str, Any] | None
-    trainJob: dict[str, Any]
-    transitions: list[Transition]
-
-
-class SubmitResult(NamedTuple):
-    """The daemon's answer to a submission.
-
-    (A NamedTuple, not a dataclass: importing :mod:`dataclasses` costs the commands
-    ~10 ms of start-up, through :mod:`inspect`.)
-    """
-
-    id: int
-    uid: str
-    name: str
-    state: str
-    #: sbatch's ``--parsable`` (command line, ``#SBATCH`` line or input variable), as the
-    #: daemon read it from a ``POST /v1/sbatch``; False for a TrainJob.
-    parsable: bool = False
-
-
 def _ref(ref: str | int) -> str:
     """A job reference as one URL path segment (never a ``..`` or a ``/``)."""
     text = str(ref)
@@ -171,7 +112,7 @@ def _ref(ref: str | int) -> str:
     return quote(text, safe="")
 
 
-def _retry_after(response: HTTPResponse) -> float | None:
+def _retry_after(response: Response) -> float | None:
     """A ``Retry-After`` in seconds (the HTTP-date form is not used by the daemon)."""
     value = response.getheader("Retry-After")
     try:
@@ -186,35 +127,40 @@ def _header_safe(value: str) -> bool:
     return value.isascii() and value.isprintable()
 
 
-class _UnixHTTPConnection(HTTPConnection):
-    """HTTP/1.1 over the daemon's unix socket (sent as ``Host: hpc-bridge``)."""
+def _unix_socket(path: str, timeout: float) -> socket.socket:
+    """A connection to the daemon's unix socket; while its listen queue is full
+    (``EAGAIN``: it is busy), try again with a growing pause until ``timeout`` has
+    passed (then ``TimeoutError``)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.002
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(path)
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() + pause > deadline:
+                raise TimeoutError("the daemon's listen queue stayed full") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("hpc-bridge", timeout=timeout)
-        self.socket_path = path
 
-    def connect(self) -> None:
-        """Connect; while the daemon's listen queue is full (``EAGAIN``: it is busy),
-        try again with a growing pause, until the timeout has passed."""
-        deadline = time.monotonic() + (self.timeout or 30.0)
-        pause = 0.002
-        while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.settimeout(self.timeout)
-                sock.connect(self.socket_path)
-            except BlockingIOError:
-                sock.close()
-                if time.monotonic() + pause > deadline:
-                    raise TimeoutError("the daemon's listen queue stayed full") from None
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-                continue
-            except BaseException:
-                sock.close()
-                raise
-            self.sock = sock
-            return
+def _tcp_socket(host: str, port: int, tls: bool, timeout: float) -> socket.socket:
+    """A TCP connection to ``host:port`` (TLS when ``tls``)."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    if not tls:
+        return sock
+    try:
+        return tls_socket(sock, host)
+    except BaseException:
+        sock.close()
+        raise
 
 
 class BridgeClient:
@@ -246,7 +192,7 @@ class BridgeClient:
         self._max_busy_wait = max_busy_wait
         self._headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
         self._prefix = ""
-        self._new_connection: Callable[[], HTTPConnection]
+        self._new_connection: Callable[[], Connection]
         if url:
             self.where = url
             self._hint = ENV_URL
@@ -263,12 +209,13 @@ class BridgeClient:
             self._hint = ENV_SOCKET
             if "\0" in path:
                 raise self._invalid("the path contains a NUL byte")
-            self._new_connection = lambda: _UnixHTTPConnection(path, timeout)
+            self._new_connection = lambda: Connection(lambda: _unix_socket(path, timeout),
+                                                      "hpc-bridge")
 
     def _invalid(self, why: object) -> BridgeClientError:
         return BridgeClientError(f"invalid address {self.where!r} ({self._hint}): {why}")
 
-    def _tcp(self, url: str) -> Callable[[], HTTPConnection]:
+    def _tcp(self, url: str) -> Callable[[], Connection]:
         """Connections to ``http(s)://host[:port][/prefix]`` (the prefix goes before
         every API path)."""
         try:
@@ -284,9 +231,10 @@ class BridgeClient:
             raise self._invalid("no host name")
         self._prefix = quote(parts.path.rstrip("/"), safe="/%")
         timeout = self._timeout
-        if scheme == "https":
-            return lambda: HTTPSConnection(host, port, timeout=timeout)
-        return lambda: HTTPConnection(host, port, timeout=timeout)
+        tls = scheme == "https"
+        address = (host, port or (443 if tls else 80))
+        host_header = parts.netloc.rpartition("@")[2]
+        return lambda: Connection(lambda: _tcp_socket(*address, tls, timeout), host_header)
 
     @classmethod
     def from_env(
@@ -334,7 +282,7 @@ class BridgeClient:
             transient=True,
         )
 
-    def _transport_error(self, exc: OSError | HTTPException) -> BridgeClientError:
+    def _transport_error(self, exc: OSError | ProtocolError) -> BridgeClientError:
         """A failure once connected (timeout, connection reset, answer cut short)."""
         if isinstance(exc, TimeoutError):
             return self._timed_out()
@@ -343,7 +291,7 @@ class BridgeClient:
                                  transient=True)
 
     @staticmethod
-    def _http_error(response: HTTPResponse, data: bytes) -> BridgeClientError:
+    def _http_error(response: Response, data: bytes) -> BridgeClientError:
         status = response.status
         message = ""
         try:
@@ -368,7 +316,7 @@ class BridgeClient:
         body: Any = None,
         read_timeout: bool = True,
         headers: Mapping[str, str] | None = None,
-    ) -> tuple[HTTPConnection, HTTPResponse]:
+    ) -> tuple[Connection, Response]:
         """Send one request and read the answer's head; the caller reads the body and
         closes the connection. ``read_timeout=False``: wait for the daemon forever."""
         target = self._prefix + path
@@ -398,16 +346,16 @@ class BridgeClient:
                 if not read_timeout and connection.sock is not None:
                     connection.sock.settimeout(None)
                 return connection, connection.getresponse()
-            except (OSError, HTTPException) as exc:
+            except (OSError, ProtocolError) as exc:
                 raise self._transport_error(exc) from None
         except BaseException:
             connection.close()
             raise
 
-    def _read(self, response: HTTPResponse) -> bytes:
+    def _read(self, response: Response) -> bytes:
         try:
             return response.read()
-        except (OSError, HTTPException) as exc:
+        except (OSError, ProtocolError) as exc:
             raise self._transport_error(exc) from None
 
     def _call(
@@ -589,9 +537,7 @@ class BridgeClient:
                 # read1: what has arrived, at most one chunk of a chunked answer.
                 while chunk := response.read1(_CHUNK):
                     yield chunk
-                if response.length:  # a Content-Length answer that ended early
-                    raise IncompleteRead(b"", response.length)
-            except (OSError, HTTPException) as exc:
+            except (OSError, ProtocolError) as exc:
                 raise self._transport_error(exc) from None
         finally:
             connection.close()

@@ -28,11 +28,24 @@ from tests.integration.conftest import rest_settings
 
 pytestmark = pytest.mark.integration
 
+#: What the user scripts below connect with: http.client over the daemon's unix socket
+#: (raw requests, including a head without its body; the t* client speaks only whole ones).
+UNIX_CONNECTION = """
+import http.client, socket
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("hpc-bridge", timeout=timeout)
+        self.unix_path = path
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+"""
+
 #: Run as a user: POST each document of the JSON list on stdin (a number: only a head
 #: announcing that many bytes) and print, per request, {"status", "retryAfter", "body"}.
-POSTER = """
+POSTER = UNIX_CONNECTION + """
 import json, sys
-from bridge.client import _UnixHTTPConnection
 out = []
 for body in json.loads(sys.stdin.read()):
     c = _UnixHTTPConnection(sys.argv[1], 60)
@@ -53,9 +66,8 @@ print(json.dumps(out))
 
 #: Run as a user: hold N followed-log requests open, then make one more request, print
 #: its answer, and keep the N open until stdin closes.
-HOLDER = """
+HOLDER = UNIX_CONNECTION + """
 import json, sys
-from bridge.client import _UnixHTTPConnection
 sock, ref, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 held = []
 for _ in range(n):
@@ -190,9 +202,8 @@ def test_daemon_refuses_an_oversized_script_and_body_naming_the_limit(
     assert limited.api("GET", "/v1/jobs", params={"states": "all"}).json()["items"] == []
 
 
-GETTER = """
+GETTER = UNIX_CONNECTION + """
 import json, sys
-from bridge.client import _UnixHTTPConnection
 out = []
 for _ in range(int(sys.argv[2])):
     c = _UnixHTTPConnection(sys.argv[1], 60)

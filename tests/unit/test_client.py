@@ -16,7 +16,6 @@ import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from http.client import HTTPConnection, HTTPSConnection
 from typing import Any
 
 import pytest
@@ -278,10 +277,10 @@ def test_socket_that_nobody_listens_on() -> None:
 
 
 def test_socket_permission_denied(monkeypatch: pytest.MonkeyPatch) -> None:
-    def denied(self: HTTPConnection) -> None:
+    def denied(path: str, timeout: float) -> socket.socket:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(client_module._UnixHTTPConnection, "connect", denied)
+    monkeypatch.setattr(client_module, "_unix_socket", denied)
     client = BridgeClient(socket_path="/run/x.sock")
     with client, pytest.raises(BridgeClientError) as info:
         client.get_job(1)
@@ -368,13 +367,73 @@ def test_url_with_a_path_prefix(daemon: FakeDaemon) -> None:
     assert daemon.requests[0]["query"] == {"user": "bob"}
 
 
-def test_https_urls_use_tls() -> None:
-    connection = BridgeClient(url="https://bridge.example:8443/")._new_connection()
-    assert isinstance(connection, HTTPSConnection)
-    assert (connection.host, connection.port) == ("bridge.example", 8443)
-    plain = BridgeClient(url="http://[::1]:8080")._new_connection()
-    assert not isinstance(plain, HTTPSConnection)
-    assert (plain.host, plain.port) == ("::1", 8080)
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A self-signed certificate for ``localhost`` and its key (openssl)."""
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = str(directory / "cert.pem"), str(directory / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    return cert, key
+
+
+def test_https_speaks_tls_and_checks_the_certificate(
+        certificate: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real TLS handshake with the system's CA store (here: SSL_CERT_FILE), the host
+    name checked; an untrusted certificate is a clear connection error."""
+    import ssl
+
+    cert, key = certificate
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+
+    async def jobs(request: web.Request) -> web.Response:
+        return web.json_response({"items": [JOB_VIEW], "seen": request.secure})
+
+    app.router.add_get("/v1/jobs", jobs)
+    runner = web.AppRunner(app)
+
+    async def start() -> int:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+        await site.start()
+        return int(runner.addresses[0][1])
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        port = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+        with BridgeClient(url=f"https://localhost:{port}") as client:
+            assert client.list_jobs()[0]["id"] == JOB_VIEW["id"]
+        monkeypatch.setenv("SSL_CERT_FILE", "/nonexistent")
+        with BridgeClient(url=f"https://localhost:{port}") as client, pytest.raises(
+                BridgeClientError) as info:
+            client.list_jobs()
+        assert "CERTIFICATE_VERIFY_FAILED" in info.value.message
+        assert info.value.message.startswith(f"cannot reach hpc-bridge at https://localhost:{port}")
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_https_urls_use_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[tuple[str, int, bool]] = []
+
+    def tcp(host: str, port: int, tls: bool, timeout: float) -> socket.socket:
+        opened.append((host, port, tls))
+        raise ConnectionRefusedError(111, "refused")
+
+    monkeypatch.setattr(client_module, "_tcp_socket", tcp)
+    for url in ("https://bridge.example:8443/", "http://[::1]:8080", "https://h"):
+        with pytest.raises(ConnectionRefusedError):
+            BridgeClient(url=url)._new_connection().connect()
+    assert opened == [("bridge.example", 8443, True), ("::1", 8080, False), ("h", 443, True)]
 
 
 @pytest.mark.parametrize("url", ["ftp://h:1", "http://h:port", "http:///v1", "h:8080"])
@@ -456,7 +515,8 @@ def test_tcp_connect_error_names_the_url_and_reason() -> None:
 
 def test_importing_the_client_stays_light() -> None:
     """The t* commands import this module on every run (see the module docstring)."""
-    heavy = ["bridge.model", "pydantic", "httpx", "yaml", "dataclasses"]
+    heavy = ["bridge.model", "pydantic", "httpx", "yaml", "dataclasses", "http.client", "ssl",
+             "email"]
     code = f"import sys, bridge.client; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -233,7 +233,8 @@ async def test_tbatch_runs_without_the_model(as_alice: ApiClient, tmp_path: Path
     """A whole submission in a fresh interpreter loads neither the model (pydantic) nor
     the sbatch parser, http.client nor PyYAML: the start-up cost of tbatch is the
     interpreter's, the client's and the daemon's answer (issue 13)."""
-    heavy = ["pydantic", "bridge.model", "bridge.sbatch.cmdline", "bridge.sbatch.parse",
+    heavy = ["pydantic", "bridge.model", "bridge.sbatch.cmdline", "bridge.sbatch.parse", "ssl",
+             "http.client",
              "bridge.sbatch.options", "yaml", "httpx", "hostlist", "importlib.metadata",
              "dataclasses"]
     (tmp_path / "j.sh").write_text("#!/bin/sh\n#SBATCH -N 1\ntrue\n")

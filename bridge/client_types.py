@@ -1,0 +1,64 @@
+"""The shapes of the daemon's answers, as the client hands them on (type information).
+
+No ``from __future__ import annotations`` here, on purpose: with string annotations
+every field of a TypedDict becomes a ``typing.ForwardRef``, compiled at import (~4 ms of
+every t* command's start for :class:`JobView`'s 26 fields).
+"""
+
+from typing import Any, NamedTuple, TypedDict
+
+__all__ = ["JobView", "SubmitResult", "Transition"]
+
+Transition = TypedDict(
+    "Transition",
+    {"from": str | None, "to": str, "reason": str | None, "message": str | None, "at": str | None},
+    total=False,
+)
+
+
+class JobView(TypedDict, total=False):
+    """A job as the API shows it (times are RFC 3339 strings or ``None``)."""
+
+    id: int
+    uid: str
+    name: str
+    namespace: str
+    jobName: str
+    user: str
+    unixUid: int
+    backend: str | None
+    backendId: str | None
+    state: str
+    reason: str | None
+    message: str | None
+    runtime: str
+    numNodes: int
+    nodes: list[str] | None
+    exitCode: int | None
+    partition: str | None
+    timeLimitMinutes: int | None
+    submitTime: str | None
+    startTime: str | None
+    endTime: str | None
+    stdout: str | None
+    stderr: str | None
+    #: The engine's placement decision: hosts, levels, score, mode, pinned, note.
+    placement: dict[str, Any] | None
+    trainJob: dict[str, Any]
+    transitions: list[Transition]
+
+
+class SubmitResult(NamedTuple):
+    """The daemon's answer to a submission.
+
+    (A NamedTuple, not a dataclass: importing :mod:`dataclasses` costs the commands
+    ~10 ms of start-up, through :mod:`inspect`.)
+    """
+
+    id: int
+    uid: str
+    name: str
+    state: str
+    #: sbatch's ``--parsable`` (command line, ``#SBATCH`` line or input variable), as the
+    #: daemon read it from a ``POST /v1/sbatch``; False for a TrainJob.
+    parsable: bool = False

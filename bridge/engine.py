@@ -106,6 +106,9 @@ class Engine:
         #: uid -> status a back end reported while the job was still Pending here.
         self._early: dict[str, BackendJob] = {}
         self._missing: dict[int, tuple[int, float]] = {}
+        #: job id -> (its record's updated_at, the reports it had) when a complete
+        #: snapshot last changed nothing for it: the same again is skipped unread.
+        self._applied: dict[int, tuple[float, tuple[BackendJob, ...]]] = {}
         self._owners = OwnerCheck()
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
@@ -313,7 +316,15 @@ class Engine:
         await self._send_cancels(now, self.store.list_jobs(active, cancel_requested=True))
         for name, backend in self.backends.items():
             if isinstance(backend, Suspendable):
-                await self._send_suspends(self.store.list_jobs(active, backend=name))
+                # Only jobs that ask for a suspend, show one, or were sent one: most of
+                # the active jobs need nothing, and reading them all every pass cost
+                # tenths of a second at thousands of jobs.
+                sent = [i for i, s in self._suspend_sent.items() if s]
+                candidates = {r.id: r for r in self.store.suspend_candidates(active, name)}
+                for rec in self.store.by_ids([i for i in sent if i not in candidates]):
+                    if rec.state in active and rec.backend == name:
+                        candidates[rec.id] = rec
+                await self._send_suspends(sorted(candidates.values(), key=lambda r: r.id))
 
     async def _send_suspends(self, active: list[JobRecord]) -> None:
         """Bring suspendable back ends in line with each active job's ``spec.suspend``."""
@@ -527,13 +538,23 @@ class Engine:
         for carrier in batch.jobs:
             seen.setdefault(carrier.job_uid, []).append(carrier)
         active = [JobState.SUBMITTED, JobState.RUNNING]
-        # A change batch concerns its own jobs only: read just those (a watch sends a
-        # batch per event; reading every tracked job each time costs jobs x events).
-        tracked = (self.store.list_jobs(active, backend=name) if batch.complete
-                   else [r for r in self.store.by_uids(list(seen), active) if r.backend == name])
+        if batch.complete:
+            # A snapshot of every job: compare it with what was applied last, by key
+            # (no row decoded); only a job whose record or report changed since, or that
+            # is missing from it, is read and applied. An idle cluster costs next to
+            # nothing per poll, however many jobs it holds.
+            keys = self.store.job_keys(active, name)
+            tracked_uids = {uid for _, uid, _ in keys}
+            tracked = self.store.by_ids([
+                job_id for job_id, uid, updated in keys
+                if uid not in seen or self._applied.get(job_id) != (updated, tuple(seen[uid]))])
+        else:
+            # A change batch concerns its own jobs only: read just those (a watch sends a
+            # batch per event; reading every tracked job each time costs jobs x events).
+            tracked = [r for r in self.store.by_uids(list(seen), active) if r.backend == name]
+            tracked_uids = {r.uid for r in tracked}  # once: per element it was quadratic
         # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
         # before the submit call has returned. Kept, and applied once it is recorded.
-        tracked_uids = {r.uid for r in tracked}  # once: per element it was quadratic
         untracked = [u for u in seen if u not in tracked_uids]
         if untracked:
             for rec in self.store.by_uids(untracked, [JobState.PENDING]):
@@ -545,6 +566,7 @@ class Engine:
         for rec in tracked:
             bj = self._own(name, rec, seen.get(rec.uid, ()))
             if bj is None or bj.backend_id != rec.backend_id:
+                self._applied.pop(rec.id, None)  # read again when it reappears
                 if bj is not None:
                     log.error("back-end id differs from the recorded one", job_id=rec.id,
                               recorded=rec.backend_id, seen=bj.backend_id)
@@ -552,7 +574,8 @@ class Engine:
                     self._note_missing(rec, batch.at)
                 continue
             self._missing.pop(rec.id, None)
-            self._apply_one(rec, bj)
+            if not self._apply_one(rec, bj):  # nothing to write: the same again is no-op
+                self._applied[rec.id] = (rec.updated_at, tuple(seen.get(rec.uid, ())))
 
     def _own(self, name: str, rec: JobRecord, jobs: Iterable[BackendJob]) -> BackendJob | None:
         """The stored job's own back-end job among ``jobs`` (all carrying its uid)."""
@@ -575,18 +598,21 @@ class Engine:
 
     def _forget(self, job_id: int) -> None:
         """Drop what the engine keeps in memory about a job that has finished."""
+        self._applied.pop(job_id, None)
         self._cancel_sent.pop(job_id, None)
         self._suspend_sent.pop(job_id, None)
         self._missing.pop(job_id, None)
 
-    def _apply_one(self, rec: JobRecord, bj: BackendJob) -> None:
-        """Write what ``bj`` means for ``rec`` (:func:`bridge.outcome.outcome`)."""
+    def _apply_one(self, rec: JobRecord, bj: BackendJob) -> bool:
+        """Write what ``bj`` means for ``rec`` (:func:`bridge.outcome.outcome`); whether
+        anything was written."""
         result = outcome(rec, bj)
         if result is None:
-            return
+            return False
         self.store.transition(rec.id, result.state, result.reason, result.message,
                               **result.fields)
         if result.state.terminal:
             self._forget(rec.id)
             log.info("job finished", job_id=rec.id, state=bj.state.value,
                      exit_code=bj.exit_code)
+        return True

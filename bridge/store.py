@@ -433,6 +433,38 @@ class Store(OutboxQueries):
                       for r in self._db.execute(sql + " ORDER BY id", args)]
         return sorted(found, key=lambda r: r.id)
 
+    def by_ids(self, ids: Sequence[int]) -> list[JobRecord]:
+        """The jobs with these ids (light rows), oldest first; unknown ids are skipped."""
+        found: list[JobRecord] = []
+        for start in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+            chunk = list(ids[start:start + 500])
+            sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})"
+            found += [_row_to_record(r, self._document) for r in self._db.execute(sql, chunk)]
+        return sorted(found, key=lambda r: r.id)
+
+    def job_keys(self, states: Sequence[JobState], backend: str
+                 ) -> list[tuple[int, str, float]]:
+        """``(id, uid, updated_at)`` of the jobs of ``backend`` in ``states``, oldest
+        first: what the engine compares a status snapshot with, without decoding rows."""
+        sql = (f"SELECT id, uid, updated_at FROM jobs WHERE backend=? "
+               f"AND state IN ({','.join('?' * len(states))}) ORDER BY id")
+        return [(r[0], r[1], r[2]) for r in
+                self._db.execute(sql, [backend, *(s.value for s in states)])]
+
+    def suspend_candidates(self, states: Sequence[JobState], backend: str
+                           ) -> list[JobRecord]:
+        """The jobs of ``backend`` in ``states`` that may need a suspend or resume sent:
+        those whose document asks for ``spec.suspend`` (the summary's ``suspend``, or a
+        row without one), and those the world last showed suspended (reason
+        ``Suspended``/``BackendSuspended``); oldest first. The others (neither asked
+        for nor shown) need nothing unless this process sent them a suspend."""
+        marks = ",".join("?" * len(states))
+        sql = (f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE backend=? AND state IN ({marks}) "
+               "AND (json_extract(summary, '$.suspend') IS NOT 0 "
+               "OR reason IN ('Suspended', 'BackendSuspended')) ORDER BY id")
+        rows = self._db.execute(sql, [backend, *(s.value for s in states)]).fetchall()
+        return [_row_to_record(r, self._document) for r in rows]
+
     def list_jobs(self, states: Sequence[JobState] | None = None, user: str | None = None,
                   backend: str | None = None, origin: str | None = None,
                   updated_after: float | None = None, after_id: int | None = None,

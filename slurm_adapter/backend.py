@@ -287,6 +287,26 @@ def _prefer(a: BackendJob, b: BackendJob) -> BackendJob:
     return a if int(a.backend_id) > int(b.backend_id) else b
 
 
+
+def _convert_listing(raw_jobs: list[Any], dialect: Dialect
+                     ) -> tuple[list[BackendJob], dict[str, int]]:
+    """The bridge's jobs in a Slurm listing (see :meth:`SlurmBackend._bridge_jobs`) and
+    every listed job's owner uid by Slurm id. Pure: safe in a worker thread."""
+    by_key: dict[tuple[str, int | None], BackendJob] = {}
+    owners: dict[str, int] = {}
+    for raw in raw_jobs:
+        if not isinstance(raw, dict):
+            continue
+        job = job_from_slurm(raw, dialect)
+        if job is None:
+            continue
+        if job.owner_uid is not None:
+            owners[job.backend_id] = job.owner_uid
+        key = (job.job_uid, job.owner_uid)
+        seen = by_key.get(key)
+        by_key[key] = job if seen is None else _prefer(seen, job)
+    return list(by_key.values()), owners
+
 class SlurmBackend:
     """Slurm through slurmrestd (preferred) or its commands.
 
@@ -352,6 +372,8 @@ class SlurmBackend:
         #: The last REST job listing and when it was asked for (for ``update_time``).
         self._listing_cache: list[Any] | None = None
         self._listed_at = 0
+        #: The last listing converted (the very list object) and what it gave.
+        self._converted: tuple[list[Any], list[BackendJob]] | None = None
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -445,24 +467,19 @@ class SlurmBackend:
         """All the jobs carrying a bridge key, from one listing, each with its owner
         (Slurm ``user_id``). Of several jobs with one key and one owner, the unfinished
         one (else the newest); jobs of other owners are all kept, for the engine to
-        tell the real one from a forgery (:mod:`bridge.ownership`)."""
+        tell the real one from a forgery (:mod:`bridge.ownership`).
+
+        The listing is converted in a worker thread (thousands of jobs: a tenth of a
+        second), and only when it changed: when slurmrestd answers "nothing changed"
+        the last conversion is the answer."""
         raw_jobs, dialect = await self._listing()
-        by_key: dict[tuple[str, int | None], BackendJob] = {}
-        owners: dict[str, int] = {}
-        for raw in raw_jobs:
-            if not isinstance(raw, dict):
-                continue
-            job = job_from_slurm(raw, dialect)
-            if job is None:
-                continue
-            if job.owner_uid is not None:
-                owners[job.backend_id] = job.owner_uid
-            key = (job.job_uid, job.owner_uid)
-            seen = by_key.get(key)
-            by_key[key] = job if seen is None else _prefer(seen, job)
+        if self._converted is not None and self._converted[0] is raw_jobs:
+            return self._converted[1]
+        jobs, owners = await asyncio.to_thread(_convert_listing, raw_jobs, dialect)
         # Only what Slurm still holds: bounded by Slurm's own job table.
         self._owner_uids = owners
-        return list(by_key.values())
+        self._converted = (raw_jobs, jobs)
+        return jobs
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
         """The Slurm jobs carrying these uids, with their owners, from one listing of

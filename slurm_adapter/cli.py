@@ -257,7 +257,10 @@ class SlurmCli:
         return job_id
 
     async def _json(self, argv: list[str], what: str) -> dict[str, Any]:
-        return self._checked_json(await self.run(argv), argv, what)
+        """``argv``'s JSON (:meth:`_checked_json`), decoded in a worker thread: a busy
+        cluster's ``squeue --json`` is megabytes."""
+        done = await self.run(argv)
+        return await asyncio.to_thread(self._checked_json, done, argv, what)
 
     @staticmethod
     def _checked_json(done: Completed, argv: list[str], what: str) -> dict[str, Any]:

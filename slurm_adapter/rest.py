@@ -65,6 +65,19 @@ class TokenSource(Protocol):
         ...
 
 
+
+#: Answers larger than this are decoded off the event loop (bytes).
+OFF_LOOP_BYTES = 256 * 1024
+
+
+def _decode(content: bytes) -> tuple[str, Any]:
+    """An answer's text and its JSON (None when it is not JSON)."""
+    text = content.decode(errors="replace")
+    try:
+        return text, json.loads(text) if text.strip() else None
+    except ValueError:
+        return text, None
+
 @dataclass
 class _Cached:
     token: str
@@ -219,7 +232,6 @@ class SlurmRestClient:
         url = self.base_url + (self.dialect.prefix if versioned else "") + path
         try:
             resp = await self._http().request(method, url, headers=headers, json=body)
-            text = resp.content.decode(errors="replace")
             status = resp.status_code
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise BackendUnavailable(f"slurmrestd at {self.where} did not answer "
@@ -229,11 +241,13 @@ class SlurmRestClient:
                                      f"{exc or type(exc).__name__}") from exc
         except OSError as exc:
             raise BackendUnavailable(f"slurmrestd at {self.where} unreachable: {exc}") from exc
-        parsed: Any = None
-        try:
-            parsed = json.loads(text) if text.strip() else None
-        except ValueError:
-            parsed = None
+        content = resp.content
+        # A busy cluster's job listing is megabytes (24 MB for 7,500 jobs on 22.05):
+        # decoded in a worker thread, not on the daemon's event loop.
+        if len(content) > OFF_LOOP_BYTES:
+            text, parsed = await asyncio.to_thread(_decode, content)
+        else:
+            text, parsed = _decode(content)
         answer = _Answer(status, parsed if isinstance(parsed, dict) else None, text)
         if status in (401, 403):
             self.tokens.invalidate(user)

@@ -204,3 +204,30 @@ async def test_read_log_learns_the_owner_from_slurm(tmp_path: Path) -> None:
     assert b._owner_uids["66"] == 1001
     unknown = backend(FakeCli([BackendUnavailable("down")]))
     assert await unknown.read_log(job(str(out), "999"), "stdout", 0) == (b"", 0)
+
+
+async def test_an_unchanged_listing_is_not_converted_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmrestd's "nothing changed" (the cached listing, the same list) costs no
+    conversion: the last one is the answer; a new listing is converted (off the loop)."""
+    from slurm_adapter import backend as module
+
+    b = backend(FakeCli([RECORDED]), FakeRest())
+    listings = [list(RECORDED["jobs"])]
+    converted: list[int] = []
+    real = module._convert_listing
+
+    def counting(raw: list[Any], dialect: Any) -> Any:
+        converted.append(len(raw))
+        return real(raw, dialect)
+
+    async def listing() -> tuple[list[Any], Any]:
+        return listings[-1], V0_0_38
+
+    monkeypatch.setattr(module, "_convert_listing", counting)
+    monkeypatch.setattr(b, "_listing", listing)
+    first = await b._bridge_jobs()
+    assert await b._bridge_jobs() is first and converted == [len(RECORDED["jobs"])]
+    listings.append(list(RECORDED["jobs"][:1]))
+    await b._bridge_jobs()
+    assert converted == [len(RECORDED["jobs"]), 1]

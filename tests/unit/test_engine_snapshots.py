@@ -1,0 +1,115 @@
+"""A status snapshot costs what changed (issue 13): the engine compares each tracked job's
+record and report with what it applied last, and reads and applies only those that
+differ or are missing; the suspend pass reads only jobs that may need a suspend sent."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.backend import BackendJob, BackendState, StatusBatch
+from bridge.engine import Engine, EngineSettings
+from bridge.runtimes import RuntimeCatalog
+from bridge.states import JobState
+from bridge.store import JobRecord, Store
+from tests.unit.builders import ALICE, inventory
+from tests.unit.builders import scheduled_trainjob as trainjob
+from tests.unit.fakes import FakeBackend, settle
+
+
+class CountingStore(Store):
+    """A store that counts the rows :meth:`by_ids` decodes."""
+
+    read: list[int]
+
+    def by_ids(self, ids: Any) -> list[JobRecord]:
+        self.read += list(ids)
+        return super().by_ids(ids)
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    store = CountingStore.open(tmp_path / "s.sqlite")
+    assert isinstance(store, CountingStore)
+    store.read = []
+    return Engine(store, {"slurm": FakeBackend(inventory())}, RuntimeCatalog(),
+                  EngineSettings(default_backend="slurm", placement={"slurm": "none"},
+                                 lost_after_snapshots=2, lost_after_seconds=0.0))
+
+
+def reads(e: Engine) -> list[int]:
+    store = e.store
+    assert isinstance(store, CountingStore)
+    got, store.read = store.read, []
+    return got
+
+
+def report(rec: JobRecord, state: BackendState = BackendState.RUNNING,
+           **fields: Any) -> BackendJob:
+    return BackendJob(backend_id=str(rec.backend_id), job_uid=rec.uid, state=state,
+                      owner_uid=ALICE.uid, **fields)
+
+
+async def submitted(e: Engine, n: int) -> list[JobRecord]:
+    ids = [e.admit(trainjob(nodes=1), ALICE).id for _ in range(n)]
+    await settle(e)
+    return [e.store.get(i) for i in ids]
+
+
+async def test_the_same_snapshot_again_reads_no_row(engine: Engine) -> None:
+    jobs = await submitted(engine, 3)
+    snapshot = tuple(report(r) for r in jobs)
+    at = time.time() + 60
+    engine.apply_status("slurm", StatusBatch(snapshot, complete=True, at=at))
+    assert sorted(reads(engine)) == [r.id for r in jobs]  # first sight: all read, Running
+    assert {engine.store.get(r.id).state for r in jobs} == {JobState.RUNNING}
+    engine.apply_status("slurm", StatusBatch(snapshot, complete=True, at=at + 1))
+    assert sorted(reads(engine)) == [r.id for r in jobs]  # their records changed: again
+    for step in range(3):
+        engine.apply_status("slurm", StatusBatch(snapshot, complete=True, at=at + 2 + step))
+        assert reads(engine) == []  # nothing changed: nothing read
+
+
+async def test_a_changed_report_or_record_is_applied(engine: Engine) -> None:
+    a, b = await submitted(engine, 2)
+    at = time.time() + 60
+    running = (report(a), report(b))
+    for step in range(3):
+        engine.apply_status("slurm", StatusBatch(running, complete=True, at=at + step))
+    reads(engine)
+    done = (report(a, BackendState.COMPLETED, exit_code=0), report(b))
+    engine.apply_status("slurm", StatusBatch(done, complete=True, at=at + 5))
+    assert reads(engine) == [a.id]
+    assert engine.store.get(a.id).state is JobState.SUCCEEDED
+    # b's record changes (a reason written elsewhere): read again, though its report did not.
+    engine.store.update(b.id, message="touched")
+    engine.apply_status("slurm", StatusBatch(done, complete=True, at=at + 6))
+    assert reads(engine) == [b.id]
+
+
+async def test_a_job_missing_from_snapshots_is_still_lost(engine: Engine) -> None:
+    a, b = await submitted(engine, 2)
+    at = time.time() + 60
+    for step in range(3):
+        engine.apply_status("slurm", StatusBatch((report(a), report(b)), complete=True,
+                                                 at=at + step))
+    for step in range(2):  # b gone: read (and counted) at every snapshot
+        engine.apply_status("slurm", StatusBatch((report(a),), complete=True, at=at + 10 + step))
+    assert (engine.store.get(b.id).state, engine.store.get(b.id).reason) == (
+        JobState.FAILED, "BackendLost")
+    assert engine.store.get(a.id).state is JobState.RUNNING
+
+
+async def test_suspend_candidates_are_those_asked_shown_or_sent(engine: Engine) -> None:
+    plain, asked, shown = await submitted(engine, 3)
+    engine.store.update(shown.id, reason="BackendSuspended")
+    job = engine.store.get(asked.id).job
+    job.spec.suspend = True
+    engine.store.save_document(asked.id, job)
+    active = [JobState.SUBMITTED, JobState.RUNNING]
+    assert [r.id for r in engine.store.suspend_candidates(active, "slurm")] == [
+        asked.id, shown.id]
+    assert plain.id not in [r.id for r in engine.store.suspend_candidates(active, "other")]

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from bridge.api_common import (
@@ -31,6 +33,7 @@ from bridge.api_common import (
 )
 from bridge.backend import Owner
 from bridge.batchscript import script_bytes, script_of
+from bridge.errors import BridgeError
 from bridge.model import (
     ANN_BATCH_SCRIPT,
     TrainJob,
@@ -41,6 +44,8 @@ from bridge.model import (
 from bridge.service import Admission, Admitted, JobRecord, JobService
 
 __all__ = ["IDEMPOTENCY_HEADER", "idempotency_key", "submit", "submit_sbatch"]
+
+log = structlog.get_logger("hpc_bridge.api")
 
 #: Header of a client's idempotency key: a retried POST with the same key (same caller)
 #: answers the first job instead of making a second.
@@ -109,11 +114,18 @@ def _decode_sbatch(raw: bytes, max_script: int) -> Decoded:
     message, each line without its ``tbatch: error:`` prefix (the client adds it)."""
     from bridge.sbatch import SbatchError, trainjob_of_submission
 
+    body = parse_json_object(raw, "request body")
     try:
-        job, parsable = trainjob_of_submission(parse_json_object(raw, "request body"))
+        job, parsable = trainjob_of_submission(body)
     except SbatchError as exc:
         return error_response(400, "\n".join(
             line.removeprefix("tbatch: error: ") for line in str(exc).split("\n")))
+    except BridgeError:
+        raise  # a ValidationError naming the field: a 400 (ERROR_STATUS)
+    except Exception:  # a parser bug must still not be a 5xx for what a user typed
+        log.exception("tbatch request not parsed")
+        return error_response(400, "the daemon could not read this tbatch request (its log "
+                                   "says why; please report it)")
     return _script_size(job, max_script) or (job, {"parsable": parsable})
 
 
@@ -127,12 +139,14 @@ def _prepared(decode: Decoder, raw: bytes, max_script: int, service: JobService,
     return job, service.prepare(job, owner), extra
 
 
-async def _admit(request: web.Request, decode: Decoder) -> web.Response:
+async def _admit(request: web.Request, decode: Decoder, *, replay_extra: bool = False
+                 ) -> web.Response:
     """Admit a job: the caller's rate, the body's size, validation (off the loop), the
     caller's count of unfinished jobs and the insert, in that order. With an
     ``Idempotency-Key`` header the submission happens once per caller and key: a retry
     answers 200 with the first job (stored with it, so this holds across restarts) and
-    the extra fields its body gives (decoded again: the same body decodes the same)."""
+    (``replay_extra``) the extra fields its body gives, decoded again (the same body
+    decodes the same; should it not, the answer goes without them)."""
     service = request.app[SERVICE_KEY]
     limits = request.app[LIMITS_KEY]
     owner = request[OWNER_KEY]
@@ -151,9 +165,10 @@ async def _admit(request: web.Request, decode: Decoder) -> web.Response:
     digest = hashlib.sha256(raw).hexdigest()
     if key is not None and (replayed := service.replay(owner, key, digest)) is not None:
         extra: dict[str, Any] = {}
-        if not replayed.conflict and decode is not _decode_trainjob:
-            decoded = await asyncio.to_thread(decode, raw, max_script)
-            extra = decoded[1] if isinstance(decoded, tuple) else {}
+        if replay_extra and not replayed.conflict:
+            with suppress(BridgeError):
+                decoded = await asyncio.to_thread(decode, raw, max_script)
+                extra = decoded[1] if isinstance(decoded, tuple) else {}
         return _admitted(replayed, key, extra)
     parsed = await asyncio.to_thread(_prepared, decode, raw, max_script, service, owner)
     if isinstance(parsed, web.Response):
@@ -175,4 +190,4 @@ async def submit(request: web.Request) -> web.Response:
 async def submit_sbatch(request: web.Request) -> web.Response:
     """``POST /v1/sbatch``: admit the job tbatch's arguments, script and environment
     describe (see :func:`_admit`); the parsing that tbatch did before happens here."""
-    return await _admit(request, _decode_sbatch)
+    return await _admit(request, _decode_sbatch, replay_extra=True)

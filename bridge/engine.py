@@ -574,7 +574,7 @@ class Engine:
                     self._note_missing(rec, batch.at)
                 continue
             self._missing.pop(rec.id, None)
-            if not self._apply_one(rec, bj):  # nothing to write: the same again is no-op
+            if not self._apply_one(rec, bj) and batch.complete:  # the same again: no-op
                 self._applied[rec.id] = (rec.updated_at, tuple(seen.get(rec.uid, ())))
 
     def _own(self, name: str, rec: JobRecord, jobs: Iterable[BackendJob]) -> BackendJob | None:

@@ -28,6 +28,12 @@ __all__ = ["Connection", "ProtocolError", "Response", "tls_socket"]
 
 _MAX_LINE = 65536
 _MAX_HEADERS = 100
+#: Largest chunk of a chunked answer accepted (the daemon sends 64 KiB ones).
+_MAX_CHUNK = 16 * 1024 * 1024
+#: Interim (1xx) answers skipped before the real one, at most.
+_MAX_INTERIM = 10
+_DIGITS = frozenset("0123456789")
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 class ProtocolError(BridgeError):
@@ -56,12 +62,10 @@ class Response:
         self._done = False
         self.length: int | None = None
         if not self._chunked and "content-length" in headers:
-            try:
-                self.length = int(headers["content-length"])
-            except ValueError:
-                raise ProtocolError("bad Content-Length") from None
-            if self.length < 0:
-                raise ProtocolError("bad Content-Length")
+            value = headers["content-length"]
+            if not value or len(value) > 18 or not set(value) <= _DIGITS:
+                raise ProtocolError(f"bad Content-Length: {value[:40]!r}")
+            self.length = int(value)
 
     def getheader(self, name: str) -> str | None:
         """The header ``name`` (any case), or None."""
@@ -85,14 +89,18 @@ class Response:
         if self._done:
             return b""
         if self._chunked:
-            size_line = self._line().split(b";", 1)[0].strip()
-            try:
-                size = int(size_line, 16)
-            except ValueError:
-                raise ProtocolError("bad chunk size") from None
+            size_line = self._line().split(b";", 1)[0].strip().decode("latin-1")
+            if not size_line or len(size_line) > 8 or not set(size_line) <= _HEX:
+                raise ProtocolError(f"bad chunk size: {size_line[:40]!r}")
+            size = int(size_line, 16)
+            if size > _MAX_CHUNK:
+                raise ProtocolError(f"chunk too large ({size} bytes)")
             if size == 0:
-                while self._line() not in (b"\r\n", b"\n"):  # trailers
-                    pass
+                for _ in range(_MAX_HEADERS + 1):  # trailers, then the end
+                    if self._line() in (b"\r\n", b"\n"):
+                        break
+                else:
+                    raise ProtocolError(f"more than {_MAX_HEADERS} trailer lines")
                 self._done = True
                 return b""
             data = self._exact(size)
@@ -143,7 +151,12 @@ class Connection:
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         if body is not None or method in ("POST", "PUT"):
             lines.append(f"Content-Length: {len(body or b'')}")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if any("\r" in line or "\n" in line for line in lines):
+            raise ProtocolError("a request header holds a line break")
+        try:
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+        except UnicodeEncodeError:
+            raise ProtocolError("a request header is not ASCII") from None
         self.sock.sendall(head + (body or b""))
 
     def getresponse(self) -> Response:
@@ -151,10 +164,11 @@ class Connection:
         if self.sock is None:
             raise ProtocolError("not connected")
         reader = self.sock.makefile("rb")
-        while True:
+        for _ in range(_MAX_INTERIM + 1):
             status_line = reader.readline(_MAX_LINE)
             parts = status_line.decode("latin-1").rstrip("\r\n").split(" ", 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            if (len(parts) < 2 or not parts[0].startswith("HTTP/1.") or len(parts[1]) != 3
+                    or not set(parts[1]) <= _DIGITS):
                 raise ProtocolError(f"not an HTTP answer: {status_line[:80]!r}")
             headers: dict[str, str] = {}
             for _ in range(_MAX_HEADERS + 1):
@@ -172,6 +186,7 @@ class Connection:
             status = int(parts[1])
             if status >= 200 or status < 100:
                 return Response(reader, status, parts[2] if len(parts) > 2 else "", headers)
+        raise ProtocolError(f"more than {_MAX_INTERIM} interim (1xx) answers")
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

@@ -74,7 +74,8 @@ def parse_seconds(text: str) -> int | None:
         if any(len(group.lstrip("0")) > 12 for group in match.groups()):
             break  # absurdly long numbers: refuse before doing arithmetic on them
         total = sum(
-            int(group) * _SECONDS_PER[f] for group, f in zip(match.groups(), fields, strict=True)
+            int(group.lstrip("0") or "0") * _SECONDS_PER[f]  # int() refuses 4300+ digits
+            for group, f in zip(match.groups(), fields, strict=True)
         )
         if total > MAX_SECONDS:
             raise SlurmTimeError(

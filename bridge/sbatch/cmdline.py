@@ -41,7 +41,10 @@ from bridge.sbatch.options import (
 from bridge.sbatch.request import CommandLine
 from bridge.sbatch.script import first_surrogate
 
-__all__ = ["Where", "parse_command_line", "scan"]
+__all__ = ["MAX_REFUSALS", "Where", "parse_command_line", "scan"]
+
+#: Refused options reported in one error; the rest are summed up in one line.
+MAX_REFUSALS = 20
 
 
 @dataclass(frozen=True)
@@ -84,9 +87,15 @@ def scan(
     refused: list[SbatchError] = [] if refusals is None else refusals
 
     def refuse(message: str) -> None:
-        refused.append(where.error(message))
         if refusals is None:
-            raise refused[-1]
+            raise where.error(message)
+        # Bounded: a word of a million refused letters (-HHHH...) must cost the
+        # daemon, which parses for every user, one line per letter only up to here.
+        if len(refused) < MAX_REFUSALS:
+            refused.append(where.error(message))
+        elif len(refused) == MAX_REFUSALS:
+            refused.append(where.error(f"... more refused options follow (the first "
+                                       f"{MAX_REFUSALS} are listed)"))
 
     i = 0
     while i < len(argv):

@@ -62,6 +62,14 @@ class BadValue(BridgeError, ValueError):
     """Raised by converters; the parser adds the option name, value and location."""
 
 
+#: The most of a value an error message repeats (a megabyte option value must not
+#: become a megabyte answer).
+QUOTE_LIMIT = 200
+
+
 def quote(value: str) -> str:
-    """Quote a value for an error message, escaping what the terminal should not see."""
-    return f"'{value}'" if value.isprintable() else repr(value)
+    """Quote a value for an error message, escaping what the terminal should not see;
+    a value longer than :data:`QUOTE_LIMIT` characters is cut, with ``...`` after it."""
+    shown = value[:QUOTE_LIMIT]
+    text = f"'{shown}'" if shown.isprintable() else repr(shown)
+    return text + ("..." if len(value) > QUOTE_LIMIT else "")

@@ -35,29 +35,40 @@ from bridge.model import TrainJob, ValidationError
 from bridge.sbatch.cmdline import parse_command_line
 from bridge.sbatch.errors import SbatchError
 from bridge.sbatch.parse import parse_tbatch
-from bridge.sbatch.script import MAX_SCRIPT_BYTES
+from bridge.sbatch.script import MAX_SCRIPT_BYTES, first_surrogate
 from bridge.sbatch.trainjob import to_trainjob, trainjob_from_file
 
-__all__ = ["FIELDS", "SCRIPT_PROBLEMS", "trainjob_of_submission"]
+__all__ = ["FIELDS", "MAX_ARG_CHARS", "MAX_PATH_CHARS", "SCRIPT_PROBLEMS",
+           "trainjob_of_submission"]
 
 #: The fields of a submission.
 FIELDS = frozenset({"argv", "cwd", "environ", "script", "scriptProblem", "file"})
 #: Why tbatch sent no script although the command line names one.
 SCRIPT_PROBLEMS = frozenset({"unreadable", "too-large"})
+#: The longest argument or environment string (Linux's MAX_ARG_STRLEN: the kernel
+#: refuses a longer one at exec, so no command line or environment holds one).
+MAX_ARG_CHARS = 128 * 1024
+#: The longest working directory (PATH_MAX).
+MAX_PATH_CHARS = 4096
 
 
-def _text(value: Any, field: str) -> str:
+def _text(value: Any, field: str, limit: int | None = None) -> str:
     """A string, or ``{"base64": ...}`` of bytes that are not UTF-8 (kept as lone
-    surrogates, as ``os.fsdecode`` keeps them)."""
+    surrogates, as ``os.fsdecode`` keeps them); at most ``limit`` characters."""
     if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        text = value
+    elif (isinstance(value, dict) and set(value) == {"base64"}
+          and isinstance(value["base64"], str)):
         try:
             raw = base64.b64decode(value["base64"], validate=True)
         except (binascii.Error, ValueError):
             raise ValidationError([(field, "base64 is not valid")]) from None
-        return raw.decode("utf-8", "surrogateescape")
-    raise ValidationError([(field, 'must be a string or {"base64": string}')])
+        text = raw.decode("utf-8", "surrogateescape")
+    else:
+        raise ValidationError([(field, 'must be a string or {"base64": string}')])
+    if limit is not None and len(text) > limit:
+        raise ValidationError([(field, f"longer than {limit} characters")])
+    return text
 
 
 def _optional_text(body: Mapping[str, Any], field: str) -> str | None:
@@ -75,13 +86,17 @@ def _decode(body: Mapping[str, Any]) -> tuple[list[str], str, dict[str, str]]:
     environ = body.get("environ", {})
     if not isinstance(environ, dict):
         raise ValidationError([("environ", "must be an object of the variables")])
-    cwd = body.get("cwd")
-    if cwd is None:
+    if body.get("cwd") is None:
         raise ValidationError([("cwd", "required: the working directory")])
+    cwd = _text(body["cwd"], "cwd", MAX_PATH_CHARS)
+    if not cwd.startswith("/") or first_surrogate(cwd) >= 0 or "\0" in cwd:
+        raise ValidationError([("cwd", "the working directory must be an absolute path of "
+                                       "UTF-8 text (use --chdir to name another)")])
     return (
-        [_text(word, f"argv[{i}]") for i, word in enumerate(argv)],
-        _text(cwd, "cwd"),
-        {name: _text(value, f"environ.{name}") for name, value in environ.items()},
+        [_text(word, f"argv[{i}]", MAX_ARG_CHARS) for i, word in enumerate(argv)],
+        cwd,
+        {name: _text(value, f"environ.{name}", MAX_ARG_CHARS)
+         for name, value in environ.items()},
     )
 
 
@@ -91,7 +106,7 @@ def trainjob_of_submission(body: Mapping[str, Any]) -> tuple[TrainJob, bool]:
     script = _optional_text(body, "script")
     trainjob_text = _optional_text(body, "file")
     problem = body.get("scriptProblem")
-    if problem is not None and problem not in SCRIPT_PROBLEMS:
+    if problem is not None and (not isinstance(problem, str) or problem not in SCRIPT_PROBLEMS):
         raise ValidationError([("scriptProblem", f"one of {', '.join(sorted(SCRIPT_PROBLEMS))}")])
     cmd = parse_command_line(argv)  # the command line's own errors first
     if problem == "unreadable":

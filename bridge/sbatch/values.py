@@ -59,7 +59,7 @@ def _digits(word: str, error: str) -> int:
     """``word`` as a number: decimal digits only, at most 10 of them significant."""
     if not _DIGITS.fullmatch(word) or len(word.lstrip("0")) > 10:
         raise BadValue(error)
-    return int(word)
+    return int(word.lstrip("0") or "0")  # int() refuses over 4300 digits, zeros too
 
 
 def _int(word: str, *, minimum: int) -> int:

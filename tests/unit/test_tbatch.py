@@ -247,3 +247,52 @@ async def test_tbatch_runs_without_the_model(as_alice: ApiClient, tmp_path: Path
     out, err = await proc.communicate()
     assert proc.returncode == 0, err
     assert out.decode().splitlines() == [str(only_job(as_alice).id), "0 []"]
+
+
+async def test_a_flood_of_refused_options_costs_a_bounded_answer(as_alice: ApiClient) -> None:
+    """One word of 100,000 refused letters (-HHHH...): the daemon parses for every user,
+    so the refusals it lists stop at MAX_REFUSALS (an attacker's review: before, 2 GB
+    and a 63 MB answer for a 1 MB body)."""
+    from bridge.sbatch.cmdline import MAX_REFUSALS
+
+    body = {"argv": ["-" + "H" * 100_000, "--wrap", "true"], "cwd": "/tmp", "environ": {}}
+    answer = await as_alice.call("POST", "/v1/sbatch", doc=body)
+    assert answer.status == 400
+    lines = answer.error.splitlines()
+    assert len(lines) == MAX_REFUSALS + 1
+    assert lines[-1].endswith(f"more refused options follow (the first {MAX_REFUSALS} are "
+                              "listed)")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"argv": ["--wrap", "true"], "cwd": {"base64": "L3RtcC//"}}, "cwd"),  # b"/tmp/\xff"
+        ({"argv": ["--wrap", "true"], "cwd": "relative/dir"}, "cwd"),
+        ({"argv": ["--wrap", "true"], "cwd": "/", "scriptProblem": []}, "scriptProblem"),
+        ({"argv": ["-J", "x" * (128 * 1024 + 1), "--wrap", "true"], "cwd": "/"}, "argv[1]"),
+        ({"argv": ["--wrap", "true"], "cwd": "/", "environ": {"A": "x" * (128 * 1024 + 1)}},
+         "environ.A"),
+    ],
+)
+async def test_what_once_was_a_500_names_the_field(body: dict[str, Any], field: str,
+                                                   as_alice: ApiClient) -> None:
+    answer = await as_alice.call("POST", "/v1/sbatch", doc=body)
+    assert answer.status == 400, answer.body
+    assert answer.error.startswith(f"{field}: "), answer.error
+
+
+@pytest.mark.parametrize("argv", [["-N", "0" * 5000 + "1", "--wrap", "true"],
+                                  ["-t", "0" * 5000 + "1", "--wrap", "true"]])
+async def test_numbers_with_thousands_of_leading_zeros(argv: list[str],
+                                                       as_alice: ApiClient) -> None:
+    """int() refuses more than 4300 digits: leading zeros must not reach it."""
+    answer = await as_alice.call("POST", "/v1/sbatch", doc={"argv": argv, "cwd": "/"})
+    assert answer.status == 201, answer.body
+
+
+async def test_a_long_value_is_cut_in_the_message(as_alice: ApiClient) -> None:
+    body = {"argv": ["-N", "x" * 100_000, "--wrap", "true"], "cwd": "/"}
+    answer = await as_alice.call("POST", "/v1/sbatch", doc=body)
+    assert answer.status == 400 and len(answer.error) < 400, answer.error
+    assert "..." in answer.error

@@ -132,7 +132,10 @@ def test_socket_activation_watchdog_and_a_hung_daemon(
         assert not daemon.socket.exists()  # the inherited socket replaced its own
         queue = daemon.cli("alice", "tqueue", env=cli_env)
         assert queue.returncode == 0 and job_id in queue.stdout, queue
-        wait_for(lambda: _finished(daemon, listen, job_id), 120, f"job {job_id} to finish")
+        try:
+            wait_for(lambda: _finished(daemon, listen, job_id), 120, f"job {job_id} to finish")
+        except AssertionError as exc:  # what the daemon saw, to tell why
+            raise AssertionError(f"{exc}\n{daemon.log.read_text()[-4000:]}") from None
         shown = daemon.cli("alice", "tshow", job_id, env=cli_env)
         assert "Succeeded" in shown.stdout, shown
         assert [p.read_text() for p in outdir.glob("who-*.out")] == ["alice\n"]

@@ -56,6 +56,7 @@ from bridge.backend import (
 from bridge.backoff import backoff_delay
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
+from bridge.engine_status import StatusTracker
 from bridge.errors import Conflict, PermissionDenied
 from bridge.errors import EngineError as EngineError
 from bridge.inventories import Inventories
@@ -67,8 +68,6 @@ from bridge.model import (
     ensure_identity,
     validate_trainjob,
 )
-from bridge.outcome import outcome
-from bridge.ownership import OwnerCheck
 from bridge.placement_decision import DEFAULT_PLACEMENT_MODE, PlacementDecision, plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import check_backend_options, scheduling_of
@@ -80,8 +79,6 @@ from bridge.topology import Topology
 log = structlog.get_logger("hpc_bridge.engine")
 
 
-#: At most this many statuses of not-yet-recorded submissions are kept.
-EARLY_STATUS_LIMIT = 10_000
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
 
@@ -103,13 +100,7 @@ class Engine:
         self._cancel_sent: dict[int, float] = {}
         #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
         self._suspend_sent: dict[int, bool] = {}
-        #: uid -> status a back end reported while the job was still Pending here.
-        self._early: dict[str, BackendJob] = {}
-        self._missing: dict[int, tuple[int, float]] = {}
-        #: job id -> (its record's updated_at, the reports it had) when a complete
-        #: snapshot last changed nothing for it: the same again is skipped unread.
-        self._applied: dict[int, tuple[float, tuple[BackendJob, ...]]] = {}
-        self._owners = OwnerCheck()
+        self._status = StatusTracker(store, settings, forget=self._forget)
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
@@ -373,7 +364,7 @@ class Engine:
                          backend_id=bj.backend_id)
                 # The lookup is the world's word now; a watch may never mention it again
                 # (a job that finished while the daemon was away).
-                self._early.pop(rec.uid, None)
+                self._status.early.pop(rec.uid, None)
                 self._apply_one(adopted, bj)
                 continue
             if rec.cancel_requested:
@@ -452,7 +443,7 @@ class Engine:
                 submitted = self.store.transition(rec.id, JobState.SUBMITTED, "Submitted",
                                                   message, backend_id=backend_id,
                                                   submitting_since=None)
-                early = self._early.pop(rec.uid, None)
+                early = self._status.early.pop(rec.uid, None)
                 if early is not None and early.backend_id == backend_id:
                     self._apply_one(submitted, early)
                 # The world changed: the next placement reads the inventory again.
@@ -531,88 +522,19 @@ class Engine:
                 log.exception("applying status failed", backend=name)
 
     def apply_status(self, name: str, batch: StatusBatch) -> None:
-        """Move tracked jobs of back end ``name`` according to one status batch. Only a
-        back-end job whose key AND owner are the stored job's counts
-        (:mod:`bridge.ownership`); a foreign one is ignored and logged."""
-        seen: dict[str, list[BackendJob]] = {}
-        for carrier in batch.jobs:
-            seen.setdefault(carrier.job_uid, []).append(carrier)
-        active = [JobState.SUBMITTED, JobState.RUNNING]
-        if batch.complete:
-            # A snapshot of every job: compare it with what was applied last, by key
-            # (no row decoded); only a job whose record or report changed since, or that
-            # is missing from it, is read and applied. An idle cluster costs next to
-            # nothing per poll, however many jobs it holds.
-            keys = self.store.job_keys(active, name)
-            tracked_uids = {uid for _, uid, _ in keys}
-            tracked = self.store.by_ids([
-                job_id for job_id, uid, updated in keys
-                if uid not in seen or self._applied.get(job_id) != (updated, tuple(seen[uid]))])
-        else:
-            # A change batch concerns its own jobs only: read just those (a watch sends a
-            # batch per event; reading every tracked job each time costs jobs x events).
-            tracked = [r for r in self.store.by_uids(list(seen), active) if r.backend == name]
-            tracked_uids = {r.uid for r in tracked}  # once: per element it was quadratic
-        # Status of a job whose submit (or adoption) is not recorded yet: a watch can tell
-        # before the submit call has returned. Kept, and applied once it is recorded.
-        untracked = [u for u in seen if u not in tracked_uids]
-        if untracked:
-            for rec in self.store.by_uids(untracked, [JobState.PENDING]):
-                own = self._own(name, rec, seen[rec.uid]) if rec.backend == name else None
-                if own is not None:
-                    self._early[rec.uid] = own
-                    while len(self._early) > EARLY_STATUS_LIMIT:
-                        self._early.pop(next(iter(self._early)))
-        for rec in tracked:
-            bj = self._own(name, rec, seen.get(rec.uid, ()))
-            if bj is None or bj.backend_id != rec.backend_id:
-                self._applied.pop(rec.id, None)  # read again when it reappears
-                if bj is not None:
-                    log.error("back-end id differs from the recorded one", job_id=rec.id,
-                              recorded=rec.backend_id, seen=bj.backend_id)
-                if batch.complete:
-                    self._note_missing(rec, batch.at)
-                continue
-            self._missing.pop(rec.id, None)
-            if not self._apply_one(rec, bj) and batch.complete:  # the same again: no-op
-                self._applied[rec.id] = (rec.updated_at, tuple(seen.get(rec.uid, ())))
+        """Move tracked jobs of back end ``name`` according to one status batch
+        (:meth:`bridge.engine_status.StatusTracker.apply`)."""
+        self._status.apply(name, self.backends[name], batch)
 
     def _own(self, name: str, rec: JobRecord, jobs: Iterable[BackendJob]) -> BackendJob | None:
         """The stored job's own back-end job among ``jobs`` (all carrying its uid)."""
-        return self._owners.pick(name, self.backends[name], rec.id, rec.uid, rec.owner,
-                                 rec.namespace, jobs, rec.backend_id)
+        return self._status.own(name, self.backends[name], rec, jobs)
 
-    def _note_missing(self, rec: JobRecord, at: float) -> None:
-        # A job submitted after the snapshot was taken is not missing.
-        if rec.updated_at >= at - self.settings.poll_interval:
-            return
-        count, since = self._missing.get(rec.id, (0, at))
-        count += 1
-        self._missing[rec.id] = (count, since)
-        if (count >= self.settings.lost_after_snapshots
-                and at - since >= self.settings.lost_after_seconds):
-            self._forget(rec.id)
-            self.store.transition(rec.id, JobState.FAILED, "BackendLost",
-                                  f"{rec.backend} job {rec.backend_id} disappeared from the "
-                                  f"back end before it was seen to finish")
+    def _apply_one(self, rec: JobRecord, bj: BackendJob) -> bool:
+        """Write what ``bj`` means for ``rec``; whether anything was written."""
+        return self._status.apply_one(rec, bj)
 
     def _forget(self, job_id: int) -> None:
         """Drop what the engine keeps in memory about a job that has finished."""
-        self._applied.pop(job_id, None)
         self._cancel_sent.pop(job_id, None)
         self._suspend_sent.pop(job_id, None)
-        self._missing.pop(job_id, None)
-
-    def _apply_one(self, rec: JobRecord, bj: BackendJob) -> bool:
-        """Write what ``bj`` means for ``rec`` (:func:`bridge.outcome.outcome`); whether
-        anything was written."""
-        result = outcome(rec, bj)
-        if result is None:
-            return False
-        self.store.transition(rec.id, result.state, result.reason, result.message,
-                              **result.fields)
-        if result.state.terminal:
-            self._forget(rec.id)
-            log.info("job finished", job_id=rec.id, state=bj.state.value,
-                     exit_code=bj.exit_code)
-        return True

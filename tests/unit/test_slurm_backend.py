@@ -210,12 +210,12 @@ async def test_an_unchanged_listing_is_not_converted_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """slurmrestd's "nothing changed" (the cached listing, the same list) costs no
     conversion: the last one is the answer; a new listing is converted (off the loop)."""
-    from slurm_adapter import backend as module
+    from slurm_adapter import records as module
 
     b = backend(FakeCli([RECORDED]), FakeRest())
     listings = [list(RECORDED["jobs"])]
     converted: list[int] = []
-    real = module._convert_listing
+    real = module.convert_listing
 
     def counting(raw: list[Any], dialect: Any) -> Any:
         converted.append(len(raw))
@@ -224,7 +224,7 @@ async def test_an_unchanged_listing_is_not_converted_again(
     async def listing() -> tuple[list[Any], Any]:
         return listings[-1], V0_0_38
 
-    monkeypatch.setattr(module, "_convert_listing", counting)
+    monkeypatch.setattr(module, "convert_listing", counting)
     monkeypatch.setattr(b, "_listing", listing)
     first = await b._bridge_jobs()
     assert await b._bridge_jobs() is first and converted == [len(RECORDED["jobs"])]

@@ -1,0 +1,266 @@
+"""Slurm's records read into the bridge's terms: job states, jobs (``BackendJob``), nodes
+(``NodeInfo``) and a whole listing, for every REST dialect and ``squeue``/``sinfo
+--json``.
+
+Contract: pure functions of the records and the dialect (no I/O): safe in a worker
+thread. :func:`job_from_slurm` gives None for a job without a bridge key;
+:func:`convert_listing` keeps, of several jobs with one key and one owner, the
+unfinished one (else the newest) and every job of another owner (for the engine to tell
+the real one from a forgery).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import structlog
+
+from bridge.backend import (
+    BackendJob,
+    BackendState,
+    NodeInfo,
+)
+from slurm_adapter import hostlist
+from slurm_adapter.dialects import (
+    Dialect,
+)
+from slurm_adapter.launch import LAUNCH_FAILURE, launch_failure_detail
+from slurm_adapter.script import (
+    COMMENT_PREFIX,
+    DEFAULT_OUTPUT,
+    expand_output_pattern,
+)
+
+__all__ = ["backend_state", "convert_listing", "gpu_count", "job_from_slurm",
+           "node_from_slurm"]
+
+#: The back end's own logger (what it logged from here before the split).
+log = structlog.get_logger("slurm_adapter.backend")
+
+_BASE_STATES: dict[str, BackendState] = {
+    "PENDING": BackendState.PENDING,
+    "RUNNING": BackendState.RUNNING,
+    "SUSPENDED": BackendState.SUSPENDED,
+    "COMPLETED": BackendState.COMPLETED,
+    "CANCELLED": BackendState.CANCELLED,
+    "FAILED": BackendState.FAILED,
+    "TIMEOUT": BackendState.TIMEOUT,
+    "NODE_FAIL": BackendState.FAILED,
+    "PREEMPTED": BackendState.FAILED,
+    "BOOT_FAIL": BackendState.FAILED,
+    "DEADLINE": BackendState.FAILED,
+    "OUT_OF_MEMORY": BackendState.FAILED,
+}
+#: State flags that override the base state, in Slurm's own order of precedence
+#: (``job_state_string``: a COMPLETING job shows as COMPLETING, whatever its base).
+_FLAG_STATES: tuple[tuple[str, BackendState], ...] = (
+    ("COMPLETING", BackendState.RUNNING),
+    ("STAGE_OUT", BackendState.RUNNING),
+    ("CONFIGURING", BackendState.PENDING),
+    ("POWER_UP_NODE", BackendState.PENDING),
+    ("RESIZING", BackendState.RUNNING),
+    ("REQUEUED", BackendState.PENDING),
+    ("REQUEUE_FED", BackendState.PENDING),
+    ("REQUEUE_HOLD", BackendState.PENDING),
+    ("SPECIAL_EXIT", BackendState.PENDING),
+    ("RESV_DEL_HOLD", BackendState.PENDING),
+    ("STOPPED", BackendState.SUSPENDED),
+    ("REVOKED", BackendState.CANCELLED),
+    ("LAUNCH_FAILED", BackendState.FAILED),
+    ("RECONFIG_FAIL", BackendState.FAILED),
+    ("SIGNALING", BackendState.RUNNING),
+)
+#: Node states/flags under which a node takes no new work (its free capacity is 0).
+_UNUSABLE_NODE = frozenset({
+    "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "UNKNOWN",
+    "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "MAINTENANCE",
+    "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID", "INVALID_REG",
+})
+
+
+def backend_state(names: Iterable[str]) -> BackendState:
+    """The bridge state for Slurm's state names (base state and flags, any order)."""
+    found = {n.upper() for n in names}
+    for flag, state in _FLAG_STATES:
+        if flag in found:
+            return state
+    for name in found:
+        if name in _BASE_STATES:
+            return _BASE_STATES[name]
+    return BackendState.UNKNOWN
+
+
+def _text(raw: Any) -> str:
+    return raw if isinstance(raw, str) else ""
+
+
+def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | None:
+    """A :class:`BackendJob` for one Slurm job record, or None if the bridge did not
+    submit it (its comment lacks the ``hpc-bridge:`` prefix)."""
+    comment = _text(raw.get("comment"))
+    # The user's own --comment follows the key after a space.
+    job_uid = comment[len(COMMENT_PREFIX):].partition(" ")[0]
+    if not comment.startswith(COMMENT_PREFIX) or not job_uid:
+        return None
+    job_id = dialect.number(raw.get("job_id"))
+    if job_id is None:
+        return None
+    names = dialect.states(raw.get("job_state"))
+    state = backend_state(names)
+    completing = "COMPLETING" in names
+    ended = state.finished or completing
+
+    start = dialect.number(raw.get("start_time"))
+    end = dialect.number(raw.get("end_time"))
+    exit_code, signal = (dialect.exit_status(raw.get("exit_code")) if state.finished
+                         else (None, None))
+    try:
+        nodes = tuple(hostlist.expand(_text(raw.get("nodes"))))
+    except hostlist.HostlistError as exc:
+        log.warning("job %s: %s", job_id, exc)
+        nodes = ()
+
+    array_job = dialect.number(raw.get("array_job_id")) or None
+    array_task = dialect.number(raw.get("array_task_id"))
+    default_out = "slurm-%A_%a.out" if array_job else DEFAULT_OUTPUT
+    out_pattern = _text(raw.get("standard_output")) or default_out
+    err_pattern = _text(raw.get("standard_error")) or out_pattern
+    chdir = _text(raw.get("current_working_directory")) or "/"
+
+    def resolve(pattern: str) -> str:
+        return expand_output_pattern(
+            pattern, job_id, _text(raw.get("name")), _text(raw.get("user_name")), chdir,
+            array_job_id=array_job, array_task_id=array_task,
+            node=_text(raw.get("batch_host")) or None,
+        )
+
+    stdout, stderr = resolve(out_pattern), resolve(err_pattern)
+    reason = _text(raw.get("state_reason"))
+    description = _text(raw.get("state_description"))
+    detail: str | None = None
+    owner_uid = dialect.number(raw.get("user_id"))
+    if state is BackendState.FAILED and reason == LAUNCH_FAILURE and (signal or 0) >= 32:
+        # Not a signal the script got (a script killed by SIGKILL also reads
+        # JobLaunchFailure, with signal 9) but slurmd's error code: say which output
+        # file could not be opened instead of "killed by signal 53".
+        exit_code, signal = None, None
+        detail = _launch_detail(job_id, (stdout, stderr), owner_uid)
+    if description:
+        reason = f"{reason}: {description}" if reason and reason != "None" else description
+    return BackendJob(
+        backend_id=str(job_id),
+        job_uid=job_uid,
+        state=state,
+        native_state="+".join(names) or "UNKNOWN",
+        exit_code=exit_code,
+        signal=signal,
+        reason=reason if reason and reason != "None" else None,
+        nodes=nodes,
+        start_time=float(start) if start and state is not BackendState.PENDING else None,
+        end_time=float(end) if end and ended else None,
+        stdout_path=stdout,
+        stderr_path=stderr,
+        queue=str(raw.get("partition") or "") or None,
+        owner_uid=owner_uid,
+        detail=detail,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch_detail(job_id: object, paths: tuple[str, str], owner_uid: int | None) -> str:
+    """:func:`launch_failure_detail`, once per failed job: a finished job stays in every
+    listing for MinJobAge, and the explanation walks directories and the user database
+    (on the event loop) that need not be walked at every poll."""
+    return launch_failure_detail(paths, owner_uid)
+
+
+def _split_gres(text: str) -> list[str]:
+    """``gpu:a100:2(S:0-1),mps:100`` -> items (commas inside parentheses kept)."""
+    items, depth, current = [], 0, ""
+    for c in text:
+        depth += (c == "(") - (c == ")")
+        if c == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += c
+    items.append(current)
+    return [i.strip() for i in items if i.strip()]
+
+
+def gpu_count(gres: str) -> int:
+    """The number of GPUs in a gres string (``gpu:2``, ``gpu:a100:4(S:0-1)``)."""
+    total = 0
+    for item in _split_gres(gres):
+        parts = re.sub(r"\(.*\)$", "", item).split(":")
+        if parts[0] != "gpu":
+            continue
+        count = parts[-1] if len(parts) > 1 else "1"
+        m = re.match(r"^(\d+)", count)
+        total += int(m.group(1)) if m else 1
+    return total
+
+
+def node_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> NodeInfo:
+    """A :class:`NodeInfo` for one Slurm node record (slurmrestd ``/nodes``, ``sinfo --json``).
+
+    ``state`` is Slurm's, upper case, flags joined by ``+`` (``IDLE+DRAIN``). A node
+    that cannot take work (down, drained, not responding …) has no free capacity.
+    """
+    states = list(dialect.states(raw.get("state")))
+    flags = raw.get("state_flags")
+    if isinstance(flags, list):
+        states += [str(f).upper() for f in flags if str(f).upper() not in states]
+    cpus = dialect.number(raw.get("cpus")) or 0
+    alloc_cpus = dialect.number(raw.get("alloc_cpus")) or 0
+    memory = dialect.number(raw.get("real_memory")) or 0
+    alloc_memory = dialect.number(raw.get("alloc_memory")) or 0
+    gpus = gpu_count(_text(raw.get("gres")))
+    used_gpus = gpu_count(_text(raw.get("gres_used")))
+    usable = not (set(states) & _UNUSABLE_NODE)
+    partitions = raw.get("partitions")
+    features = raw.get("active_features") or raw.get("features")
+    return NodeInfo(
+        name=_text(raw.get("name")),
+        state="+".join(states) or "UNKNOWN",
+        cpus=cpus,
+        free_cpus=max(cpus - alloc_cpus, 0) if usable else 0,
+        memory_mb=memory,
+        free_memory_mb=max(memory - alloc_memory, 0) if usable else 0,
+        gpus=gpus,
+        free_gpus=max(gpus - used_gpus, 0) if usable else 0,
+        partitions=tuple(str(p) for p in partitions) if isinstance(partitions, list) else (),
+        features=dialect.features(features),
+    )
+
+
+def _prefer(a: BackendJob, b: BackendJob) -> BackendJob:
+    """Of two Slurm jobs with one uid: the unfinished one, else the newest."""
+    if a.state.finished != b.state.finished:
+        return b if a.state.finished else a
+    return a if int(a.backend_id) > int(b.backend_id) else b
+
+
+
+def convert_listing(raw_jobs: list[Any], dialect: Dialect
+                     ) -> tuple[list[BackendJob], dict[str, int]]:
+    """The bridge's jobs in a Slurm listing (see :meth:`SlurmBackend._bridge_jobs`) and
+    every listed job's owner uid by Slurm id. Pure: safe in a worker thread."""
+    by_key: dict[tuple[str, int | None], BackendJob] = {}
+    owners: dict[str, int] = {}
+    for raw in raw_jobs:
+        if not isinstance(raw, dict):
+            continue
+        job = job_from_slurm(raw, dialect)
+        if job is None:
+            continue
+        if job.owner_uid is not None:
+            owners[job.backend_id] = job.owner_uid
+        key = (job.job_uid, job.owner_uid)
+        seen = by_key.get(key)
+        by_key[key] = job if seen is None else _prefer(seen, job)
+    return list(by_key.values()), owners
+

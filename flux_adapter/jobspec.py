@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.backend import BackendRejected, SubmitRequest
+from bridge.jobid import identity_env, pin_job_id
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.scheduling import SchedulingOptions
 from flux_adapter.resources import placement_constraint
@@ -106,7 +107,7 @@ OPTION_MAP: Mapping[str, str] = {
     "ntasks_per_node": "slot size and per-resource task count",
     "cpus_per_task": "cores per task in the node's slot",
     "gpus_per_node": "gpu vertex of the node's slot",
-    "output": "shell option output.stdout.path (%j %x %u %% translated)",
+    "output": "shell option output.stdout.path (%j %J %A: the bridge id; %x %u %% translated)",
     "error": "shell option output.stderr.path",
     "chdir": "attributes.system.cwd",
     "exclusive": "node vertex exclusive: true",
@@ -387,8 +388,10 @@ def output_template(pattern: str, *, job_name: str, user: str) -> str:
 
     ``%j`` -> ``{{id.dec}}``, ``%x`` -> the job name, ``%u`` -> the user name, ``%%`` ->
     ``%``. Other patterns (``%N %n %t %s %A %a %J``, zero padding) name nodes, tasks,
-    steps or arrays, for which Flux writes no separate file: refused. So is a literal
-    ``{{...}}`` (the job shell would expand it).
+    steps or arrays, for which Flux writes no separate file: refused. (The back end
+    pins ``%j``, ``%J`` and ``%A`` to the bridge's id first:
+    :func:`bridge.jobid.pin_job_id`.) So is a literal ``{{...}}`` (the job shell would
+    expand it).
     """
     if _TEMPLATE.search(pattern):
         raise _refuse(f"output path {pattern!r} contains '{{{{...}}}}'; write Slurm "
@@ -405,7 +408,7 @@ def output_template(pattern: str, *, job_name: str, user: str) -> str:
         if code == "u":
             return user
         raise _refuse(f"output pattern %{code} in {pattern!r}: Flux has no equivalent "
-                      f"(it writes one output file per job; %j, %x, %u and %% translate)")
+                      f"(it writes one output file per job; %j, %J, %A, %x, %u and %% translate)")
 
     out = _PATTERN.sub(sub, pattern)
     # Only the {{id.dec}} inserted here may reach the shell as a template.
@@ -454,13 +457,14 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
     display = _display_name(request)
     cwd = o.chdir or default_cwd
     _check_templates([cwd], "--chdir")
-    stdout = output_template(o.output or DEFAULT_OUTPUT, job_name=display,
-                             user=request.owner.user)
+    stdout = output_template(pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id),
+                             job_name=display, user=request.owner.user)
     shell_options: dict[str, Any] = {"output": {"stdout": {"type": "file", "path": stdout}}}
     if o.error:
         shell_options["output"]["stderr"] = {
             "type": "file",
-            "path": output_template(o.error, job_name=display, user=request.owner.user)}
+            "path": output_template(pin_job_id(o.error, request.job_id), job_name=display,
+                                    user=request.owner.user)}
     if layout.tasks_per_node > 1:
         shell_options["per-resource"] = {"type": "node", "count": layout.tasks_per_node}
     if cmd.nested:
@@ -477,7 +481,8 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
     system: dict[str, Any] = {
         "duration": seconds,
         "cwd": cwd,
-        "environment": job_environment(plan, flux_command=flux_command),
+        "environment": {**job_environment(plan, flux_command=flux_command),
+                        **identity_env(request.job_id, request.job_uid)},
         "job": {"name": flux_job_name(request)},
         "shell": {"options": shell_options},
     }

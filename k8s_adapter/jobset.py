@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendJob, BackendRejected, BackendState, SubmitRequest
+from bridge.jobid import identity_env
 from bridge.runtimes import Framework, MpiImplementation
 from bridge.shape import GPU_RESOURCE
 from k8s_adapter import sshauth
@@ -173,8 +174,8 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
     procs = request.job_shape.ranks_per_node
     env: list[dict[str, Any]] = _env({
         "JOBSET_NAME": name, "JOBSET_NNODES": str(nodes),
-        "JOBSET_NPROC_PER_NODE": str(procs or 1), "HPC_BRIDGE_JOB_ID": str(request.job_id),
-        "HPC_BRIDGE_JOB_UID": request.job_uid,
+        "JOBSET_NPROC_PER_NODE": str(procs or 1),
+        **identity_env(request.job_id, request.job_uid),
     })
     fw = plan.framework
     if fw is Framework.TORCH:

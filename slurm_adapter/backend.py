@@ -184,7 +184,7 @@ class SlurmBackend:
         spec = job_spec(request, default_chdir=request.owner.home(),
                         default_partition=self.default_partition)
         script = render_script(request, self.mpi_launch)
-        env = job_environment(request.plan)
+        env = job_environment(request)
         # What a login shell gives the owner, unless the plan says otherwise: Open MPI 5+
         # refuses to start without HOME ("Unable to get the user home directory").
         for key, value in (("HOME", request.owner.home()), ("USER", request.owner.user),

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import SubmitRequest
+from bridge.jobid import identity_env, pin_job_id
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.slurm_options import PASSED, sbatch_flags
 from mpi_launch.plan import launch_invocation
@@ -129,9 +130,10 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
     per node, time limit: the job's shape (:mod:`bridge.shape`: an explicit option,
     else ``resourcesPerNode``; ``--cpus-per-task=1``, Slurm's default, is not spelled).
     Working directory: ``options.chdir``, else ``default_chdir``. Output:
-    ``options.output``, else ``slurm-%j.out`` (as sbatch). Node list: ``options.nodelist``,
-    else the hosts of ``request.placement`` (the engine pins them in placement mode
-    ``nodelist``), compressed (``node[1-2]``).
+    ``options.output``, else ``slurm-%j.out`` (as sbatch), and ``options.error``, with
+    the bridge's id for ``%j``/``%J``/``%A`` (:func:`bridge.jobid.pin_job_id`). Node
+    list: ``options.nodelist``, else the hosts of ``request.placement`` (the engine
+    pins them in placement mode ``nodelist``), compressed (``node[1-2]``).
     """
     o = request.options
     shape = request.job_shape
@@ -141,8 +143,8 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         comment=COMMENT_PREFIX + request.job_uid + (f" {o.comment}" if o.comment else ""),
         nodes=shape.nodes,
         chdir=o.chdir or default_chdir,
-        output=o.output or DEFAULT_OUTPUT,
-        error=o.error,
+        output=pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id),
+        error=pin_job_id(o.error, request.job_id) if o.error else None,
         partition=o.partition or default_partition,
         account=o.account,
         qos=o.qos,
@@ -172,12 +174,14 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
     )
 
 
-def job_environment(plan: LaunchPlan) -> dict[str, str]:
-    """The job's environment: exactly the plan's, plus ``PATH`` when the plan sets
-    none (a container image would supply one; without it ``srun`` cannot find the
-    program, and slurmrestd refuses an empty environment)."""
-    env = dict(plan.env)
+def job_environment(request: SubmitRequest) -> dict[str, str]:
+    """The job's environment: the plan's, plus ``PATH`` when the plan sets none (a
+    container image would supply one; without it ``srun`` cannot find the program, and
+    slurmrestd refuses an empty environment), and the bridge's id and uid
+    (:func:`bridge.jobid.identity_env`), which the plan cannot override."""
+    env = dict(request.plan.env)
     env.setdefault("PATH", DEFAULT_PATH)
+    env.update(identity_env(request.job_id, request.job_uid))
     return env
 
 

@@ -103,6 +103,20 @@ def test_jobs_run_as_their_owners(flux_daemon: Daemon, outdir: Path) -> None:
         assert denied.returncode != 0, denied.stdout
 
 
+def test_one_id_in_output_names_and_environment(flux_daemon: Daemon, outdir: Path) -> None:
+    """The id tbatch prints is the one in the file name (%j, padded %5J) and in
+    HPC_BRIDGE_JOB_ID; Flux's own id is only the back end's (tshow BackendJobId=)."""
+    job_id = tbatch(flux_daemon, "alice", "-o", "one-%j.%5J.out", "--wrap",
+                    "echo id=$HPC_BRIDGE_JOB_ID", cwd=outdir)
+    done, out = finished(flux_daemon, job_id)
+    assert done["state"] == "Succeeded", (done, out)
+    path = outdir / f"one-{job_id}.{job_id:05d}.out"
+    assert path.read_text() == f"id={job_id}\n" == out
+    assert done["backendId"] != str(job_id)
+    show = flux_daemon.cli("alice", "tshow", str(job_id)).stdout
+    assert f"BackendJobId={done['backendId']}" in show and f"StdOut={path}" in show, show
+
+
 def test_exit_code_and_cancel(flux_daemon: Daemon, outdir: Path,
                               flux_bed: dict[str, str]) -> None:
     failing = tbatch(flux_daemon, "bob", "--wrap", "echo about to fail; exit 3", cwd=outdir)

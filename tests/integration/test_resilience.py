@@ -62,9 +62,10 @@ def test_sigkill_mid_burst_of_50_makes_no_duplicate(daemon: Daemon, outdir: Path
     ours = {u: n for u, n in in_slurm.items() if u in uids}
     assert set(ours) == uids, "every bridge job is known to Slurm"
     assert all(n == 1 for n in ours.values()), {u: n for u, n in ours.items() if n > 1}
-    # Each job's output exists once, from its own Slurm job.
+    # Each job's output exists once (named by the bridge's id), from its own Slurm job.
     for job in done.values():
-        assert Path(outdir / f"q-{job['backendId']}.out").read_text().startswith("job ")
+        text = Path(outdir / f"q-{job['id']}.out").read_text()
+        assert text.startswith(f"job {job['backendId']} "), (job["id"], text)
 
 
 def test_slurmrestd_down_for_30s_every_job_tracked_to_the_end(daemon: Daemon,

@@ -6,6 +6,7 @@ Needs the bed (``bash testbed/slurm.sh up``) and root (jobs are submitted as ali
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import time
 import uuid
@@ -43,6 +44,8 @@ from tests.integration.conftest_slurm import (  # noqa: F401 - registers the fix
 pytestmark = pytest.mark.integration
 
 JOB_TIMEOUT = 180.0
+#: Bridge ids for hand-made requests (output names carry them: bridge/jobid.py).
+_BRIDGE_IDS = itertools.count(1)
 
 
 def make_request(owner: Owner, outdir: Path, *, runtime: str = "plain",
@@ -60,7 +63,7 @@ def make_request(owner: Owner, outdir: Path, *, runtime: str = "plain",
     }))
     opts = SchedulingOptions.model_validate(
         {"chdir": str(outdir), "output": "out-%j.txt", **(options or {})})
-    return SubmitRequest(job_uid=job.uid, job_id=1, job=job,
+    return SubmitRequest(job_uid=job.uid, job_id=next(_BRIDGE_IDS), job=job,
                          plan=RuntimeCatalog().resolve(job), options=opts, owner=owner)
 
 
@@ -84,7 +87,8 @@ def finished(job: BackendJob) -> bool:
 async def test_two_node_job_runs_as_alice(slurm_backend: SlurmBackend, alice: Owner,
                                           alice_dir: Path) -> None:
     req = make_request(alice, alice_dir, runtime="mpi-distributed", nodes=2, procs=1,
-                       command=["bash", "-c", 'echo "$(id -un) $(hostname) $GREETING"'],
+                       command=["bash", "-c",
+                                "echo \"$(id -un) $(hostname) $GREETING $HPC_BRIDGE_JOB_ID\""],
                        env={"GREETING": "hello world"})
     job_id = await slurm_backend.submit(req)
     assert job_id.isdigit()
@@ -96,11 +100,11 @@ async def test_two_node_job_runs_as_alice(slurm_backend: SlurmBackend, alice: Ow
     job = await watch_until(slurm_backend, req.job_uid, finished)
     assert (job.state, job.exit_code, job.signal) == (BackendState.COMPLETED, 0, None)
     assert len(job.nodes) == 2 and job.start_time and job.end_time
-    assert job.stdout_path == str(alice_dir / f"out-{job_id}.txt")
+    assert job.stdout_path == str(alice_dir / f"out-{req.job_id}.txt")
     out = Path(job.stdout_path)
     assert out.stat().st_uid == alice.uid
     lines = sorted(out.read_text().splitlines())
-    assert lines == sorted(f"alice {node} hello world" for node in job.nodes)
+    assert lines == sorted(f"alice {node} hello world {req.job_id}" for node in job.nodes)
     data, offset = await slurm_backend.read_log(job, "stdout", 0)
     assert data == out.read_bytes() and offset == len(data)
 
@@ -113,7 +117,7 @@ async def test_failing_job_reports_its_exit_code(slurm_backend: SlurmBackend, al
     job = await watch_until(slurm_backend, req.job_uid, finished)
     assert (job.state, job.exit_code, job.signal, job.reason) == (
         BackendState.FAILED, 3, None, "NonZeroExitCode")
-    assert job.stderr_path and job.stderr_path.endswith(f"err-{job.backend_id}.txt")
+    assert job.stderr_path and job.stderr_path.endswith(f"err-{req.job_id}.txt")
     assert (await slurm_backend.read_log(job, "stderr", 0))[0] == b"failing\n"
 
 

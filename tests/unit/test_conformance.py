@@ -104,7 +104,7 @@ def slurm_view(req: SubmitRequest) -> dict[str, Any]:
     return {"nodes": spec.nodes, "ranks": ranks,
             "cpus": (spec.cpus_per_task or 1) * (ranks or 1),
             "gpus": spec.gpus_per_node or 0, "memory": spec.mem_per_node_mb,
-            "env": set(job_environment(req.plan)) - {"PATH"},
+            "env": set(job_environment(req)) - {"PATH"},
             "argv": _after_dashes(argv), "mpi": _mpi_of(argv)}
 
 
@@ -193,6 +193,7 @@ def test_three_back_ends_agree(runtime: str, form: str) -> None:
         if name != "flux":  # Flux refuses memory (CANNOT) or has none to set
             assert view["memory"] == shape.mem_per_node_mb, where
         assert set(USER_ENV) <= view["env"], where
+        assert {"HPC_BRIDGE_JOB_ID", "HPC_BRIDGE_JOB_UID"} <= view["env"], where
         assert view["argv"] == USER_ARGV, where
     if shape.framework is Framework.MPI:
         assert views["slurm"]["mpi"] == shape.mpi_flavour, runtime

@@ -344,7 +344,8 @@ def test_environment_is_the_plans_plus_path() -> None:
     js = build(request(trainjob("plain", command=["true"], env={"A": HOSTILE})),
                flux_command="/opt/flux/bin/flux")
     assert js["attributes"]["system"]["environment"] == {
-        "A": HOSTILE, "PATH": "/opt/flux/bin:" + DEFAULT_PATH}
+        "A": HOSTILE, "PATH": "/opt/flux/bin:" + DEFAULT_PATH, "HPC_BRIDGE_JOB_ID": "42",
+        "HPC_BRIDGE_JOB_UID": UID}
     plan = request(trainjob("plain", command=["true"], env={"PATH": "/mine"})).plan
     assert job_environment(plan) == {"PATH": "/mine"}
 
@@ -429,8 +430,16 @@ def test_a_job_name_that_looks_like_a_template_cannot_reach_a_path(pattern: str,
 def test_default_output_is_resolvable() -> None:
     js = build(request(trainjob("plain", command=["true"])))
     info = JobspecInfo.from_jobspec(js)
-    assert info.stdout == "flux-{{id.dec}}.out" and info.stderr is None
-    assert resolve_output(info.stdout, 1234, info.cwd) == "/home/alice/flux-1234.out"
+    assert info.stdout == "flux-42.out" and info.stderr is None  # the bridge's id
+    assert resolve_output(info.stdout, 1234, info.cwd) == "/home/alice/flux-42.out"
+
+
+def test_job_id_patterns_name_the_bridge_id() -> None:
+    """%j, %J and %A (padded too, which Flux could not express) are the bridge's id."""
+    js = build(request(trainjob("plain", command=["true"]),
+                       SchedulingOptions(output="o-%j.%5J.%A.%x", error="e-%%j-%j")))
+    info = JobspecInfo.from_jobspec(js)
+    assert (info.stdout, info.stderr) == ("o-42.00042.42.train", "e-%j-42")
 
 
 # --------------------------------------------------------------------------- refusals

@@ -189,7 +189,7 @@ def test_hostile_flags_and_rest_body() -> None:
     spec = job_spec(req, default_chdir="/home/alice")
     golden("hostile_plain.sbatch", "\n".join(sbatch_args(spec)) + "\n")
     golden_json("hostile_plain.v0.0.38.json",
-                rest_job(spec, job_environment(req.plan), V0_0_38))
+                rest_job(spec, job_environment(req), V0_0_38))
 
 
 def test_torch_flags_and_rest_bodies() -> None:
@@ -197,7 +197,7 @@ def test_torch_flags_and_rest_bodies() -> None:
     spec = job_spec(req, default_chdir="/home/alice", default_partition="debug")
     assert spec.partition == "gpu"  # the job's own choice wins over the default
     golden("torch.sbatch", "\n".join(sbatch_args(spec)) + "\n")
-    env = job_environment(req.plan)
+    env = job_environment(req)
     golden_json("torch.v0.0.38.json", V0_0_38.submit_body(render_script(req),
                                                           rest_job(spec, env, V0_0_38)))
     golden_json("torch.v0.0.41.json", V0_0_41.submit_body(render_script(req),
@@ -229,7 +229,7 @@ def test_defaults() -> None:
         f"--comment=hpc-bridge:{UID}",
         "--nodes=1",
         "--chdir=/home/alice",
-        "--output=slurm-%j.out",
+        "--output=slurm-42.out",  # the bridge's id (bridge/jobid.py), not Slurm's
         "--partition=debug",
     ]
 
@@ -243,12 +243,15 @@ def test_plain_jobs_get_no_tasks_per_node_from_the_runtime_default() -> None:
                     default_chdir="/").ntasks_per_node is None
 
 
-def test_environment_is_the_plan_plus_a_default_path() -> None:
+def test_environment_is_the_plan_plus_a_default_path_and_the_bridge_id() -> None:
     job = trainjob("plain", command=["true"], env={"A": "1"})
-    assert job_environment(RuntimeCatalog().resolve(job)) == {
-        "A": "1", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    ids = {"HPC_BRIDGE_JOB_ID": "42", "HPC_BRIDGE_JOB_UID": UID}
+    assert job_environment(request(job)) == {
+        "A": "1", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **ids}
     own = trainjob("plain", command=["true"], env={"PATH": "/opt/bin"})
-    assert job_environment(RuntimeCatalog().resolve(own)) == {"PATH": "/opt/bin"}
+    assert job_environment(request(own)) == {"PATH": "/opt/bin", **ids}
+    forged = trainjob("plain", command=["true"], env={"HPC_BRIDGE_JOB_ID": "1"})
+    assert job_environment(request(forged))["HPC_BRIDGE_JOB_ID"] == "42"
 
 
 # --- output patterns -------------------------------------------------------------------------
@@ -366,7 +369,7 @@ def test_resources_per_node_reach_sbatch_and_rest() -> None:
     assert "--gpus-per-node=4" in args
     assert "--mem=8192" in args
     assert "--cpus-per-task=4" in args  # 16 CPUs over 4 ranks per node
-    body = rest_job(spec, job_environment(request(job).plan), V0_0_41)
+    body = rest_job(spec, job_environment(request(job)), V0_0_41)
     assert body["tres_per_node"] == "gres/gpu:4"
     assert body["memory_per_node"] == {"set": True, "infinite": False, "number": 8192}
     assert body["cpus_per_task"] == 4

@@ -3,6 +3,7 @@
 ::
 
     tqueue [-u USERS] [--me] [-t STATES] [-j JOBS] [-h] [--json] [-M CLUSTERS|all]
+           [-o FORMAT | -O FIELDS]
 
 Prints squeue's default table (:func:`format_queue`: ``JOBID PARTITION NAME USER ST
 TIME NODES NODELIST(REASON)``), a page at a time as the daemon sends them (oldest
@@ -10,7 +11,9 @@ first). ``-u/--user`` and ``--me`` keep those users' jobs, ``-t/--states`` those
 states (compact codes, Slurm's long names or the bridge's; ``all``; an unknown word is
 an error naming it), ``-j/--jobs`` those ids, TrainJob names or uids (then in any
 state, like ``squeue -j``), ``-M/--clusters`` those back ends' jobs with a first
-CLUSTER column (the back end's name). ``-h/--noheader`` drops the header line;
+CLUSTER column (the back end's name). ``-o/--format`` and ``-O/--Format`` choose the
+columns as squeue's do (:mod:`bridge.cli.queue_format`; ``-O BackendJobId`` is the back
+end's own id beside the bridge's). ``-h/--noheader`` drops the header line;
 ``--json`` prints ``{"items": [...]}`` instead. Errors and exit statuses as every
 command (:mod:`bridge.cli.common`). Values from the daemon are shown with control
 characters escaped.
@@ -25,24 +28,20 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from bridge.cli.common import ArgumentParser, UserError, clean, connect, nodelist, parse_time, run
+from bridge.cli.common import ArgumentParser, UserError, connect, run
+from bridge.cli.queue_format import (
+    COMPACT_STATES,
+    DEFAULT_FORMAT,
+    NAMES,
+    Column,
+    parse_fields,
+    parse_format,
+    render,
+)
 from bridge.client import JobView
-from bridge.slurmtime import format_seconds
 
 __all__ = ["COMPACT_STATES", "format_queue", "tqueue_main"]
 
-#: squeue's compact state codes for the bridge's job states.
-COMPACT_STATES = {
-    "Pending": "PD",
-    "Submitted": "PD",
-    "Running": "R",
-    "Suspended": "S",
-    "Succeeded": "CD",
-    "Failed": "F",
-    "Cancelled": "CA",
-}
-_NOT_STARTED = frozenset({"Pending", "Submitted", "Suspended"})
-#: ``-t`` words (compact codes, Slurm's long names, the bridge's names) -> bridge states.
 _STATE_WORDS: dict[str, tuple[str, ...]] = {
     "PD": ("Pending", "Submitted"),
     "PENDING": ("Pending", "Submitted"),
@@ -60,80 +59,21 @@ _STATE_WORDS: dict[str, tuple[str, ...]] = {
     "CANCELLED": ("Cancelled",),
 }
 
-
-def _elapsed(job: JobView, now: datetime) -> str:
-    start = parse_time(job.get("startTime"))
-    if start is None:
-        return format_seconds(0)
-    end = parse_time(job.get("endTime")) or now
-    return format_seconds(max(0, int((end - start).total_seconds())))
-
-
-def _nodes_or_reason(job: JobView) -> str:
-    state = job.get("state") or ""
-    reason = job.get("reason")
-    nodes = nodelist(job.get("nodes"))
-    if state in _NOT_STARTED:
-        return f"({reason or 'None'})"
-    if not nodes and reason:
-        return f"({reason})"
-    return nodes
-
-
-def _compact(state: str | None) -> str:
-    return COMPACT_STATES.get(state or "", (state or "?")[:2].upper())
-
-
-def _cell(value: object, width: int) -> str:
-    """squeue's ``%.Nx``: right-justified, cut to ``width``."""
-    return clean(value)[:width].rjust(width)
-
-
-_QUEUE_COLUMNS = (
-    (18, "JOBID"),
-    (9, "PARTITION"),
-    (8, "NAME"),
-    (8, "USER"),
-    (2, "ST"),
-    (10, "TIME"),
-    (6, "NODES"),
-)
-
-
-_CLUSTER_WIDTH = 12
+#: ``-M``'s first column: the job's back end, as ``squeue -M`` shows its cluster.
+_CLUSTER_COLUMN = Column(NAMES["cluster"], " ", 12, right=True)
 
 
 def format_queue(
     jobs: Sequence[JobView], *, header: bool = True, now: datetime | None = None,
-    cluster: bool = False,
+    cluster: bool = False, columns: Sequence[Column] | None = None,
 ) -> str:
-    """The squeue-like table (``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R``); with
-    ``cluster``, a first CLUSTER column (the job's back end), as ``squeue -M``."""
-    now = now or datetime.now(UTC)
-    lines = []
-
-    def prefix(value: object) -> str:
-        return _cell(value, _CLUSTER_WIDTH) + " " if cluster else ""
-
-    if header:
-        lines.append(prefix("CLUSTER")
-                     + " ".join(title.rjust(w) for w, title in _QUEUE_COLUMNS)
-                     + " NODELIST(REASON)")
-    for job in jobs:
-        nodes = job.get("nodes") or []
-        row = (
-            job.get("id"),
-            job.get("partition") or "",
-            job.get("jobName") or job.get("name"),
-            job.get("user"),
-            _compact(job.get("state")),
-            _elapsed(job, now),
-            len(nodes) if nodes else job.get("numNodes", 1),
-        )
-        cells = [_cell(v, w) for (w, _), v in zip(_QUEUE_COLUMNS, row, strict=True)]
-        lines.append(prefix(job.get("backend") or "") + " ".join(cells) + " "
-                     + clean(_nodes_or_reason(job)))
-    return "\n".join(lines) + ("\n" if lines else "")
+    """The squeue-like table: ``columns`` (:mod:`bridge.cli.queue_format`), by default
+    squeue's (``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R``); with ``cluster``, a first
+    CLUSTER column (the job's back end), as ``squeue -M``."""
+    cols = list(columns if columns is not None else parse_format(DEFAULT_FORMAT))
+    if cluster:
+        cols.insert(0, _CLUSTER_COLUMN)
+    return render(cols, jobs, header=header, now=now or datetime.now(UTC))
 
 
 def _states(words: str) -> tuple[list[str], bool]:
@@ -171,8 +111,15 @@ def _tqueue(argv: list[str]) -> int:
     parser.add_argument("-M", "--clusters",
                         help="only these back ends' jobs (comma-separated, or all), "
                              "with a CLUSTER column")
+    parser.add_argument("-o", "--format", help='squeue\'s format, e.g. "%%.18i %%.8j %%T"')
+    parser.add_argument("-O", "--Format", dest="fields",
+                        help="fields by name, e.g. JobID,Name:30,BackendJobId")
     parser.add_argument("--help", action="help", help="show this help")
     args = parser.parse_args(argv)
+    if args.format is not None and args.fields is not None:
+        raise UserError("-o/--format and -O/--Format cannot be used together")
+    columns = (parse_format(args.format) if args.format is not None
+               else parse_fields(args.fields) if args.fields is not None else None)
     clusters = {c for c in (args.clusters or "").split(",") if c}
     users = [u for u in (args.user or "").split(",") if u]
     if args.me:
@@ -201,7 +148,8 @@ def _tqueue(argv: list[str]) -> int:
             if args.json:
                 collected += jobs
             elif jobs or header:
-                sys.stdout.write(format_queue(jobs, header=header, cluster=bool(clusters)))
+                sys.stdout.write(format_queue(jobs, header=header, cluster=bool(clusters),
+                                              columns=columns))
                 header = False
     if args.json:
         print(json.dumps({"items": collected}, indent=2, ensure_ascii=False))

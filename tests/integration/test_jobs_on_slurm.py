@@ -39,7 +39,7 @@ TWO_NODE_SCRIPT = """#!/bin/bash
 #SBATCH --time=00:05:00
 #SBATCH --output=%x-%j.out
 srun hostname | sort
-echo "user=$(id -un) nodes=$SLURM_JOB_NUM_NODES args=$*"
+echo "user=$(id -un) nodes=$SLURM_JOB_NUM_NODES id=$HPC_BRIDGE_JOB_ID args=$*"
 """
 
 
@@ -70,8 +70,9 @@ def test_two_node_job_runs_as_alice_with_output(
     assert log.returncode == 0, log.stderr
     lines = log.stdout.splitlines()
     assert lines[:2] == sorted(done["nodes"])
-    assert lines[2] == "user=alice nodes=2 args=one two words"
-    out = outdir / f"hello-two-{done['backendId']}.out"
+    assert lines[2] == f"user=alice nodes=2 id={job_id} args=one two words"
+    # One id (bridge/jobid.py): %j in the file name is the id tbatch printed.
+    out = outdir / f"hello-two-{job_id}.out"
     assert out.exists() and out.stat().st_uid == _uid("alice")
     # tqueue shows finished jobs with -t all, tshow the full record.
     q = d.cli("alice", "tqueue", "-t", "all", cwd=outdir)
@@ -79,6 +80,11 @@ def test_two_node_job_runs_as_alice_with_output(
     assert re.search(row, q.stdout, re.M), q.stdout
     show = d.cli("alice", "tshow", str(job_id))
     assert "JobState=Succeeded" in show.stdout and "UserId=alice" in show.stdout, show.stdout
+    assert f"BackendJobId={done['backendId']}" in show.stdout, show.stdout
+    ids = d.cli("alice", "tqueue", "-h", "-j", str(job_id), "-o", "%i %T", "-O", "JobID")
+    assert ids.returncode == 1 and "together" in ids.stderr, ids
+    ids = d.cli("alice", "tqueue", "-h", "-j", str(job_id), "-O", "JobID:12,BackendJobId:12")
+    assert ids.stdout.split() == [str(job_id), done["backendId"]], ids
 
 
 def _uid(user: str) -> int:

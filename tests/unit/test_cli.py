@@ -626,7 +626,7 @@ def test_importing_the_package_loads_no_command() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == "['bridge.cli.common', 'bridge.cli.tqueue']"
+    assert out.strip() == "['bridge.cli.common', 'bridge.cli.queue_format', 'bridge.cli.tqueue']"
 
 
 def test_the_console_scripts_name_the_command_modules() -> None:

@@ -54,6 +54,7 @@ from bridge.backend import (
     Suspendable,
 )
 from bridge.backoff import backoff_delay
+from bridge.engine_dependency import DependencyGate, check_dependency_ids
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
 from bridge.engine_status import StatusTracker
@@ -101,6 +102,7 @@ class Engine:
         #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
         self._suspend_sent: dict[int, bool] = {}
         self._status = StatusTracker(store, settings, forget=self._forget)
+        self._dependencies = DependencyGate(store)
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
@@ -156,6 +158,7 @@ class Engine:
             prepared = self.prepare(job, owner, origin)
         backend = prepared.backend
         self._check_capacity(backend, prepared.num_nodes, prepared.partition)
+        check_dependency_ids(self.store, prepared.summary)
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
@@ -283,6 +286,7 @@ class Engine:
     async def reconcile_once(self) -> None:
         """One pass: submit what is due, send cancels that are asked for."""
         now = time.time()
+        self._dependencies.wake(now)
         # Only what is due, and only what has a cancel to send: a pass costs what
         # changed, not every job the daemon tracks.
         pending = self.store.list_jobs([JobState.PENDING], due_by=now)
@@ -291,6 +295,7 @@ class Engine:
         for rec in [r for r in due if r.cancel_requested and r.attempts == 0]:
             self.store.transition(rec.id, JobState.CANCELLED, "Cancelled", "cancelled")
         due = [r for r in due if not (r.cancel_requested and r.attempts == 0)]
+        due = self._dependencies.split(due, now)  # held until their --dependency is met
         by_backend: dict[str, list[JobRecord]] = {}
         for rec in due:
             # A submit that may still be in flight (daemon killed mid-call): wait it out.

@@ -25,18 +25,23 @@ __all__ = ["add_shape_column", "add_summary_column", "job_summary"]
 def job_summary(job: TrainJob) -> dict[str, Any]:
     """What a listing shows of a job's document (``jobs.summary``): ``jobName``,
     ``partition``, ``timeLimitMinutes`` (from its scheduling options, None when they are
-    invalid), ``runtime``, ``numNodes`` (1 when not given) and ``suspend``."""
+    invalid), ``runtime``, ``numNodes`` (1 when not given) and ``suspend``; with a
+    ``--dependency``, ``dependency`` and ``killOnInvalidDep`` too."""
     try:
         options = scheduling_of(job)
         job_name, partition, limit = (options.job_name, options.partition,
                                       options.time_limit_minutes)
+        dependency, kill = options.dependency, options.kill_on_invalid_dep
     except ValidationError:
-        job_name, partition, limit = None, None, None
+        job_name, partition, limit, dependency, kill = None, None, None, None, None
     trainer = job.spec.trainer
-    return {"jobName": job_name, "partition": partition, "timeLimitMinutes": limit,
-            "runtime": job.spec.runtime_ref.name,
-            "numNodes": trainer.num_nodes if trainer and trainer.num_nodes else 1,
-            "suspend": bool(job.spec.suspend)}
+    summary = {"jobName": job_name, "partition": partition, "timeLimitMinutes": limit,
+               "runtime": job.spec.runtime_ref.name,
+               "numNodes": trainer.num_nodes if trainer and trainer.num_nodes else 1,
+               "suspend": bool(job.spec.suspend)}
+    if dependency:  # only then: the engine's pass reads it without decoding documents
+        summary.update(dependency=dependency, killOnInvalidDep=bool(kill))
+    return summary
 
 
 def add_summary_column(conn: sqlite3.Connection) -> None:

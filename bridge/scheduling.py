@@ -20,6 +20,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from bridge.batchscript import is_utf8
+from bridge.dependency import parse as parse_dependency
 from bridge.hostlist import HostlistError, expand
 from bridge.model import (
     ANN_BATCH_SCRIPT,
@@ -94,6 +95,11 @@ class SchedulingOptions(BaseModel):
     mem_per_gpu_mb: int | None = Field(default=None, ge=1)
     #: ``--nodes=MIN-MAX``: the most nodes (the least is ``spec.trainer.numNodes``).
     max_nodes: int | None = Field(default=None, ge=1)
+    #: ``--dependency`` in its normal form (bridge/dependency.py); the bridge holds the job
+    #: until it is met, on every back end.
+    dependency: str | None = None
+    #: ``--kill-on-invalid-dep``: end the job when its dependency can never be met.
+    kill_on_invalid_dep: bool | None = None
 
     @field_validator(*_PASSED_TEXT)
     @classmethod
@@ -132,6 +138,16 @@ class SchedulingOptions(BaseModel):
             except HostlistError as exc:
                 raise ValueError(exc.reason) from None
         return v
+
+    @field_validator("dependency")
+    @classmethod
+    def _dependency(cls, v: str | None) -> str | None:
+        """sbatch's syntax (bridge/dependency.py), kept in its normal form."""
+        if v is None:
+            return None
+        if len(v) > 4096:
+            raise ValueError("longer than 4096 characters")
+        return parse_dependency(v).text()
 
     @field_validator("output", "error", "chdir")
     @classmethod

@@ -110,6 +110,8 @@ OPTION_MAP: Mapping[str, str] = {
     "output": "shell option output.stdout.path (%j %J %A: the bridge id; %x %u %% translated)",
     "error": "shell option output.stderr.path",
     "chdir": "attributes.system.cwd",
+    "dependency": "held by the bridge until met (bridge/engine_dependency.py)",
+    "kill_on_invalid_dep": "held by the bridge until met (bridge/engine_dependency.py)",
     "exclusive": "node vertex exclusive: true",
     "nodelist": "RFC 31 constraint hostlist (Flux allocates only from these hosts)",
     "exclude": "RFC 31 constraint not hostlist",

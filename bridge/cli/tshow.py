@@ -106,6 +106,8 @@ def format_show(job: JobView) -> str:
             ]
         ),
         _pairs([("Backend", job.get("backend")), ("BackendJobId", job.get("backendId"))]),
+        _pairs([("Dependency", sched.get("dependency")),
+                ("KillOInvalidDependent", "Yes" if sched.get("kill_on_invalid_dep") else "No")]),
         _pairs(
             [
                 ("Runtime", job.get("runtime")),

@@ -203,6 +203,22 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="node features required",
     ),
     OptionSpec(
+        "dependency",
+        "dependency",
+        values.dependency,
+        short="d",
+        metavar="TYPE:ID[:ID][,TYPE:ID...]",
+        help="start after other bridge jobs: after, afterany, afterok, afternotok, "
+             "aftercorr, singleton (',' all, '?' any)",
+    ),
+    OptionSpec(
+        "kill-on-invalid-dep",
+        "kill_on_invalid_dep",
+        values.yes_no("kill_on_invalid_dep"),
+        metavar="yes|no",
+        help="end the job if its dependency can never be met",
+    ),
+    OptionSpec(
         "parsable", "parsable", values.flag("parsable"), arg="none", help="print only the job id"
     ),
     OptionSpec(
@@ -304,7 +320,6 @@ _SBATCH_ONLY_LONG = frozenset(
         "cores-per-socket",
         "cpu-freq",
         "delay-boot",
-        "dependency",
         "export-file",
         "extra",
         "extra-node-info",
@@ -318,7 +333,6 @@ _SBATCH_ONLY_LONG = frozenset(
         "ignore-pbs",
         "immediate",
         "input",
-        "kill-on-invalid-dep",
         "mcs-label",
         "mem-bind",
         "mincpus",
@@ -359,7 +373,6 @@ _SBATCH_ONLY_LONG = frozenset(
 _SBATCH_ONLY_SHORT: dict[str, str] = {
     "a": "array",
     "B": "extra-node-info",
-    "d": "dependency",
     "F": "nodefile",
     "H": "hold",
     "i": "input",

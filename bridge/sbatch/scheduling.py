@@ -46,6 +46,8 @@ _SCHEDULING_OPTION = {
     "constraint": "--constraint",
     "requeue": "--requeue",
     "max_nodes": "--nodes",
+    "dependency": "--dependency",
+    "kill_on_invalid_dep": "--kill-on-invalid-dep",
     **{name: f"--{p.long}" for name, p in PASSED.items()},
 }
 
@@ -79,6 +81,8 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
         # A range only when it is one: "-N 2" and "-N 2-2" are exactly 2 (numNodes).
         "max_nodes": (o.nodes_max if o.nodes_max is not None and o.nodes_min is not None
                       and o.nodes_max > o.nodes_min else None),
+        "dependency": o.dependency,
+        "kill_on_invalid_dep": o.kill_on_invalid_dep,
         **{name: getattr(o, name) for name in PASSED},
     }
     mems = [flag for flag, v in (("--mem", o.mem_mb), ("--mem-per-cpu", o.mem_per_cpu_mb),

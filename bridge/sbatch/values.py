@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from bridge.dependency import parse as parse_dependency
 from bridge.sbatch.errors import BadValue, quote
 from bridge.sbatch.request import ExportSpec
 from bridge.slurm_options import PASSED
@@ -296,5 +297,27 @@ def requeue(on: bool) -> Converter:
 
     def convert(value: str | None) -> Fields:
         return {"requeue": on}
+
+    return convert
+
+
+def dependency(value: str | None) -> Fields:
+    """``--dependency``: sbatch's syntax (bridge/dependency.py), in its normal form."""
+    assert value is not None
+    if len(value) > 4096:
+        raise BadValue("longer than 4096 characters")
+    try:
+        return {"dependency": parse_dependency(value).text()}
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
+
+
+def yes_no(dest: str) -> Converter:
+    """``yes`` or ``no`` (sbatch's ``--kill-on-invalid-dep``)."""
+
+    def convert(value: str | None) -> Fields:
+        if value not in ("yes", "no"):
+            raise BadValue("must be yes or no")
+        return {dest: value == "yes"}
 
     return convert

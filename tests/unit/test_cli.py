@@ -411,6 +411,7 @@ def test_show_format() -> None:
         "   UserId=alice(1000) Namespace=default Name=tj-12 Uid=u-12",
         "   JobState=Failed Reason=NonZeroExitCode Message=exit 3",
         "   Backend=slurm BackendJobId=9001",
+        "   Dependency=None KillOInvalidDependent=No",
         "   Runtime=plain NumNodes=3 NumProcPerNode=2 NumTasks=6 CPUs/Task=None",
         "   Partition=gpu Account=proj QOS=None TimeLimit=1:00:00",
         "   TRES/Node=cpu=4 Exclusive=Yes Features=None ReqNodeList=None ExcNodeList=None",

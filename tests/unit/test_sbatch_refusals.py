@@ -27,7 +27,7 @@ def test_every_refused_option_in_one_error() -> None:
     script = (
         SH
         + "#SBATCH --array=1-4 -N 2\n"
-        + "#SBATCH -H --dependency after:1 -N1\n"
+        + "#SBATCH -H --wait -N1\n"
         + "#SBATCH --test-only -a 3\n"
     )
     text = error_of(["--hold", "-a", "1-3", "--uid=5", "job.sh"], script)
@@ -37,7 +37,7 @@ def test_every_refused_option_in_one_error() -> None:
         "tbatch: error: command line: option '--uid' is not supported by tbatch",
         "tbatch: error: job.sh:2: option '--array' is not supported by tbatch",
         "tbatch: error: job.sh:3: option '-H' (--hold) is not supported by tbatch",
-        "tbatch: error: job.sh:3: option '--dependency' is not supported by tbatch",
+        "tbatch: error: job.sh:3: option '--wait' is not supported by tbatch",
         "tbatch: error: job.sh:4: option '--test-only' is not supported by tbatch",
         "tbatch: error: job.sh:4: option '-a' (--array) is not supported by tbatch",
     ]

@@ -1,0 +1,177 @@
+"""``--dependency``: when a job may start, by the states of other bridge jobs.
+
+sbatch's syntax, with the bridge's job ids (the ids ``tbatch`` prints)::
+
+    after:ID[+MIN][:ID[+MIN]...]   afterany:ID[:ID...]   afterok:ID[:ID...]
+    afternotok:ID[:ID...]          aftercorr:ID[:ID...]  singleton
+
+joined by ``,`` (all must be met) or ``?`` (any one), never both. Each job id is one
+condition (``afterok:1:2`` is ``afterok:1,afterok:2``, and with ``?`` either one), as
+Slurm reads them. The bridge holds the job itself, on every back end, so a Slurm job may
+wait for a Flux or Kubernetes one (bridge/engine_dependency.py does the holding).
+
+Meanings, as Slurm's:
+
+* ``after``: the job started (plus MIN minutes) or ended (a job cancelled before it
+  started counts);
+* ``afterany``: it ended; ``afterok``: it succeeded; ``afternotok``: it failed or was
+  cancelled; ``aftercorr``: as ``afterok`` (the bridge has no job arrays);
+* ``singleton``: no earlier unfinished job of the same user with the same job name.
+
+A job no longer known (purged) counts as met, as Slurm's. A condition that can never be
+met (``afterok`` on a failed job) makes the dependency :attr:`Verdict.NEVER` when the
+others cannot save it; the engine then shows ``DependencyNeverSatisfied`` (and ends the
+job with ``--kill-on-invalid-dep=yes``), as Slurm does.
+
+Contract: :func:`parse` returns a :class:`Dependency` or raises :class:`ValueError`
+with sbatch-like words; :meth:`Dependency.text` is its normal form; :func:`evaluate` is
+pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["KINDS", "Condition", "Dependency", "Facts", "Verdict", "evaluate", "parse"]
+
+KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
+#: The most job ids one dependency may name (a bound on what one evaluation reads).
+MAX_CONDITIONS = 256
+
+_TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
+_NOT_OK = frozenset({"Failed", "Cancelled"})
+_ID = re.compile(r"[1-9][0-9]{0,17}")
+
+
+class Verdict(Enum):
+    READY = "ready"
+    WAIT = "wait"
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One job id under one kind (``singleton`` has none: ``job_id`` 0)."""
+
+    kind: str
+    job_id: int = 0
+    delay_minutes: int = 0
+
+    def text(self) -> str:
+        if self.kind == "singleton":
+            return "singleton"
+        return f"{self.kind}:{self.job_id}" + (f"+{self.delay_minutes}"
+                                                if self.delay_minutes else "")
+
+
+@dataclass(frozen=True)
+class Dependency:
+    conditions: tuple[Condition, ...]
+    #: ``?``: any one condition; otherwise all of them.
+    any_of: bool = False
+
+    def text(self) -> str:
+        """The normal form (one condition per job id)."""
+        return ("?" if self.any_of else ",").join(c.text() for c in self.conditions)
+
+    def job_ids(self) -> frozenset[int]:
+        return frozenset(c.job_id for c in self.conditions if c.kind != "singleton")
+
+    @property
+    def singleton(self) -> bool:
+        return any(c.kind == "singleton" for c in self.conditions)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a condition needs to know of the job it names."""
+
+    state: str
+    started_at: float | None = None
+
+
+def parse(text: str) -> Dependency:
+    """``text`` as sbatch reads ``--dependency``; :class:`ValueError` naming what is wrong."""
+    if "," in text and "?" in text:
+        raise ValueError("',' (all of) and '?' (any of) cannot be mixed")
+    any_of = "?" in text
+    conditions: list[Condition] = []
+    for term in text.split("?" if any_of else ","):
+        kind, colon, rest = term.partition(":")
+        if kind not in KINDS:
+            known = ", ".join(KINDS)
+            raise ValueError(f"unknown dependency type {kind!r} (tbatch knows {known})"
+                             if kind else "empty dependency")
+        if kind == "singleton":
+            if colon:
+                raise ValueError("singleton takes no job id")
+            conditions.append(Condition("singleton"))
+            continue
+        if not rest:
+            raise ValueError(f"{kind} needs a job id ({kind}:ID)")
+        for word in rest.split(":"):
+            ident, plus, delay = word.partition("+")
+            if "_" in ident:
+                raise ValueError(f"job id {ident!r}: job arrays are not supported")
+            if not _ID.fullmatch(ident):
+                raise ValueError(f"job id {ident!r} is not a job id")
+            minutes = 0
+            if plus:
+                if kind != "after":
+                    raise ValueError(f"+TIME is only for 'after' (in {word!r})")
+                if not delay.isdigit() or len(delay) > 7:
+                    raise ValueError(f"+TIME must be minutes (in {word!r})")
+                minutes = int(delay)
+            conditions.append(Condition(kind, int(ident), minutes))
+    if len(conditions) > MAX_CONDITIONS:
+        raise ValueError(f"more than {MAX_CONDITIONS} conditions")
+    return Dependency(tuple(conditions), any_of)
+
+
+def _one(c: Condition, facts: Mapping[int, Facts], now: float,
+         blockers: Sequence[int]) -> tuple[Verdict, float | None]:
+    """A condition's verdict, and when a waiting ``after:ID+MIN`` is met."""
+    if c.kind == "singleton":
+        return (Verdict.WAIT if blockers else Verdict.READY), None
+    f = facts.get(c.job_id)
+    if f is None:
+        return Verdict.READY, None  # gone (purged): met, as Slurm has it
+    if c.kind == "after":
+        if f.state in _TERMINAL and f.started_at is None:
+            return Verdict.READY, None
+        if f.started_at is not None:
+            at = f.started_at + 60 * c.delay_minutes
+            return (Verdict.READY, None) if now >= at else (Verdict.WAIT, at)
+        return Verdict.WAIT, None
+    if f.state not in _TERMINAL:
+        return Verdict.WAIT, None
+    if c.kind == "afterany":
+        return Verdict.READY, None
+    if c.kind == "afternotok":
+        return (Verdict.READY if f.state in _NOT_OK else Verdict.NEVER), None
+    return (Verdict.READY if f.state == "Succeeded" else Verdict.NEVER), None
+
+
+def evaluate(dep: Dependency, facts: Mapping[int, Facts], now: float,
+             blockers: Sequence[int] = ()) -> tuple[Verdict, float | None]:
+    """The dependency's verdict given ``facts`` of the jobs it names (missing: purged)
+    and ``blockers`` (earlier unfinished jobs with this one's user and name, for
+    ``singleton``); with :attr:`Verdict.WAIT`, the time it is met by the clock alone
+    (an ``after:ID+MIN``), if any."""
+    verdicts = [_one(c, facts, now, blockers) for c in dep.conditions]
+    kinds = {v for v, _ in verdicts}
+    times = [at for v, at in verdicts if v is Verdict.WAIT and at is not None]
+    if dep.any_of:
+        if Verdict.READY in kinds:
+            return Verdict.READY, None
+        if kinds == {Verdict.NEVER}:
+            return Verdict.NEVER, None
+    else:
+        if Verdict.NEVER in kinds:
+            return Verdict.NEVER, None
+        if kinds <= {Verdict.READY}:
+            return Verdict.READY, None
+    return Verdict.WAIT, (min(times) if times else None)

@@ -1,0 +1,134 @@
+"""--dependency: sbatch's syntax and meanings (bridge/dependency.py), and tbatch's options."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.dependency import KINDS, Condition, Dependency, Facts, Verdict, evaluate, parse
+from bridge.sbatch import SbatchError, parse_tbatch
+from bridge.sbatch.scheduling import scheduling_options
+from bridge.scheduling import SchedulingOptions
+
+NOW = 10_000.0
+
+
+@pytest.mark.parametrize(("text", "normal"), [
+    ("afterok:12", "afterok:12"),
+    ("afterok:1:2", "afterok:1,afterok:2"),
+    ("afterok:1?afternotok:2:3", "afterok:1?afternotok:2?afternotok:3"),
+    ("after:4+10:5,afterany:6,singleton", "after:4+10,after:5,afterany:6,singleton"),
+    ("aftercorr:7", "aftercorr:7"),
+])
+def test_parse_normal_form(text: str, normal: str) -> None:
+    assert parse(text).text() == normal
+    assert parse(normal) == parse(text)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("", "empty dependency"),
+    ("afterok", "needs a job id"),
+    ("afterok:", "needs a job id"),
+    ("afterok:x", "'x' is not a job id"),
+    ("afterok:0", "'0' is not a job id"),
+    ("afterok:12_3", "job arrays are not supported"),
+    ("afterok:1+5", r"\+TIME is only for 'after'"),
+    ("after:1+x", r"\+TIME must be minutes"),
+    ("before:1", "unknown dependency type 'before'"),
+    ("afterok:1,afterok:2?afterok:3", "cannot be mixed"),
+    ("singleton:3", "singleton takes no job id"),
+    ("afterok:1,", "empty dependency"),
+    ("afterok:" + ":".join(["1"] * 300), "more than 256"),
+])
+def test_parse_errors(text: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse(text)
+
+
+_CONDITIONS = st.builds(
+    Condition, st.sampled_from([k for k in KINDS if k != "singleton"]),
+    st.integers(1, 10**6), st.just(0)) | st.just(Condition("singleton"))
+
+
+@given(st.lists(_CONDITIONS, min_size=1, max_size=8), st.booleans())
+def test_the_normal_form_reads_back(conditions: list[Condition], any_of: bool) -> None:
+    dep = Dependency(tuple(conditions), any_of and len(conditions) > 1)
+    assert parse(dep.text()) == dep
+
+
+def verdict(text: str, facts: dict[int, Facts], blockers: tuple[int, ...] = ()) -> Verdict:
+    return evaluate(parse(text), facts, NOW, blockers)[0]
+
+
+OK, FAILED, CANCELLED = Facts("Succeeded", 1.0), Facts("Failed", 1.0), Facts("Cancelled")
+RUNNING, PENDING = Facts("Running", NOW - 30), Facts("Pending")
+
+
+@pytest.mark.parametrize(("kind", "facts", "expected"), [
+    ("afterok", OK, Verdict.READY), ("afterok", FAILED, Verdict.NEVER),
+    ("afterok", CANCELLED, Verdict.NEVER), ("afterok", RUNNING, Verdict.WAIT),
+    ("afternotok", FAILED, Verdict.READY), ("afternotok", CANCELLED, Verdict.READY),
+    ("afternotok", OK, Verdict.NEVER), ("afternotok", PENDING, Verdict.WAIT),
+    ("afterany", OK, Verdict.READY), ("afterany", FAILED, Verdict.READY),
+    ("afterany", RUNNING, Verdict.WAIT),
+    ("after", RUNNING, Verdict.READY), ("after", PENDING, Verdict.WAIT),
+    ("after", CANCELLED, Verdict.READY),  # cancelled before it started
+    ("aftercorr", OK, Verdict.READY), ("aftercorr", FAILED, Verdict.NEVER),
+])
+def test_each_kind(kind: str, facts: Facts, expected: Verdict) -> None:
+    assert verdict(f"{kind}:5", {5: facts}) is expected
+
+
+def test_a_purged_job_counts_as_met() -> None:
+    assert verdict("afterok:5", {}) is Verdict.READY
+
+
+def test_after_with_a_delay_says_when() -> None:
+    dep = parse("after:5+2")
+    assert evaluate(dep, {5: RUNNING}, NOW) == (Verdict.WAIT, RUNNING.started_at + 120)
+    assert evaluate(dep, {5: RUNNING}, NOW + 90)[0] is Verdict.READY
+
+
+def test_all_of_and_any_of() -> None:
+    facts = {1: OK, 2: FAILED, 3: PENDING}
+    assert verdict("afterok:1,afterok:3", facts) is Verdict.WAIT
+    assert verdict("afterok:1,afterok:2", facts) is Verdict.NEVER
+    assert verdict("afterok:1,afternotok:2", facts) is Verdict.READY
+    assert verdict("afterok:2?afterok:3", facts) is Verdict.WAIT
+    assert verdict("afterok:2?afterok:1", facts) is Verdict.READY
+    assert verdict("afterok:2?afternotok:1", facts) is Verdict.NEVER
+
+
+def test_singleton_waits_for_blockers() -> None:
+    assert verdict("singleton", {}, blockers=(3,)) is Verdict.WAIT
+    assert verdict("singleton", {}) is Verdict.READY
+
+
+# ------------------------------------------------------------------ tbatch and the model
+
+
+def test_tbatch_reads_dependency_and_kill_on_invalid_dep() -> None:
+    request = parse_tbatch(["-d", "afterok:3:4", "--kill-on-invalid-dep=yes", "job.sh"],
+                           "#!/bin/sh\n#SBATCH --dependency=afterany:1\n")
+    assert request.options.dependency == "afterok:3,afterok:4"  # command line wins
+    assert request.options.kill_on_invalid_dep is True
+    options = scheduling_options(request, "/home/alice")
+    assert (options.dependency, options.kill_on_invalid_dep) == ("afterok:3,afterok:4", True)
+    script = parse_tbatch(["job.sh"], "#!/bin/sh\n#SBATCH -d singleton\n")
+    assert script.options.dependency == "singleton"
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["-d", "afterok:x"], "invalid --dependency value 'afterok:x': job id 'x' is not a job id"),
+    (["--kill-on-invalid-dep=maybe"], "must be yes or no"),
+])
+def test_tbatch_names_a_bad_value(argv: list[str], words: str) -> None:
+    with pytest.raises(SbatchError, match=words):
+        parse_tbatch([*argv, "job.sh"], "#!/bin/sh\n")
+
+
+def test_the_annotation_keeps_the_normal_form_and_refuses_bad_text() -> None:
+    assert SchedulingOptions(dependency="afterok:1:2").dependency == "afterok:1,afterok:2"
+    with pytest.raises(ValueError, match="unknown dependency type"):
+        SchedulingOptions(dependency="sometime:1")

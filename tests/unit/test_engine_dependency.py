@@ -1,0 +1,121 @@
+"""The engine holds a job until its --dependency is met (bridge/engine_dependency.py),
+with a real store and a fake back end: held, woken by a change, never satisfied,
+killed, restored after a restart, singleton, and refused at admission."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.engine import Engine, EngineSettings
+from bridge.model import ValidationError
+from bridge.runtimes import RuntimeCatalog
+from bridge.states import JobState
+from bridge.store import Store
+from tests.unit.builders import ALICE, BOB, inventory
+from tests.unit.builders import scheduled_trainjob as trainjob
+from tests.unit.fakes import FakeBackend, settle
+
+
+def make_engine(path: Path, store: Store | None = None) -> Engine:
+    return Engine(store or Store.open(path), {"slurm": FakeBackend(inventory())},
+                  RuntimeCatalog(),
+                  EngineSettings(default_backend="slurm", placement={"slurm": "none"}))
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    return make_engine(tmp_path / "s.sqlite")
+
+
+def submitted(e: Engine) -> list[int]:
+    backend = e.backends["slurm"]
+    assert isinstance(backend, FakeBackend)
+    return [r.job_id for r in backend.submitted]
+
+
+def admit(e: Engine, owner: Any = ALICE, **options: Any) -> int:
+    return e.admit(trainjob(nodes=1, **options), owner).id
+
+
+def finish(e: Engine, job_id: int, state: JobState) -> None:
+    e.store.transition(job_id, JobState.RUNNING, "Running", started_at=1.0)
+    e.store.transition(job_id, state, state.value)
+
+
+async def test_afterok_holds_until_the_job_succeeds(engine: Engine) -> None:
+    first = admit(engine)
+    second = admit(engine, dependency=f"afterok:{first}")
+    await settle(engine)
+    assert submitted(engine) == [first]
+    held = engine.store.get(second)
+    assert (held.state, held.reason) == (JobState.PENDING, "Dependency")
+    assert held.message == f"waiting for dependency afterok:{first}"
+    await settle(engine)  # nothing changed: still held, and not looked at again
+    assert submitted(engine) == [first]
+    finish(engine, first, JobState.SUCCEEDED)
+    await settle(engine)
+    assert submitted(engine) == [first, second]
+    assert engine.store.get(second).reason != "Dependency"
+
+
+async def test_never_satisfied_stays_pending_or_is_killed(engine: Engine) -> None:
+    first = admit(engine)
+    waits = admit(engine, dependency=f"afterok:{first}")
+    killed = admit(engine, dependency=f"afterok:{first}", kill_on_invalid_dep=True)
+    other = admit(engine, dependency=f"afternotok:{first}")
+    await settle(engine)
+    finish(engine, first, JobState.FAILED)
+    await settle(engine)
+    assert submitted(engine) == [first, other]
+    rec = engine.store.get(waits)
+    assert (rec.state, rec.reason) == (JobState.PENDING, "DependencyNeverSatisfied")
+    rec = engine.store.get(killed)
+    assert (rec.state, rec.reason) == (JobState.CANCELLED, "DependencyNeverSatisfied")
+    # A held job can be cancelled at once (it never reached a back end).
+    engine.cancel(engine.store.get(waits), ALICE)
+    assert engine.store.get(waits).state is JobState.CANCELLED
+
+
+async def test_a_restart_finds_held_jobs_again(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    e = make_engine(path)
+    first = admit(e)
+    second = admit(e, dependency=f"afterany:{first}")
+    await settle(e)
+    finish(e, first, JobState.CANCELLED)  # ... while no engine watches
+    again = make_engine(path, e.store)
+    await settle(again)
+    assert submitted(again) == [second]
+
+
+async def test_singleton_runs_one_job_of_a_name_at_a_time(engine: Engine) -> None:
+    first = admit(engine, job_name="nightly", dependency="singleton")
+    second = admit(engine, job_name="nightly", dependency="singleton")
+    bobs = admit(engine, BOB, job_name="nightly", dependency="singleton")
+    await settle(engine)
+    assert submitted(engine) == [first, bobs]  # bob's own name space
+    finish(engine, first, JobState.SUCCEEDED)
+    await settle(engine)
+    assert submitted(engine) == [first, bobs, second]
+
+
+async def test_a_resumed_held_job_is_looked_at_again(engine: Engine) -> None:
+    first = admit(engine)
+    second = admit(engine, dependency=f"afterok:{first}")
+    await settle(engine)
+    engine.set_suspend(engine.store.get(second), True, ALICE)
+    finish(engine, first, JobState.SUCCEEDED)
+    await settle(engine)
+    assert submitted(engine) == [first]  # suspended: waits
+    engine.set_suspend(engine.store.get(second), False, ALICE)
+    await settle(engine)
+    assert submitted(engine) == [first, second]
+
+
+def test_admission_refuses_a_job_that_does_not_exist(engine: Engine) -> None:
+    with pytest.raises(ValidationError, match="job 99 does not exist"):
+        admit(engine, dependency="afterok:99")
+    assert engine.store.list_jobs() == []

@@ -20,7 +20,8 @@ Routes (JSON unless stated):
   ``metadata.name``, the caller's own jobs first (:mod:`bridge.refs`); 409 listing the
   candidates when it names several users' jobs.
 * ``POST /v1/jobs/{ref}/cancel`` (also ``DELETE /v1/jobs/{ref}``) — 202 JobView.
-* ``POST /v1/jobs/{ref}/suspend`` and ``/resume``.
+* ``POST /v1/jobs/{ref}/suspend`` and ``/resume``; ``/hold`` and ``/release`` (a job
+  that has not reached its back end, as ``scontrol hold``/``release``).
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
   bytes, streamed; with ``follow=1`` until the job has finished and its output is drained.
 * ``GET /v1/healthz[?ready=1]`` — ``{ok, ready, role}`` (role ``single``, ``leader`` or
@@ -252,6 +253,18 @@ async def resume(request: web.Request) -> web.Response:
     return web.json_response(job_view(rec, service), status=202)
 
 
+async def hold(request: web.Request) -> web.Response:
+    service = request.app[SERVICE_KEY]
+    rec = service.hold(_find(request), request[OWNER_KEY])
+    return web.json_response(job_view(rec, service), status=202)
+
+
+async def release(request: web.Request) -> web.Response:
+    service = request.app[SERVICE_KEY]
+    rec = service.release(_find(request), request[OWNER_KEY])
+    return web.json_response(job_view(rec, service), status=202)
+
+
 _FLAGS = {"0": False, "1": True, "false": False, "true": True, "no": False, "yes": True}
 
 
@@ -393,6 +406,8 @@ def make_app(service: JobService, tokens: dict[str, Owner] | None = None,
     app.router.add_delete("/v1/jobs/{ref}", cancel)
     app.router.add_post("/v1/jobs/{ref}/suspend", suspend)
     app.router.add_post("/v1/jobs/{ref}/resume", resume)
+    app.router.add_post("/v1/jobs/{ref}/hold", hold)
+    app.router.add_post("/v1/jobs/{ref}/release", release)
     app.router.add_get("/v1/jobs/{ref}/log", logs)
     app.router.add_get("/v1/healthz", healthz)
     return app

@@ -500,6 +500,14 @@ class BridgeClient:
         path = f"/v1/jobs/{_ref(ref)}/cancel"
         return cast(JobView, self._object(self._call("POST", path), "job"))
 
+    def control(self, ref: str | int, action: str) -> JobView:
+        """``action`` (``hold``, ``release``, ``suspend``, ``resume``) on the job; returns
+        it as it is now."""
+        if action not in ("hold", "release", "suspend", "resume"):
+            raise ValueError(f"unknown job action {action!r}")
+        path = f"/v1/jobs/{_ref(ref)}/{action}"
+        return cast(JobView, self._object(self._call("POST", path), "job"))
+
     def events(self, *, since: int | None = None, wait: float = 20.0,
                limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
         """Job events after sequence number ``since`` (None: from now on), waiting up to

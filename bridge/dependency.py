@@ -40,6 +40,9 @@ __all__ = ["KINDS", "Condition", "Dependency", "Facts", "Verdict", "evaluate", "
 KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
 #: The most job ids one dependency may name (a bound on what one evaluation reads).
 MAX_CONDITIONS = 256
+#: The longest ``--dependency`` text read (its normal form fits too: 256 conditions of
+#: at most 38 characters).
+MAX_TEXT = 16384
 
 _TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 _NOT_OK = frozenset({"Failed", "Cancelled"})
@@ -109,6 +112,8 @@ def parse(text: str) -> Dependency:
             if colon:
                 raise ValueError("singleton takes no job id")
             conditions.append(Condition("singleton"))
+            if len(conditions) > MAX_CONDITIONS:
+                raise ValueError(f"more than {MAX_CONDITIONS} conditions")
             continue
         if not rest:
             raise ValueError(f"{kind} needs a job id ({kind}:ID)")
@@ -126,8 +131,8 @@ def parse(text: str) -> Dependency:
                     raise ValueError(f"+TIME must be minutes (in {word!r})")
                 minutes = int(delay)
             conditions.append(Condition(kind, int(ident), minutes))
-    if len(conditions) > MAX_CONDITIONS:
-        raise ValueError(f"more than {MAX_CONDITIONS} conditions")
+        if len(conditions) > MAX_CONDITIONS:
+            raise ValueError(f"more than {MAX_CONDITIONS} conditions")
     return Dependency(tuple(conditions), any_of)
 
 

@@ -78,6 +78,8 @@ from bridge.store import DuplicateJob, JobRecord, Store
 from bridge.topology import Topology
 
 log = structlog.get_logger("hpc_bridge.engine")
+#: How a suspend/resume reason reads in the job's message.
+_VERBS = {"JobHeldUser": "held", "Released": "released"}
 
 
 #: Reason of a Pending job that waits for ``--switches``.
@@ -162,7 +164,9 @@ class Engine:
         state = JobState.SUSPENDED if job.spec.suspend else JobState.PENDING
         try:
             record = self.store.add(job, owner, backend, origin=origin, state=state,
-                                    reason="Suspended" if job.spec.suspend else "Created",
+                                    reason=(("JobHeldUser" if prepared.summary.get("hold")
+                                             else "Suspended") if job.spec.suspend
+                                            else "Created"),
                                     idempotency_key=idempotency_key,
                                     request_digest=request_digest,
                                     document=prepared.document, summary=prepared.summary,
@@ -208,14 +212,16 @@ class Engine:
         self._wake.set()
         return updated
 
-    def set_suspend(self, record: JobRecord, suspend: bool, caller: Owner) -> JobRecord:
+    def set_suspend(self, record: JobRecord, suspend: bool, caller: Owner,
+                    reason: str | None = None) -> JobRecord:
         """Suspend a job, or resume a suspended one.
 
         Before it reaches a back end the job just waits (state ``Suspended``). A job its
         back end runs can be suspended only when that back end is
         :class:`bridge.backend.Suspendable`: the request is recorded in the stored
         document (``spec.suspend``) and sent by the loop; the job stays ``Running`` with
-        reason ``Suspended`` while the back end holds it.
+        reason ``Suspended`` while the back end holds it. ``reason``: the one a job that
+        has not reached its back end is given (default ``Suspended``/``Resumed``).
         """
         if caller.uid not in (0, record.owner.uid):
             raise PermissionDenied("Access/permission denied")
@@ -226,12 +232,14 @@ class Engine:
         job.spec.suspend = suspend
         if suspend and record.state == JobState.PENDING and record.attempts == 0:
             self.store.save_document(record.id, job)
-            return self.store.transition(record.id, JobState.SUSPENDED, "Suspended",
-                                         f"suspended by {caller.user}")
+            verb = _VERBS.get(reason or "", "suspended")
+            return self.store.transition(record.id, JobState.SUSPENDED, reason or "Suspended",
+                                         f"{verb} by {caller.user}")
         if not suspend and record.state == JobState.SUSPENDED:
             self.store.save_document(record.id, job)
-            rec = self.store.transition(record.id, JobState.PENDING, "Resumed",
-                                        f"resumed by {caller.user}")
+            rec = self.store.transition(record.id, JobState.PENDING, reason or "Resumed",
+                                        f"{_VERBS.get(reason or '', 'resumed')} by {caller.user}",
+                                        next_attempt_at=time.time())
             self._wake.set()
             return rec
         backend = self.backends.get(record.backend)

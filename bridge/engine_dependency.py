@@ -9,11 +9,13 @@ Contract:
   ``--kill-on-invalid-dep=yes`` a never-satisfiable job is cancelled instead, reason
   ``DependencyNeverSatisfied``.
 * :meth:`DependencyGate.wake` (once per engine pass, before the due jobs are read)
-  makes a held job due again when the outbox shows a change of a job it waits on, or of
-  itself (a resume). It costs one ``max(rowid)`` when nothing changed, and otherwise
-  the new outbox rows: a pass costs what changed, not what is held. A held job is also
-  due again after :data:`RECHECK` seconds whatever happens (a backstop), and at the
-  time an ``after:ID+MIN`` is met.
+  makes a held job due again when the outbox shows a job it waits on start or end (a
+  resumed or released job is due at once: the engine sets it so). It costs one
+  ``max(rowid)`` when nothing changed, and otherwise the new outbox rows: a pass costs
+  what changed, not what is held. A held job is also due again after :data:`RECHECK`
+  seconds whatever happens (a backstop), and at the time an ``after:ID+MIN`` is met.
+  At most :data:`CHECKS_PER_PASS` held jobs are looked at per pass; ``singleton``
+  reads each user's unfinished jobs once per pass.
 * After a restart the held jobs are found again by their reason (one query, on the
   first pass): the hold lives in the store, nothing is lost with the process.
 """
@@ -27,6 +29,7 @@ from typing import Any
 import structlog
 
 from bridge.dependency import Dependency, Facts, Verdict, evaluate, parse
+from bridge.errors import BridgeError
 from bridge.model import ANN_SCHEDULING, ValidationError
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
@@ -42,21 +45,60 @@ NEVER_SATISFIED = "DependencyNeverSatisfied"
 RECHECK = 3600.0
 
 _UNFINISHED = [JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobState.RUNNING]
+_IN_BACKEND = frozenset({JobState.SUBMITTED, JobState.RUNNING})
+#: Outbox transitions that can release a held job: a start (``after``) or an end.
+_RELEASING = frozenset({"Running", "Succeeded", "Failed", "Cancelled"})
+#: At most this many dependency checks per pass (the rest stay due for the next one),
+#: so that no user's held jobs keep the loop from everyone else's work for long.
+CHECKS_PER_PASS = 200
+
+
+class UnreadableDependency(BridgeError):
+    """A stored dependency that no longer parses (admission checked it)."""
 
 
 def dependency_of(rec: JobRecord) -> tuple[Dependency, bool] | None:
     """The job's dependency and ``--kill-on-invalid-dep``, from its summary (no document
-    decoded); None without one, or when the stored text no longer parses (logged: the
-    job then runs, as admission checked it)."""
+    decoded); None without one. :class:`UnreadableDependency` when the stored text no
+    longer parses: the job is held, never run as if it had none."""
     text = rec.summary.get("dependency")
     if not text:
         return None
     try:
         return parse(str(text)), bool(rec.summary.get("killOnInvalidDep"))
     except ValueError as exc:
-        log.warning("stored dependency unreadable; ignoring it", job_id=rec.id,
-                    error=str(exc))
-        return None
+        raise UnreadableDependency(f"stored dependency {str(text)[:80]!r} unreadable: "
+                                   f"{exc}") from None
+
+
+class _Singletons:
+    """One pass's view of a user's unfinished jobs by job name (read once per user per
+    pass): what blocks a ``singleton``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._by_user: dict[int, dict[str, tuple[list[int], list[int]]]] = {}
+
+    def blockers(self, rec: JobRecord) -> list[int]:
+        """As Slurm's: an earlier unfinished job with the same user and name, or one in
+        its back end (Submitted, Running) whatever its id. Only the nearest of each kind
+        is returned: the one whose end can change the answer next."""
+        groups = self._by_user.get(rec.owner.uid)
+        if groups is None:
+            groups = {}
+            for r in self.store.list_jobs(_UNFINISHED, user=rec.owner.user):
+                if r.owner.uid != rec.owner.uid:
+                    continue
+                waiting, running = groups.setdefault(_name(r), ([], []))
+                (running if r.state in _IN_BACKEND else waiting).append(r.id)
+            self._by_user[rec.owner.uid] = groups
+        waiting, running = groups.get(_name(rec), ([], []))
+        earlier = [i for i in waiting if i < rec.id]
+        return ([max(earlier)] if earlier else []) + [i for i in running if i != rec.id][:1]
+
+
+def _name(rec: JobRecord) -> str:
+    return str(rec.summary.get("jobName") or rec.name)
 
 
 def check_dependency_ids(store: Store, summary: Mapping[str, Any]) -> None:
@@ -77,7 +119,7 @@ def check_dependency_ids(store: Store, summary: Mapping[str, Any]) -> None:
 class DependencyGate:
     def __init__(self, store: Store) -> None:
         self.store = store
-        #: held job id -> the job ids whose change may release it (itself included).
+        #: held job id -> the job ids whose start or end may release it.
         self._held: dict[int, frozenset[int]] = {}
         self._seen = store.last_event_id()
         self._restored = False
@@ -100,9 +142,11 @@ class DependencyGate:
             rows = self.store.events_after(self._seen, 1000, upto=newest)
             if not rows:
                 break
-            changed.update(e.job_id for e in rows)
+            changed.update(e.job_id for e in rows if e.payload.get("to") in _RELEASING)
             self._seen = rows[-1].id
         self._seen = newest
+        if not changed:
+            return
         for job_id, watched in list(self._held.items()):
             if watched & changed:
                 del self._held[job_id]
@@ -112,26 +156,35 @@ class DependencyGate:
         """The records that may be submitted now; holds (or ends) the others."""
         now = time.time() if now is None else now
         ready = []
+        checks = 0
+        singletons = _Singletons(self.store)
         for rec in records:
-            # A job tried once may be in its back end already: its dependency was met.
-            dep = dependency_of(rec) if rec.attempts == 0 else None
+            try:
+                # A job tried once may be in its back end already: its dependency was met.
+                dep = dependency_of(rec) if rec.attempts == 0 else None
+            except UnreadableDependency as exc:
+                self._hold(rec, NEVER_SATISFIED, str(exc), now + RECHECK, frozenset())
+                continue
             if dep is None or rec.cancel_requested:
                 self._held.pop(rec.id, None)
                 ready.append(rec)
                 continue
-            if self._check(rec, *dep, now):
-                ready.append(rec)
+            checks += 1
+            if checks > CHECKS_PER_PASS:
+                continue  # still due: the next pass looks at it
+            try:
+                if self._check(rec, *dep, now, singletons):
+                    ready.append(rec)
+            except Exception:  # one job's data must never stop the pass for the others
+                log.exception("dependency check failed; looking again later", job_id=rec.id)
+                self.store.update(rec.id, next_attempt_at=now + 60)
         return ready
 
-    def _check(self, rec: JobRecord, dep: Dependency, kill: bool, now: float) -> bool:
+    def _check(self, rec: JobRecord, dep: Dependency, kill: bool, now: float,
+               singletons: _Singletons) -> bool:
         named = {r.id: r for r in self.store.by_ids(sorted(dep.job_ids()))}
         facts = {i: Facts(r.state.value, r.started_at) for i, r in named.items()}
-        blockers: list[int] = []
-        if dep.singleton:
-            name = rec.summary.get("jobName") or rec.name
-            blockers = [r.id for r in self.store.list_jobs(_UNFINISHED, user=rec.owner.user)
-                        if r.id < rec.id and r.owner.uid == rec.owner.uid
-                        and (r.summary.get("jobName") or r.name) == name]
+        blockers = singletons.blockers(rec) if dep.singleton else []
         verdict, at = evaluate(dep, facts, now, blockers)
         if verdict is Verdict.READY:
             self._held.pop(rec.id, None)
@@ -146,14 +199,24 @@ class DependencyGate:
                                   f"(--kill-on-invalid-dep)")
             log.info("job cancelled: dependency never satisfied", job_id=rec.id)
             return False
-        reason = NEVER_SATISFIED if verdict is Verdict.NEVER else DEPENDENCY
-        message = (f"dependency {dep.text()} can never be satisfied" if verdict is Verdict.NEVER
-                   else f"waiting for dependency {dep.text()}")
-        due = min(at, now + RECHECK) if at is not None else now + RECHECK
-        self._held[rec.id] = frozenset({rec.id, *named, *blockers})
+        if verdict is Verdict.NEVER:
+            self._hold(rec, NEVER_SATISFIED, f"dependency {dep.text()} can never be satisfied",
+                       now + RECHECK, frozenset())
+        else:
+            due = min(at, now + RECHECK) if at is not None else now + RECHECK
+            self._hold(rec, DEPENDENCY, f"waiting for dependency {dep.text()}", due,
+                       frozenset({*named, *blockers}))
+        return False
+
+    def _hold(self, rec: JobRecord, reason: str, message: str, due: float,
+              watched: frozenset[int]) -> None:
+        """Keep ``rec`` Pending with ``reason`` until ``due`` or a change of ``watched``."""
+        if watched:
+            self._held[rec.id] = watched
+        else:
+            self._held.pop(rec.id, None)
         if (rec.reason, rec.message) != (reason, message):
-            self.store.transition(rec.id, JobState.PENDING, reason, message,
+            self.store.transition(rec.id, JobState.PENDING, reason, message[:1024],
                                   next_attempt_at=due)
         else:
             self.store.update(rec.id, next_attempt_at=due)
-        return False

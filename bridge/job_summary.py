@@ -26,14 +26,15 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
     """What a listing shows of a job's document (``jobs.summary``): ``jobName``,
     ``partition``, ``timeLimitMinutes`` (from its scheduling options, None when they are
     invalid), ``runtime``, ``numNodes`` (1 when not given) and ``suspend``; with a
-    ``--dependency``, ``dependency`` and ``killOnInvalidDep`` too."""
+    ``--dependency``, ``dependency`` and ``killOnInvalidDep`` too; with ``--hold``,
+    ``hold``."""
     try:
         options = scheduling_of(job)
         job_name, partition, limit = (options.job_name, options.partition,
                                       options.time_limit_minutes)
-        dependency, kill = options.dependency, options.kill_on_invalid_dep
+        dependency, kill, hold = options.dependency, options.kill_on_invalid_dep, options.hold
     except ValidationError:
-        job_name, partition, limit, dependency, kill = None, None, None, None, None
+        job_name, partition, limit, dependency, kill, hold = None, None, None, None, None, False
     trainer = job.spec.trainer
     summary = {"jobName": job_name, "partition": partition, "timeLimitMinutes": limit,
                "runtime": job.spec.runtime_ref.name,
@@ -41,6 +42,8 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
                "suspend": bool(job.spec.suspend)}
     if dependency:  # only then: the engine's pass reads it without decoding documents
         summary.update(dependency=dependency, killOnInvalidDep=bool(kill))
+    if hold:
+        summary["hold"] = True
     return summary
 
 

@@ -20,6 +20,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from bridge.batchscript import is_utf8
+from bridge.dependency import MAX_TEXT as MAX_DEPENDENCY_TEXT
 from bridge.dependency import parse as parse_dependency
 from bridge.hostlist import HostlistError, expand
 from bridge.model import (
@@ -100,6 +101,9 @@ class SchedulingOptions(BaseModel):
     dependency: str | None = None
     #: ``--kill-on-invalid-dep``: end the job when its dependency can never be met.
     kill_on_invalid_dep: bool | None = None
+    #: ``--hold``: the job was submitted held (with ``spec.suspend``); admission shows
+    #: reason ``JobHeldUser`` rather than ``Suspended``.
+    hold: bool = False
 
     @field_validator(*_PASSED_TEXT)
     @classmethod
@@ -145,8 +149,8 @@ class SchedulingOptions(BaseModel):
         """sbatch's syntax (bridge/dependency.py), kept in its normal form."""
         if v is None:
             return None
-        if len(v) > 4096:
-            raise ValueError("longer than 4096 characters")
+        if len(v) > MAX_DEPENDENCY_TEXT:
+            raise ValueError(f"longer than {MAX_DEPENDENCY_TEXT} characters")
         return parse_dependency(v).text()
 
     @field_validator("output", "error", "chdir")

@@ -186,6 +186,30 @@ class JobService:
         """Resume a suspended job (:meth:`Engine.set_suspend`)."""
         return self._engine.set_suspend(record, False, caller)
 
+    def hold(self, record: JobRecord, caller: Owner) -> JobRecord:
+        """``scontrol hold``: a job that has not reached its back end waits until
+        :meth:`release` (state Suspended, reason ``JobHeldUser``); only its owner or root
+        may; :class:`Conflict` for a job that is past pending, as Slurm refuses it."""
+        self._owner_or_root(record, caller)
+        if record.state is JobState.SUSPENDED and record.attempts == 0:
+            return record
+        if record.state is not JobState.PENDING or record.attempts > 0:
+            raise Conflict(f"Job is no longer pending execution ({record.state})")
+        return self._engine.set_suspend(record, True, caller, reason="JobHeldUser")
+
+    def release(self, record: JobRecord, caller: Owner) -> JobRecord:
+        """``scontrol release``: a held job goes back to Pending (reason ``Released``);
+        :class:`Conflict` for a job that is not held."""
+        self._owner_or_root(record, caller)
+        if record.state is not JobState.SUSPENDED or record.attempts > 0:
+            raise Conflict(f"Job is not held ({record.state})")
+        return self._engine.set_suspend(record, False, caller, reason="Released")
+
+    @staticmethod
+    def _owner_or_root(record: JobRecord, caller: Owner) -> None:
+        if caller.uid not in (0, record.owner.uid):
+            raise PermissionDenied("Access/permission denied")
+
     def set_suspend(self, record: JobRecord, suspend: bool, caller: Owner) -> JobRecord:
         """:meth:`suspend` or :meth:`resume`, as ``suspend`` says."""
         return self._engine.set_suspend(record, suspend, caller)

@@ -112,6 +112,7 @@ OPTION_MAP: Mapping[str, str] = {
     "chdir": "attributes.system.cwd",
     "dependency": "held by the bridge until met (bridge/engine_dependency.py)",
     "kill_on_invalid_dep": "held by the bridge until met (bridge/engine_dependency.py)",
+    "hold": "held by the bridge until released (spec.suspend)",
     "exclusive": "node vertex exclusive: true",
     "nodelist": "RFC 31 constraint hostlist (Flux allocates only from these hosts)",
     "exclude": "RFC 31 constraint not hostlist",
@@ -393,11 +394,18 @@ def output_template(pattern: str, *, job_name: str, user: str) -> str:
     steps or arrays, for which Flux writes no separate file: refused. (The back end
     pins ``%j``, ``%J`` and ``%A`` to the bridge's id first:
     :func:`bridge.jobid.pin_job_id`.) So is a literal ``{{...}}`` (the job shell would
-    expand it).
+    expand it). A pattern holding a backslash is taken literally, as Slurm takes it
+    (its backslashes dropped).
     """
     if _TEMPLATE.search(pattern):
         raise _refuse(f"output path {pattern!r} contains '{{{{...}}}}'; write Slurm "
                       f"patterns (%j, %x, %u) instead")
+    if "\\" in pattern:  # as Slurm: no pattern is expanded, the backslashes go
+        literal = pattern.replace("\\", "")
+        if "{{" in literal or "}}" in literal:
+            raise _refuse(f"output path {pattern!r} would contain a '{{{{' or '}}}}' the job "
+                          f"shell would misread")
+        return literal
 
     def sub(m: re.Match[str]) -> str:
         code = m.group(1)

@@ -5,6 +5,7 @@
 :mod:`bridge.cli.tqueue`   ``tqueue``: list jobs (squeue's table, ``--json``)
 :mod:`bridge.cli.tshow`    ``tshow``: one job in detail (``scontrol show job``-like)
 :mod:`bridge.cli.tcancel`  ``tcancel``: cancel jobs
+:mod:`bridge.cli.tcontrol` ``tcontrol``: hold, release, suspend, resume jobs
 :mod:`bridge.cli.tlog`     ``tlog``: a job's output (``-f`` follows)
 :mod:`bridge.cli.twatch`   ``twatch``: follow job events
 :mod:`bridge.cli.common`   what they share: errors, exit statuses, the client
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bridge.cli.tbatch import tbatch_main as tbatch_main
     from bridge.cli.tcancel import tcancel_main as tcancel_main
+    from bridge.cli.tcontrol import tcontrol_main as tcontrol_main
     from bridge.cli.tlog import tlog_main as tlog_main
     from bridge.cli.tqueue import COMPACT_STATES as COMPACT_STATES
     from bridge.cli.tqueue import format_queue as format_queue
@@ -54,6 +56,7 @@ _EXPORTS = {
     "format_show": "tshow",
     "tbatch_main": "tbatch",
     "tcancel_main": "tcancel",
+    "tcontrol_main": "tcontrol",
     "tlog_main": "tlog",
     "tqueue_main": "tqueue",
     "tshow_main": "tshow",

@@ -102,13 +102,23 @@ def _key(key: str, default: object = "") -> Callable[[JobView, datetime], object
     return value
 
 
+def _held(job: JobView) -> bool:
+    """Held before its back end saw it (``tbatch --hold``, ``tcontrol hold``): squeue
+    shows such a job pending, with its reason."""
+    return job.get("state") == "Suspended" and job.get("reason") == "JobHeldUser"
+
+
 def _compact(job: JobView, now: datetime) -> str:
     state = job.get("state")
+    if _held(job):
+        return "PD"
     return COMPACT_STATES.get(state or "", (state or "?")[:2].upper())
 
 
 def _long(job: JobView, now: datetime) -> str:
     state = job.get("state")
+    if _held(job):
+        return "PENDING"
     return LONG_STATES.get(state or "", (state or "UNKNOWN").upper())
 
 
@@ -174,6 +184,18 @@ class Column(NamedTuple):
         return value + self.text
 
 
+#: The widest column (a bigger SIZE is cut to it: no user can make a cell gigabytes).
+MAX_WIDTH = 1024
+
+
+def _width(size: str, default: int | None) -> int | None:
+    """A SIZE as squeue reads it: none -> ``default``; 0 -> as wide as the value."""
+    if not size:
+        return default
+    width = int(size[:6])
+    return None if width == 0 else min(width, MAX_WIDTH)
+
+
 _LETTER = re.compile(r"%(\.?)(\d*)(.?)", re.S)
 
 
@@ -194,7 +216,7 @@ def parse_format(spec: str) -> list[Column]:
             known = "".join(sorted(LETTERS))
             raise UserError(f"Invalid job format specification: %{letter} "
                             f"(tqueue knows %{', %'.join(known)})")
-        columns.append(Column(field, width=int(size) if size else None, right=bool(dot)))
+        columns.append(Column(field, width=_width(size, None), right=bool(dot)))
     if pos < len(spec):
         columns.append(Column(None, spec[pos:]))
     return columns
@@ -218,7 +240,7 @@ def parse_fields(spec: str) -> list[Column]:
         m = _NAMED.fullmatch(rest)
         assert m is not None  # the pattern matches any text
         dot, size, suffix = m.groups()
-        columns.append(Column(field, suffix, int(size) if size else 20, bool(dot)))
+        columns.append(Column(field, suffix, _width(size, 20), bool(dot)))
     if not columns:
         raise UserError("-O/--Format names no field")
     return columns

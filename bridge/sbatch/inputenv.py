@@ -36,6 +36,7 @@ INPUT_VARIABLES: Mapping[str, str] = {
     "SBATCH_GPUS_PER_TASK": "gpus-per-task",
     "SBATCH_GRES": "gres",
     "SBATCH_HINT": "hint",
+    "SBATCH_HOLD": "hold",
     "SBATCH_JOB_NAME": "job-name",
     "SBATCH_MEM_PER_CPU": "mem-per-cpu",
     "SBATCH_MEM_PER_GPU": "mem-per-gpu",

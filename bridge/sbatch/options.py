@@ -219,6 +219,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="end the job if its dependency can never be met",
     ),
     OptionSpec(
+        "hold",
+        "hold",
+        values.flag("hold"),
+        short="H",
+        arg="none",
+        help="submit the job held: it waits until 'tcontrol release JOBID'",
+    ),
+    OptionSpec(
         "parsable", "parsable", values.flag("parsable"), arg="none", help="print only the job id"
     ),
     OptionSpec(
@@ -329,7 +337,6 @@ _SBATCH_ONLY_LONG = frozenset(
         "gpu-freq",
         "gpus-per-socket",
         "gres-flags",
-        "hold",
         "ignore-pbs",
         "immediate",
         "input",
@@ -374,7 +381,6 @@ _SBATCH_ONLY_SHORT: dict[str, str] = {
     "a": "array",
     "B": "extra-node-info",
     "F": "nodefile",
-    "H": "hold",
     "i": "input",
     "I": "immediate",
     "k": "no-kill",
@@ -391,12 +397,12 @@ _SBATCH_ONLY_SHORT: dict[str, str] = {
 #: refusal skips exactly what the option would have taken, so that scanning goes on
 #: and every refusal is reported at once.
 _SBATCH_NO_ARG = frozenset(
-    {"contiguous", "hold", "ignore-pbs", "immediate", "no-requeue", "overcommit",
+    {"contiguous", "ignore-pbs", "immediate", "no-requeue", "overcommit",
      "oversubscribe", "quiet", "reboot", "requeue", "spread-job", "test-only",
      "use-min-nodes", "verbose", "wait"}
 )
 _SBATCH_OPTIONAL_ARG = frozenset({"get-user-env", "no-kill", "propagate", "nice"})
-_SBATCH_NO_ARG_SHORT = frozenset("HIkOQsvW")
+_SBATCH_NO_ARG_SHORT = frozenset("IkOQsvW")
 
 
 def refused_long(name: str) -> ArgKind | None:

@@ -95,6 +95,8 @@ class BatchOptions:
     # Held by the bridge until met (bridge/dependency.py), on every back end.
     dependency: str | None = None
     kill_on_invalid_dep: bool | None = None
+    #: ``-H/--hold``: admitted held (``spec.suspend``), reason ``JobHeldUser``.
+    hold: bool = False
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
                       and o.nodes_max > o.nodes_min else None),
         "dependency": o.dependency,
         "kill_on_invalid_dep": o.kill_on_invalid_dep,
+        "hold": o.hold,
         **{name: getattr(o, name) for name in PASSED},
     }
     mems = [flag for flag, v in (("--mem", o.mem_mb), ("--mem-per-cpu", o.mem_per_cpu_mb),

@@ -68,6 +68,7 @@ def to_trainjob(request: BatchRequest, *, cwd: str, environ: Mapping[str, str]) 
       ``<mem>Mi``;
     * ``activeDeadlineSeconds`` = time limit x 60; ``env`` from :func:`exported_environment`;
       ``args`` = the script's arguments;
+    * ``spec.suspend`` with ``--hold`` (the scheduling options say ``hold``);
     * annotations: the script text, ``--backend``, the GPU type, and every scheduling
       option (job name defaulting like sbatch, ``chdir`` defaulting to ``cwd``).
 
@@ -117,6 +118,8 @@ def to_trainjob(request: BatchRequest, *, cwd: str, environ: Mapping[str, str]) 
     }
     if o.time_limit_minutes is not None:
         spec["activeDeadlineSeconds"] = o.time_limit_minutes * 60
+    if o.hold:
+        spec["suspend"] = True
     document = {
         "apiVersion": API_VERSION,
         "kind": "TrainJob",

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from bridge.dependency import MAX_TEXT as MAX_DEPENDENCY_TEXT
 from bridge.dependency import parse as parse_dependency
 from bridge.sbatch.errors import BadValue, quote
 from bridge.sbatch.request import ExportSpec
@@ -304,8 +305,8 @@ def requeue(on: bool) -> Converter:
 def dependency(value: str | None) -> Fields:
     """``--dependency``: sbatch's syntax (bridge/dependency.py), in its normal form."""
     assert value is not None
-    if len(value) > 4096:
-        raise BadValue("longer than 4096 characters")
+    if len(value) > MAX_DEPENDENCY_TEXT:
+        raise BadValue(f"longer than {MAX_DEPENDENCY_TEXT} characters")
     try:
         return {"dependency": parse_dependency(value).text()}
     except ValueError as exc:

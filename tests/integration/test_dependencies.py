@@ -1,5 +1,6 @@
-"""--dependency end to end (issue 12): tbatch's pipeline on the real Slurm, jobs that can
-never start, and a Slurm job that waits for a Flux job (one daemon, both back ends).
+"""When a job may start, end to end (issue 12): --dependency (tbatch's pipeline on the
+real Slurm, jobs that can never start, a Slurm job that waits for a Flux job: one
+daemon, both back ends) and --hold with tcontrol release.
 
 Ordering is by conditions, never by sleeps: the first job waits for a file the test
 writes only after it has seen the second one held."""
@@ -86,6 +87,24 @@ def test_unknown_or_malformed_dependencies_are_refused(daemon: Daemon, outdir: P
                      "true", cwd=outdir)
     assert res.returncode == 1 and "--dependency" in res.stderr and "mixed" in res.stderr, res
     assert daemon.api("GET", "/v1/jobs").json()["items"] == []  # nothing was stored
+
+
+def test_hold_and_release_on_slurm(daemon: Daemon, outdir: Path) -> None:
+    held = tbatch(daemon, "-H", "-o", "h-%j.out", "--wrap", "echo released", cwd=outdir)
+    job = with_reason(daemon, held, "JobHeldUser")
+    assert job["state"] == "Suspended" and job["backendId"] is None
+    queue = daemon.cli("alice", "tqueue", "-h", "-j", str(held), "-o", "%i %t %R")
+    assert queue.stdout.split() == [str(held), "PD", "(JobHeldUser)"], queue
+    refused = daemon.cli("bob", "tcontrol", "release", str(held))
+    assert refused.returncode == 1 and "Access/permission denied" in refused.stderr, refused
+    assert daemon.job(held)["state"] == "Suspended"
+    released = daemon.cli("alice", "tcontrol", "release", str(held))
+    assert released.returncode == 0, released.stderr
+    done = daemon.wait_state(held, TERMINAL, timeout=180)
+    assert done["state"] == "Succeeded", done
+    assert (outdir / f"h-{held}.out").read_text() == "released\n"
+    again = daemon.cli("alice", "tcontrol", "hold", str(held))
+    assert again.returncode == 1 and "no longer pending" in again.stderr, again
 
 
 @pytest.fixture

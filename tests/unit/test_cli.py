@@ -36,7 +36,7 @@ from bridge.client import BridgeClient, JobView
 from bridge.model import ANN_BATCH_SCRIPT, ANN_SCHEDULING
 
 #: The modules of bridge.cli that are commands (one each).
-COMMAND_MODULES = ("tbatch", "tqueue", "tshow", "tcancel", "tlog", "twatch")
+COMMAND_MODULES = ("tbatch", "tqueue", "tshow", "tcancel", "tcontrol", "tlog", "twatch")
 
 
 @dataclass

@@ -132,3 +132,8 @@ def test_the_annotation_keeps_the_normal_form_and_refuses_bad_text() -> None:
     assert SchedulingOptions(dependency="afterok:1:2").dependency == "afterok:1,afterok:2"
     with pytest.raises(ValueError, match="unknown dependency type"):
         SchedulingOptions(dependency="sometime:1")
+
+
+def test_a_long_dependency_fits_in_its_normal_form() -> None:
+    text = "afterok:" + ":".join(str(10**9 + i) for i in range(256))
+    assert len(SchedulingOptions(dependency=text).dependency or "") > 4096

@@ -4,12 +4,14 @@ killed, restored after a restart, singleton, and refused at admission."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bridge.engine import Engine, EngineSettings
+from bridge.engine_dependency import CHECKS_PER_PASS
 from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog
 from bridge.states import JobState
@@ -119,3 +121,55 @@ def test_admission_refuses_a_job_that_does_not_exist(engine: Engine) -> None:
     with pytest.raises(ValidationError, match="job 99 does not exist"):
         admit(engine, dependency="afterok:99")
     assert engine.store.list_jobs() == []
+
+
+async def test_singleton_waits_for_a_later_job_that_runs(engine: Engine) -> None:
+    """As Slurm: a job of the same user and name in its back end blocks, whatever its id
+    (an attacker's review)."""
+    gate = admit(engine)
+    first = admit(engine, job_name="n", dependency=f"singleton,afterany:{gate}")
+    later = admit(engine, job_name="n")
+    await settle(engine)
+    assert submitted(engine) == [gate, later]
+    finish(engine, gate, JobState.SUCCEEDED)
+    engine.store.transition(later, JobState.RUNNING, "Running", started_at=2.0)
+    await settle(engine)
+    assert submitted(engine) == [gate, later]  # "later" runs: "first" waits for it
+    engine.store.transition(later, JobState.SUCCEEDED, "Succeeded")
+    await settle(engine)
+    assert submitted(engine) == [gate, later, first]
+
+
+async def test_a_resumed_job_is_due_at_once_after_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    e = make_engine(path)
+    first = admit(e)
+    second = admit(e, dependency=f"afterok:{first}")
+    await settle(e)
+    e.set_suspend(e.store.get(second), True, ALICE)
+    finish(e, first, JobState.SUCCEEDED)
+    again = make_engine(path, e.store)
+    await settle(again)
+    again.set_suspend(again.store.get(second), False, ALICE)
+    await settle(again)
+    assert submitted(again) == [second]
+
+
+async def test_an_unreadable_stored_dependency_holds_the_job(engine: Engine) -> None:
+    job = admit(engine, dependency="singleton")
+    summary = {**engine.store.get(job).summary, "dependency": "sometime:1"}
+    engine.store.update(job, summary=json.dumps(summary))
+    await settle(engine)
+    assert submitted(engine) == []
+    rec = engine.store.get(job)
+    assert rec.reason == "DependencyNeverSatisfied" and "unreadable" in rec.message
+
+
+async def test_checks_per_pass_are_bounded(engine: Engine) -> None:
+    first = admit(engine)
+    held = [admit(engine, dependency=f"afterok:{first}") for _ in range(CHECKS_PER_PASS + 5)]
+    await settle(engine)
+    reasons = [engine.store.get(i).reason for i in held]
+    assert reasons.count("Dependency") == CHECKS_PER_PASS
+    await settle(engine)
+    assert {engine.store.get(i).reason for i in held} == {"Dependency"}

@@ -434,6 +434,13 @@ def test_default_output_is_resolvable() -> None:
     assert resolve_output(info.stdout, 1234, info.cwd) == "/home/alice/flux-42.out"
 
 
+def test_a_pattern_with_a_backslash_is_literal() -> None:
+    """As Slurm: nothing is expanded (not even to Flux's id), the backslashes go."""
+    assert output_template("a\\b-%j.out", job_name="x", user="u") == "ab-%j.out"
+    with pytest.raises(BackendRejected, match="misread"):
+        output_template("a{\\{b", job_name="x", user="u")
+
+
 def test_job_id_patterns_name_the_bridge_id() -> None:
     """%j, %J and %A (padded too, which Flux could not express) are the bridge's id."""
     js = build(request(trainjob("plain", command=["true"]),

@@ -71,3 +71,9 @@ def test_tqueue_format_options(daemon: Daemon, capsys: pytest.CaptureFixture[str
     assert "cannot be used together" in capsys.readouterr().err
     assert tqueue_main(["-o", "%i %Q"]) == 1
     assert "Invalid job format specification: %Q" in capsys.readouterr().err
+
+
+def test_widths_zero_means_unlimited_and_huge_ones_are_cut() -> None:
+    assert table("%0j|%.0i", view(), header=False)[0] == "train.sh|12"
+    wide = table("%99999999999999999999i", view(), header=False)[0]
+    assert len(wide) == 1024 and wide.startswith("12 ")

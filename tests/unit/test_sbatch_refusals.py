@@ -27,16 +27,16 @@ def test_every_refused_option_in_one_error() -> None:
     script = (
         SH
         + "#SBATCH --array=1-4 -N 2\n"
-        + "#SBATCH -H --wait -N1\n"
+        + "#SBATCH -I --wait -N1\n"
         + "#SBATCH --test-only -a 3\n"
     )
-    text = error_of(["--hold", "-a", "1-3", "--uid=5", "job.sh"], script)
+    text = error_of(["--contiguous", "-a", "1-3", "--uid=5", "job.sh"], script)
     assert text.split("\n") == [
-        "tbatch: error: command line: option '--hold' is not supported by tbatch",
+        "tbatch: error: command line: option '--contiguous' is not supported by tbatch",
         "tbatch: error: command line: option '-a' (--array) is not supported by tbatch",
         "tbatch: error: command line: option '--uid' is not supported by tbatch",
         "tbatch: error: job.sh:2: option '--array' is not supported by tbatch",
-        "tbatch: error: job.sh:3: option '-H' (--hold) is not supported by tbatch",
+        "tbatch: error: job.sh:3: option '-I' (--immediate) is not supported by tbatch",
         "tbatch: error: job.sh:3: option '--wait' is not supported by tbatch",
         "tbatch: error: job.sh:4: option '--test-only' is not supported by tbatch",
         "tbatch: error: job.sh:4: option '-a' (--array) is not supported by tbatch",
@@ -55,9 +55,10 @@ def test_one_refusal_reads_as_before() -> None:
     assert error_of(["--array=1", "job.sh"]) == (
         "tbatch: error: option '--array' is not supported by tbatch"
     )
-    cmd = parse_command_line(["--hold", "-f", "x.yaml"])
-    assert [e.message for e in cmd.refusals] == ["option '--hold' is not supported by tbatch"]
-    assert "--hold" in error_of(["--hold", "-f", "x.yaml"], None)
+    cmd = parse_command_line(["--contiguous", "-f", "x.yaml"])
+    assert [e.message for e in cmd.refusals] == [
+        "option '--contiguous' is not supported by tbatch"]
+    assert "--contiguous" in error_of(["--contiguous", "-f", "x.yaml"], None)
 
 
 def test_a_latin1_script_is_carried_as_its_bytes() -> None:

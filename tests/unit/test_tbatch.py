@@ -168,11 +168,11 @@ async def test_user_errors(argv: list[str], files: dict[str, str], message: str,
 
 async def test_several_refusals_each_on_its_line(
         as_alice: ApiClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "j.sh").write_text("#!/bin/sh\n#SBATCH --hold\n#SBATCH --bad\n")
+    (tmp_path / "j.sh").write_text("#!/bin/sh\n#SBATCH --contiguous\n#SBATCH --bad\n")
     assert await tbatch("--array=1-3", "j.sh") == 1
     assert capsys.readouterr().err.splitlines() == [
         "tbatch: error: command line: option '--array' is not supported by tbatch",
-        "tbatch: error: j.sh:2: option '--hold' is not supported by tbatch",
+        "tbatch: error: j.sh:2: option '--contiguous' is not supported by tbatch",
         "tbatch: error: j.sh:3: unrecognized option '--bad'",
     ]
 
@@ -250,12 +250,12 @@ async def test_tbatch_runs_without_the_model(as_alice: ApiClient, tmp_path: Path
 
 
 async def test_a_flood_of_refused_options_costs_a_bounded_answer(as_alice: ApiClient) -> None:
-    """One word of 100,000 refused letters (-HHHH...): the daemon parses for every user,
+    """One word of 100,000 refused letters (-IIII...): the daemon parses for every user,
     so the refusals it lists stop at MAX_REFUSALS (an attacker's review: before, 2 GB
     and a 63 MB answer for a 1 MB body)."""
     from bridge.sbatch.cmdline import MAX_REFUSALS
 
-    body = {"argv": ["-" + "H" * 100_000, "--wrap", "true"], "cwd": "/tmp", "environ": {}}
+    body = {"argv": ["-" + "I" * 100_000, "--wrap", "true"], "cwd": "/tmp", "environ": {}}
     answer = await as_alice.call("POST", "/v1/sbatch", doc=body)
     assert answer.status == 400
     lines = answer.error.splitlines()

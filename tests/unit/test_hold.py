@@ -1,0 +1,103 @@
+"""tbatch --hold, and hold/release (``tcontrol``, ``POST /v1/jobs/{ref}/hold|release``):
+a job waits, reason JobHeldUser, until its owner (or root) releases it."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.cli import tcontrol_main
+from bridge.cli.queue_format import parse_format, render
+from bridge.sbatch import parse_tbatch, to_trainjob
+from bridge.scheduling import scheduling_of
+from tests.unit.conftest import ApiClient
+from tests.unit.fakes import settle
+from tests.unit.test_cli import NOW, Daemon, view
+from tests.unit.test_cli import daemon as daemon
+
+SCRIPT = "#!/bin/sh\ntrue\n"
+
+
+@pytest.mark.parametrize(("argv", "script", "environ"), [
+    (["-H", "job.sh"], SCRIPT, {}),
+    (["job.sh"], "#!/bin/sh\n#SBATCH --hold\n", {}),
+    (["job.sh"], SCRIPT, {"SBATCH_HOLD": "1"}),
+])
+def test_tbatch_hold_makes_a_suspended_job(argv: list[str], script: str,
+                                           environ: dict[str, str]) -> None:
+    request = parse_tbatch(argv, script, environ=environ)
+    job = to_trainjob(request, cwd="/home/alice", environ={})
+    assert job.spec.suspend is True and scheduling_of(job).hold is True
+
+
+async def submit(api: ApiClient, *argv: str) -> int:
+    answer = await api.call("POST", "/v1/sbatch",
+                            doc={"argv": [*argv, "--wrap", "true"], "cwd": "/tmp", "environ": {}})
+    assert answer.status == 201, answer.body
+    job_id: int = answer.body["id"]
+    return job_id
+
+
+async def test_held_until_released_by_its_owner(api_client: ApiClient) -> None:
+    held = await submit(api_client, "-H")
+    rec = api_client.store.get(held)
+    assert (rec.state.value, rec.reason) == ("Suspended", "JobHeldUser")
+    await settle(api_client.engine)
+    assert api_client.backend.submitted == []
+    answer = await api_client.call("POST", f"/v1/jobs/{held}/release", user="bob")
+    assert answer.status == 403
+    answer = await api_client.call("POST", f"/v1/jobs/{held}/release")
+    assert answer.status == 202 and answer.body["reason"] == "Released"
+    await settle(api_client.engine)
+    assert [r.job_id for r in api_client.backend.submitted] == [held]
+    # Past pending: hold and release are refused as scontrol refuses them.
+    answer = await api_client.call("POST", f"/v1/jobs/{held}/hold")
+    assert answer.status == 409 and "no longer pending" in answer.error
+    answer = await api_client.call("POST", f"/v1/jobs/{held}/release")
+    assert answer.status == 409 and "not held" in answer.error
+
+
+async def test_hold_a_pending_job_then_release_it(api_client: ApiClient) -> None:
+    job = await submit(api_client)
+    answer = await api_client.call("POST", f"/v1/jobs/{job}/hold")
+    assert answer.status == 202 and answer.body["reason"] == "JobHeldUser"
+    assert (await api_client.call("POST", f"/v1/jobs/{job}/hold")).status == 202  # again: ok
+    await settle(api_client.engine)
+    assert api_client.backend.submitted == []
+    assert (await api_client.call("POST", f"/v1/jobs/{job}/release", user="root")).status == 202
+    await settle(api_client.engine)
+    assert [r.job_id for r in api_client.backend.submitted] == [job]
+
+
+def test_tqueue_shows_a_held_job_pending() -> None:
+    held = view(state="Suspended", reason="JobHeldUser", nodes=None, startTime=None)
+    paused = view(state="Suspended", reason="Suspended", nodes=None, startTime=None)
+    lines = render(parse_format("%t %T %R"), [held, paused], header=False, now=NOW)
+    assert lines.splitlines() == ["PD PENDING (JobHeldUser)", "S SUSPENDED (Suspended)"]
+
+
+def test_tcontrol(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.test_cli import Reply
+
+    seen: list[str] = []
+
+    def handler(request: object) -> Reply:
+        path = request.path  # type: ignore[attr-defined]
+        seen.append(path)
+        if "/9/" in path:
+            return Reply(409, json={"error": "Job is no longer pending execution (Running)"})
+        if "/8/" in path:
+            return Reply(403, json={"error": "Access/permission denied"})
+        return Reply(202, json=view())
+
+    for ref in ("7", "8", "9"):
+        daemon.on("POST", f"/v1/jobs/{ref}/hold", handler)
+    assert tcontrol_main(["hold", "7,8", "9"]) == 1
+    assert seen == ["/v1/jobs/7/hold", "/v1/jobs/8/hold", "/v1/jobs/9/hold"]
+    assert capsys.readouterr().err.splitlines() == [
+        "tcontrol: error: hold job 8: Access/permission denied",
+        "tcontrol: error: hold job 9: Job is no longer pending execution (Running)",
+    ]
+    daemon.on("POST", "/v1/jobs/7/release", handler)
+    assert tcontrol_main(["release", "7"]) == 0
+    assert tcontrol_main(["frobnicate", "7"]) == 1
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err

@@ -31,7 +31,7 @@ from bridge.api_common import (
     query_params,
     refuse,
 )
-from bridge.backend import Owner
+from bridge.backend import BackendUnavailable, Owner
 from bridge.batchscript import script_bytes, script_of
 from bridge.errors import BridgeError
 from bridge.model import (
@@ -110,13 +110,15 @@ def _decode_trainjob(raw: bytes, max_script: int) -> Decoded:
 def _decode_sbatch(raw: bytes, max_script: int) -> Decoded:
     """``POST /v1/sbatch``: the body is what tbatch was given
     (:mod:`bridge.sbatch.submission`); the answer adds ``parsable`` (sbatch's
-    ``--parsable``, wherever it was given). A user error answers 400 with tbatch's
+    ``--parsable``, wherever it was given) and, for ``--test-only``, ``testOnly`` (then
+    nothing is stored: :func:`_admit` answers 200 with the back end's ``estimate``). A
+    user error answers 400 with tbatch's
     message, each line without its ``tbatch: error:`` prefix (the client adds it)."""
     from bridge.sbatch import SbatchError, trainjob_of_submission
 
     body = parse_json_object(raw, "request body")
     try:
-        job, parsable = trainjob_of_submission(body)
+        job, parsable, test_only = trainjob_of_submission(body)
     except SbatchError as exc:
         return error_response(400, "\n".join(
             line.removeprefix("tbatch: error: ") for line in str(exc).split("\n")))
@@ -126,7 +128,8 @@ def _decode_sbatch(raw: bytes, max_script: int) -> Decoded:
         log.exception("tbatch request not parsed")
         return error_response(400, "the daemon could not read this tbatch request (its log "
                                    "says why; please report it)")
-    return _script_size(job, max_script) or (job, {"parsable": parsable})
+    extra = {"parsable": parsable, **({"testOnly": True} if test_only else {})}
+    return _script_size(job, max_script) or (job, extra)
 
 
 def _prepared(decode: Decoder, raw: bytes, max_script: int, service: JobService,
@@ -174,6 +177,13 @@ async def _admit(request: web.Request, decode: Decoder, *, replay_extra: bool = 
     if isinstance(parsed, web.Response):
         return parsed
     job, prepared, extra = parsed
+    if extra.get("testOnly"):  # sbatch --test-only: checked, estimated, not stored
+        try:
+            estimate = await service.estimate(job, owner, prepared)
+        except BackendUnavailable as exc:
+            return error_response(503, f"back end {prepared.backend!r} unavailable: {exc}")
+        return web.json_response({"testOnly": True, "estimate": estimate,
+                                  "backend": prepared.backend})
     # No await from the count to the insert: two submissions cannot both take the last
     # place under limits.max_active_jobs.
     limits.check_active(owner.uid, owner.user, service.count_active(owner.uid))

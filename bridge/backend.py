@@ -214,6 +214,16 @@ class Suspendable(Protocol):
 
 
 @runtime_checkable
+class Estimating(Protocol):
+    """A back end that can say when and where a job would start without submitting it
+    (Slurm: ``sbatch --test-only``), for ``tbatch --test-only``."""
+
+    async def estimate(self, request: SubmitRequest) -> str:
+        """The world's estimate, one line; :class:`BackendRejected` when it would refuse
+        the job, :class:`BackendUnavailable` when it cannot say now."""
+
+
+@runtime_checkable
 class Admitting(Protocol):
     """A back end with its own admission rules (Kubernetes: who may run where)."""
 

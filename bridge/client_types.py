@@ -62,3 +62,6 @@ class SubmitResult(NamedTuple):
     #: sbatch's ``--parsable`` (command line, ``#SBATCH`` line or input variable), as the
     #: daemon read it from a ``POST /v1/sbatch``; False for a TrainJob.
     parsable: bool = False
+    #: ``--test-only``: the back end's estimate of when and where the job would start;
+    #: nothing was submitted (``id`` 0, ``uid``/``name``/``state`` empty).
+    estimate: str | None = None

@@ -47,6 +47,7 @@ from bridge.backend import (
     BackendJob,
     BackendRejected,
     BackendUnavailable,
+    Estimating,
     Inventory,
     Owner,
     StatusBatch,
@@ -58,7 +59,7 @@ from bridge.engine_dependency import DependencyGate, check_dependency_ids
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
 from bridge.engine_status import StatusTracker
-from bridge.errors import Conflict, PermissionDenied
+from bridge.errors import Conflict, InvalidRequest, PermissionDenied
 from bridge.errors import EngineError as EngineError
 from bridge.inventories import Inventories
 from bridge.job_summary import job_summary
@@ -177,6 +178,28 @@ class Engine:
                  backend=backend, runtime=job.spec.runtime_ref.name)
         self._wake.set()
         return record
+
+    async def estimate(self, job: TrainJob, owner: Owner, prepared: Admission) -> str:
+        """``tbatch --test-only``: the checks :meth:`admit` makes (but the caller's count
+        of unfinished jobs), then the back end's estimate (:class:`Estimating`), or, for
+        a back end that cannot estimate, that it would accept the job. Nothing is
+        stored or submitted; :class:`InvalidRequest` when the back end would refuse it."""
+        self._check_capacity(prepared.backend, prepared.num_nodes, prepared.partition)
+        check_dependency_ids(self.store, prepared.summary)
+        shape = (JobShape.from_json(prepared.shape) if prepared.shape is not None
+                 else resolve_shape(job, self.catalog.resolve(job), scheduling_of(job)))
+        backend = self.backends[prepared.backend]
+        if not isinstance(backend, Estimating):
+            return (f"Job would be accepted by back end {prepared.backend!r} "
+                    f"({shape.nodes} node{'s' if shape.nodes != 1 else ''}); it cannot "
+                    f"estimate a start time")
+        request = SubmitRequest(job_uid=job.metadata.uid or "", job_id=0, job=job,
+                                plan=shape.plan, options=scheduling_of(job), owner=owner,
+                                shape=shape)
+        try:
+            return await backend.estimate(request)
+        except BackendRejected as exc:
+            raise InvalidRequest(str(exc)) from None
 
     def _check_capacity(self, backend: str, num_nodes: int, partition: str | None) -> None:
         """Refuse a job that asks for more nodes than the back end has at all (in the

@@ -186,6 +186,10 @@ class JobService:
         """Resume a suspended job (:meth:`Engine.set_suspend`)."""
         return self._engine.set_suspend(record, False, caller)
 
+    async def estimate(self, job: TrainJob, owner: Owner, prepared: Admission) -> str:
+        """``--test-only`` (:meth:`Engine.estimate`): nothing is stored."""
+        return await self._engine.estimate(job, owner, prepared)
+
     def hold(self, record: JobRecord, caller: Owner) -> JobRecord:
         """``scontrol hold``: a job that has not reached its back end waits until
         :meth:`release` (state Suspended, reason ``JobHeldUser``); only its owner or root

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import re
 import sys
 import time
 from collections.abc import AsyncGenerator, Collection, Mapping
@@ -62,6 +63,7 @@ from slurm_adapter.dialects import (
 from slurm_adapter.records import backend_state, gpu_count, job_from_slurm, node_from_slurm
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
 from slurm_adapter.script import (
+    JobSpec,
     job_environment,
     job_spec,
     render_script,
@@ -179,8 +181,10 @@ class SlurmBackend:
 
     # --- jobs -----------------------------------------------------------------------
 
-    async def submit(self, request: SubmitRequest) -> str:
-        """Submit as ``request.owner``; the Slurm job id. See the module docstring."""
+    def _submission(self, request: SubmitRequest
+                    ) -> tuple[JobSpec, str, dict[str, str], dict[str, str]]:
+        """What :meth:`submit` hands Slurm: the spec, the script, the job's environment
+        and the environment sbatch gets."""
         spec = job_spec(request, default_chdir=request.owner.home(),
                         default_partition=self.default_partition)
         script = render_script(request, self.mpi_launch)
@@ -193,7 +197,26 @@ class SlurmBackend:
         # With --export-file, slurmd 22.05 expands %x in --output from the job's
         # SLURM_JOB_NAME variable, not from the job record: without it the file is
         # "(null)-<id>.out". sbatch sets it only when exporting its own environment.
-        cli_env = {**env, "SLURM_JOB_NAME": spec.name}
+        return spec, script, env, {**env, "SLURM_JOB_NAME": spec.name}
+
+    async def estimate(self, request: SubmitRequest) -> str:
+        """``sbatch --test-only`` of what :meth:`submit` would submit, as the owner:
+        Slurm's estimate of when and where the job would start (``Job N to start at
+        ...``, Slurm's would-be id dropped). Nothing is submitted. Needs sbatch."""
+        if not self.cli.has("sbatch"):
+            raise BackendRejected("--test-only needs sbatch on the daemon's host")
+        spec, script, _, cli_env = self._submission(request)
+        try:
+            args = sbatch_args(spec)
+        except hostlist.HostlistError as exc:
+            raise BackendRejected(str(exc)) from None
+        text = await self.cli.test_only(script, args, cli_env, request.owner,
+                                        spec.script_args)
+        return re.sub(r"^Job \d+ ", "Job ", text)
+
+    async def submit(self, request: SubmitRequest) -> str:
+        """Submit as ``request.owner``; the Slurm job id. See the module docstring."""
+        spec, script, env, cli_env = self._submission(request)
         # A script that is not UTF-8 (a Latin-1 comment) cannot travel in JSON: sbatch.
         if self.rest is not None and is_utf8(script):
             rest = await self._rest_client()

@@ -222,6 +222,35 @@ class SlurmCli:
         Nothing the user wrote is on a command line but the script arguments, which
         are argv elements, never shell text.
         """
+        done = await self._sbatch("--parsable", script, args, env, owner, script_args)
+        self._raise_for(done)
+        first = done.stdout.decode(errors="replace").strip().splitlines()
+        job_id = first[-1].split(";", 1)[0].strip() if first else ""
+        if not job_id.isdigit():
+            raise BackendUnavailable(f"sbatch printed no job id: {done.stdout!r} "
+                                     f"{done.message}")
+        if done.message:
+            log.warning("sbatch accepted job %s with a warning: %s", job_id, done.message)
+        return job_id
+
+    async def test_only(self, script: str, args: Sequence[str], env: Mapping[str, str],
+                        owner: Owner, script_args: Sequence[str] = ()) -> str:
+        """``sbatch --test-only`` as ``owner`` (as :meth:`submit` hands it the job): Slurm's
+        estimate (``Job 12 to start at ... using 2 processors on nodes node[1-2] in
+        partition debug``); nothing is submitted."""
+        done = await self._sbatch("--test-only", script, args, env, owner, script_args)
+        self._raise_for(done)
+        lines = [ln.removeprefix("sbatch: ") for ln in done.message.splitlines()]
+        estimate = next((ln for ln in lines if " to start at " in ln), None)
+        if estimate is None:
+            raise BackendUnavailable(f"sbatch --test-only printed no estimate: "
+                                     f"{done.message!r}")
+        return estimate
+
+    async def _sbatch(self, mode: str, script: str, args: Sequence[str],
+                      env: Mapping[str, str], owner: Owner,
+                      script_args: Sequence[str]) -> Completed:
+        """``sbatch MODE`` as ``owner`` with the script and environment in memory files."""
         job_env = dict(env)
         if self.slurm_conf:
             job_env.setdefault("SLURM_CONF", self.slurm_conf)
@@ -233,8 +262,8 @@ class SlurmCli:
             os.lseek(env_fd, 0, os.SEEK_SET)
             os.write(script_fd, script.encode("utf-8", "surrogateescape"))  # its own bytes
             os.lseek(script_fd, 0, os.SEEK_SET)
-            done = await self.run(
-                ["sbatch", "--parsable", "--ignore-pbs", "--export=ALL",
+            return await self.run(
+                ["sbatch", mode, "--ignore-pbs", "--export=ALL",
                  f"--export-file={env_fd}", *args, f"/proc/self/fd/{script_fd}",
                  *script_args],
                 owner=owner, pass_fds=(env_fd, script_fd),
@@ -242,19 +271,15 @@ class SlurmCli:
         finally:
             os.close(env_fd)
             os.close(script_fd)
+
+    @staticmethod
+    def _raise_for(done: Completed) -> None:
+        """A failed sbatch as BackendUnavailable (transient) or BackendRejected."""
         if done.returncode != 0:
             message = done.message or f"sbatch exited with {done.returncode}"
             if is_transient_message(message):
                 raise BackendUnavailable(f"sbatch: {message}")
             raise BackendRejected(f"sbatch: {message}")
-        first = done.stdout.decode(errors="replace").strip().splitlines()
-        job_id = first[-1].split(";", 1)[0].strip() if first else ""
-        if not job_id.isdigit():
-            raise BackendUnavailable(f"sbatch printed no job id: {done.stdout!r} "
-                                     f"{done.message}")
-        if done.message:
-            log.warning("sbatch accepted job %s with a warning: %s", job_id, done.message)
-        return job_id
 
     async def _json(self, argv: list[str], what: str) -> dict[str, Any]:
         """``argv``'s JSON (:meth:`_checked_json`), decoded in a worker thread: a busy

@@ -31,7 +31,7 @@ import os
 import sys
 from typing import Any
 
-from bridge.cli.common import UserError, connect, run, version
+from bridge.cli.common import UserError, clean, connect, run, version
 from bridge.sbatch.locate import locate
 from bridge.sbatch.script import MAX_SCRIPT_BYTES
 
@@ -130,6 +130,9 @@ def _tbatch(argv: list[str]) -> int:
         return 0
     with connect() as client:
         result = client.submit_sbatch(request)
+    if result.estimate is not None:  # --test-only: as sbatch, on stderr; nothing submitted
+        print(f"tbatch: {clean(result.estimate)}", file=sys.stderr)
+        return 0
     print(result.id if result.parsable else f"Submitted batch job {result.id}")
     return 0
 

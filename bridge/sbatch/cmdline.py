@@ -187,7 +187,7 @@ def parse_command_line(argv: Sequence[str]) -> CommandLine:
     if trainjob_file is not None:
         if operands:
             raise SbatchError("a batch script cannot be given with -f/--file")
-        allowed = {"file", "backend", "parsable", "help", "version"}
+        allowed = {"file", "backend", "parsable", "test_only", "help", "version"}
         extra = sorted(set(values) - allowed)
         if extra:
             spec = next(s for s in OPTIONS if s.dest == extra[0])

@@ -227,6 +227,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="submit the job held: it waits until 'tcontrol release JOBID'",
     ),
     OptionSpec(
+        "test-only",
+        "test_only",
+        values.flag("test_only"),
+        arg="none",
+        help="check the job and say when and where it would start; submit nothing",
+    ),
+    OptionSpec(
         "parsable", "parsable", values.flag("parsable"), arg="none", help="print only the job id"
     ),
     OptionSpec(
@@ -363,7 +370,6 @@ _SBATCH_ONLY_LONG = frozenset(
         "segment",
         "sockets-per-node",
         "spread-job",
-        "test-only",
         "thread-spec",
         "threads-per-core",
         "time-min",
@@ -398,7 +404,7 @@ _SBATCH_ONLY_SHORT: dict[str, str] = {
 #: and every refusal is reported at once.
 _SBATCH_NO_ARG = frozenset(
     {"contiguous", "ignore-pbs", "immediate", "no-requeue", "overcommit",
-     "oversubscribe", "quiet", "reboot", "requeue", "spread-job", "test-only",
+     "oversubscribe", "quiet", "reboot", "requeue", "spread-job",
      "use-min-nodes", "verbose", "wait"}
 )
 _SBATCH_OPTIONAL_ARG = frozenset({"get-user-env", "no-kill", "propagate", "nice"})

@@ -97,6 +97,8 @@ class BatchOptions:
     kill_on_invalid_dep: bool | None = None
     #: ``-H/--hold``: admitted held (``spec.suspend``), reason ``JobHeldUser``.
     hold: bool = False
+    #: ``--test-only``: the daemon checks the job and asks its back end for an estimate.
+    test_only: bool = False
 
 
 @dataclass(frozen=True)

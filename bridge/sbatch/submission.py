@@ -100,8 +100,9 @@ def _decode(body: Mapping[str, Any]) -> tuple[list[str], str, dict[str, str]]:
     )
 
 
-def trainjob_of_submission(body: Mapping[str, Any]) -> tuple[TrainJob, bool]:
-    """The TrainJob ``tbatch`` asked for in ``body`` (see the module), and ``--parsable``."""
+def trainjob_of_submission(body: Mapping[str, Any]) -> tuple[TrainJob, bool, bool]:
+    """The TrainJob ``tbatch`` asked for in ``body`` (see the module), ``--parsable`` and
+    ``--test-only``."""
     argv, cwd, environ = _decode(body)
     script = _optional_text(body, "script")
     trainjob_text = _optional_text(body, "file")
@@ -117,6 +118,8 @@ def trainjob_of_submission(body: Mapping[str, Any]) -> tuple[TrainJob, bool]:
         request = parse_tbatch(argv)
         if trainjob_text is None:
             raise ValidationError([("file", "required with -f/--file: the file's text")])
-        return trainjob_from_file(request, trainjob_text), request.parsable
+        return (trainjob_from_file(request, trainjob_text), request.parsable,
+                request.options.test_only)
     request = parse_tbatch(argv, script, environ=environ)
-    return to_trainjob(request, cwd=cwd, environ=environ), request.parsable
+    return (to_trainjob(request, cwd=cwd, environ=environ), request.parsable,
+            request.options.test_only)

@@ -4,7 +4,8 @@ the same script as alice, and Slurm's record of both jobs is compared.
 * options tbatch passes to Slurm as they are (mail, signal, requeue, comment, begin,
   deadline, hint, memory per CPU, distribution ...) reach the job as sbatch's do, through
   slurmrestd's daemon (which submits such a job with sbatch) and through the CLI one;
-* every option tbatch refuses is reported in one error, with its line.
+* every option tbatch refuses is reported in one error, with its line;
+* ``--test-only`` gives Slurm's own estimate, as sbatch's.
 """
 
 from __future__ import annotations
@@ -91,17 +92,39 @@ def test_passed_options_reach_slurm_as_sbatchs_do(
 
 def test_every_refused_option_in_one_error(daemon: Daemon, outdir: Path) -> None:
     script = outdir / "refused.sh"
-    script.write_text("#!/bin/sh\n#SBATCH --array=1-4 -N 1\n#SBATCH -d after:1 --hold\n"
+    script.write_text("#!/bin/sh\n#SBATCH --array=1-4 -N 1\n#SBATCH -W --reboot\n"
                       "echo never\n")
-    res = daemon.cli("alice", "tbatch", "--test-only", str(script), cwd=outdir)
+    res = daemon.cli("alice", "tbatch", "--contiguous", str(script), cwd=outdir)
     assert res.returncode == 1
     assert res.stderr.splitlines() == [
-        "tbatch: error: command line: option '--test-only' is not supported by tbatch",
+        "tbatch: error: command line: option '--contiguous' is not supported by tbatch",
         f"tbatch: error: {script}:2: option '--array' is not supported by tbatch",
-        f"tbatch: error: {script}:3: option '-d' (--dependency) is not supported by tbatch",
-        f"tbatch: error: {script}:3: option '--hold' is not supported by tbatch",
+        f"tbatch: error: {script}:3: option '-W' (--wait) is not supported by tbatch",
+        f"tbatch: error: {script}:3: option '--reboot' is not supported by tbatch",
     ]
     assert res.stdout == ""
+
+
+_ESTIMATE = re.compile(r"^(sbatch|tbatch): Job (?:\d+ )?to start at (\S+) using (\d+) "
+                       r"processors on nodes? (\S+) in partition (\S+)$", re.M)
+
+
+def test_test_only_agrees_with_sbatch(daemon: Daemon, outdir: Path) -> None:
+    """tbatch --test-only asks Slurm as the user, with the job the bridge would submit:
+    the same estimate as sbatch's for the same script; nothing is submitted."""
+    script = outdir / "probe.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node=1 -p debug -t 5\nhostname\n")
+    theirs = subprocess.run(["runuser", "-u", "alice", "--", "sbatch", "--test-only",
+                             str(script)], cwd=outdir, capture_output=True, text=True,
+                            check=False, timeout=60)
+    ours = daemon.cli("alice", "tbatch", "--test-only", str(script), cwd=outdir)
+    assert theirs.returncode == 0 and ours.returncode == 0, (theirs.stderr, ours.stderr)
+    a, b = _ESTIMATE.search(theirs.stderr), _ESTIMATE.search(ours.stderr)
+    assert a and b, (theirs.stderr, ours.stderr)
+    assert (a[3], a[5]) == (b[3], b[5]) == ("2", "debug"), (a[0], b[0])
+    assert ours.stdout == "" and daemon.api("GET", "/v1/jobs").json()["items"] == []
+    bad = daemon.cli("alice", "tbatch", "--test-only", "-p", "bogus", str(script), cwd=outdir)
+    assert bad.returncode == 1 and "bogus" in bad.stderr, bad
 
 
 def test_sbatch_timelimit_abc_is_refused_as_by_sbatch(daemon: Daemon, outdir: Path) -> None:

@@ -28,7 +28,7 @@ def test_every_refused_option_in_one_error() -> None:
         SH
         + "#SBATCH --array=1-4 -N 2\n"
         + "#SBATCH -I --wait -N1\n"
-        + "#SBATCH --test-only -a 3\n"
+        + "#SBATCH --reboot -a 3\n"
     )
     text = error_of(["--contiguous", "-a", "1-3", "--uid=5", "job.sh"], script)
     assert text.split("\n") == [
@@ -38,7 +38,7 @@ def test_every_refused_option_in_one_error() -> None:
         "tbatch: error: job.sh:2: option '--array' is not supported by tbatch",
         "tbatch: error: job.sh:3: option '-I' (--immediate) is not supported by tbatch",
         "tbatch: error: job.sh:3: option '--wait' is not supported by tbatch",
-        "tbatch: error: job.sh:4: option '--test-only' is not supported by tbatch",
+        "tbatch: error: job.sh:4: option '--reboot' is not supported by tbatch",
         "tbatch: error: job.sh:4: option '-a' (--array) is not supported by tbatch",
     ]
 

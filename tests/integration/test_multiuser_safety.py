@@ -258,7 +258,7 @@ def test_tlog_refusing_a_file_exits_non_zero_with_the_reason(daemon: Daemon,
     assert daemon.cli("alice", "tlog", str(job)).stdout == "mine\n"
     secret = outdir / "bobs-secret"
     assert as_user("bob", "sh", "-c", f"echo bob-only > {secret}").returncode == 0
-    out = outdir / f"out-{daemon.job(job)['backendId']}.txt"
+    out = outdir / f"out-{job}.txt"  # %j is the bridge's id
     assert as_user("alice", "ln", "-sfn", str(secret), str(out)).returncode == 0
     res = daemon.cli("alice", "tlog", str(job))
     assert res.returncode != 0 and "bob-only" not in res.stdout
@@ -305,5 +305,6 @@ def test_jobs_keep_a_users_umask_under_the_daemons_077(cli_daemon: Daemon,
     the job's (its output and files would be unreadable to the user's group)."""
     job = tbatch(cli_daemon, "alice", outdir, "-o", "um-%j.txt", "--wrap", "umask")
     done = cli_daemon.wait_state(job, ["Succeeded", "Failed"])
-    out = outdir / f"um-{done['backendId']}.txt"
+    assert done["state"] == "Succeeded", done
+    out = outdir / f"um-{job}.txt"  # %j is the bridge's id
     assert out.read_text() == "0022\n" and mode(out) == 0o644

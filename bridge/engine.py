@@ -249,22 +249,31 @@ class Engine:
         if caller.uid not in (0, record.owner.uid):
             raise PermissionDenied("Access/permission denied")
         job = record.job
-        if bool(job.spec.suspend) == suspend and not (
-                not suspend and record.state == JobState.SUSPENDED):
-            return record
-        job.spec.suspend = suspend
+        # Before its back end: the state says what to do, and the document changes with
+        # it in one transaction (a crash between the two would leave a Pending job whose
+        # document says suspended, that a second hold would take as done).
         if suspend and record.state == JobState.PENDING and record.attempts == 0:
-            self.store.save_document(record.id, job)
+            job.spec.suspend = True
             verb = _VERBS.get(reason or "", "suspended")
-            return self.store.transition(record.id, JobState.SUSPENDED, reason or "Suspended",
-                                         f"{verb} by {caller.user}")
+            held = self.store.transition_from(
+                record.id, JobState.PENDING, JobState.SUSPENDED, reason or "Suspended",
+                f"{verb} by {caller.user}", **self.store.document_fields(job))
+            if held is None:
+                raise Conflict("Job is no longer pending execution (it changed meanwhile)")
+            return held
         if not suspend and record.state == JobState.SUSPENDED:
-            self.store.save_document(record.id, job)
-            rec = self.store.transition(record.id, JobState.PENDING, reason or "Resumed",
-                                        f"{_VERBS.get(reason or '', 'resumed')} by {caller.user}",
-                                        next_attempt_at=time.time())
+            job.spec.suspend = False
+            rec = self.store.transition_from(
+                record.id, JobState.SUSPENDED, JobState.PENDING, reason or "Resumed",
+                f"{_VERBS.get(reason or '', 'resumed')} by {caller.user}",
+                next_attempt_at=time.time(), **self.store.document_fields(job))
+            if rec is None:
+                raise Conflict("Job is not suspended (it changed meanwhile)")
             self._wake.set()
             return rec
+        if bool(job.spec.suspend) == suspend:
+            return record
+        job.spec.suspend = suspend
         backend = self.backends.get(record.backend)
         if record.state.active and isinstance(backend, Suspendable):
             self.store.save_document(record.id, job)
@@ -445,8 +454,11 @@ class Engine:
     def _wait_for_topology(self, rec: JobRecord, decision: PlacementDecision) -> None:
         if rec.reason == WAITING_FOR_TOPOLOGY and rec.message == decision.note:
             return
-        self.store.transition(rec.id, JobState.PENDING, WAITING_FOR_TOPOLOGY, decision.note,
-                              placement=decision.record(time.time()))
+        # From Pending only: a hold made while the pass read the topology stands.
+        if self.store.transition_from(rec.id, JobState.PENDING, JobState.PENDING,
+                                      WAITING_FOR_TOPOLOGY, decision.note,
+                                      placement=decision.record(time.time())) is None:
+            return
         log.info("job waits for its topology constraint", job_id=rec.id, note=decision.note)
 
     async def _submit(self, name: str, backend: Backend, rec: JobRecord,
@@ -454,8 +466,14 @@ class Engine:
         try:
             async with self._submit_slots:
                 now = time.time()
-                rec = self.store.update(rec.id, attempts=rec.attempts + 1, submitting_since=now,
-                                        placement=decision.record(now) if decision else None)
+                claimed = self.store.claim_submission(
+                    rec.id, rec.attempts, submitting_since=now,
+                    placement=decision.record(now) if decision else None)
+                if claimed is None:  # held or cancelled since the pass read it
+                    log.info("job changed before its submission; not submitted",
+                             job_id=rec.id)
+                    return
+                rec = claimed
                 try:
                     request = self._request(rec, decision)
                 except ValidationError as exc:
@@ -495,9 +513,9 @@ class Engine:
         delay = backoff_delay(max(rec.attempts, 1), self.settings.retry_base,
                               self.settings.retry_cap)
         message = str(exc) or type(exc).__name__
-        self.store.transition(rec.id, rec.state, "BackendUnavailable",
-                              f"{message}; retrying in {delay:.0f}s",
-                              next_attempt_at=time.time() + delay, submitting_since=None)
+        self.store.transition_from(rec.id, rec.state, rec.state, "BackendUnavailable",
+                                   f"{message}; retrying in {delay:.0f}s",
+                                   next_attempt_at=time.time() + delay, submitting_since=None)
         log.warning("back end unavailable; will retry", job_id=rec.id, error=message,
                     delay=round(delay, 1))
 

@@ -158,6 +158,7 @@ class DependencyGate:
         ready = []
         checks = 0
         singletons = _Singletons(self.store)
+        known: dict[int, Facts | None] = {}  # one pass's facts: each job read once
         for rec in records:
             try:
                 # A job tried once may be in its back end already: its dependency was met.
@@ -173,7 +174,7 @@ class DependencyGate:
             if checks > CHECKS_PER_PASS:
                 continue  # still due: the next pass looks at it
             try:
-                if self._check(rec, *dep, now, singletons):
+                if self._check(rec, *dep, now, singletons, known):
                     ready.append(rec)
             except Exception:  # one job's data must never stop the pass for the others
                 log.exception("dependency check failed; looking again later", job_id=rec.id)
@@ -181,9 +182,15 @@ class DependencyGate:
         return ready
 
     def _check(self, rec: JobRecord, dep: Dependency, kill: bool, now: float,
-               singletons: _Singletons) -> bool:
-        named = {r.id: r for r in self.store.by_ids(sorted(dep.job_ids()))}
-        facts = {i: Facts(r.state.value, r.started_at) for i, r in named.items()}
+               singletons: _Singletons, known: dict[int, Facts | None]) -> bool:
+        ids = dep.job_ids()
+        unread = sorted(i for i in ids if i not in known)
+        if unread:
+            known.update(dict.fromkeys(unread))
+            known.update({r.id: Facts(r.state.value, r.started_at)
+                          for r in self.store.by_ids(unread)})
+        facts = {i: f for i in ids if (f := known[i]) is not None}
+        named = set(facts)
         blockers = singletons.blockers(rec) if dep.singleton else []
         verdict, at = evaluate(dep, facts, now, blockers)
         if verdict is Verdict.READY:

@@ -48,6 +48,9 @@ from bridge.refs import AmbiguousJob
 from bridge.states import JobState
 from bridge.store import JobNotFound, JobRecord, Transition
 
+#: Reasons of a held job (``tbatch --hold``, ``tcontrol hold``), as Slurm names them.
+HELD = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
 __all__ = ["Admission", "Admitted", "AmbiguousJob", "EngineError", "Event", "JobNotFound",
            "JobPage", "JobRecord", "JobService", "JobUpdates", "OutputChunk", "Transition"]
 
@@ -183,7 +186,11 @@ class JobService:
         return self._engine.set_suspend(record, True, caller)
 
     def resume(self, record: JobRecord, caller: Owner) -> JobRecord:
-        """Resume a suspended job (:meth:`Engine.set_suspend`)."""
+        """Resume a suspended job (:meth:`Engine.set_suspend`); a held one is released
+        with :meth:`release`, not resumed (:class:`Conflict`)."""
+        if record.state is JobState.SUSPENDED and record.reason in HELD:
+            self._owner_or_root(record, caller)
+            raise Conflict("Job is held, not suspended: release it (tcontrol release)")
         return self._engine.set_suspend(record, False, caller)
 
     async def estimate(self, job: TrainJob, owner: Owner, prepared: Admission) -> str:
@@ -192,21 +199,30 @@ class JobService:
 
     def hold(self, record: JobRecord, caller: Owner) -> JobRecord:
         """``scontrol hold``: a job that has not reached its back end waits until
-        :meth:`release` (state Suspended, reason ``JobHeldUser``); only its owner or root
-        may; :class:`Conflict` for a job that is past pending, as Slurm refuses it."""
+        :meth:`release` (state Suspended, reason ``JobHeldUser``, or ``JobHeldAdmin`` when
+        root holds another user's job: then only root may release it). Only its owner or
+        root may; :class:`Conflict` for a job past pending (the bridge cannot hold a job
+        in its back end's queue) or suspended rather than held."""
         self._owner_or_root(record, caller)
         if record.state is JobState.SUSPENDED and record.attempts == 0:
-            return record
+            if record.reason in HELD:
+                return record
+            raise Conflict("Job is suspended, not pending: resume it first")
         if record.state is not JobState.PENDING or record.attempts > 0:
-            raise Conflict(f"Job is no longer pending execution ({record.state})")
-        return self._engine.set_suspend(record, True, caller, reason="JobHeldUser")
+            raise Conflict(f"Job is no longer pending execution ({record.state} in back end "
+                           f"{record.backend!r}; the bridge holds only jobs not yet there)")
+        admin = caller.uid == 0 and record.owner.uid != 0
+        return self._engine.set_suspend(record, True, caller,
+                                        reason="JobHeldAdmin" if admin else "JobHeldUser")
 
     def release(self, record: JobRecord, caller: Owner) -> JobRecord:
         """``scontrol release``: a held job goes back to Pending (reason ``Released``);
-        :class:`Conflict` for a job that is not held."""
+        :class:`Conflict` for a job that is not held; an admin's hold only by root."""
         self._owner_or_root(record, caller)
-        if record.state is not JobState.SUSPENDED or record.attempts > 0:
-            raise Conflict(f"Job is not held ({record.state})")
+        if record.state is not JobState.SUSPENDED or record.reason not in HELD:
+            raise Conflict(f"Job is not held ({record.state}, {record.reason})")
+        if record.reason == "JobHeldAdmin" and caller.uid != 0:
+            raise PermissionDenied("Access/permission denied (an administrator's hold)")
         return self._engine.set_suspend(record, False, caller, reason="Released")
 
     @staticmethod

@@ -301,12 +301,27 @@ class Store(OutboxQueries):
         placement (a JSON-able dict, or None).
         Staying in the same state only updates the fields (and reason/message if given).
         """
+        done = self._transition(job_id, None, dst, reason, message, fields)
+        assert done is not None
+        return done
+
+    def transition_from(self, job_id: int, expect: JobState, dst: JobState, reason: str,
+                        message: str = "", **fields: Any) -> JobRecord | None:
+        """:meth:`transition`, only if the job is in state ``expect`` when it is made (in
+        the same transaction); ``None`` when it is not (something else changed it since
+        the caller read it: a hold, a cancel)."""
+        return self._transition(job_id, expect, dst, reason, message, fields)
+
+    def _transition(self, job_id: int, expect: JobState | None, dst: JobState, reason: str,
+                    message: str, fields: dict[str, Any]) -> JobRecord | None:
         now = time.time()
         with self._tx() as db:
             row = db.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
             if row is None:
                 raise JobNotFound(job_id)
             src = JobState(row["state"])
+            if expect is not None and src != expect:
+                return None
             if src != dst:
                 check_transition(src, dst)
                 if dst.terminal and "finished_at" not in fields:
@@ -318,6 +333,27 @@ class Store(OutboxQueries):
         if src == dst:
             self._updated(job_id)
         return self.get(job_id)
+
+    def claim_submission(self, job_id: int, attempts: int, **fields: Any) -> JobRecord | None:
+        """Start submission attempt ``attempts + 1`` (setting ``fields`` too), only if the
+        job is still Pending after ``attempts`` attempts: a hold or a cancel made since
+        the caller read the job wins, and then nothing changes and ``None`` is returned."""
+        with self._tx() as db:
+            row = db.execute("SELECT state, attempts FROM jobs WHERE id=?",
+                             (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            if row["state"] != JobState.PENDING.value or row["attempts"] != attempts:
+                return None
+            self._update(db, job_id, attempts=attempts + 1, updated_at=time.time(), **fields)
+        self._updated(job_id)
+        return self.get(job_id)
+
+    @staticmethod
+    def document_fields(job: TrainJob) -> dict[str, str]:
+        """The fields that store ``job`` as the job's document (with its summary), for a
+        :meth:`transition` that changes both in one transaction."""
+        return {"document": json.dumps(job.to_dict()), "summary": json.dumps(job_summary(job))}
 
     def update(self, job_id: int, **fields: Any) -> JobRecord:
         """Set bookkeeping fields without a state change."""

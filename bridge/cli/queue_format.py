@@ -105,7 +105,8 @@ def _key(key: str, default: object = "") -> Callable[[JobView, datetime], object
 def _held(job: JobView) -> bool:
     """Held before its back end saw it (``tbatch --hold``, ``tcontrol hold``): squeue
     shows such a job pending, with its reason."""
-    return job.get("state") == "Suspended" and job.get("reason") == "JobHeldUser"
+    return job.get("state") == "Suspended" and job.get("reason") in ("JobHeldUser",
+                                                                       "JobHeldAdmin")
 
 
 def _compact(job: JobView, now: datetime) -> str:

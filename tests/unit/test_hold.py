@@ -3,12 +3,16 @@ a job waits, reason JobHeldUser, until its owner (or root) releases it."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 
 from bridge.cli import tcontrol_main
 from bridge.cli.queue_format import parse_format, render
 from bridge.sbatch import parse_tbatch, to_trainjob
 from bridge.scheduling import scheduling_of
+from bridge.states import JobState
 from tests.unit.conftest import ApiClient
 from tests.unit.fakes import settle
 from tests.unit.test_cli import NOW, Daemon, view
@@ -101,3 +105,91 @@ def test_tcontrol(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
     assert tcontrol_main(["release", "7"]) == 0
     assert tcontrol_main(["frobnicate", "7"]) == 1
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------- races and crashes (a review)
+
+
+async def test_a_hold_while_the_submission_waits_for_a_slot_wins(api_client: ApiClient
+                                                                 ) -> None:
+    """The pass started the submission but it waits for a submit slot; a hold in between
+    wins: nothing reaches the back end, and the job stays held and releasable."""
+    engine = api_client.engine
+    engine._submit_slots = asyncio.Semaphore(1)
+    await engine._submit_slots.acquire()  # every slot busy
+    job = await submit(api_client)
+    await engine.reconcile_once()
+    assert job in engine._inflight
+    assert (await api_client.call("POST", f"/v1/jobs/{job}/hold")).status == 202
+    engine._submit_slots.release()
+    await asyncio.gather(*engine._inflight.values())
+    assert api_client.backend.submitted == []
+    rec = api_client.store.get(job)
+    assert (rec.state, rec.reason, rec.attempts) == (JobState.SUSPENDED, "JobHeldUser", 0)
+    assert (await api_client.call("POST", f"/v1/jobs/{job}/release")).status == 202
+    await settle(engine)
+    assert [r.job_id for r in api_client.backend.submitted] == [job]
+
+
+async def test_a_hold_half_made_before_a_crash_can_be_made_again(api_client: ApiClient
+                                                                 ) -> None:
+    """A Pending job whose document already says suspend (the old two-step write, cut by
+    a crash): a hold still holds it."""
+    job = await submit(api_client)
+    doc = api_client.store.get(job).job
+    doc.spec.suspend = True
+    api_client.store.save_document(job, doc)
+    answer = await api_client.call("POST", f"/v1/jobs/{job}/hold")
+    assert (answer.status, answer.body["state"]) == (202, "Suspended")
+    await settle(api_client.engine)
+    assert api_client.backend.submitted == []
+
+
+async def test_roots_hold_is_released_only_by_root(api_client: ApiClient) -> None:
+    job = await submit(api_client)
+    answer = await api_client.call("POST", f"/v1/jobs/{job}/hold", user="root")
+    assert (answer.status, answer.body["reason"]) == (202, "JobHeldAdmin")
+    answer = await api_client.call("POST", f"/v1/jobs/{job}/release")
+    assert answer.status == 403 and "administrator" in answer.error
+    answer = await api_client.call("POST", f"/v1/jobs/{job}/resume")
+    assert answer.status == 409 and "release it" in answer.error
+    assert (await api_client.call("POST", f"/v1/jobs/{job}/release", user="root")).status == 202
+
+
+async def test_hold_suspend_and_resume_keep_to_their_meaning(api_client: ApiClient) -> None:
+    held = await submit(api_client, "-H")
+    answer = await api_client.call("POST", f"/v1/jobs/{held}/resume")
+    assert answer.status == 409 and "held, not suspended" in answer.error
+    paused = await submit(api_client)
+    answer = await api_client.call("POST", f"/v1/jobs/{paused}/suspend")
+    assert (answer.status, answer.body["reason"]) == (202, "Suspended")
+    answer = await api_client.call("POST", f"/v1/jobs/{paused}/hold")
+    assert answer.status == 409 and "resume it first" in answer.error
+    answer = await api_client.call("POST", f"/v1/jobs/{paused}/release")
+    assert answer.status == 409 and "not held" in answer.error
+
+
+async def test_a_hold_while_the_pass_reads_the_topology_stands(api_client: ApiClient) -> None:
+    """The pass decides that the job waits for its topology after an await; a hold made
+    meanwhile is not undone by that decision."""
+    engine = api_client.engine
+    job = await submit(api_client)
+    entered, go = asyncio.Event(), asyncio.Event()
+    real = engine._inventories.fresh_topology
+
+    async def slow(name: str, backend: object) -> object:
+        entered.set()
+        await go.wait()
+        return await real(name, backend)  # type: ignore[arg-type]
+
+    engine._inventories.fresh_topology = slow  # type: ignore[method-assign]
+    engine._decide = lambda *a: SimpleNamespace(  # type: ignore[method-assign]
+        wait=True, note="waiting for switches", record=lambda t: {"note": "x"})
+    engine.settings.placement["slurm"] = "constraints"
+    pass_ = asyncio.create_task(engine.reconcile_once())
+    await entered.wait()
+    assert (await api_client.call("POST", f"/v1/jobs/{job}/hold")).status == 202
+    go.set()
+    await pass_
+    rec = api_client.store.get(job)
+    assert (rec.state, rec.reason) == (JobState.SUSPENDED, "JobHeldUser")

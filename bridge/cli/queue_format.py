@@ -24,8 +24,8 @@ from bridge.cli.common import UserError, clean, nodelist, parse_time
 from bridge.client_types import JobView
 from bridge.slurmtime import format_seconds
 
-__all__ = ["COMPACT_STATES", "DEFAULT_FORMAT", "Column", "parse_fields", "parse_format",
-           "render"]
+__all__ = ["COMPACT_STATES", "DEFAULT_FORMAT", "Column", "is_held", "parse_fields",
+           "parse_format", "render"]
 
 #: squeue's default ``-o``.
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
@@ -102,7 +102,7 @@ def _key(key: str, default: object = "") -> Callable[[JobView, datetime], object
     return value
 
 
-def _held(job: JobView) -> bool:
+def is_held(job: JobView) -> bool:
     """Held before its back end saw it (``tbatch --hold``, ``tcontrol hold``): squeue
     shows such a job pending, with its reason."""
     return job.get("state") == "Suspended" and job.get("reason") in ("JobHeldUser",
@@ -111,14 +111,14 @@ def _held(job: JobView) -> bool:
 
 def _compact(job: JobView, now: datetime) -> str:
     state = job.get("state")
-    if _held(job):
+    if is_held(job):
         return "PD"
     return COMPACT_STATES.get(state or "", (state or "?")[:2].upper())
 
 
 def _long(job: JobView, now: datetime) -> str:
     state = job.get("state")
-    if _held(job):
+    if is_held(job):
         return "PENDING"
     return LONG_STATES.get(state or "", (state or "UNKNOWN").upper())
 

@@ -34,6 +34,7 @@ from bridge.cli.queue_format import (
     DEFAULT_FORMAT,
     NAMES,
     Column,
+    is_held,
     parse_fields,
     parse_format,
     render,
@@ -43,8 +44,10 @@ from bridge.client import JobView
 __all__ = ["COMPACT_STATES", "format_queue", "tqueue_main"]
 
 _STATE_WORDS: dict[str, tuple[str, ...]] = {
-    "PD": ("Pending", "Submitted"),
-    "PENDING": ("Pending", "Submitted"),
+    # Held jobs (Suspended, JobHeldUser/JobHeldAdmin) are pending to squeue: PD reads
+    # Suspended jobs too and keeps only the held ones (:func:`_keep`).
+    "PD": ("Pending", "Submitted", "Suspended"),
+    "PENDING": ("Pending", "Submitted", "Suspended"),
     "SUBMITTED": ("Submitted",),
     "R": ("Running",),
     "RUNNING": ("Running",),
@@ -89,6 +92,16 @@ def _states(words: str) -> tuple[list[str], bool]:
             raise UserError(f"Invalid job state specified: {word}")
         states += [s for s in mapped if s not in states]
     return states, False
+
+
+def _keep(job: JobView, words: str | None) -> bool:
+    """Whether a Suspended job answers ``-t`` ``words``: a held one is PD, another S."""
+    if not words or job.get("state") != "Suspended":
+        return True
+    asked = {w.strip().upper() for w in words.split(",")}
+    if "ALL" in asked:
+        return True
+    return bool(asked & ({"PD", "PENDING"} if is_held(job) else {"S", "SUSPENDED"}))
 
 
 def _current_user() -> str:
@@ -140,6 +153,7 @@ def _tqueue(argv: list[str]) -> int:
             jobs = sorted(page, key=lambda j: j.get("id") or 0)  # pages come in id order
             if users:
                 jobs = [j for j in jobs if j.get("user") in users]
+            jobs = [j for j in jobs if _keep(j, args.states)]
             if wanted:
                 jobs = [j for j in jobs
                         if {str(j.get("id")), j.get("name"), j.get("uid")} & set(wanted)]

@@ -303,7 +303,7 @@ def test_tqueue_default(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> N
 @pytest.mark.parametrize(
     ("argv", "params"),
     [
-        (["-t", "PD,R"], {"states": "Pending,Submitted,Running"}),
+        (["-t", "PD,R"], {"states": "Pending,Submitted,Suspended,Running"}),
         (["--states=running,completed"], {"states": "Running,Succeeded"}),
         (["-t", "CA,F,S"], {"states": "Cancelled,Failed,Suspended"}),
         (["-t", "all"], {"states": "all"}),

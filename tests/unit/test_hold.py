@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bridge.cli import tcontrol_main
+from bridge.cli import tcontrol_main, tqueue_main
 from bridge.cli.queue_format import parse_format, render
 from bridge.sbatch import parse_tbatch, to_trainjob
 from bridge.scheduling import scheduling_of
@@ -77,6 +77,26 @@ def test_tqueue_shows_a_held_job_pending() -> None:
     paused = view(state="Suspended", reason="Suspended", nodes=None, startTime=None)
     lines = render(parse_format("%t %T %R"), [held, paused], header=False, now=NOW)
     assert lines.splitlines() == ["PD PENDING (JobHeldUser)", "S SUSPENDED (Suspended)"]
+
+
+@pytest.mark.parametrize(("states", "shown"), [
+    ("PD", [1, 3]), ("S", [2]), ("pending,S", [1, 2, 3]), ("R", []), ("all", [1, 2, 3])])
+def test_tqueue_t_pd_lists_held_jobs(states: str, shown: list[int], daemon: Daemon,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.test_cli import Reply
+
+    jobs = [view(id=1, state="Suspended", reason="JobHeldUser"),
+            view(id=2, state="Suspended", reason="Suspended"),
+            view(id=3, state="Pending", reason="Created")]
+
+    def listing(request: object) -> Reply:  # the daemon's own filter by state
+        asked = request.params.get("states", "all").split(",")  # type: ignore[attr-defined]
+        return Reply(200, json={"items": [j for j in jobs
+                                          if "all" in asked or j["state"] in asked]})
+
+    daemon.on("GET", "/v1/jobs", listing)
+    assert tqueue_main(["-h", "-t", states, "-o", "%i"]) == 0
+    assert [int(x) for x in capsys.readouterr().out.split()] == shown
 
 
 def test_tcontrol(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:

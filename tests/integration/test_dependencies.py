@@ -107,6 +107,22 @@ def test_hold_and_release_on_slurm(daemon: Daemon, outdir: Path) -> None:
     assert again.returncode == 1 and "no longer pending" in again.stderr, again
 
 
+def test_roots_hold_binds_the_owner(daemon: Daemon, outdir: Path) -> None:
+    """Root holds alice's waiting job (JobHeldAdmin): alice cannot release it; root can,
+    and the job then waits for its dependency again."""
+    first = tbatch(daemon, "--wrap", gated(outdir, "root-go"), cwd=outdir)
+    waiting = tbatch(daemon, "-d", f"afterok:{first}", "--wrap", "true", cwd=outdir)
+    with_reason(daemon, waiting, "Dependency")
+    held = daemon.api("POST", f"/v1/jobs/{waiting}/hold")  # as root
+    assert held.status_code == 202 and held.json()["reason"] == "JobHeldAdmin", held.text
+    refused = daemon.cli("alice", "tcontrol", "release", str(waiting))
+    assert refused.returncode == 1 and "administrator" in refused.stderr, refused
+    assert daemon.cli("root", "tcontrol", "release", str(waiting)).returncode == 0
+    with_reason(daemon, waiting, "Dependency")
+    open_gate(outdir, "root-go")
+    assert daemon.wait_state(waiting, TERMINAL, timeout=180)["state"] == "Succeeded"
+
+
 @pytest.fixture
 def slurm_and_flux(testbed: dict[str, str], flux_bed: dict[str, str]) -> Iterator[Daemon]:
     """One daemon, two worlds: Slurm (the default) and the Flux bed."""

@@ -58,6 +58,11 @@ from bridge.backend import BackendRejected, SubmitRequest
 from bridge.jobid import identity_env, pin_job_id
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.scheduling import SchedulingOptions
+from flux_adapter.jobspec_read import UID_ATTRIBUTE as UID_ATTRIBUTE
+from flux_adapter.jobspec_read import JobspecInfo as JobspecInfo
+from flux_adapter.jobspec_read import f58 as f58
+from flux_adapter.jobspec_read import parse_job_id as parse_job_id
+from flux_adapter.jobspec_read import resolve_output as resolve_output
 from flux_adapter.resources import placement_constraint
 from mpi_launch.hostlist import HostlistError, compress, expand
 from mpi_launch.plan import USER_LAUNCHERS
@@ -84,8 +89,6 @@ __all__ = [
     "uid_from_name",
 ]
 
-#: ``attributes.user`` key holding the TrainJob uid.
-UID_ATTRIBUTE = "hpc_bridge_uid"
 #: The job name is ``<name>`` + this + ``<TrainJob uid>``.
 NAME_MARKER = ".hpc-bridge-"
 #: stdout when the job names none (a Slurm pattern): like ``flux batch``'s
@@ -519,94 +522,3 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
                      "hpc_bridge_job_id": request.job_id},
         },
     }
-
-
-# --------------------------------------------------------------------------- reading back
-
-
-@dataclass(frozen=True)
-class JobspecInfo:
-    """What the back end reads back from a (redacted) jobspec of one of its jobs."""
-
-    uid: str | None
-    name: str | None
-    queue: str | None
-    cwd: str | None
-    stdout: str | None
-    stderr: str | None
-
-    @classmethod
-    def from_jobspec(cls, jobspec: object) -> JobspecInfo:
-        """Never raises: missing or malformed parts are None."""
-        spec = jobspec if isinstance(jobspec, Mapping) else {}
-        attrs = _mapping(spec.get("attributes"))
-        system = _mapping(attrs.get("system"))
-        user = _mapping(attrs.get("user"))
-        output = _mapping(_mapping(_mapping(system.get("shell")).get("options")).get("output"))
-
-        def path(stream: str) -> str | None:
-            value = _mapping(output.get(stream)).get("path")
-            return value if isinstance(value, str) else None
-
-        uid = user.get(UID_ATTRIBUTE)
-        name = _mapping(system.get("job")).get("name")
-        queue = system.get("queue")
-        cwd = system.get("cwd")
-        return cls(uid=uid if isinstance(uid, str) and uid else None,
-                   name=name if isinstance(name, str) else None,
-                   queue=queue if isinstance(queue, str) else None,
-                   cwd=cwd if isinstance(cwd, str) else None,
-                   stdout=path("stdout"), stderr=path("stderr"))
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-_F58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-
-
-def f58(job_id: int) -> str:
-    """Flux's F58 job id encoding (``ƒ`` + base 58), as ``{{id}}`` renders it."""
-    if job_id < 0:
-        raise ValueError("job ids are not negative")
-    digits = ""
-    n = job_id
-    while True:
-        n, r = divmod(n, 58)
-        digits = _F58[r] + digits
-        if n == 0:
-            break
-    return "ƒ" + digits
-
-
-def parse_job_id(text: str) -> int:
-    """A job id as Flux prints it: decimal, ``ƒ``/``f`` + F58, or ``0x`` hex."""
-    s = text.strip()
-    if s.isdigit():
-        return int(s)
-    if s[:1] in ("ƒ", "f") and len(s) > 1 and all(c in _F58 for c in s[1:]):
-        n = 0
-        for c in s[1:]:
-            n = n * 58 + _F58.index(c)
-        return n
-    if s.lower().startswith("0x"):
-        return int(s, 16)
-    raise ValueError(f"not a Flux job id: {text!r}")
-
-
-def resolve_output(template: str | None, job_id: int, cwd: str | None) -> str | None:
-    """The file a job's output goes to: ``{{id}}``/``{{jobid}}`` (F58) and
-    ``{{id.dec}}`` filled in, relative paths taken from ``cwd``. None if unknown or if
-    the template holds another ``{{...}}`` (the bridge does not write those)."""
-    if not template:
-        return None
-    text = (template.replace("{{id.dec}}", str(job_id)).replace("{{jobid.dec}}", str(job_id))
-            .replace("{{id}}", f58(job_id)).replace("{{jobid}}", f58(job_id)))
-    if "{{" in text:
-        return None
-    if not os.path.isabs(text):
-        if not cwd:
-            return None
-        text = os.path.join(cwd, text)
-    return os.path.normpath(text)

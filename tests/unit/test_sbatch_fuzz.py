@@ -4,6 +4,8 @@ seed from tests/hostile.py)."""
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -119,11 +121,18 @@ def test_script_errors_name_the_line(lines: list[str], poison: str) -> None:
     except SbatchError as exc:
         text = str(exc)
         assert text.startswith("tbatch: error: "), text
-        if exc.lineno is None:  # a whole-script check
-            assert "(line " in text or "DOS line breaks" in text, text
-        else:
+        if exc.lineno is not None:
             assert text.startswith(f"tbatch: error: job.sh:{exc.lineno}: "), text
             assert script.split("\n")[exc.lineno - 1].startswith("#SBATCH"), text
+            return
+        # A whole-script check, or several errors at once (refused options and the
+        # first other error): then each line names its own #SBATCH line.
+        places = [int(m.group(1)) for line in text.split("\n")
+                  if (m := re.match(r"tbatch: error: job\.sh:(\d+): ", line))]
+        if not places:
+            assert "(line " in text or "DOS line breaks" in text, text
+        for number in places:
+            assert script.split("\n")[number - 1].startswith("#SBATCH"), text
 
 
 _PLAIN = st.text(alphabet=st.sampled_from("abcXYZ019-=_,.:/%@"), min_size=1, max_size=10)

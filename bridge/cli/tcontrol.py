@@ -10,8 +10,8 @@
 ``JOB`` is a job id, TrainJob uid or name; several may be given, comma- or space-
 separated, as scontrol takes them. ``hold`` works on a job that has not reached its back
 end (else ``Job is no longer pending execution``); ``release`` on a held one. Each
-refusal prints one line naming the job (``Access/permission denied`` for 403, ``Invalid
-job id specified`` for 404, else the daemon's message) and the other jobs are still
+refusal prints one line naming the job (``Invalid job id specified`` for 404, else the
+daemon's message: ``Access/permission denied`` …) and the other jobs are still
 tried; the exit status is 1 if any failed. Other errors as every command
 (:mod:`bridge.cli.common`).
 """
@@ -45,8 +45,8 @@ def _tcontrol(argv: list[str]) -> int:
             except BridgeClientError as exc:
                 if exc.status is None:
                     raise  # the daemon is unreachable: say so once
-                reason = {403: "Access/permission denied", 404: "Invalid job id specified"}.get(
-                    exc.status, exc.message)
+                reason = ("Invalid job id specified" if exc.status == 404
+                          else exc.message or "Access/permission denied")
                 err("tcontrol", f"{args.action} job {clean(ref)}: {reason}")
                 failed = True
     return 1 if failed else 0

@@ -70,9 +70,10 @@ from bridge.model import (
     ensure_identity,
     validate_trainjob,
 )
+from bridge.option_support import AdmitContext, check_backend_options
 from bridge.placement_decision import DEFAULT_PLACEMENT_MODE, PlacementDecision, plan_placement
 from bridge.runtimes import RuntimeCatalog
-from bridge.scheduling import check_backend_options, scheduling_of
+from bridge.scheduling import scheduling_of
 from bridge.shape import JobShape, resolve_shape
 from bridge.states import JobState
 from bridge.store import DuplicateJob, JobRecord, Store
@@ -133,7 +134,12 @@ class Engine:
             )])
         plan = self.catalog.resolve(job)
         chosen = self.backends[backend]
-        check_backend_options(options, backend, getattr(chosen, "passes_slurm_options", False),
+        routed = frozenset(p for p, b in self.settings.partition_routes.items() if b == backend)
+        context = AdmitContext(
+            placement=self.settings.placement.get(backend, DEFAULT_PLACEMENT_MODE),
+            routed_partitions=routed, nodes=plan.num_nodes)
+        check_backend_options(options, backend, getattr(chosen, "option_support", None),
+                              context, getattr(chosen, "accepts_script_bytes", False),
                               plan.batch_script)
         if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
             try:

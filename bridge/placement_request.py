@@ -21,13 +21,14 @@ from bridge.shape import resolve_shape
 
 __all__ = ["features_of", "request_from_job"]
 
-_SIMPLE_FEATURES = re.compile(r"^[A-Za-z0-9_.:-]+(?:[&,][A-Za-z0-9_.:-]+)*$")
+#: A feature: a Slurm feature word, or a Kubernetes node label (``key`` or ``key=value``).
+_SIMPLE_FEATURES = re.compile(r"^[A-Za-z0-9_.:/=-]+(?:[&,][A-Za-z0-9_.:/=-]+)*$")
 
 
 def features_of(constraint: str | None) -> frozenset[str] | None:
     """The features a Slurm ``--constraint`` requires, when it is a plain conjunction
-    (``ib``, ``ib&v100``); ``None`` when it is anything else (``a|b``, counts,
-    brackets), which the bridge does not evaluate."""
+    (``ib``, ``ib&v100``, node labels ``zone=a&gpu``); ``None`` when it is anything
+    else (``a|b``, counts, brackets), which the bridge does not evaluate."""
     if not constraint:
         return frozenset()
     if not _SIMPLE_FEATURES.match(constraint):

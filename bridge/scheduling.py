@@ -7,8 +7,8 @@ them from ``#SBATCH`` lines and options; a Kubernetes user may write the annotat
 Contract: :func:`scheduling_of` returns the options of a job (defaults when the
 annotation is absent) or raises :class:`bridge.model.ValidationError` naming the
 annotation; :func:`set_scheduling` writes them back. The options only Slurm honours
-(:mod:`bridge.slurm_options`) are checked as tbatch checks them, and
-:func:`check_backend_options` refuses them for a back end that cannot honour them.
+(:mod:`bridge.slurm_options`) are checked as tbatch checks them; what each back end
+does with each option is :mod:`bridge.option_support`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ from typing import Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from bridge.batchscript import is_utf8
 from bridge.dependency import MAX_TEXT as MAX_DEPENDENCY_TEXT
 from bridge.dependency import parse as parse_dependency
 from bridge.hostlist import HostlistError, expand
 from bridge.model import (
-    ANN_BATCH_SCRIPT,
     ANN_SCHEDULING,
     TrainJob,
     ValidationError,
@@ -65,7 +63,10 @@ class SchedulingOptions(BaseModel):
     mem_per_node_mb: int | None = Field(default=None, ge=1)
     output: str | None = None
     error: str | None = None
-    chdir: str | None = Field(default=None, description="working directory of the job")
+    chdir: str | None = Field(default=None, description="--chdir: working directory of the job")
+    #: The directory tbatch ran in (sbatch's ``SLURM_SUBMIT_DIR``): the working directory
+    #: of a job that names no ``--chdir`` where the back end can give it one.
+    submit_dir: str | None = None
     exclusive: bool = False
     switches: int | None = Field(default=None, ge=1)
     switches_wait_minutes: int | None = Field(default=None, ge=0)
@@ -153,7 +154,7 @@ class SchedulingOptions(BaseModel):
             raise ValueError(f"longer than {MAX_DEPENDENCY_TEXT} characters")
         return parse_dependency(v).text()
 
-    @field_validator("output", "error", "chdir")
+    @field_validator("output", "error", "chdir", "submit_dir")
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
         return _printable(v, "path", 4096)
@@ -174,24 +175,6 @@ def scheduling_of(job: TrainJob) -> SchedulingOptions:
             [(f"{where}.{'.'.join(str(p) for p in e['loc'])}",
               e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
         ) from None
-
-
-def check_backend_options(options: SchedulingOptions, backend: str, honours: bool,
-                          script: str | None = None) -> None:
-    """Refuse options only Slurm honours on a back end that does not (``honours``: its
-    ``passes_slurm_options``), naming each option and the back end, and there a batch
-    ``script`` that is not UTF-8 (as :func:`bridge.batchscript.script_of` gives it); a
-    :class:`ValidationError` (400) on the annotation."""
-    if honours:
-        return
-    errors = [(f"metadata.annotations[{ANN_SCHEDULING}]",
-               f"{flag} is not supported by back end {backend!r}")
-              for flag in options.slurm_only()]
-    if script is not None and not is_utf8(script):
-        errors.append((f"metadata.annotations[{ANN_BATCH_SCRIPT}]", "a batch script that is "
-                       f"not UTF-8 text is not supported by back end {backend!r}"))
-    if errors:
-        raise ValidationError(errors)
 
 
 def set_scheduling(job: TrainJob, options: SchedulingOptions) -> None:

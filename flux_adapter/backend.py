@@ -79,6 +79,7 @@ from flux_adapter.client import (
 )
 from flux_adapter.jobspec import JobspecInfo, build_jobspec, parse_job_id
 from flux_adapter.jobtable import JobTable
+from flux_adapter.options import SUPPORT
 from flux_adapter.resources import RError, inventory_nodes
 from flux_adapter.settings import FluxSettings
 from flux_adapter.stream import StatusStream
@@ -105,6 +106,9 @@ def default_mpi_launch() -> str:
 
 class FluxBackend:
     """Flux through flux-python. Settings: see :func:`create`."""
+
+    #: What Flux does with each scheduling option (flux_adapter/options.py).
+    option_support = SUPPORT
 
     def __init__(self, name: str, *, uri: str | None = None, queue: str | None = None,
                  mpi_launch: str | None = None, request_timeout: float = 10.0,

@@ -72,11 +72,13 @@ __all__ = [
     "DEFAULT_PATH",
     "NAME_MARKER",
     "OPTION_MAP",
+    "REFUSED",
     "UID_ATTRIBUTE",
     "JobspecInfo",
     "Layout",
     "TaskCommand",
     "build_jobspec",
+    "constraint_of",
     "constraints_for",
     "f58",
     "flux_job_name",
@@ -113,6 +115,7 @@ OPTION_MAP: Mapping[str, str] = {
     "output": "shell option output.stdout.path (%j %J %A: the bridge id; %x %u %% translated)",
     "error": "shell option output.stderr.path",
     "chdir": "attributes.system.cwd",
+    "submit_dir": "attributes.system.cwd when --chdir is not given",
     "dependency": "held by the bridge until met (bridge/engine_dependency.py)",
     "kill_on_invalid_dep": "held by the bridge until met (bridge/engine_dependency.py)",
     "hold": "held by the bridge until released (spec.suspend)",
@@ -123,8 +126,9 @@ OPTION_MAP: Mapping[str, str] = {
     "export": "already applied by tbatch to the job's environment",
 }
 
-#: Options with no Flux equivalent: field -> (flag, why).
-_REFUSED: Mapping[str, tuple[str, str]] = {
+#: Options with no Flux equivalent: field -> (flag, why) (admission refuses them too:
+#: flux_adapter/options.py).
+REFUSED: Mapping[str, tuple[str, str]] = {
     "qos": ("--qos", "Flux has no equivalent of a Slurm QOS (flux-accounting limits come "
                      "from the bank and the queue)"),
     "mem_per_node_mb": ("--mem", "Flux has no equivalent: jobspec version 1 requests nodes, "
@@ -225,7 +229,7 @@ def layout_for(request: SubmitRequest) -> Layout:
     shape = request.job_shape
     if shape.mem_per_node_mb is not None and "memory" not in shape.from_options:
         raise _refuse(f"spec.trainer.resourcesPerNode memory ({shape.mem_per_node_mb} MiB "
-                      f"per node): {_REFUSED['mem_per_node_mb'][1]}")
+                      f"per node): {REFUSED['mem_per_node_mb'][1]}")
     return Layout(nodes=shape.nodes, ranks_per_node=ranks,
                   cores_per_task=shape.cpus_per_task or 1,
                   gpus_per_node=shape.gpus_per_node or 0, tasks_per_node=tasks,
@@ -326,12 +330,12 @@ def task_command(plan: LaunchPlan, layout: Layout, *, mpi_launch: str = "mpi-lau
 
 def _refused_options(o: SchedulingOptions) -> list[str]:
     found = []
-    for name, (flag, why) in _REFUSED.items():
+    for name, (flag, why) in REFUSED.items():
         value = getattr(o, name)
         if value is not None:
             found.append(f"{flag}={value}: {why}")
     if o.switches_wait_minutes is not None and o.switches is None:
-        found.append(f"--switches=...@{o.switches_wait_minutes}: {_REFUSED['switches'][1]}")
+        found.append(f"--switches=...@{o.switches_wait_minutes}: {REFUSED['switches'][1]}")
     # The engine refuses these at admission already (bridge.scheduling.check_backend_options).
     found += [f"{flag}: only Slurm honours it" for flag in o.slurm_only()]
     return found
@@ -347,7 +351,7 @@ def _hostlist(expr: str, flag: str) -> str:
         raise _refuse(str(exc)) from None
 
 
-def _properties(expr: str) -> dict[str, Any]:
+def constraint_of(expr: str) -> dict[str, Any]:
     """``--constraint`` (Slurm features) as an RFC 31 properties constraint."""
     bad = (f"--constraint={expr!r}: only FEATURE, FEATURE&FEATURE... or FEATURE|FEATURE... "
            f"translate to Flux (RFC 31 properties); brackets, counts, parentheses and "
@@ -380,7 +384,7 @@ def constraints_for(request: SubmitRequest) -> dict[str, Any] | None:
     if o.exclude:
         terms.append({"not": [{"hostlist": [_hostlist(o.exclude, "--exclude")]}]})
     if o.constraint:
-        terms.append(_properties(o.constraint))
+        terms.append(constraint_of(o.constraint))
     if not terms:
         return None
     return terms[0] if len(terms) == 1 else {"and": terms}
@@ -468,7 +472,7 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
     layout = layout_for(request)
     cmd = task_command(plan, layout, mpi_launch=mpi_launch, flux_command=flux_command)
     display = _display_name(request)
-    cwd = o.chdir or default_cwd
+    cwd = o.chdir or o.submit_dir or default_cwd
     _check_templates([cwd], "--chdir")
     stdout = output_template(pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id),
                              job_name=display, user=request.owner.user)

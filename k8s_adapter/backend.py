@@ -80,6 +80,7 @@ from k8s_adapter.jobset import (
     split_id,
 )
 from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.options import SUPPORT
 from k8s_adapter.settings import KubernetesSettings
 
 __all__ = ["ANN_ORIGIN", "KubernetesBackend", "create"]
@@ -137,6 +138,8 @@ class KubernetesBackend:
 
     #: A TrainJob node is a pod; several may share a Kubernetes node.
     packs_units = True
+    #: What Kubernetes does with each scheduling option (k8s_adapter/options.py).
+    option_support = SUPPORT
 
     def __init__(self, name: str, kube: KubeSettings, options: JobSetOptions,
                  access: AccessPolicy | None = None):

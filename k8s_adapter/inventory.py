@@ -89,10 +89,19 @@ def inventory_from_nodes(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapp
             free_cpus=max(0, (cpu_millis(alloc.get("cpu", 0)) - u[0]) // 1000),
             memory_mb=mem, free_memory_mb=max(0, mem - u[1]), gpus=gpus,
             free_gpus=max(0, gpus - u[2]),
-            features=tuple(sorted(f"{k}={v}" for k, v in (meta.get("labels") or {}).items()
-                                  if not k.startswith("kubernetes.io/hostname")))[:64],
+            features=_features(meta.get("labels") or {}),
         ))
     return Inventory(nodes=tuple(infos), switches=switches_from_labels(nodes, level_keys))
+
+
+def _features(labels: Mapping[str, Any]) -> tuple[str, ...]:
+    """A node's features for ``--constraint``: each label as ``key=value`` and ``key``
+    (what :func:`k8s_adapter.jobset.node_affinity` asks of the scheduler), at most 128."""
+    found: set[str] = set()
+    for key, value in labels.items():
+        if not key.startswith("kubernetes.io/hostname"):
+            found.update((f"{key}={value}", key))
+    return tuple(sorted(found))[:128]
 
 
 def switches_from_labels(nodes: Sequence[Mapping[str, Any]], level_keys: Sequence[str],

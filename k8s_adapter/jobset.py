@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendJob, BackendRejected, BackendState, SubmitRequest
+from bridge.hostlist import expand
 from bridge.jobid import identity_env
+from bridge.placement_request import features_of
 from bridge.runtimes import Framework, MpiImplementation
 from bridge.shape import GPU_RESOURCE
 from k8s_adapter import sshauth
@@ -207,14 +210,29 @@ def _command(request: SubmitRequest) -> tuple[list[str], list[str]]:
     return list(plan.command), list(plan.args)
 
 
-def _affinity(request: SubmitRequest) -> dict[str, Any] | None:
+def node_affinity(request: SubmitRequest) -> dict[str, Any] | None:
+    """The pods' required node affinity (one term: every expression holds), or ``None``:
+    the hosts the engine pinned (``kubernetes.io/hostname In``), ``--exclude``
+    (``NotIn``), and each ``--constraint`` feature as a node label: ``key=value``
+    (``In``) or ``key`` (``Exists``). Admission refused any other constraint
+    (k8s_adapter/options.py)."""
+    expressions: list[dict[str, Any]] = []
     placement = request.placement
-    if placement is None or not placement.hosts:
+    if placement is not None and placement.hosts:
+        expressions.append({"key": HOSTNAME_LABEL, "operator": "In",
+                            "values": sorted(set(placement.hosts))})
+    o = request.options
+    if o.exclude:
+        expressions.append({"key": HOSTNAME_LABEL, "operator": "NotIn",
+                            "values": sorted(set(expand(o.exclude)))})
+    for feature in sorted(features_of(o.constraint) or ()):
+        key, eq, value = feature.partition("=")
+        expressions.append({"key": key, "operator": "In", "values": [value]} if eq
+                           else {"key": key, "operator": "Exists"})
+    if not expressions:
         return None
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{
-            "key": HOSTNAME_LABEL, "operator": "In", "values": sorted(set(placement.hosts)),
-        }]}]}}}
+        "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}
 
 
 def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, labels: dict[str, str],
@@ -238,7 +256,7 @@ def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, lab
             "name": hostfile_configmap_name(name),
             "items": [{"key": HOSTFILE_KEY, "path": HOSTFILE_KEY, "mode": 0o444}]}},
             sshauth.volume(name)]
-    affinity = _affinity(request)
+    affinity = node_affinity(request)
     if affinity is not None:
         spec["affinity"] = affinity
     if options.service_account:
@@ -246,6 +264,17 @@ def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, lab
     if options.scheduler_name:
         spec["schedulerName"] = options.scheduler_name
     return {"metadata": {"labels": dict(labels)}, "spec": spec}
+
+
+def active_deadline(request: SubmitRequest) -> int | None:
+    """Each Job's ``activeDeadlineSeconds``: ``--time`` (the scheduling options), else
+    the TrainJob's own ``activeDeadlineSeconds`` (the job shape's precedence; the engine
+    fills ``--time`` from a deadline rounded up to minutes, which keeps the seconds)."""
+    deadline = request.job.spec.active_deadline_seconds
+    limit = request.options.time_limit_minutes
+    if limit is not None and (deadline is None or math.ceil(deadline / 60) != limit):
+        return limit * 60
+    return deadline
 
 
 def _replicated_job(rjob: str, count: int, pod: dict[str, Any],
@@ -276,7 +305,7 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
     command, args = _command(request)
     env = [*_env(dict(plan.env)), *rank_env(name, request)]
     mpi = _is_mpi(request)
-    deadline = job.spec.active_deadline_seconds
+    deadline = active_deadline(request)
     replicated: list[dict[str, Any]] = []
     target = NODE
     if mpi:

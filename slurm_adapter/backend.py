@@ -60,6 +60,7 @@ from slurm_adapter.dialects import (
     negotiate,
     served_versions,
 )
+from slurm_adapter.options import SUPPORT
 from slurm_adapter.records import backend_state, gpu_count, job_from_slurm, node_from_slurm
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
 from slurm_adapter.script import (
@@ -84,7 +85,7 @@ class SlurmBackend:
     """Slurm through slurmrestd (preferred) or its commands.
 
     It honours the sbatch options the bridge passes as they are
-    (:mod:`bridge.slurm_options`: ``passes_slurm_options``); a job carrying one is
+    (:mod:`bridge.slurm_options`, :mod:`slurm_adapter.options`); a job carrying one is
     submitted with ``sbatch`` even when slurmrestd is configured.
 
     Settings (``create(name, settings)``; all optional):
@@ -126,8 +127,10 @@ class SlurmBackend:
     has no topology endpoint); without ``scontrol`` the inventory has no switches.
     """
 
-    #: The engine admits jobs carrying options only Slurm honours (bridge/slurm_options.py).
-    passes_slurm_options = True
+    #: Every scheduling option is honoured (slurm_adapter/options.py), a batch script in
+    #: any encoding too (Slurm stores it as bytes).
+    option_support = SUPPORT
+    accepts_script_bytes = True
 
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,

@@ -129,7 +129,8 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
     tasks per node (unless only ``ntasks`` is given), CPUs per task, GPUs and memory
     per node, time limit: the job's shape (:mod:`bridge.shape`: an explicit option,
     else ``resourcesPerNode``; ``--cpus-per-task=1``, Slurm's default, is not spelled).
-    Working directory: ``options.chdir``, else ``default_chdir``. Output:
+    Working directory: ``options.chdir``, else ``options.submit_dir``, else
+    ``default_chdir``. Output:
     ``options.output``, else ``slurm-%j.out`` (as sbatch), and ``options.error``, with
     the bridge's id for ``%j``/``%J``/``%A`` (:func:`bridge.jobid.pin_job_id`). Node
     list: ``options.nodelist``, else the hosts of ``request.placement`` (the engine
@@ -142,7 +143,7 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         name=o.job_name or request.job.metadata.name or f"hpc-bridge-{request.job_id}",
         comment=COMMENT_PREFIX + request.job_uid + (f" {o.comment}" if o.comment else ""),
         nodes=shape.nodes,
-        chdir=o.chdir or default_chdir,
+        chdir=o.chdir or o.submit_dir or default_chdir,
         output=pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id),
         error=pin_job_id(o.error, request.job_id) if o.error else None,
         partition=o.partition or default_partition,

@@ -152,7 +152,7 @@ def format_show(job: JobView) -> str:
                 ("Image", trainer.get("image")),
             ]
         ),
-        _pairs([("WorkDir", sched.get("chdir"))]),
+        _pairs([("WorkDir", sched.get("chdir") or sched.get("submit_dir"))]),
         _pairs([("StdOut", job.get("stdout"))]),
         _pairs([("StdErr", job.get("stderr"))]),
     ]

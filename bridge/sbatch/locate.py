@@ -33,14 +33,16 @@ __all__ = [
 LONG_NO_ARG = frozenset({
     "contiguous", "help", "hold", "ignore-pbs", "immediate", "no-requeue", "overcommit",
     "oversubscribe", "parsable", "quiet", "reboot", "requeue", "spread-job", "test-only",
-    "usage", "use-min-nodes", "verbose", "version", "wait",
+    "usage", "use-min-nodes", "verbose", "version", "wait", "consolidate-segments",
+    "spread-segments", "stepmgr",
 })
 #: Long options whose argument is optional (given only as ``--name=value``).
-LONG_OPTIONAL_ARG = frozenset({"exclusive", "get-user-env", "nice", "no-kill", "propagate"})
+LONG_OPTIONAL_ARG = frozenset({"exclusive", "get-user-env", "nice", "no-kill", "oom-kill-step",
+                               "propagate"})
 #: Every other known long option takes a required argument (the next word when not
 #: given as ``--name=value``): these are all the long names the parser knows.
 LONG_REQUIRED_ARG = frozenset({
-    "account", "array", "backend", "batch", "begin", "bb", "bbf",
+    "account", "acctg-freq", "array", "backend", "batch", "begin", "bb", "bbf",
     "chdir", "cluster", "cluster-constraint", "clusters", "comment", "constraint",
     "container", "container-id", "core-spec", "cores-per-socket", "cpu-freq",
     "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution",
@@ -54,6 +56,7 @@ LONG_REQUIRED_ARG = frozenset({
     "resv-ports", "runtime", "segment", "signal", "sockets-per-node", "switches", "tasks",
     "tasks-per-node", "thread-spec", "threads-per-core", "time", "time-min", "tmp",
     "tres-bind", "tres-per-task", "uid", "wait-all-nodes", "wckey", "workdir", "wrap",
+    "container-type", "mem-update", "resources",
 })
 #: Short options without an argument; every other known letter takes one.
 SHORT_NO_ARG = frozenset("hHIkOQsvVW")

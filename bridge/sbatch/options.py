@@ -29,6 +29,7 @@ __all__ = [
     "OptionSpec",
     "help_text",
     "refused_long",
+    "refused_names",
     "refused_short",
     "unknown_long",
     "unknown_short",
@@ -381,6 +382,15 @@ _SBATCH_ONLY_LONG = frozenset(
         "wait",
         "wait-all-nodes",
         "tasks",
+        # Later releases (24.11, 26.05; bridge/sbatch/manual.py) and --acctg-freq.
+        "acctg-freq",
+        "consolidate-segments",
+        "container-type",
+        "mem-update",
+        "oom-kill-step",
+        "resources",
+        "spread-segments",
+        "stepmgr",
     }
 )
 _SBATCH_ONLY_SHORT: dict[str, str] = {
@@ -405,9 +415,11 @@ _SBATCH_ONLY_SHORT: dict[str, str] = {
 _SBATCH_NO_ARG = frozenset(
     {"contiguous", "ignore-pbs", "immediate", "no-requeue", "overcommit",
      "oversubscribe", "quiet", "reboot", "requeue", "spread-job",
-     "use-min-nodes", "verbose", "wait"}
+     "use-min-nodes", "verbose", "wait", "consolidate-segments", "spread-segments",
+     "stepmgr"}
 )
-_SBATCH_OPTIONAL_ARG = frozenset({"get-user-env", "no-kill", "propagate", "nice"})
+_SBATCH_OPTIONAL_ARG = frozenset({"get-user-env", "no-kill", "propagate", "nice",
+                                  "oom-kill-step"})
 _SBATCH_NO_ARG_SHORT = frozenset("IkOQsvW")
 
 
@@ -419,6 +431,12 @@ def refused_long(name: str) -> ArgKind | None:
             return "none"
         return "optional" if name in _SBATCH_OPTIONAL_ARG else "required"
     return None
+
+
+def refused_names() -> dict[str, str | None]:
+    """Every sbatch option tbatch knows and refuses: long name -> its letter, if any."""
+    letters = {long: letter for letter, long in _SBATCH_ONLY_SHORT.items()}
+    return {name: letters.get(name) for name in sorted({*_REFUSED, *_SBATCH_ONLY_LONG})}
 
 
 def refused_short(letter: str) -> ArgKind | None:

@@ -3,7 +3,8 @@
 Contract: :func:`scheduling_options` returns the validated
 :class:`~bridge.scheduling.SchedulingOptions` of a script request: the job name defaults
 as sbatch's (:func:`default_job_name`), ``--chdir`` is taken relative to the submitter's
-working directory (which is the default); a value the model refuses is a
+working directory, which is kept apart as ``submit_dir`` (the working directory when
+``--chdir`` is not given, where the back end can give one); a value the model refuses is a
 :class:`~bridge.sbatch.errors.SbatchError` naming the option it came from.
 """
 
@@ -55,7 +56,7 @@ _SCHEDULING_OPTION = {
 def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
     """The validated scheduling options of ``request``, submitted from ``cwd``."""
     o = request.options
-    chdir = posixpath.join(cwd, o.chdir) if o.chdir else cwd
+    chdir = posixpath.join(cwd, o.chdir) if o.chdir else None
     data: dict[str, Any] = {
         "job_name": o.job_name or default_job_name(request),
         "partition": o.partition,
@@ -70,6 +71,7 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
         "output": o.output,
         "error": o.error,
         "chdir": chdir,
+        "submit_dir": cwd,
         "exclusive": o.exclusive,
         "switches": o.switches,
         "switches_wait_minutes": o.switches_wait_minutes,
@@ -97,7 +99,7 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
         for err in exc.errors(include_url=False):
             key = str(err["loc"][0]) if err["loc"] else ""
             what = _SCHEDULING_OPTION.get(key, key)
-            if key == "chdir" and not o.chdir:
+            if key == "submit_dir":
                 what = "the current directory"
             msg = str(err["msg"]).removeprefix("Value error, ")
             lines.append(f"invalid {what}: {msg}")

@@ -70,7 +70,7 @@ def to_trainjob(request: BatchRequest, *, cwd: str, environ: Mapping[str, str]) 
       ``args`` = the script's arguments;
     * ``spec.suspend`` with ``--hold`` (the scheduling options say ``hold``);
     * annotations: the script text, ``--backend``, the GPU type, and every scheduling
-      option (job name defaulting like sbatch, ``chdir`` defaulting to ``cwd``).
+      option (job name defaulting like sbatch, ``submit_dir`` = ``cwd``).
 
     ``metadata.name`` is left empty: the daemon names the job.
     """

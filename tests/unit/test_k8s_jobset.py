@@ -22,6 +22,7 @@ from bridge.backend import BackendRejected, BackendState, SubmitRequest
 from bridge.model import TrainJob, load_document
 from bridge.placement import Placement
 from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import SchedulingOptions
 from k8s_adapter.jobset import (
     COMPLETION_INDEX,
     HOSTFILE_DIR,
@@ -579,6 +580,44 @@ def test_pinned_placement_is_required_node_affinity() -> None:
                 "values": ["kwok-node-1", "kwok-node-2"]}]}]
     empty = Placement(algorithm="tree_best_fit", requested=2, reason="does not fit")
     assert "affinity" not in pod(render(trainjob(), placement=empty))["spec"]
+
+
+def _terms(body: Mapping[str, Any], rjob: str = "node") -> Any:
+    return pod(body, rjob)["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+def test_exclude_and_constraint_are_required_node_affinity_with_the_pinned_hosts() -> None:
+    """--exclude and --constraint hold whether or not the engine pinned hosts: the
+    scheduler obeys them (k8s_adapter/options.py); one term, so every expression holds."""
+    options = SchedulingOptions(exclude="kwok-node-[3-4]",
+                                constraint="ib&topology.kubernetes.io/zone=a")
+    body = render_jobset(request(trainjob(), options), OPTS)
+    assert _terms(body) == [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn",
+         "values": ["kwok-node-3", "kwok-node-4"]},
+        {"key": "ib", "operator": "Exists"},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]
+    placed = Placement(algorithm="tree_best_fit", requested=1, hosts=("kwok-node-1",),
+                       units=(1,))
+    pinned = render_jobset(request(trainjob(), options, placement=placed), OPTS)
+    [term] = _terms(pinned)
+    assert term["matchExpressions"][0] == {"key": "kubernetes.io/hostname", "operator": "In",
+                                           "values": ["kwok-node-1"]}
+    assert len(term["matchExpressions"]) == 4
+
+
+@pytest.mark.parametrize(("limit", "deadline", "expected"), [
+    (None, None, None), (5, None, 300), (None, 90, 90), (2, 90, 90), (3, 90, 180)])
+def test_time_limit_is_the_active_deadline(limit: int | None, deadline: int | None,
+                                           expected: int | None) -> None:
+    """--time (also from an annotation alone) is each Job's activeDeadlineSeconds; a
+    TrainJob's own deadline keeps its seconds when --time is its rounding-up (the engine
+    fills --time so)."""
+    body = render_jobset(request(trainjob(deadline=deadline),
+                                 SchedulingOptions(time_limit_minutes=limit)), OPTS)
+    for rj in body["spec"]["replicatedJobs"]:
+        assert rj["template"]["spec"].get("activeDeadlineSeconds") == expected
 
 
 def test_active_deadline_propagates_to_every_job() -> None:

@@ -563,7 +563,7 @@ def test_trainjob_from_a_script() -> None:
         "mem_per_node_mb": 65536,
         "output": "out-%j.txt",
         "error": "err-%j.txt",
-        "chdir": "/home/alice/exp",
+        "submit_dir": "/home/alice/exp",
         "exclusive": True,
         "switches": 1,
         "switches_wait_minutes": 5,
@@ -581,7 +581,7 @@ def test_minimal_job() -> None:
     assert doc["spec"]["trainer"] == {"numNodes": 1}
     assert "activeDeadlineSeconds" not in doc["spec"]
     assert ANN_BACKEND not in doc["metadata"]["annotations"]
-    assert sched(doc) == {"job_name": "job.sh", "chdir": "/home/alice"}
+    assert sched(doc) == {"job_name": "job.sh", "submit_dir": "/home/alice"}
 
 
 @pytest.mark.parametrize(
@@ -647,8 +647,12 @@ def test_default_job_name(argv: list[str], name: str) -> None:
     [(None, "/home/alice"), ("/abs", "/abs"), ("rel/dir", "/home/alice/rel/dir")],
 )
 def test_chdir(chdir: str | None, expected: str) -> None:
+    """-D relative to the submitting directory; without it the job gets none, and the
+    submitting directory (kept apart) is where back ends with a shared file system run."""
     argv = ["-D", chdir] if chdir else []
-    assert sched(job_of([*argv, "job.sh"]))["chdir"] == expected
+    options = sched(job_of([*argv, "job.sh"]))
+    assert options.get("chdir") == (expected if chdir else None)
+    assert options["submit_dir"] == "/home/alice"
 
 
 def test_hostile_strings_are_kept_verbatim() -> None:
@@ -661,7 +665,7 @@ def test_hostile_strings_are_kept_verbatim() -> None:
     options = scheduling_of(job)
     assert options.job_name == nasty
     assert options.output == nasty
-    assert options.chdir == "/home/al ice"
+    assert options.chdir is None and options.submit_dir == "/home/al ice"
     assert doc["spec"]["trainer"]["args"] == [nasty, "$(id)"]
     assert {"name": "NASTY", "value": nasty} in doc["spec"]["trainer"]["env"]
     assert {"name": "BIG", "value": big} in doc["spec"]["trainer"]["env"]

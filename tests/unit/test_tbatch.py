@@ -65,7 +65,7 @@ async def test_script_file(as_alice: ApiClient, tmp_path: Path,
     assert "HPC_BRIDGE_TOKEN" not in env  # never exported by --export=ALL
     options = scheduling(record)
     assert options["partition"] == "gpu"
-    assert options["chdir"] == str(tmp_path)
+    assert options["submit_dir"] == str(tmp_path) and "chdir" not in options
     assert options["job_name"] == "train.sh"
     assert record.job.metadata.annotations[ANN_BATCH_SCRIPT] == script.read_text()
 

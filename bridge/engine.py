@@ -33,7 +33,6 @@ submitted without the constraint. Jobs placed in one pass never share capacity.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
@@ -41,8 +40,6 @@ from contextlib import suppress
 import structlog
 
 from bridge.backend import (
-    AdmissionDenied,
-    Admitting,
     Backend,
     BackendJob,
     BackendRejected,
@@ -55,22 +52,19 @@ from bridge.backend import (
     Suspendable,
 )
 from bridge.backoff import backoff_delay
+from bridge.engine_admission import check_capacity, prepare
 from bridge.engine_dependency import DependencyGate, check_dependency_ids
+from bridge.engine_hold import set_suspend
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
 from bridge.engine_status import StatusTracker
 from bridge.errors import Conflict, InvalidRequest, PermissionDenied
 from bridge.errors import EngineError as EngineError
 from bridge.inventories import Inventories
-from bridge.job_summary import job_summary
 from bridge.model import (
-    ANN_BACKEND,
     TrainJob,
     ValidationError,
-    ensure_identity,
-    validate_trainjob,
 )
-from bridge.option_support import AdmitContext, check_backend_options
 from bridge.placement_decision import DEFAULT_PLACEMENT_MODE, PlacementDecision, plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import scheduling_of
@@ -80,8 +74,6 @@ from bridge.store import DuplicateJob, JobRecord, Store
 from bridge.topology import Topology
 
 log = structlog.get_logger("hpc_bridge.engine")
-#: How a suspend/resume reason reads in the job's message.
-_VERBS = {"JobHeldUser": "held", "Released": "released"}
 
 
 #: Reason of a Pending job that waits for ``--switches``.
@@ -122,34 +114,8 @@ class Engine:
         configuration); raises :class:`bridge.model.ValidationError` naming the field, or
         :class:`~bridge.errors.PermissionDenied` when the back end's admission refuses
         the caller."""
-        validate_trainjob(job)
-        options = scheduling_of(job)
-        backend = (job.metadata.annotations.get(ANN_BACKEND)
-                   or self.settings.partition_routes.get(options.partition or "")
-                   or self.settings.default_backend)
-        if backend not in self.backends:
-            raise ValidationError([(
-                f"metadata.annotations[{ANN_BACKEND}]",
-                f"unknown back end {backend!r}; configured: {', '.join(sorted(self.backends))}",
-            )])
-        plan = self.catalog.resolve(job)
-        chosen = self.backends[backend]
-        routed = frozenset(p for p, b in self.settings.partition_routes.items() if b == backend)
-        context = AdmitContext(
-            placement=self.settings.placement.get(backend, DEFAULT_PLACEMENT_MODE),
-            routed_partitions=routed, nodes=plan.num_nodes)
-        check_backend_options(options, backend, getattr(chosen, "option_support", None),
-                              context, getattr(chosen, "accepts_script_bytes", False),
-                              plan.batch_script)
-        if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
-            try:
-                chosen.check_admission(job, plan, owner, origin)
-            except AdmissionDenied as exc:
-                raise PermissionDenied(str(exc)) from exc
-        ensure_identity(job, self.settings.default_namespace)
-        shape = resolve_shape(job, plan, options)
-        return Admission(job, backend, plan.num_nodes, options.partition,
-                         json.dumps(job.to_dict()), job_summary(job), shape.to_json())
+        return prepare(job, owner, origin, backends=self.backends, catalog=self.catalog,
+                       settings=self.settings)
 
     def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
               prepared: Admission | None = None, idempotency_key: str | None = None,
@@ -208,24 +174,8 @@ class Engine:
             raise InvalidRequest(str(exc)) from None
 
     def _check_capacity(self, backend: str, num_nodes: int, partition: str | None) -> None:
-        """Refuse a job that asks for more nodes than the back end has at all (in the
-        partition, if named): Slurm would queue it forever (``PartitionNodeLimit``).
-        Unknown inventory (back end not reached yet), and back ends whose job nodes are
-        pods sharing hosts (Kubernetes), refuse nothing."""
-        inventory = self._inventories.get(backend)
-        if inventory is None or not inventory.nodes:
-            return
-        if getattr(self.backends[backend], "packs_units", False):
-            return  # pods share hosts: any count may fit (the scheduler queues the rest)
-        # A node that names no partition (or queue) is taken to be in every one.
-        nodes = [n for n in inventory.nodes
-                 if partition is None or not n.partitions or partition in n.partitions]
-        if num_nodes > len(nodes):
-            where = f"partition {partition!r} of back end {backend!r}" if partition else (
-                f"back end {backend!r}")
-            raise ValidationError([("spec.trainer.numNodes",
-                                    f"{num_nodes} nodes requested but {where} has "
-                                    f"{len(nodes)}")])
+        check_capacity(self._inventories.get(backend), backend, self.backends[backend],
+                       num_nodes, partition)
 
     def cancel(self, record: JobRecord, caller: Owner) -> JobRecord:
         """Ask for the job to stop. Only its owner or root may. Idempotent."""
@@ -252,41 +202,10 @@ class Engine:
         reason ``Suspended`` while the back end holds it. ``reason``: the one a job that
         has not reached its back end is given (default ``Suspended``/``Resumed``).
         """
-        if caller.uid not in (0, record.owner.uid):
-            raise PermissionDenied("Access/permission denied")
-        job = record.job
-        # Before its back end: the state says what to do, and the document changes with
-        # it in one transaction (a crash between the two would leave a Pending job whose
-        # document says suspended, that a second hold would take as done).
-        if suspend and record.state == JobState.PENDING and record.attempts == 0:
-            job.spec.suspend = True
-            verb = _VERBS.get(reason or "", "suspended")
-            held = self.store.transition_from(
-                record.id, JobState.PENDING, JobState.SUSPENDED, reason or "Suspended",
-                f"{verb} by {caller.user}", **self.store.document_fields(job))
-            if held is None:
-                raise Conflict("Job is no longer pending execution (it changed meanwhile)")
-            return held
-        if not suspend and record.state == JobState.SUSPENDED:
-            job.spec.suspend = False
-            rec = self.store.transition_from(
-                record.id, JobState.SUSPENDED, JobState.PENDING, reason or "Resumed",
-                f"{_VERBS.get(reason or '', 'resumed')} by {caller.user}",
-                next_attempt_at=time.time(), **self.store.document_fields(job))
-            if rec is None:
-                raise Conflict("Job is not suspended (it changed meanwhile)")
+        updated, wake = set_suspend(self.store, self.backends, record, suspend, caller, reason)
+        if wake:
             self._wake.set()
-            return rec
-        if bool(job.spec.suspend) == suspend:
-            return record
-        job.spec.suspend = suspend
-        backend = self.backends.get(record.backend)
-        if record.state.active and isinstance(backend, Suspendable):
-            self.store.save_document(record.id, job)
-            self._wake.set()
-            return self.store.get(record.id)
-        raise Conflict(f"cannot {'suspend' if suspend else 'resume'} a job in state "
-                       f"{record.state} on back end {record.backend}")
+        return updated
 
     # -- the loop --------------------------------------------------------------------
 

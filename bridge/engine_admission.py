@@ -1,0 +1,81 @@
+"""What admission checks before the engine stores a job, as functions of configuration.
+
+:func:`prepare` is :meth:`bridge.engine.Engine.prepare`'s work: validation, the back
+end (annotation, partition route, default), the options the back end refuses
+(:mod:`bridge.option_support`), the back end's admission of the caller, identity,
+runtime and the stored forms. :func:`check_capacity` refuses a job asking for more
+nodes than the back end has. Both read only configuration and an inventory, never the
+store or the loop's state, so they are safe in a worker thread; errors are
+:class:`bridge.model.ValidationError` (400) naming the field or
+:class:`~bridge.errors.PermissionDenied` (403).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from bridge.backend import AdmissionDenied, Admitting, Backend, Inventory, Owner
+from bridge.engine_settings import Admission, EngineSettings
+from bridge.errors import PermissionDenied
+from bridge.job_summary import job_summary
+from bridge.model import ANN_BACKEND, TrainJob, ValidationError, ensure_identity, validate_trainjob
+from bridge.option_support import AdmitContext, check_backend_options
+from bridge.placement_decision import DEFAULT_PLACEMENT_MODE
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import scheduling_of
+from bridge.shape import resolve_shape
+
+__all__ = ["check_capacity", "prepare"]
+
+
+def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, Backend],
+            catalog: RuntimeCatalog, settings: EngineSettings) -> Admission:
+    """The checks and stored forms of admitting ``job`` for ``owner`` (module docstring)."""
+    validate_trainjob(job)
+    options = scheduling_of(job)
+    backend = (job.metadata.annotations.get(ANN_BACKEND)
+               or settings.partition_routes.get(options.partition or "")
+               or settings.default_backend)
+    if backend not in backends:
+        raise ValidationError([(
+            f"metadata.annotations[{ANN_BACKEND}]",
+            f"unknown back end {backend!r}; configured: {', '.join(sorted(backends))}",
+        )])
+    plan = catalog.resolve(job)
+    chosen = backends[backend]
+    routed = frozenset(p for p, b in settings.partition_routes.items() if b == backend)
+    context = AdmitContext(placement=settings.placement.get(backend, DEFAULT_PLACEMENT_MODE),
+                           routed_partitions=routed, nodes=plan.num_nodes)
+    check_backend_options(options, backend, getattr(chosen, "option_support", None), context,
+                          getattr(chosen, "accepts_script_bytes", False), plan.batch_script)
+    if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
+        try:
+            chosen.check_admission(job, plan, owner, origin)
+        except AdmissionDenied as exc:
+            raise PermissionDenied(str(exc)) from exc
+    ensure_identity(job, settings.default_namespace)
+    shape = resolve_shape(job, plan, options)
+    return Admission(job, backend, plan.num_nodes, options.partition,
+                     json.dumps(job.to_dict()), job_summary(job), shape.to_json())
+
+
+def check_capacity(inventory: Inventory | None, backend: str, chosen: Backend,
+                   num_nodes: int, partition: str | None) -> None:
+    """Refuse a job that asks for more nodes than back end ``backend`` (``chosen``) has
+    at all (in the partition, if named): Slurm would queue it forever
+    (``PartitionNodeLimit``). An unknown inventory (back end not reached yet), and back
+    ends whose job nodes are pods sharing hosts (Kubernetes), refuse nothing."""
+    if inventory is None or not inventory.nodes:
+        return
+    if getattr(chosen, "packs_units", False):
+        return  # pods share hosts: any count may fit (the scheduler queues the rest)
+    # A node that names no partition (or queue) is taken to be in every one.
+    nodes = [n for n in inventory.nodes
+             if partition is None or not n.partitions or partition in n.partitions]
+    if num_nodes > len(nodes):
+        where = f"partition {partition!r} of back end {backend!r}" if partition else (
+            f"back end {backend!r}")
+        raise ValidationError([("spec.trainer.numNodes",
+                                f"{num_nodes} nodes requested but {where} has "
+                                f"{len(nodes)}")])

@@ -224,6 +224,15 @@ class Estimating(Protocol):
 
 
 @runtime_checkable
+class Validating(Protocol):
+    """A back end that can tell, without the world, whether it could submit a job (Flux:
+    the jobspec builds), so that admission refuses (400) what submission would."""
+
+    def validate(self, request: SubmitRequest) -> None:
+        """Raise :class:`BackendRejected` naming what it cannot submit, else nothing."""
+
+
+@runtime_checkable
 class Admitting(Protocol):
     """A back end with its own admission rules (Kubernetes: who may run where)."""
 

@@ -94,6 +94,9 @@ def _flag(row: _Row) -> str:
 
 def _tables() -> list[tuple[str, Mapping[str, Support]]]:
     tables = installed_tables()
+    if not set(_ORDER) <= set(tables):
+        raise RuntimeError(f"back ends {sorted(set(_ORDER) - set(tables))} publish no "
+                           "option table: reinstall the package (pip install -e .)")
     order = [k for k in _ORDER if k in tables] + sorted(set(tables) - set(_ORDER))
     return [(k, tables[k]) for k in order]
 

@@ -107,7 +107,8 @@ class Engine:
 
     # -- front-door calls ----------------------------------------------------------
 
-    def prepare(self, job: TrainJob, owner: Owner, origin: str = "api") -> Admission:
+    def prepare(self, job: TrainJob, owner: Owner, origin: str = "api",
+                taken_before: bool = False) -> Admission:
         """The checks and work of :meth:`admit` that need neither the store nor the
         loop's state: validation, the back end's admission of the caller, identity, back
         end, runtime, the stored forms. Safe to run in a worker thread (it reads only
@@ -115,12 +116,16 @@ class Engine:
         :class:`~bridge.errors.PermissionDenied` when the back end's admission refuses
         the caller."""
         return prepare(job, owner, origin, backends=self.backends, catalog=self.catalog,
-                       settings=self.settings)
+                       settings=self.settings, check_options=not taken_before)
 
     def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
               prepared: Admission | None = None, idempotency_key: str | None = None,
-              request_digest: str | None = None) -> JobRecord:
+              request_digest: str | None = None, taken_before: bool = False) -> JobRecord:
         """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
+
+        ``taken_before``: a bridge may have submitted it already (bridge.service); the
+        options its back end refuses today are not refused again (the job may be running
+        under the rules it was admitted by, and a refusal would orphan it).
 
         ``prepared``: :meth:`prepare` of this ``job`` for this ``owner`` and ``origin``,
         done already (off the loop). Raises :class:`bridge.model.ValidationError` (bad
@@ -130,7 +135,7 @@ class Engine:
         caller). Nothing is stored on error.
         """
         if prepared is None or prepared.job is not job:
-            prepared = self.prepare(job, owner, origin)
+            prepared = self.prepare(job, owner, origin, taken_before)
         backend = prepared.backend
         self._check_capacity(backend, prepared.num_nodes, prepared.partition)
         check_dependency_ids(self.store, prepared.summary)

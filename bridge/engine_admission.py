@@ -3,7 +3,8 @@
 :func:`prepare` is :meth:`bridge.engine.Engine.prepare`'s work: validation, the back
 end (annotation, partition route, default), the options the back end refuses
 (:mod:`bridge.option_support`), the back end's admission of the caller, identity,
-runtime and the stored forms. :func:`check_capacity` refuses a job asking for more
+runtime, whether a :class:`~bridge.backend.Validating` back end could submit the job,
+and the stored forms. :func:`check_capacity` refuses a job asking for more
 nodes than the back end has. Both read only configuration and an inventory, never the
 store or the loop's state, so they are safe in a worker thread; errors are
 :class:`bridge.model.ValidationError` (400) naming the field or
@@ -15,7 +16,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from bridge.backend import AdmissionDenied, Admitting, Backend, Inventory, Owner
+from bridge.backend import (
+    AdmissionDenied,
+    Admitting,
+    Backend,
+    BackendRejected,
+    Inventory,
+    Owner,
+    SubmitRequest,
+    Validating,
+)
 from bridge.engine_settings import Admission, EngineSettings
 from bridge.errors import PermissionDenied
 from bridge.job_summary import job_summary
@@ -30,8 +40,11 @@ __all__ = ["check_capacity", "prepare"]
 
 
 def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, Backend],
-            catalog: RuntimeCatalog, settings: EngineSettings) -> Admission:
-    """The checks and stored forms of admitting ``job`` for ``owner`` (module docstring)."""
+            catalog: RuntimeCatalog, settings: EngineSettings,
+            check_options: bool = True) -> Admission:
+    """The checks and stored forms of admitting ``job`` for ``owner`` (module docstring);
+    ``check_options`` false: not the options the back end refuses (a job a bridge took
+    before, re-admitted: bridge.service)."""
     validate_trainjob(job)
     options = scheduling_of(job)
     backend = (job.metadata.annotations.get(ANN_BACKEND)
@@ -46,9 +59,12 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     chosen = backends[backend]
     routed = frozenset(p for p, b in settings.partition_routes.items() if b == backend)
     context = AdmitContext(placement=settings.placement.get(backend, DEFAULT_PLACEMENT_MODE),
-                           routed_partitions=routed, nodes=plan.num_nodes)
-    check_backend_options(options, backend, getattr(chosen, "option_support", None), context,
-                          getattr(chosen, "accepts_script_bytes", False), plan.batch_script)
+                           routed_partitions=routed, nodes=plan.num_nodes,
+                           framework=plan.framework.value)
+    if check_options:
+        check_backend_options(options, backend, getattr(chosen, "option_support", None),
+                              context, getattr(chosen, "accepts_script_bytes", False),
+                              plan.batch_script)
     if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
         try:
             chosen.check_admission(job, plan, owner, origin)
@@ -56,6 +72,13 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
             raise PermissionDenied(str(exc)) from exc
     ensure_identity(job, settings.default_namespace)
     shape = resolve_shape(job, plan, options)
+    if check_options and isinstance(chosen, Validating):
+        request = SubmitRequest(job_uid=job.metadata.uid or "", job_id=0, job=job,
+                                plan=plan, options=options, owner=owner, shape=shape)
+        try:
+            chosen.validate(request)
+        except BackendRejected as exc:
+            raise ValidationError([("spec", str(exc))]) from None
     return Admission(job, backend, plan.num_nodes, options.partition,
                      json.dumps(job.to_dict()), job_summary(job), shape.to_json())
 

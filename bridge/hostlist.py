@@ -28,7 +28,7 @@ import hostlist as _hl
 
 from bridge.errors import BridgeError
 
-__all__ = ["HostlistError", "compress", "expand"]
+__all__ = ["HostlistError", "compress", "count", "expand"]
 
 _WHITESPACE = re.compile(r"\s+")
 _BRACKETS = re.compile(r"\[([^\[\]]*)\]")
@@ -74,6 +74,29 @@ def expand(expression: str) -> list[str]:
     except _hl.BadHostlist as exc:
         raise HostlistError(expression, _explain(text, str(exc))) from None
     return names
+
+
+_RANGE = re.compile(r"(\d+)-(\d+)")
+_TOP_LEVEL_COMMA = re.compile(r",(?![^\[]*\])")
+
+
+def count(expression: str) -> int:
+    """How many names :func:`expand` would give, without making them (so that a short
+    expression naming millions of hosts is refused cheaply); for a malformed one, an
+    estimate that :func:`expand` then refuses."""
+    total = 0
+    for part in _TOP_LEVEL_COMMA.split(_WHITESPACE.sub(",", expression.strip())):
+        if not part:
+            continue
+        names = 1
+        for inner in _BRACKETS.findall(part):
+            size = 0
+            for item in inner.split(","):
+                bounds = _RANGE.fullmatch(item)
+                size += int(bounds[2]) - int(bounds[1]) + 1 if bounds else 1
+            names *= max(size, 1)
+        total += names
+    return total
 
 
 def _check_name(name: str) -> None:

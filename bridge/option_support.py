@@ -51,6 +51,9 @@ class AdmitContext:
     routed_partitions: frozenset[str] = frozenset()
     #: The job's node count (``spec.trainer.numNodes``, the least of ``--nodes``).
     nodes: int = 1
+    #: The job's runtime framework (:class:`bridge.runtimes.Framework` value: ``torch``,
+    #: ``mpi``, ``jax``, ``xgboost``, ``plain``).
+    framework: str = "plain"
 
 
 #: A check: the reason the back end cannot honour these options here, or ``None``.
@@ -120,6 +123,9 @@ FIELD_FLAGS: Mapping[str, str] = {
     **{name: f"--{p.long}" for name, p in PASSED.items()},
 }
 
+#: Fields no sbatch option sets, as a refusal names them.
+_UNFLAGGED: Mapping[str, str] = {"submit_dir": "the submitting directory (submit_dir)"}
+
 _DEFAULTS = SchedulingOptions()
 
 
@@ -139,7 +145,7 @@ def _spelled(options: SchedulingOptions, name: str) -> str:
         return f"--nodes=MIN-MAX (a range, at most {value})"
     if name == "switches_wait_minutes":
         return f"--switches=...@{value}"
-    return FIELD_FLAGS[name]
+    return FIELD_FLAGS.get(name) or _UNFLAGGED.get(name, name)
 
 
 def refusals(options: SchedulingOptions, table: Mapping[str, Support], backend: str,
@@ -173,12 +179,17 @@ def check_backend_options(options: SchedulingOptions, backend: str,
                           table: Mapping[str, Support] | None, ctx: AdmitContext,
                           script_bytes: bool, script: str | None = None) -> None:
     """Refuse, as one :class:`ValidationError` (400) on the annotation, every option
-    ``table`` (back end ``backend``'s; ``None``: a back end that declares none, which
-    refuses nothing) refuses here, and a batch ``script`` that is not UTF-8 text (as
-    :func:`bridge.batchscript.script_of` gives it) unless ``script_bytes``."""
-    errors = [(f"metadata.annotations[{ANN_SCHEDULING}]", message)
-              for message in (refusals(options, table, backend, ctx)
-                              if table is not None else [])]
+    ``table`` (back end ``backend``'s) refuses here, and a batch ``script`` that is not
+    UTF-8 text (as :func:`bridge.batchscript.script_of` gives it) unless
+    ``script_bytes``. A back end that declares no table (``None``: a third party's,
+    written before tables) is taken to honour what the bridge's model always did, and
+    refuses the options only Slurm honours (``SchedulingOptions.slurm_only``)."""
+    if table is not None:
+        messages = refusals(options, table, backend, ctx)
+    else:
+        messages = [f"{flag} is not supported by back end {backend!r}: only Slurm honours it"
+                    for flag in options.slurm_only()]
+    errors = [(f"metadata.annotations[{ANN_SCHEDULING}]", message) for message in messages]
     if not script_bytes and script is not None and not is_utf8(script):
         errors.append((f"metadata.annotations[{ANN_BATCH_SCRIPT}]", "a batch script that is "
                        f"not UTF-8 text is not supported by back end {backend!r}"))

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from bridge.dependency import MAX_TEXT as MAX_DEPENDENCY_TEXT
 from bridge.dependency import parse as parse_dependency
-from bridge.hostlist import HostlistError, expand
+from bridge.hostlist import HostlistError, count, expand
 from bridge.model import (
     ANN_SCHEDULING,
     TrainJob,
@@ -34,6 +34,9 @@ from bridge.slurm_options import PASSED
 _PASSED_TEXT = tuple(n for n in PASSED if not n.endswith("_mb") and n != "cpus_per_gpu")
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]*$")
+#: The most hosts ``--nodelist`` or ``--exclude`` may name (a short expression can name
+#: millions: ``n[0-99999],m[0-99999]``).
+MAX_HOSTS = 65536
 
 
 def _printable(value: str | None, what: str, limit: int = 1024) -> str | None:
@@ -138,6 +141,8 @@ class SchedulingOptions(BaseModel):
         """A host list Slurm would take (``node[1-4]``): a malformed one is refused here,
         naming what is wrong, rather than reaching placement or the back end."""
         if v is not None:
+            if count(v) > MAX_HOSTS:
+                raise ValueError(f"names more than {MAX_HOSTS} hosts")
             try:
                 expand(v)
             except HostlistError as exc:

@@ -156,12 +156,14 @@ class JobService:
         ``taken_before``: a bridge may have submitted this job already (its TrainJob
         carries the door's finalizer but this store has no record: a lost store, a new
         leader); it is stored with ``attempts=1``, so the engine looks it up in its back
-        end (and adopts it) before it ever submits it.
+        end (and adopts it) before it ever submits it; the options its back end refuses
+        today are not refused again (a refusal would orphan a job that may be running).
         """
         try:
             record = self._engine.admit(job, owner, origin, prepared=prepared,
                                         idempotency_key=idempotency_key,
-                                        request_digest=request_digest)
+                                        request_digest=request_digest,
+                                        taken_before=taken_before)
         except Conflict:
             if idempotency_key is not None and (replayed := self.replay(
                     owner, idempotency_key, request_digest or "")) is not None:

@@ -5,7 +5,7 @@ checks their values as sbatch would, carries them in the scheduling annotation
 (:class:`bridge.scheduling.SchedulingOptions`, one field each) and the Slurm back end
 hands them to ``sbatch``. A back end that cannot honour them (Flux, Kubernetes) refuses
 a job carrying one at admission, naming the option and the back end
-(:func:`bridge.scheduling.check_backend_options`), never ignoring it.
+(:func:`bridge.option_support.check_backend_options`), never ignoring it.
 
 Contract: :data:`PASSED` is the table, field -> :class:`Passed` (the long option, how
 its value is checked); each check takes the option's text and returns the value to

@@ -203,13 +203,22 @@ class FluxBackend:
         """Must this job be submitted by a ``flux`` command run as its owner?"""
         return self.submit_as == "owner" and owner.uid != os.geteuid()
 
+    def _jobspec(self, request: SubmitRequest) -> dict[str, Any]:
+        return build_jobspec(request, default_cwd=request.owner.home(),
+                             mpi_launch=self.mpi_launch, default_queue=self.queue,
+                             flux_command=self.flux_command)
+
+    def validate(self, request: SubmitRequest) -> None:
+        """At admission (:class:`bridge.backend.Validating`): the jobspec builds, so
+        that a job Flux could not be given is refused (400) rather than failing at
+        submission; :class:`BackendRejected` names what it cannot express."""
+        self._jobspec(request)
+
     async def submit(self, request: SubmitRequest) -> str:
         """Submit the jobspec of :func:`flux_adapter.jobspec.build_jobspec`; the decimal
         Flux job id. Refusals (unsupported options, a jobspec Flux rejects, a user the
         daemon cannot act for) are :class:`BackendRejected`."""
-        spec = build_jobspec(request, default_cwd=request.owner.home(),
-                             mpi_launch=self.mpi_launch, default_queue=self.queue,
-                             flux_command=self.flux_command)
+        spec = self._jobspec(request)
         if self._as_owner(request.owner):
             job_id = await self._submit_as_owner(spec, request.owner)
         else:

@@ -336,7 +336,8 @@ def _refused_options(o: SchedulingOptions) -> list[str]:
             found.append(f"{flag}={value}: {why}")
     if o.switches_wait_minutes is not None and o.switches is None:
         found.append(f"--switches=...@{o.switches_wait_minutes}: {REFUSED['switches'][1]}")
-    # The engine refuses these at admission already (bridge.scheduling.check_backend_options).
+    # Admission refuses these already (flux_adapter/options.py); a row an older daemon
+    # admitted may still carry one.
     found += [f"{flag}: only Slurm honours it" for flag in o.slurm_only()]
     return found
 

@@ -96,12 +96,13 @@ def inventory_from_nodes(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapp
 
 def _features(labels: Mapping[str, Any]) -> tuple[str, ...]:
     """A node's features for ``--constraint``: each label as ``key=value`` and ``key``
-    (what :func:`k8s_adapter.jobset.node_affinity` asks of the scheduler), at most 128."""
+    (what :func:`k8s_adapter.affinity.node_affinity` asks of the scheduler), at most
+    1024 (nodes labelled by feature discovery carry a hundred labels and more)."""
     found: set[str] = set()
     for key, value in labels.items():
         if not key.startswith("kubernetes.io/hostname"):
             found.update((f"{key}={value}", key))
-    return tuple(sorted(found))[:128]
+    return tuple(sorted(found))[:1024]
 
 
 def switches_from_labels(nodes: Sequence[Mapping[str, Any]], level_keys: Sequence[str],

@@ -28,19 +28,19 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import BackendJob, BackendRejected, BackendState, SubmitRequest
-from bridge.hostlist import expand
 from bridge.jobid import identity_env
-from bridge.placement_request import features_of
+from bridge.model import ValidationError
 from bridge.runtimes import Framework, MpiImplementation
+from bridge.scheduling import scheduling_of
 from bridge.shape import GPU_RESOURCE
 from k8s_adapter import sshauth
+from k8s_adapter.affinity import keep_affinity, node_affinity
 from mpi_launch.allocation import Host, jobset_allocation
 from mpi_launch.hostfile import hostfile_env, render_hostfile
 
@@ -57,7 +57,6 @@ JOB_ID_LABEL = "hpc-bridge.io/job-id"
 TRAINJOB_NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 NODE = "node"
 LAUNCHER = "launcher"
@@ -210,31 +209,6 @@ def _command(request: SubmitRequest) -> tuple[list[str], list[str]]:
     return list(plan.command), list(plan.args)
 
 
-def node_affinity(request: SubmitRequest) -> dict[str, Any] | None:
-    """The pods' required node affinity (one term: every expression holds), or ``None``:
-    the hosts the engine pinned (``kubernetes.io/hostname In``), ``--exclude``
-    (``NotIn``), and each ``--constraint`` feature as a node label: ``key=value``
-    (``In``) or ``key`` (``Exists``). Admission refused any other constraint
-    (k8s_adapter/options.py)."""
-    expressions: list[dict[str, Any]] = []
-    placement = request.placement
-    if placement is not None and placement.hosts:
-        expressions.append({"key": HOSTNAME_LABEL, "operator": "In",
-                            "values": sorted(set(placement.hosts))})
-    o = request.options
-    if o.exclude:
-        expressions.append({"key": HOSTNAME_LABEL, "operator": "NotIn",
-                            "values": sorted(set(expand(o.exclude)))})
-    for feature in sorted(features_of(o.constraint) or ()):
-        key, eq, value = feature.partition("=")
-        expressions.append({"key": key, "operator": "In", "values": [value]} if eq
-                           else {"key": key, "operator": "Exists"})
-    if not expressions:
-        return None
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}
-
-
 def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, labels: dict[str, str],
                   image: str, command: list[str], args: list[str],
                   env: list[dict[str, Any]], mpi: bool) -> dict[str, Any]:
@@ -267,14 +241,26 @@ def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, lab
 
 
 def active_deadline(request: SubmitRequest) -> int | None:
-    """Each Job's ``activeDeadlineSeconds``: ``--time`` (the scheduling options), else
-    the TrainJob's own ``activeDeadlineSeconds`` (the job shape's precedence; the engine
-    fills ``--time`` from a deadline rounded up to minutes, which keeps the seconds)."""
+    """Each Job's ``activeDeadlineSeconds``: ``--time`` as the job gave it (its
+    scheduling annotation), else the TrainJob's own ``activeDeadlineSeconds`` (the job
+    shape's precedence), else ``--time`` as the engine filled it in. As with any
+    Kubernetes Job, the deadline counts from the Job's start, Pending pods included."""
     deadline = request.job.spec.active_deadline_seconds
     limit = request.options.time_limit_minutes
-    if limit is not None and (deadline is None or math.ceil(deadline / 60) != limit):
+    try:
+        given = scheduling_of(request.job).time_limit_minutes is not None
+    except ValidationError:
+        given = False
+    if limit is not None and (given or deadline is None):
         return limit * 60
     return deadline
+
+
+def _keep_deadline(job_spec: dict[str, Any], deadline: int | None) -> None:
+    """A patch may shorten a Job's ``activeDeadlineSeconds``, never lengthen it."""
+    patched = job_spec.get("activeDeadlineSeconds")
+    if deadline and not (isinstance(patched, int) and 0 < patched < deadline):
+        job_spec["activeDeadlineSeconds"] = deadline
 
 
 def _replicated_job(rjob: str, count: int, pod: dict[str, Any],
@@ -345,10 +331,14 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             raise BackendRejected(
                 f"spec.runtimePatches[{i}].trainingRuntimeSpec.template: must be a mapping")
         body = _apply_template_patch(body, template)
-    # Whatever the patches said, the bridge's identity labels stay.
+    # Whatever the patches said, the bridge's identity labels, the user's --exclude and
+    # --constraint, the pinned hosts and --time stay.
+    affinity = node_affinity(request)
     for rj in body["spec"]["replicatedJobs"]:
         pod_meta = rj["template"]["spec"]["template"].setdefault("metadata", {})
         pod_meta.setdefault("labels", {}).update(labels)
+        keep_affinity(rj["template"]["spec"]["template"].setdefault("spec", {}), affinity)
+        _keep_deadline(rj["template"]["spec"], deadline)
     body["metadata"]["labels"].update(labels)
     return body
 

@@ -4,9 +4,10 @@
 A pod is not a Slurm allocation: it has no account, QOS, output file or submit
 directory on a shared file system, and the Kubernetes scheduler, not the bridge, picks
 its node: ``--exclude`` and ``--constraint`` (node labels) become required node
-affinity it obeys; ``--switches`` needs the bridge's own placement (mode ``nodelist``,
-whose hosts are pinned the same way). Every option is either honoured or refused at
-admission (400) with the reason; none is ignored.
+affinity it obeys (k8s_adapter/affinity.py, which also checks them); it has no leaf
+switches to count (``--switches`` is refused: a topology label in ``--constraint`` is
+the Kubernetes way). Every option is either honoured or refused at admission (400)
+with the reason; none is ignored.
 Contract: :data:`SUPPORT` covers every field of
 :class:`bridge.scheduling.SchedulingOptions`; published as the ``kubernetes`` entry
 point of ``hpc_bridge.option_support``.
@@ -14,45 +15,51 @@ point of ``hpc_bridge.option_support``.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from bridge.option_support import FIELD_FLAGS, AdmitContext, Check, Support, honoured, refused
-from bridge.placement_request import features_of
 from bridge.scheduling import SchedulingOptions
+from k8s_adapter.affinity import MAX_EXCLUDED, constraint_expressions, exclude_values
 
 __all__ = ["SUPPORT"]
 
 ONLY_SLURM = "only Slurm honours it"
-_PINNED = ('the Kubernetes scheduler chooses the nodes; with placement = "nodelist" for '
-           "the back end the bridge places the pods and pins them (docs/placement.md)")
 
 
-def _needs_nodelist(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-    return None if ctx.placement == "nodelist" else _PINNED
+def _checked(check: Callable[[SchedulingOptions], object]) -> Check:
+    """A check running one of k8s_adapter.affinity's own translations."""
 
+    def run(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+        try:
+            check(options)
+        except ValueError as exc:
+            return str(exc)
+        return None
 
-_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}")
-_LABEL_VALUE = re.compile(rf"({_LABEL_NAME})?")
-
-
-def _constraint(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-    features = features_of(options.constraint)
-    if features is None:
-        return ("only FEATURE or FEATURE&FEATURE... (node labels: key=value or key) "
-                "translate to Kubernetes; '|', counts and brackets do not")
-    for feature in sorted(features):
-        key, _, value = feature.partition("=")
-        if not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
-            return f"{feature!r} is not a Kubernetes node label (key=value or key)"
-    return None
+    return run
 
 
 def _ntasks(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-    if options.ntasks_per_node is None and options.ntasks and options.ntasks % ctx.nodes:
-        return (f"{options.ntasks} tasks do not divide evenly over {ctx.nodes} pods, and "
-                "every pod of a JobSet runs as many ranks (give --ntasks-per-node)")
+    o, nodes = options, ctx.nodes
+    if o.ntasks is None:
+        return None
+    if o.ntasks_per_node is not None and o.ntasks != o.ntasks_per_node * nodes:
+        return (f"--ntasks={o.ntasks} and --ntasks-per-node={o.ntasks_per_node} disagree "
+                f"over {nodes} pod(s): every pod of a JobSet runs as many ranks")
+    if ctx.framework != "plain" and o.ntasks % nodes:
+        return (f"{o.ntasks} tasks do not divide evenly over {nodes} pods, and every pod "
+                "of a JobSet runs as many ranks (give --ntasks-per-node)")
+    return _one_process(o.ntasks // nodes, ctx)
+
+
+def _ntasks_per_node(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+    return _one_process(options.ntasks_per_node or 1, ctx)
+
+
+def _one_process(per_pod: int, ctx: AdmitContext) -> str | None:
+    if ctx.framework in ("jax", "xgboost") and per_pod > 1:
+        return (f"a {ctx.framework} job runs one process per pod here "
+                "(JAX_NUM_PROCESSES / DMLC_NUM_WORKER count pods): ask for more nodes")
     return None
 
 
@@ -70,22 +77,22 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
     "partition": ("routes the job here when it is one of the back end's route_partitions",
                   _partition),
     "time_limit_minutes": ("activeDeadlineSeconds of each Job of the JobSet", None),
-    "ntasks": ("ranks per pod: --ntasks / --nodes, when it divides evenly", _ntasks),
-    "ntasks_per_node": ("ranks per pod (PET_NPROC_PER_NODE, the hostfile's slots)", None),
-    "cpus_per_task": ("the pod's cpu request and limit (tasks per node x CPUs per task)",
-                      None),
+    "ntasks": ("ranks per pod: --ntasks / --nodes, when it divides evenly (one per pod "
+               "for JAX and XGBoost)", _ntasks),
+    "ntasks_per_node": ("ranks per pod (PET_NPROC_PER_NODE, the hostfile's slots; one for "
+                        "JAX and XGBoost)", _ntasks_per_node),
+    "cpus_per_task": ("the pod's cpu request (tasks per node x CPUs per task), and limit "
+                      "where the job gives one", None),
     "gpus_per_node": ("the pod's nvidia.com/gpu request and limit", None),
     "mem_per_node_mb": ("the pod's memory request (and limit, where the job gives one)",
                         None),
     "submit_dir": ("not used: a pod starts in its image's working directory (WORKDIR), as "
                    "the directory tbatch ran in is not inside the pod", None),
-    "exclude": ("required node affinity: kubernetes.io/hostname NotIn these nodes", None),
+    "exclude": ("required node affinity: kubernetes.io/hostname NotIn these nodes (at "
+                f"most {MAX_EXCLUDED})", _checked(lambda o: exclude_values(o.exclude))),
     "constraint": ("required node affinity: each FEATURE is a node label, key=value (In) "
-                   "or key (Exists)", _constraint),
-    "switches": ("the pods span at most N topology domains of the lowest level "
-                 "(placement = \"nodelist\")", _needs_nodelist),
-    "switches_wait_minutes": ("waits up to TIME for a placement within N domains",
-                              _needs_nodelist),
+                   "or key (Exists); not hosts or node roles",
+                   _checked(lambda o: constraint_expressions(o.constraint))),
     "export": ("applied by tbatch to the pod's environment", None),
     "dependency": ("held by the bridge until met, across back ends "
                    "(bridge/engine_dependency.py)", None),
@@ -107,6 +114,9 @@ _REFUSED: Mapping[str, str] = {
     "chdir": "the directories of the host tbatch ran on are not inside the pod; it starts "
              "in its image's working directory (WORKDIR)",
     "exclusive": "Kubernetes cannot keep other pods off a node",
+    "switches": "the Kubernetes scheduler has no leaf switches to count; ask for one "
+                "topology domain with --constraint (e.g. topology.kubernetes.io/zone=a)",
+    "switches_wait_minutes": "the Kubernetes scheduler has no leaf switches to count",
     "nodelist": "the bridge does not pin pods to hosts the user names; use --exclude or "
                 "--constraint",
 }

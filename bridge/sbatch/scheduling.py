@@ -71,7 +71,9 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
         "output": o.output,
         "error": o.error,
         "chdir": chdir,
-        "submit_dir": cwd,
+        # Only where the job runs there: a -D elsewhere makes the submitting directory
+        # (which may be any path the user's shell is in) irrelevant.
+        "submit_dir": None if chdir else cwd,
         "exclusive": o.exclusive,
         "switches": o.switches,
         "switches_wait_minutes": o.switches_wait_minutes,

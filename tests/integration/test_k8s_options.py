@@ -5,7 +5,8 @@ Before, the Kubernetes back end silently ignored ``--qos``, ``-o``, ``--exclusiv
 ``-D`` … and ``--exclude``/``--constraint`` unless the engine could pin the pods. Now
 every option is honoured or refused at admission naming the option and the back end
 (k8s_adapter/options.py), and ``--exclude``/``--constraint`` are required node
-affinity the real scheduler obeys, in placement mode ``constraints`` too.
+affinity the real scheduler obeys (k8s_adapter/affinity.py), in placement mode
+``constraints`` too.
 """
 
 from __future__ import annotations
@@ -77,6 +78,21 @@ def test_the_scheduler_obeys_exclude_and_constraint(
     assert placed == {"kwok-node-4"}, placed
 
 
+def test_a_constraint_on_hosts_or_node_roles_is_refused(
+        k8s: K8sBed, k8s_namespace: str, scheduler_places: Daemon) -> None:
+    """--nodelist is refused; a constraint on kubernetes.io/hostname would be it by
+    another name, and a job must not pick control-plane nodes."""
+    for constraint in ("kubernetes.io/hostname=kwok-node-1",
+                       "node-role.kubernetes.io/control-plane"):
+        doc = torch_job("roles", None)
+        doc["metadata"]["annotations"]["hpc-bridge.io/scheduling"] = json.dumps(
+            {"constraint": constraint})
+        answer = submit_as(scheduler_places, "alice", doc)
+        assert answer["status"] == 400, answer
+        assert "names hosts or node roles" in answer["error"], answer
+    assert jobsets(k8s, k8s_namespace) == []
+
+
 def test_a_constraint_kubernetes_cannot_express_is_refused(
         k8s: K8sBed, k8s_namespace: str, scheduler_places: Daemon) -> None:
     doc = torch_job("orish", None)
@@ -86,5 +102,5 @@ def test_a_constraint_kubernetes_cannot_express_is_refused(
     assert answer["status"] == 400, answer
     assert "--constraint is not supported by back end 'kubernetes'" in answer["error"]
     assert "--switches is not supported by back end 'kubernetes'" in answer["error"]
-    assert 'placement = "nodelist"' in answer["error"]
+    assert "no leaf switches" in answer["error"]
     assert jobsets(k8s, k8s_namespace) == []

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from bridge.backend import BackendRejected, BackendState, SubmitRequest
-from bridge.model import TrainJob, load_document
+from bridge.model import ANN_SCHEDULING, TrainJob, load_document
 from bridge.placement import Placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
@@ -607,17 +607,56 @@ def test_exclude_and_constraint_are_required_node_affinity_with_the_pinned_hosts
     assert len(term["matchExpressions"]) == 4
 
 
-@pytest.mark.parametrize(("limit", "deadline", "expected"), [
-    (None, None, None), (5, None, 300), (None, 90, 90), (2, 90, 90), (3, 90, 180)])
-def test_time_limit_is_the_active_deadline(limit: int | None, deadline: int | None,
+@pytest.mark.parametrize(("given", "limit", "deadline", "expected"), [
+    (None, None, None, None), (5, 5, None, 300), (None, None, 90, 90),
+    (None, 2, 90, 90), (2, 2, 90, 120), (None, 3, None, 180)])
+def test_time_limit_is_the_active_deadline(given: int | None, limit: int | None,
+                                           deadline: int | None,
                                            expected: int | None) -> None:
-    """--time (also from an annotation alone) is each Job's activeDeadlineSeconds; a
-    TrainJob's own deadline keeps its seconds when --time is its rounding-up (the engine
-    fills --time so)."""
-    body = render_jobset(request(trainjob(deadline=deadline),
-                                 SchedulingOptions(time_limit_minutes=limit)), OPTS)
+    """--time the job gave (its annotation) is each Job's activeDeadlineSeconds, over
+    the TrainJob's own deadline (the shape's precedence); --time the engine filled in
+    from that deadline (rounded up to minutes) keeps the deadline's seconds."""
+    annotations = ({ANN_SCHEDULING: json.dumps({"time_limit_minutes": given})}
+                   if given is not None else None)
+    job = trainjob(deadline=deadline, annotations=annotations)
+    body = render_jobset(request(job, SchedulingOptions(time_limit_minutes=limit)), OPTS)
     for rj in body["spec"]["replicatedJobs"]:
         assert rj["template"]["spec"].get("activeDeadlineSeconds") == expected
+
+
+def test_runtime_patches_cannot_undo_exclude_constraint_or_time() -> None:
+    """A patch's own affinity replaces the list it names; the bridge's expressions are
+    put back into every term, and a patch may shorten --time, never lengthen it."""
+    patch = {"manager": "u", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {
+            "activeDeadlineSeconds": 99999, "template": {"spec": {"affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In",
+                                               "values": ["a"]}]},
+                        {"matchExpressions": [{"key": "zone", "operator": "In",
+                                               "values": ["b"]}]}]}}}}}}}}]}}}}
+    options = SchedulingOptions(exclude="kwok-node-1", time_limit_minutes=5)
+    job = trainjob(patches=[patch], annotations={
+        ANN_SCHEDULING: json.dumps({"exclude": "kwok-node-1", "time_limit_minutes": 5})})
+    body = render_jobset(request(job, options), OPTS)
+    terms = _terms(body)
+    assert len(terms) == 2
+    for term in terms:
+        assert {"key": "kubernetes.io/hostname", "operator": "NotIn",
+                "values": ["kwok-node-1"]} in term["matchExpressions"]
+    assert rjobs(body)["node"]["template"]["spec"]["activeDeadlineSeconds"] == 300
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"exclude": ","}, "--exclude: names no hosts"),
+    ({"constraint": "kubernetes.io/hostname=n1"}, "names hosts or node roles"),
+    ({"constraint": "a..b/gpu"}, "not a DNS subdomain"),
+])
+def test_a_row_an_older_daemon_admitted_is_refused_when_rendered(options: dict[str, Any],
+                                                                 words: str) -> None:
+    with pytest.raises(BackendRejected, match=words):
+        render_jobset(request(trainjob(), SchedulingOptions.model_validate(options)), OPTS)
 
 
 def test_active_deadline_propagates_to_every_job() -> None:

@@ -19,6 +19,7 @@ from bridge.model import ANN_SCHEDULING, ValidationError, load_trainjob
 from bridge.option_support import (
     AdmitContext,
     Support,
+    check_backend_options,
     installed_tables,
     missing,
     refusals,
@@ -102,26 +103,47 @@ def test_a_field_a_table_lacks_is_refused_not_ignored() -> None:
     ({"nodelist": "n1"}, "--nodelist", "--exclude"),
     ({"partition": "debug"}, "--partition", "route_partitions (here: none)"),
     ({"constraint": "ib|gpu"}, "--constraint", "'|'"),
-    ({"constraint": "a:b"}, "--constraint", "'a:b' is not a Kubernetes node label"),
-    ({"constraint": "zone=-x"}, "--constraint", "not a Kubernetes node label"),
-    ({"switches": 1}, "--switches", 'placement = "nodelist"'),
-    ({"ntasks": 3}, "--ntasks", "do not divide evenly over 2 pods"),
+    ({"constraint": "a:b"}, "--constraint", "'a:b' is not a node label a job may ask for"),
+    ({"constraint": "zone=-x"}, "--constraint", "its value is not"),
+    ({"constraint": "a..b/gpu"}, "--constraint", "not a DNS subdomain"),
+    ({"constraint": "kubernetes.io/hostname=n1"}, "--constraint", "names hosts"),
+    ({"constraint": "node-role.kubernetes.io/control-plane"}, "--constraint", "node roles"),
+    ({"constraint": "zone=a,zone=b"}, "--constraint", "asked for twice"),
+    ({"exclude": ","}, "--exclude", "names no hosts"),
+    ({"exclude": "n[1-2000]"}, "--exclude", "more than 1024 hosts"),
+    ({"switches": 1}, "--switches", "no leaf switches"),
+    ({"ntasks": 3, "ntasks_per_node": 2}, "--ntasks", "disagree over 2 pod(s)"),
     ({"mail_type": "END"}, "--mail-type", "only Slurm"),
     ({"max_nodes": 4}, "--nodes=MIN-MAX (a range, at most 4)", "only Slurm"),
 ])
 def test_kubernetes_refuses_what_a_pod_cannot_do(options: dict[str, Any], flag: str,
                                                   words: str) -> None:
     found = refusals(SchedulingOptions.model_validate(options), K8S, "kubernetes",
-                     AdmitContext(nodes=2))
+                     AdmitContext(nodes=2, framework="torch"))
     assert len(found) == 1
     assert found[0].startswith(f"{flag} is not supported by back end 'kubernetes': ")
     assert words in found[0]
 
 
-def test_kubernetes_honours_switches_when_it_pins_pods() -> None:
+def test_kubernetes_refuses_switches_in_every_mode() -> None:
     options = SchedulingOptions(switches=1, switches_wait_minutes=5)
-    assert refusals(options, K8S, "kubernetes", NODELIST) == []
+    assert len(refusals(options, K8S, "kubernetes", NODELIST)) == 2
     assert len(refusals(options, K8S, "kubernetes")) == 2
+
+
+def test_kubernetes_refuses_tasks_that_do_not_divide_over_the_pods() -> None:
+    [found] = refusals(SchedulingOptions(ntasks=3), K8S, "kubernetes",
+                       AdmitContext(nodes=2, framework="mpi"))
+    assert "do not divide evenly over 2 pods" in found
+
+
+@pytest.mark.parametrize("framework", ["jax", "xgboost"])
+def test_kubernetes_runs_one_jax_or_xgboost_process_per_pod(framework: str) -> None:
+    ctx = AdmitContext(nodes=2, framework=framework)
+    for options in (SchedulingOptions(ntasks_per_node=4), SchedulingOptions(ntasks=8)):
+        [found] = refusals(options, K8S, "kubernetes", ctx)
+        assert "one process per pod" in found
+    assert refusals(SchedulingOptions(ntasks=2), K8S, "kubernetes", ctx) == []
 
 
 @pytest.mark.parametrize("ctx", [NODELIST, AdmitContext()])
@@ -135,8 +157,10 @@ def test_kubernetes_honours_exclude_and_label_constraints_in_every_mode(
 def test_kubernetes_takes_a_routed_partition_and_even_tasks() -> None:
     ctx = AdmitContext(routed_partitions=frozenset({"gpu"}), nodes=2)
     assert refusals(SchedulingOptions(partition="gpu", ntasks=4), K8S, "kubernetes", ctx) == []
-    assert refusals(SchedulingOptions(ntasks=3, ntasks_per_node=2), K8S, "kubernetes",
+    assert refusals(SchedulingOptions(ntasks=4, ntasks_per_node=2), K8S, "kubernetes",
                     ctx) == []
+    # A plain job's -n only sizes each pod (its script runs once per pod).
+    assert refusals(SchedulingOptions(ntasks=3), K8S, "kubernetes", ctx) == []
     [found] = refusals(SchedulingOptions(partition="debug"), K8S, "kubernetes", ctx)
     assert "(here: gpu)" in found
 
@@ -202,16 +226,16 @@ def _job(options: dict[str, Any]) -> Any:
 def test_admission_refuses_every_option_at_once_and_stores_nothing(tmp_path: Path) -> None:
     engine = _engine(tmp_path)
     with pytest.raises(ValidationError) as err:
-        engine.admit(_job({"qos": "q", "output": "o", "switches": 1}), ALICE)
+        engine.admit(_job({"qos": "q", "output": "o", "switches": 1, "exclude": ","}), ALICE)
     text = str(err.value)
-    for flag in ("--qos", "--output", "--switches"):
+    for flag in ("--qos", "--output", "--switches", "--exclude"):
         assert f"{flag} is not supported by back end 'kubernetes'" in text
     assert engine.store.list_jobs() == []
 
 
 def test_admission_reads_the_back_ends_placement_mode(tmp_path: Path) -> None:
     engine = _engine(tmp_path, placement="nodelist")
-    record = engine.admit(_job({"switches": 1, "exclude": "n1", "constraint": "ib"}), ALICE)
+    record = engine.admit(_job({"exclude": "n1", "constraint": "ib"}), ALICE)
     assert record.id >= 1
 
 
@@ -227,3 +251,54 @@ def test_tbatch_knows_every_option_of_every_release() -> None:
     assert [n for n in all_names() if n not in known] == []
     assert "**unknown**" not in render()
     assert set(RELEASES) == {"22.05", "24.11", "26.05"}
+
+
+def test_a_job_taken_before_is_not_refused_for_an_option_refused_since(tmp_path: Path) -> None:
+    """A TrainJob CR a bridge took before (a new leader, a lost store) may be running
+    under the rules it was admitted by: refusing it now would orphan its JobSet."""
+    engine = _engine(tmp_path)
+    job = _job({"output": "train.log", "qos": "q"})
+    with pytest.raises(ValidationError):
+        engine.admit(job, ALICE)
+    record = engine.admit(_job({"output": "train.log", "qos": "q"}), ALICE, taken_before=True)
+    assert record.id >= 1
+
+
+def test_a_back_end_without_a_table_still_refuses_the_options_only_slurm_honours() -> None:
+    options = SchedulingOptions(mail_type="END", qos="q", output="o")
+    with pytest.raises(ValidationError) as err:
+        check_backend_options(options, "thirdparty", None, AdmitContext(), False)
+    assert str(err.value).count("is not supported by back end 'thirdparty'") == 1
+    assert "--mail-type" in str(err.value)
+
+
+def test_a_refusal_names_a_field_no_option_sets() -> None:
+    [found] = refusals(SchedulingOptions(submit_dir="/x"), {}, "new")
+    assert found.startswith("the submitting directory (submit_dir) is not supported by "
+                            "back end 'new'")
+
+
+def _flux_engine(tmp_path: Path) -> Engine:
+    return Engine(Store.open(tmp_path / "f.sqlite"), {"flux": create_flux("flux", {})},
+                  RuntimeCatalog(), EngineSettings(default_backend="flux"))
+
+
+@pytest.mark.parametrize(("runtime", "options", "words"), [
+    ("torch-distributed", {"ntasks": 3}, "does not divide evenly over 2 nodes"),
+    ("plain", {"submit_dir": "/home/alice/{{id}}"}, "'{{...}}'"),
+    ("plain", {"exclude": ","}, "names no hosts"),
+    ("plain", {"job_name": "x}}", "output": "%x-%j.out"}, "'}}'"),
+])
+def test_flux_refuses_at_admission_whatever_its_jobspec_cannot_say(
+        tmp_path: Path, runtime: str, options: dict[str, Any], words: str) -> None:
+    """Admission builds the jobspec (FluxBackend.validate): what submission would
+    refuse is a 400 now, with nothing stored."""
+    engine = _flux_engine(tmp_path)
+    job = load_trainjob({"metadata": {"name": "t", "annotations": {
+        ANN_SCHEDULING: json.dumps(options)}},
+        "spec": {"runtimeRef": {"name": runtime},
+                 "trainer": {"numNodes": 2, "command": ["true"]}}})
+    with pytest.raises(ValidationError) as err:
+        engine.admit(job, ALICE)
+    assert words in str(err.value)
+    assert engine.store.list_jobs() == []

@@ -133,3 +133,13 @@ def test_compress_of_expand_keeps_the_hosts(expression: str) -> None:
     hosts = expand(expression)
     assert expand(compress(hosts)) == hosts
     assert set(expand(compress(hosts, sort=True))) == set(hosts)
+
+
+@given(expressions | st.lists(host_names, max_size=40).map(compress))
+def test_count_is_the_number_of_names_expand_gives(expression: str) -> None:
+    """bridge.hostlist.count sizes an expression without expanding it (admission
+    refuses --exclude naming more than 65536 hosts before making them)."""
+    from bridge.hostlist import count
+
+    assert count(expression) == len(expand(expression))
+    assert count(f"{expression}, ,") == len(expand(expression))

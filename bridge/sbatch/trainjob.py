@@ -60,7 +60,8 @@ def to_trainjob(request: BatchRequest, *, cwd: str, environ: Mapping[str, str]) 
     default working directory and the environment ``--export`` picks from.
 
     * ``spec.runtimeRef``: ``--runtime`` or ``plain`` (a ClusterTrainingRuntime);
-    * ``spec.trainer.numNodes``: the minimum of ``--nodes`` (1 when not given);
+    * ``spec.trainer.numNodes``: the minimum of ``--nodes``; without it, ``--ntasks`` over
+      ``--ntasks-per-node`` rounded up when both are given (as sbatch), else 1;
     * ``numProcPerNode``: ``--ntasks-per-node``, else ``--ntasks`` / nodes when that
       divides evenly, else unset (``ntasks`` stays in the scheduling options);
     * ``resourcesPerNode`` (requests = limits): ``cpu`` = cpus per task x tasks per node
@@ -78,6 +79,9 @@ def to_trainjob(request: BatchRequest, *, cwd: str, environ: Mapping[str, str]) 
         raise SbatchError("no batch script to run (use trainjob_from_file for -f)")
     o = request.options
     nodes = o.nodes_min or 1
+    if o.nodes_min is None and o.ntasks is not None and o.ntasks_per_node:
+        # As sbatch: without -N, -n N --ntasks-per-node=M asks for ceil(N/M) nodes.
+        nodes = math.ceil(o.ntasks / o.ntasks_per_node)
     if o.ntasks is not None and o.ntasks < nodes:
         raise SbatchError(
             f"--ntasks={o.ntasks} is less than --nodes={nodes}: every node needs at least one task"

@@ -747,3 +747,13 @@ def test_trainjob_file_errors_name_the_file() -> None:
     with pytest.raises(SbatchError, match="use trainjob_from_file"):
         to_trainjob(request, cwd="/", environ={})
 
+
+
+@pytest.mark.parametrize(("argv", "nodes"), [
+    (["-n", "8", "--ntasks-per-node=2"], 4), (["-n", "7", "--ntasks-per-node=2"], 4),
+    (["-N", "2", "-n", "8", "--ntasks-per-node=4"], 2), (["-n", "8"], 1), ([], 1)])
+def test_nodes_come_from_tasks_over_tasks_per_node_without_n(argv: list[str],
+                                                             nodes: int) -> None:
+    """As sbatch: ``-n 8 --ntasks-per-node=2`` with no ``-N`` is four nodes (the
+    corpus's Intel MPI script, tests/integration/sbatch_corpus/07-*)."""
+    assert job_of([*argv, "job.sh"])["spec"]["trainer"]["numNodes"] == nodes

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -112,6 +113,9 @@ async def run_daemon(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+    # Even when the loop is stuck: every thread's stack (C level, no loop needed).
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     elector: Elector | None = None
     health = Health("single")
     health_runner = None
@@ -222,6 +226,17 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     store.close()
     if engine_task in done and engine_task.exception():
         raise engine_task.exception()  # type: ignore[misc]
+
+
+def dump_tasks() -> None:
+    """``kill -USR1``: every asyncio task's stack on standard error (the daemon's log), to
+    see what a daemon that will not stop, or is slow, is waiting for; ``kill -USR2``
+    gives every thread's stack even when the loop itself is stuck."""
+    tasks = asyncio.all_tasks()
+    print(f"hpc-bridge: {len(tasks)} asyncio tasks", file=sys.stderr)
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

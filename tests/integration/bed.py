@@ -6,6 +6,7 @@ The bed itself (munge, slurmctld, 4 slurmd, slurmrestd) is started by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -141,7 +142,19 @@ class Daemon:
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else 0
         self.proc.terminate()
-        return self.proc.wait(30)
+        try:
+            return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            # What it waits for, in its log (bridge.daemon.dump_tasks), then make way.
+            for sig in (signal.SIGUSR1, signal.SIGUSR2):
+                self.proc.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(3)
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError("the daemon did not stop within 30 s of SIGTERM; its "
+                                 "tasks and threads:\n" + self.log.read_text()[-12000:]
+                                 ) from None
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request to the daemon's API as the test process's user (root).

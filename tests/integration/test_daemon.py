@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir
+from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, wait_for
 from tests.integration.conftest import rest_settings
 
 pytestmark = pytest.mark.integration
@@ -33,6 +34,22 @@ def test_ready_notification_and_clean_sigterm(testbed: dict[str, str]) -> None:
         listener.close()
         d.stop()
         cleanup(workdir)
+
+
+def test_usr1_and_usr2_dump_what_the_daemon_waits_for_and_it_goes_on(
+        daemon: Daemon) -> None:
+    """``kill -USR1``: every asyncio task's stack in the log; ``-USR2``: every thread's
+    (bridge.daemon.dump_tasks). A daemon that does not stop gets both from the test bed
+    before it is killed, so a hang says where it is."""
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGUSR1)
+    wait_for(lambda: "asyncio tasks" in daemon.log.read_text(), 10, "the task dump")
+    daemon.proc.send_signal(signal.SIGUSR2)
+    wait_for(lambda: "Current thread" in daemon.log.read_text()
+             or "Thread 0x" in daemon.log.read_text(), 10, "the thread dump")
+    text = daemon.log.read_text()
+    assert "track-slurm" in text or "Task" in text, text[-2000:]
+    assert daemon.api("GET", "/v1/healthz").json()["ready"] is True
 
 
 def _refused(path: Path) -> bool:

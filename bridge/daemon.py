@@ -114,8 +114,10 @@ async def run_daemon(config: Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
-    # Even when the loop is stuck: every thread's stack (C level, no loop needed).
-    faulthandler.register(signal.SIGUSR2, all_threads=True)
+    # Even when the loop is stuck: every thread's stack (C level, no loop needed). Only
+    # where standard error is a file (not when serve() runs inside a test's capture).
+    with suppress(ValueError, OSError, AttributeError):
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
     elector: Elector | None = None
     health = Health("single")
     health_runner = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import faulthandler
+import io
 import logging
 import os
 import signal
@@ -114,10 +115,6 @@ async def run_daemon(config: Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
-    # Even when the loop is stuck: every thread's stack (C level, no loop needed). Only
-    # where standard error is a file (not when serve() runs inside a test's capture).
-    with suppress(ValueError, OSError, AttributeError):
-        faulthandler.register(signal.SIGUSR2, all_threads=True)
     elector: Elector | None = None
     health = Health("single")
     health_runner = None
@@ -231,14 +228,27 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
 
 
 def dump_tasks() -> None:
-    """``kill -USR1``: every asyncio task's stack on standard error (the daemon's log), to
-    see what a daemon that will not stop, or is slow, is waiting for; ``kill -USR2``
-    gives every thread's stack even when the loop itself is stuck."""
-    tasks = asyncio.all_tasks()
-    print(f"hpc-bridge: {len(tasks)} asyncio tasks", file=sys.stderr)
-    for task in sorted(tasks, key=lambda t: t.get_name()):
-        task.print_stack(limit=12, file=sys.stderr)
-    sys.stderr.flush()
+    """``kill -USR1`` while the loop runs: every asyncio task's stack, as one log event
+    (``asyncio tasks``), to see what a daemon that will not stop, or is slow, waits for.
+    ``kill -USR2`` (:func:`_dump_signals`) gives every thread's stack even when the loop
+    itself is stuck, or gone (interpreter exit waiting for a thread)."""
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    stacks = io.StringIO()
+    for task in tasks:
+        task.print_stack(limit=12, file=stacks)
+    log.warning("asyncio tasks", count=len(tasks), stacks=stacks.getvalue())
+
+
+def _dump_signals() -> None:
+    """USR1 and USR2 must never end the daemon (their default action): USR1 is ignored
+    outside the loop's life (:func:`dump_tasks` while it runs); USR2 dumps every thread's
+    stack at C level (faulthandler, to standard error), or is ignored where standard
+    error is no file (``serve`` inside a test's capture, or closed)."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
+    except (ValueError, OSError, AttributeError, RuntimeError):
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,12 +316,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.config}: OK ({', '.join(config.backends)}{doors})")
         return 0
     configure_logging(config.daemon.log_format, config.daemon.log_level)
+    _dump_signals()
     try:
         asyncio.run(run_daemon(config))
     except ValueError as exc:  # InsecureFile is one
         log.error("cannot start", error=str(exc))
         print(f"hpc-bridge: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        # The loop's close put USR1 back to its default (terminate); the interpreter may
+        # still wait for worker threads.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     return 0
 
 

@@ -62,6 +62,7 @@ from bridge.errors import Conflict, InvalidRequest, PermissionDenied
 from bridge.errors import EngineError as EngineError
 from bridge.inventories import Inventories
 from bridge.model import (
+    ANN_ADOPT_ONLY,
     TrainJob,
     ValidationError,
 )
@@ -116,16 +117,18 @@ class Engine:
         :class:`~bridge.errors.PermissionDenied` when the back end's admission refuses
         the caller."""
         return prepare(job, owner, origin, backends=self.backends, catalog=self.catalog,
-                       settings=self.settings, check_options=not taken_before)
+                       settings=self.settings, taken_before=taken_before)
 
     def admit(self, job: TrainJob, owner: Owner, origin: str = "api",
               prepared: Admission | None = None, idempotency_key: str | None = None,
               request_digest: str | None = None, taken_before: bool = False) -> JobRecord:
         """Validate and persist a new job (state Pending, or Suspended if ``spec.suspend``).
 
-        ``taken_before``: a bridge may have submitted it already (bridge.service); the
-        options its back end refuses today are not refused again (the job may be running
-        under the rules it was admitted by, and a refusal would orphan it).
+        ``taken_before``: a bridge may have submitted it already (bridge.service); what its
+        back end refuses today does not refuse it (it may be running under the rules it
+        was admitted by, and a refusal would orphan it): it is adopted if its back end
+        has it, else failed with the refusal, never submitted
+        (:func:`bridge.engine_admission.prepare`).
 
         ``prepared``: :meth:`prepare` of this ``job`` for this ``owner`` and ``origin``,
         done already (off the loop). Raises :class:`bridge.model.ValidationError` (bad
@@ -345,6 +348,12 @@ class Engine:
             if rec.cancel_requested:
                 self.store.transition(rec.id, JobState.CANCELLED, "Cancelled",
                                       "cancelled before submission", submitting_since=None)
+                continue
+            refusal = rec.job.metadata.annotations.get(ANN_ADOPT_ONLY)
+            if refusal is not None:  # re-admitted, refused today, not in its back end
+                self.store.transition(rec.id, JobState.FAILED, "InvalidJob",
+                                      f"not found in {name}, and not submitted again: "
+                                      f"{refusal}", submitting_since=None)
                 continue
             decision: PlacementDecision | None = None
             if mode != "none":

@@ -29,9 +29,15 @@ from bridge.backend import (
 from bridge.engine_settings import Admission, EngineSettings
 from bridge.errors import PermissionDenied
 from bridge.job_summary import job_summary
-from bridge.model import ANN_BACKEND, TrainJob, ValidationError, ensure_identity, validate_trainjob
+from bridge.model import (
+    ANN_ADOPT_ONLY,
+    ANN_BACKEND,
+    TrainJob,
+    ValidationError,
+    ensure_identity,
+    validate_trainjob,
+)
 from bridge.option_support import AdmitContext, check_backend_options
-from bridge.placement_decision import DEFAULT_PLACEMENT_MODE
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import scheduling_of
 from bridge.shape import resolve_shape
@@ -41,11 +47,16 @@ __all__ = ["check_capacity", "prepare"]
 
 def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, Backend],
             catalog: RuntimeCatalog, settings: EngineSettings,
-            check_options: bool = True) -> Admission:
-    """The checks and stored forms of admitting ``job`` for ``owner`` (module docstring);
-    ``check_options`` false: not the options the back end refuses (a job a bridge took
-    before, re-admitted: bridge.service)."""
+            taken_before: bool = False) -> Admission:
+    """The checks and stored forms of admitting ``job`` for ``owner`` (module docstring).
+
+    ``taken_before`` (a TrainJob a bridge may have submitted already: bridge.service):
+    what the back end refuses today does not refuse the job, which may be running under
+    the rules it was admitted by; the refusal goes in :data:`ANN_ADOPT_ONLY`, so that the
+    engine adopts the job if its back end has it and fails it, never submitting it, if
+    not (a user who sets the door's finalizer on a new TrainJob gains nothing)."""
     validate_trainjob(job)
+    job.metadata.annotations.pop(ANN_ADOPT_ONLY, None)  # the engine's word, never a client's
     options = scheduling_of(job)
     backend = (job.metadata.annotations.get(ANN_BACKEND)
                or settings.partition_routes.get(options.partition or "")
@@ -58,13 +69,15 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     plan = catalog.resolve(job)
     chosen = backends[backend]
     routed = frozenset(p for p, b in settings.partition_routes.items() if b == backend)
-    context = AdmitContext(placement=settings.placement.get(backend, DEFAULT_PLACEMENT_MODE),
-                           routed_partitions=routed, nodes=plan.num_nodes,
+    context = AdmitContext(routed_partitions=routed, nodes=plan.num_nodes,
                            framework=plan.framework.value)
-    if check_options:
+    refusal: ValidationError | None = None
+    try:
         check_backend_options(options, backend, getattr(chosen, "option_support", None),
                               context, getattr(chosen, "accepts_script_bytes", False),
                               plan.batch_script)
+    except ValidationError as exc:
+        refusal = exc
     if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
         try:
             chosen.check_admission(job, plan, owner, origin)
@@ -72,13 +85,17 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
             raise PermissionDenied(str(exc)) from exc
     ensure_identity(job, settings.default_namespace)
     shape = resolve_shape(job, plan, options)
-    if check_options and isinstance(chosen, Validating):
+    if refusal is None and isinstance(chosen, Validating):
         request = SubmitRequest(job_uid=job.metadata.uid or "", job_id=0, job=job,
                                 plan=plan, options=options, owner=owner, shape=shape)
         try:
             chosen.validate(request)
         except BackendRejected as exc:
-            raise ValidationError([("spec", str(exc))]) from None
+            refusal = ValidationError([("spec", str(exc))])
+    if refusal is not None:
+        if not taken_before:
+            raise refusal
+        job.metadata.annotations[ANN_ADOPT_ONLY] = str(refusal)[:4096]
     return Admission(job, backend, plan.num_nodes, options.partition,
                      json.dumps(job.to_dict()), job_summary(job), shape.to_json())
 

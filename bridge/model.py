@@ -47,6 +47,10 @@ ANN_BATCH_SCRIPT = ANNOTATION_PREFIX + "batch-script"
 ANN_SCHEDULING = ANNOTATION_PREFIX + "scheduling"
 #: Annotation naming the back end the job should run on (``slurm``, ``flux``, ``kubernetes``).
 ANN_BACKEND = ANNOTATION_PREFIX + "backend"
+#: Annotation the engine sets on a job re-admitted as "taken before" whose options its
+#: back end refuses today: it is adopted if its back end has it, and never submitted
+#: (failed with this refusal) if not. Set only by admission; a client's is dropped.
+ANN_ADOPT_ONLY = ANNOTATION_PREFIX + "adopt-only"
 #: The value of ``spec.managedBy`` that hands a TrainJob to the bridge.
 MANAGED_BY = "hpc-bridge.io/controller"
 

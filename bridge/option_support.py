@@ -45,8 +45,6 @@ __all__ = [
 class AdmitContext:
     """What a conditional :class:`Support` may look at besides the options."""
 
-    #: The engine's placement mode for the back end (``constraints``, ``nodelist``, ``none``).
-    placement: str = "constraints"
     #: Partitions the daemon routes to this back end (``route_partitions``).
     routed_partitions: frozenset[str] = frozenset()
     #: The job's node count (``spec.trainer.numNodes``, the least of ``--nodes``).

@@ -203,16 +203,17 @@ class FluxBackend:
         """Must this job be submitted by a ``flux`` command run as its owner?"""
         return self.submit_as == "owner" and owner.uid != os.geteuid()
 
-    def _jobspec(self, request: SubmitRequest) -> dict[str, Any]:
-        return build_jobspec(request, default_cwd=request.owner.home(),
+    def _jobspec(self, request: SubmitRequest, default_cwd: str | None = None) -> dict[str, Any]:
+        return build_jobspec(request, default_cwd=default_cwd or request.owner.home(),
                              mpi_launch=self.mpi_launch, default_queue=self.queue,
                              flux_command=self.flux_command)
 
     def validate(self, request: SubmitRequest) -> None:
         """At admission (:class:`bridge.backend.Validating`): the jobspec builds, so
         that a job Flux could not be given is refused (400) rather than failing at
-        submission; :class:`BackendRejected` names what it cannot express."""
-        self._jobspec(request)
+        submission; :class:`BackendRejected` names what it cannot express. No look-up
+        of the owner's home (a directory service may be slow): ``/`` stands in."""
+        self._jobspec(request, default_cwd="/")
 
     async def submit(self, request: SubmitRequest) -> str:
         """Submit the jobspec of :func:`flux_adapter.jobspec.build_jobspec`; the decimal

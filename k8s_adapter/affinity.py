@@ -35,8 +35,7 @@ _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _PREFIX = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 #: Label keys (or prefixes) a job may not select on.
-_RESERVED = (HOSTNAME_LABEL, "node-role.kubernetes.io/", "node-restriction.kubernetes.io/",
-             "node.kubernetes.io/")
+_RESERVED = (HOSTNAME_LABEL, "node-role.kubernetes.io/", "node-restriction.kubernetes.io/")
 
 
 def _label_key_problem(key: str) -> str | None:
@@ -57,17 +56,16 @@ def constraint_expressions(constraint: str | None) -> list[dict[str, Any]]:
         raise ValueError("only FEATURE or FEATURE&FEATURE... (node labels: key=value or "
                          "key) translate to Kubernetes; '|', counts and brackets do not")
     expressions: list[dict[str, Any]] = []
-    seen: set[str] = set()
+    values: dict[str, str] = {}
     for feature in sorted(features):
         key, eq, value = feature.partition("=")
         problem = _label_key_problem(key)
         if problem is None and value and (len(value) > 63 or not _NAME.fullmatch(value)):
             problem = "its value is not 1-63 letters, digits, '-', '_', '.'"
-        if problem is None and key in seen:
-            problem = "the key is asked for twice, which no node satisfies"
+        if problem is None and eq and values.setdefault(key, value) != value:
+            problem = f"{key} cannot be both {values[key]!r} and {value!r}: no node is"
         if problem is not None:
             raise ValueError(f"{feature!r} is not a node label a job may ask for: {problem}")
-        seen.add(key)
         expressions.append({"key": key, "operator": "In", "values": [value]} if eq
                            else {"key": key, "operator": "Exists"})
     return expressions

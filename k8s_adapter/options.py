@@ -76,7 +76,8 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
                  None),
     "partition": ("routes the job here when it is one of the back end's route_partitions",
                   _partition),
-    "time_limit_minutes": ("activeDeadlineSeconds of each Job of the JobSet", None),
+    "time_limit_minutes": ("activeDeadlineSeconds of each Job of the JobSet (it counts "
+                           "from the Job's start, Pending pods included)", None),
     "ntasks": ("ranks per pod: --ntasks / --nodes, when it divides evenly (one per pod "
                "for JAX and XGBoost)", _ntasks),
     "ntasks_per_node": ("ranks per pod (PET_NPROC_PER_NODE, the hostfile's slots; one for "
@@ -84,8 +85,8 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
     "cpus_per_task": ("the pod's cpu request (tasks per node x CPUs per task), and limit "
                       "where the job gives one", None),
     "gpus_per_node": ("the pod's nvidia.com/gpu request and limit", None),
-    "mem_per_node_mb": ("the pod's memory request (and limit, where the job gives one)",
-                        None),
+    "mem_per_node_mb": ("the pod's memory request (a limit only where the job gives one; "
+                        "Slurm enforces --mem)", None),
     "submit_dir": ("not used: a pod starts in its image's working directory (WORKDIR), as "
                    "the directory tbatch ran in is not inside the pod", None),
     "exclude": ("required node affinity: kubernetes.io/hostname NotIn these nodes (at "

@@ -146,7 +146,7 @@ class Daemon:
             return self.proc.wait(30)
         except subprocess.TimeoutExpired:
             # What it waits for, in its log (bridge.daemon.dump_tasks), then make way.
-            for sig in (signal.SIGUSR1, signal.SIGUSR2):
+            for sig in (signal.SIGUSR2, signal.SIGUSR1):
                 self.proc.send_signal(sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(3)

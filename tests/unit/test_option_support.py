@@ -5,6 +5,7 @@ back end named, never ignored; the compatibility table is made from the same tab
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.backend import BackendRejected
+from bridge.backend import BackendJob, BackendRejected, BackendState
 from bridge.compat_table import render
 from bridge.engine import Engine, EngineSettings
-from bridge.model import ANN_SCHEDULING, ValidationError, load_trainjob
+from bridge.feed import EventFeed
+from bridge.model import ANN_ADOPT_ONLY, ANN_SCHEDULING, ValidationError, load_trainjob
 from bridge.option_support import (
     AdmitContext,
     Support,
@@ -29,6 +31,8 @@ from bridge.runtimes import RuntimeCatalog
 from bridge.sbatch.manual import RELEASES, all_names
 from bridge.sbatch.options import BY_LONG, refused_names
 from bridge.scheduling import SchedulingOptions
+from bridge.service import JobService
+from bridge.states import JobState
 from bridge.store import Store
 from flux_adapter.backend import create as create_flux
 from flux_adapter.options import SUPPORT as FLUX
@@ -36,9 +40,10 @@ from k8s_adapter.backend import create as create_k8s
 from k8s_adapter.options import SUPPORT as K8S
 from slurm_adapter.options import SUPPORT as SLURM
 from tests.unit.builders import ALICE, submit_request, trainjob
+from tests.unit.fakes import FakeBackend, settle
+from tests.unit.test_engine_placement import inventory
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sbatch-compat.md"
-NODELIST = AdmitContext(placement="nodelist")
 
 #: One value for every field, each as tbatch would store it.
 EVERY: dict[str, Any] = {
@@ -108,7 +113,7 @@ def test_a_field_a_table_lacks_is_refused_not_ignored() -> None:
     ({"constraint": "a..b/gpu"}, "--constraint", "not a DNS subdomain"),
     ({"constraint": "kubernetes.io/hostname=n1"}, "--constraint", "names hosts"),
     ({"constraint": "node-role.kubernetes.io/control-plane"}, "--constraint", "node roles"),
-    ({"constraint": "zone=a,zone=b"}, "--constraint", "asked for twice"),
+    ({"constraint": "zone=a,zone=b"}, "--constraint", "cannot be both 'a' and 'b'"),
     ({"exclude": ","}, "--exclude", "names no hosts"),
     ({"exclude": "n[1-2000]"}, "--exclude", "more than 1024 hosts"),
     ({"switches": 1}, "--switches", "no leaf switches"),
@@ -127,7 +132,7 @@ def test_kubernetes_refuses_what_a_pod_cannot_do(options: dict[str, Any], flag: 
 
 def test_kubernetes_refuses_switches_in_every_mode() -> None:
     options = SchedulingOptions(switches=1, switches_wait_minutes=5)
-    assert len(refusals(options, K8S, "kubernetes", NODELIST)) == 2
+    assert len(refusals(options, K8S, "kubernetes", AdmitContext())) == 2
     assert len(refusals(options, K8S, "kubernetes")) == 2
 
 
@@ -146,11 +151,12 @@ def test_kubernetes_runs_one_jax_or_xgboost_process_per_pod(framework: str) -> N
     assert refusals(SchedulingOptions(ntasks=2), K8S, "kubernetes", ctx) == []
 
 
-@pytest.mark.parametrize("ctx", [NODELIST, AdmitContext()])
+@pytest.mark.parametrize("ctx", [AdmitContext(), AdmitContext()])
 def test_kubernetes_honours_exclude_and_label_constraints_in_every_mode(
         ctx: AdmitContext) -> None:
-    options = SchedulingOptions(exclude="n[1-2]",
-                                constraint="ib&topology.kubernetes.io/zone=a&gpu=")
+    options = SchedulingOptions(
+        exclude="n[1-2]", constraint="ib&topology.kubernetes.io/zone=a&gpu=&ib=x&"
+                                     "node.kubernetes.io/instance-type=m5")
     assert refusals(options, K8S, "kubernetes", ctx) == []
 
 
@@ -208,12 +214,11 @@ def test_refusals_name_each_refused_field_once(names: set[str]) -> None:
         assert all(f"back end {backend!r}" in m for m in found)
 
 
-def _engine(tmp_path: Path, placement: str = "constraints") -> Engine:
+def _engine(tmp_path: Path) -> Engine:
     backend = create_k8s("kubernetes", {"kubeconfig": "/nonexistent", "users": {
         "alice": {"namespace": "team-a", "service_account": "alice"}}})
     return Engine(Store.open(tmp_path / "s.sqlite"), {"kubernetes": backend},
-                  RuntimeCatalog(), EngineSettings(default_backend="kubernetes",
-                                                   placement={"kubernetes": placement}))
+                  RuntimeCatalog(), EngineSettings(default_backend="kubernetes"))
 
 
 def _job(options: dict[str, Any]) -> Any:
@@ -233,9 +238,10 @@ def test_admission_refuses_every_option_at_once_and_stores_nothing(tmp_path: Pat
     assert engine.store.list_jobs() == []
 
 
-def test_admission_reads_the_back_ends_placement_mode(tmp_path: Path) -> None:
-    engine = _engine(tmp_path, placement="nodelist")
-    record = engine.admit(_job({"exclude": "n1", "constraint": "ib"}), ALICE)
+def test_admission_takes_what_kubernetes_honours(tmp_path: Path) -> None:
+    engine = _engine(tmp_path)
+    record = engine.admit(_job({"exclude": "n1", "constraint": "ib", "time_limit_minutes": 5,
+                                "mem_per_node_mb": 100}), ALICE)
     assert record.id >= 1
 
 
@@ -253,15 +259,50 @@ def test_tbatch_knows_every_option_of_every_release() -> None:
     assert set(RELEASES) == {"22.05", "24.11", "26.05"}
 
 
-def test_a_job_taken_before_is_not_refused_for_an_option_refused_since(tmp_path: Path) -> None:
+class _K8sTableBackend(FakeBackend):
+    """The fake back end with Kubernetes' option table; ``found``: what lookup finds."""
+
+    option_support = K8S
+
+    def __init__(self) -> None:
+        super().__init__(inventory())
+        self.found: list[BackendJob] = []
+
+    async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
+        return [j for j in self.found if j.job_uid in job_uids]
+
+
+async def test_a_job_taken_before_is_adopted_if_it_runs_and_never_submitted_if_not(
+        tmp_path: Path) -> None:
     """A TrainJob CR a bridge took before (a new leader, a lost store) may be running
-    under the rules it was admitted by: refusing it now would orphan its JobSet."""
-    engine = _engine(tmp_path)
-    job = _job({"output": "train.log", "qos": "q"})
+    under the rules it was admitted by: it is not refused (that would orphan its
+    JobSet), but found or failed, never submitted with an option its back end refuses.
+    Setting the door's finalizer on a new TrainJob therefore gains a user nothing."""
+    backend = _K8sTableBackend()
+    engine = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+                    EngineSettings(default_backend="slurm"))
+    service = JobService(engine, EventFeed(engine.store, interval=0.005))
     with pytest.raises(ValidationError):
-        engine.admit(job, ALICE)
-    record = engine.admit(_job({"output": "train.log", "qos": "q"}), ALICE, taken_before=True)
-    assert record.id >= 1
+        service.admit(_job({"output": "train.log", "qos": "q"}), ALICE)
+    gone = service.admit(_job({"output": "train.log", "qos": "q"}), ALICE,
+                         taken_before=True).record
+    running = service.admit(load_trainjob({**_job({"qos": "q"}).to_dict(),
+                                           "metadata": {"name": "t2", "annotations": {
+                                               ANN_SCHEDULING: '{"qos": "q"}'}}}),
+                            ALICE, taken_before=True).record
+    assert "--qos is not supported" in gone.job.metadata.annotations[ANN_ADOPT_ONLY]
+    backend.found = [BackendJob(job_uid=running.uid, backend_id="7",
+                                state=BackendState.RUNNING)]
+    await settle(engine)
+    failed, adopted = engine.store.get(gone.id), engine.store.get(running.id)
+    assert (failed.state, failed.reason) == (JobState.FAILED, "InvalidJob")
+    assert "not submitted again" in failed.message and "--output" in failed.message
+    assert adopted.state is JobState.RUNNING and adopted.backend_id == "7"
+    assert backend.submitted == []
+    # A client's own adopt-only annotation is dropped at admission.
+    forged = _job({})
+    forged.metadata.annotations[ANN_ADOPT_ONLY] = "x"
+    assert ANN_ADOPT_ONLY not in service.admit(forged, ALICE).record.job.metadata.annotations
 
 
 def test_a_back_end_without_a_table_still_refuses_the_options_only_slurm_honours() -> None:

@@ -29,6 +29,7 @@ from bridge.slurm_options import PASSED
 
 __all__ = [
     "FIELD_FLAGS",
+    "ONLY_SLURM",
     "AdmitContext",
     "Support",
     "check_backend_options",
@@ -38,6 +39,7 @@ __all__ = [
     "refusals",
     "refused",
     "set_fields",
+    "translated",
 ]
 
 
@@ -89,6 +91,25 @@ def honoured(how: str, check: Check | None = None) -> Support:
 def refused(why: str) -> Support:
     """An option the back end cannot honour."""
     return Support(why=why)
+
+
+#: Why a back end other than Slurm refuses an option passed to Slurm as it is.
+ONLY_SLURM = "only Slurm honours it"
+
+
+def translated(translate: Callable[[SchedulingOptions], object],
+               errors: tuple[type[Exception], ...], prefix: str = "") -> Check:
+    """A check that runs the back end's own translation of an option: its refusal (one
+    of ``errors``, ``prefix`` dropped from the message) is the reason."""
+
+    def check(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+        try:
+            translate(options)
+        except errors as exc:
+            return str(exc).removeprefix(prefix)
+        return None
+
+    return check
 
 
 #: The sbatch option of each field (as errors and the compatibility table name it).
@@ -185,7 +206,7 @@ def check_backend_options(options: SchedulingOptions, backend: str,
     if table is not None:
         messages = refusals(options, table, backend, ctx)
     else:
-        messages = [f"{flag} is not supported by back end {backend!r}: only Slurm honours it"
+        messages = [f"{flag} is not supported by back end {backend!r}: {ONLY_SLURM}"
                     for flag in options.slurm_only()]
     errors = [(f"metadata.annotations[{ANN_SCHEDULING}]", message) for message in messages]
     if not script_bytes and script is not None and not is_utf8(script):

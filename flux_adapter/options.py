@@ -19,26 +19,24 @@ from collections.abc import Callable, Mapping
 from bridge.backend import BackendRejected
 from bridge.hostlist import count
 from bridge.jobid import pin_job_id
-from bridge.option_support import FIELD_FLAGS, AdmitContext, Check, Support, honoured, refused
+from bridge.option_support import (
+    FIELD_FLAGS,
+    ONLY_SLURM,
+    AdmitContext,
+    Check,
+    Support,
+    honoured,
+    refused,
+    translated,
+)
 from bridge.scheduling import SchedulingOptions
 from flux_adapter import jobspec
 
 __all__ = ["SUPPORT"]
 
-ONLY_SLURM = "only Slurm honours it"
-
-
 def _rejects(build: Callable[[SchedulingOptions], object]) -> Check:
     """A check that runs the jobspec builder's own translation of an option."""
-
-    def check(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-        try:
-            build(options)
-        except BackendRejected as exc:
-            return str(exc).removeprefix("flux back end: ")
-        return None
-
-    return check
+    return translated(build, (BackendRejected,), "flux back end: ")
 
 
 def _output(field: str) -> Check:

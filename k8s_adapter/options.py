@@ -17,26 +17,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from bridge.option_support import FIELD_FLAGS, AdmitContext, Check, Support, honoured, refused
+from bridge.option_support import (
+    FIELD_FLAGS,
+    ONLY_SLURM,
+    AdmitContext,
+    Check,
+    Support,
+    honoured,
+    refused,
+    translated,
+)
 from bridge.scheduling import SchedulingOptions
 from k8s_adapter.affinity import MAX_EXCLUDED, constraint_expressions, exclude_values
 
 __all__ = ["SUPPORT"]
 
-ONLY_SLURM = "only Slurm honours it"
-
-
 def _checked(check: Callable[[SchedulingOptions], object]) -> Check:
     """A check running one of k8s_adapter.affinity's own translations."""
-
-    def run(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-        try:
-            check(options)
-        except ValueError as exc:
-            return str(exc)
-        return None
-
-    return run
+    return translated(check, (ValueError,))
 
 
 def _ntasks(options: SchedulingOptions, ctx: AdmitContext) -> str | None:

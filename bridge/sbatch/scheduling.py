@@ -15,6 +15,7 @@ from typing import Any
 
 import pydantic
 
+from bridge.option_support import FIELD_FLAGS
 from bridge.sbatch.errors import PROG, SbatchError
 from bridge.sbatch.request import BatchRequest
 from bridge.scheduling import SchedulingOptions
@@ -32,25 +33,6 @@ def default_job_name(request: BatchRequest) -> str:
         if base:
             return base
     return PROG
-
-
-_SCHEDULING_OPTION = {
-    "job_name": "--job-name",
-    "partition": "--partition",
-    "account": "--account",
-    "qos": "--qos",
-    "output": "--output",
-    "error": "--error",
-    "chdir": "--chdir",
-    "nodelist": "--nodelist",
-    "exclude": "--exclude",
-    "constraint": "--constraint",
-    "requeue": "--requeue",
-    "max_nodes": "--nodes",
-    "dependency": "--dependency",
-    "kill_on_invalid_dep": "--kill-on-invalid-dep",
-    **{name: f"--{p.long}" for name, p in PASSED.items()},
-}
 
 
 def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
@@ -100,7 +82,7 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
         lines = []
         for err in exc.errors(include_url=False):
             key = str(err["loc"][0]) if err["loc"] else ""
-            what = _SCHEDULING_OPTION.get(key, key)
+            what = FIELD_FLAGS.get(key, key)
             if key == "submit_dir":
                 what = "the current directory"
             msg = str(err["msg"]).removeprefix("Value error, ")

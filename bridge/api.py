@@ -235,34 +235,30 @@ async def show(request: web.Request) -> web.Response:
                                       viewer=request[OWNER_KEY]))
 
 
-async def cancel(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    rec = service.cancel(_find(request), request[OWNER_KEY])
-    return web.json_response(job_view(rec, service), status=202)
+def _action(act: Callable[[JobService, JobRecord, Owner], JobRecord]) -> Handler:
+    """A handler that applies ``act`` (a :class:`JobService` method) to the job ``{ref}``
+    names and answers 202 with the job's view. A reference to a job array by its job id
+    (``A``, not ``A_I``) acts on every unfinished task, as scancel/scontrol do, and
+    answers the first task's view (:meth:`JobService.apply_to_array`)."""
+
+    async def handle(request: web.Request) -> web.Response:
+        service = request.app[SERVICE_KEY]
+        rec = _find(request)
+        caller = request[OWNER_KEY]
+        if rec.array_job_id == rec.id and request.match_info["ref"] == str(rec.id):
+            rec = service.apply_to_array(rec, caller, act)
+        else:
+            rec = act(service, rec, caller)
+        return web.json_response(job_view(rec, service), status=202)
+
+    return handle
 
 
-async def suspend(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    rec = service.suspend(_find(request), request[OWNER_KEY])
-    return web.json_response(job_view(rec, service), status=202)
-
-
-async def resume(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    rec = service.resume(_find(request), request[OWNER_KEY])
-    return web.json_response(job_view(rec, service), status=202)
-
-
-async def hold(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    rec = service.hold(_find(request), request[OWNER_KEY])
-    return web.json_response(job_view(rec, service), status=202)
-
-
-async def release(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    rec = service.release(_find(request), request[OWNER_KEY])
-    return web.json_response(job_view(rec, service), status=202)
+cancel = _action(JobService.cancel)
+suspend = _action(JobService.suspend)
+resume = _action(JobService.resume)
+hold = _action(JobService.hold)
+release = _action(JobService.release)
 
 
 _FLAGS = {"0": False, "1": True, "false": False, "true": True, "no": False, "yes": True}

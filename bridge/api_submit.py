@@ -186,7 +186,8 @@ async def _admit(request: web.Request, decode: Decoder, *, replay_extra: bool = 
                                   "backend": prepared.backend})
     # No await from the count to the insert: two submissions cannot both take the last
     # place under limits.max_active_jobs.
-    limits.check_active(owner.uid, owner.user, service.count_active(owner.uid))
+    limits.check_active(owner.uid, owner.user, service.count_active(owner.uid),
+                        len(prepared.tasks) or 1)
     # Two retries that raced past the replay: the loser answers with the winner's job.
     return _admitted(service.admit(job, owner, prepared=prepared, idempotency_key=key,
                                    request_digest=digest), key, extra)

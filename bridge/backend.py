@@ -25,6 +25,7 @@ from functools import cached_property
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
+from bridge.arrays import ArrayTask
 from bridge.errors import BridgeError
 from bridge.model import TrainJob
 
@@ -89,6 +90,9 @@ class SubmitRequest:
     #: The job's shape (:mod:`bridge.shape`), resolved at admission and stored; what the
     #: renderers render. ``None`` (a request built by hand): :attr:`job_shape` resolves it.
     shape: JobShape | None = None
+    #: A task of a job array (bridge/arrays.py): its output patterns and environment
+    #: name the array (:func:`bridge.jobid.pin_job_id`, :func:`~bridge.jobid.identity_env`).
+    array: ArrayTask | None = None
 
     @cached_property
     def job_shape(self) -> JobShape:

@@ -44,6 +44,11 @@ class JobView(TypedDict, total=False):
     stderr: str | None
     #: The engine's placement decision: hosts, levels, score, mode, pinned, note.
     placement: dict[str, Any] | None
+    #: A task of a job array (bridge/arrays.py): the array's job id, the task's index
+    #: and the array's indexes (normal form); absent for a plain job.
+    arrayJobId: int
+    arrayTaskId: int
+    arrayTasks: str
     trainJob: dict[str, Any]
     transitions: list[Transition]
 

@@ -152,7 +152,7 @@ def render() -> str:
         "Every option of `sbatch` in the Slurm releases the bridge is tried on (from each",
         "release's sbatch(1) manual page), and tbatch's own. Columns `sbatch R`: the release",
         "has it. `tbatch`: **yes** (taken, on the command line and `#SBATCH` lines), or",
-        "**refused** (known by name and refused: `option '--array' is not supported by",
+        "**refused** (known by name and refused: `option '--wait' is not supported by",
         "tbatch`; every refused option of a script is reported at once, each with its line).",
         "Back-end columns: **yes** (honoured), **partly** (honoured for some values or",
         "settings; refused otherwise) or **no** (refused at admission, naming the option and",

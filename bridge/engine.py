@@ -53,6 +53,7 @@ from bridge.backend import (
 )
 from bridge.backoff import backoff_delay
 from bridge.engine_admission import check_capacity, prepare
+from bridge.engine_array import ArrayThrottle, array_task
 from bridge.engine_dependency import DependencyGate, check_dependency_ids
 from bridge.engine_hold import set_suspend
 from bridge.engine_settings import Admission as Admission
@@ -100,6 +101,7 @@ class Engine:
         self._suspend_sent: dict[int, bool] = {}
         self._status = StatusTracker(store, settings, forget=self._forget)
         self._dependencies = DependencyGate(store)
+        self._arrays = ArrayThrottle(store)
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
@@ -151,7 +153,7 @@ class Engine:
                                     idempotency_key=idempotency_key,
                                     request_digest=request_digest,
                                     document=prepared.document, summary=prepared.summary,
-                                    shape=prepared.shape)
+                                    shape=prepared.shape, tasks=prepared.tasks)
         except DuplicateJob as exc:
             raise Conflict(str(exc)) from exc
         log.info("job admitted", job_id=record.id, uid=record.uid, user=owner.user,
@@ -259,7 +261,7 @@ class Engine:
     async def reconcile_once(self) -> None:
         """One pass: submit what is due, send cancels that are asked for."""
         now = time.time()
-        self._dependencies.wake(now)
+        self._arrays.changed(self._dependencies.wake(now, self._arrays.watching), now)
         # Only what is due, and only what has a cancel to send: a pass costs what
         # changed, not every job the daemon tracks.
         pending = self.store.list_jobs([JobState.PENDING], due_by=now)
@@ -269,6 +271,7 @@ class Engine:
             self.store.transition(rec.id, JobState.CANCELLED, "Cancelled", "cancelled")
         due = [r for r in due if not (r.cancel_requested and r.attempts == 0)]
         due = self._dependencies.split(due, now)  # held until their --dependency is met
+        due = self._arrays.split(due, now)  # an array's tasks past its throttle wait
         by_backend: dict[str, list[JobRecord]] = {}
         for rec in due:
             # A submit that may still be in flight (daemon killed mid-call): wait it out.
@@ -480,7 +483,8 @@ class Engine:
             options = options.model_copy(update=dict(decision.options))
         pinned = decision.placement if decision is not None and decision.pin else None
         return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=shape.plan,
-                             options=options, owner=rec.owner, placement=pinned, shape=shape)
+                             options=options, owner=rec.owner, placement=pinned, shape=shape,
+                             array=array_task(rec))
 
     async def _send_cancels(self, now: float, active: list[JobRecord]) -> None:
         for rec in active:

@@ -14,8 +14,12 @@ store or the loop's state, so they are safe in a worker thread; errors are
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
+from typing import Any
 
+from bridge.arrays import THROTTLED, ArraySpec, ArrayTask
+from bridge.arrays import parse as parse_array
 from bridge.backend import (
     AdmissionDenied,
     Admitting,
@@ -32,6 +36,7 @@ from bridge.job_summary import job_summary
 from bridge.model import (
     ANN_ADOPT_ONLY,
     ANN_BACKEND,
+    ANN_SCHEDULING,
     TrainJob,
     ValidationError,
     ensure_identity,
@@ -41,6 +46,7 @@ from bridge.option_support import AdmitContext, check_backend_options
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import scheduling_of
 from bridge.shape import resolve_shape
+from bridge.store_arrays import ArrayTaskRow
 
 __all__ = ["check_capacity", "prepare"]
 
@@ -83,11 +89,17 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
             chosen.check_admission(job, plan, owner, origin)
         except AdmissionDenied as exc:
             raise PermissionDenied(str(exc)) from exc
+    spec = parse_array(options.array) if options.array else None
+    if spec is not None and origin != "api":
+        raise ValidationError([(f"metadata.annotations[{ANN_SCHEDULING}].array",
+                                "a job array is submitted with tbatch or POST /v1/sbatch "
+                                "(or /v1/jobs); a TrainJob object is one job")])
     ensure_identity(job, settings.default_namespace)
     shape = resolve_shape(job, plan, options)
     if refusal is None and isinstance(chosen, Validating):
         request = SubmitRequest(job_uid=job.metadata.uid or "", job_id=0, job=job,
-                                plan=plan, options=options, owner=owner, shape=shape)
+                                plan=plan, options=options, owner=owner, shape=shape,
+                                array=ArrayTask(0, spec.indexes[0], spec) if spec else None)
         try:
             chosen.validate(request)
         except BackendRejected as exc:
@@ -96,8 +108,26 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
         if not taken_before:
             raise refusal
         job.metadata.annotations[ANN_ADOPT_ONLY] = str(refusal)[:4096]
-    return Admission(job, backend, plan.num_nodes, options.partition,
-                     json.dumps(job.to_dict()), job_summary(job), shape.to_json())
+    document = job.to_dict()
+    return Admission(job, backend, plan.num_nodes, options.partition, json.dumps(document),
+                     job_summary(job), shape.to_json(),
+                     task_rows(document, spec) if spec is not None else ())
+
+
+def task_rows(document: dict[str, Any], spec: ArraySpec) -> tuple[ArrayTaskRow, ...]:
+    """The stored rows of an array's tasks: each the job's ``document`` with its own
+    name (``NAME-INDEX``) and uid (the first task keeps the job's); those past the
+    throttle (``%N``) wait (:data:`bridge.engine_array.THROTTLED`)."""
+    meta = document["metadata"]
+    rows = []
+    for k, index in enumerate(spec.indexes):
+        uid = meta["uid"] if k == 0 else str(uuid.uuid4())
+        suffix = f"-{index}"
+        name = meta["name"][:253 - len(suffix)] + suffix
+        task = {**document, "metadata": {**meta, "uid": uid, "name": name}}
+        waiting = THROTTLED if spec.limit is not None and k >= spec.limit else None
+        rows.append(ArrayTaskRow(index, uid, name, json.dumps(task), waiting))
+    return tuple(rows)
 
 
 def check_capacity(inventory: Inventory | None, backend: str, chosen: Backend,

@@ -124,8 +124,10 @@ class DependencyGate:
         self._seen = store.last_event_id()
         self._restored = False
 
-    def wake(self, now: float) -> None:
-        """Make held jobs due again whose awaited jobs changed (module docstring)."""
+    def wake(self, now: float, wanted: bool = False) -> set[int]:
+        """Make held jobs due again whose awaited jobs changed (module docstring), and
+        answer the ids of the jobs that started or ended since the last call (read only
+        when a job is held or ``wanted``: else empty)."""
         if not self._restored:
             self._restored = True
             for rec in self.store.list_jobs([JobState.PENDING]):
@@ -133,10 +135,10 @@ class DependencyGate:
                     self.store.update(rec.id, next_attempt_at=now)
         newest = self.store.last_event_id()
         if newest <= self._seen:
-            return
-        if not self._held:
+            return set()
+        if not self._held and not wanted:
             self._seen = newest
-            return
+            return set()
         changed: set[int] = set()
         while self._seen < newest:
             rows = self.store.events_after(self._seen, 1000, upto=newest)
@@ -145,12 +147,11 @@ class DependencyGate:
             changed.update(e.job_id for e in rows if e.payload.get("to") in _RELEASING)
             self._seen = rows[-1].id
         self._seen = newest
-        if not changed:
-            return
         for job_id, watched in list(self._held.items()):
             if watched & changed:
                 del self._held[job_id]
                 self.store.update(job_id, next_attempt_at=now)
+        return changed
 
     def split(self, records: Iterable[JobRecord], now: float | None = None) -> list[JobRecord]:
         """The records that may be submitted now; holds (or ends) the others."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.model import TrainJob
+from bridge.store_arrays import ArrayTaskRow
 
 
 @dataclass(frozen=True)
@@ -45,3 +46,6 @@ class Admission:
     summary: dict[str, Any]
     #: The job's :class:`bridge.shape.JobShape` (stored form), resolved once, here.
     shape: dict[str, Any] | None = None
+    #: A job array's tasks (``--array``, bridge/arrays.py), each with its own uid, name
+    #: and document; empty for a plain job.
+    tasks: tuple[ArrayTaskRow, ...] = ()

@@ -27,14 +27,16 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
     ``partition``, ``timeLimitMinutes`` (from its scheduling options, None when they are
     invalid), ``runtime``, ``numNodes`` (1 when not given) and ``suspend``; with a
     ``--dependency``, ``dependency`` and ``killOnInvalidDep`` too; with ``--hold``,
-    ``hold``."""
+    ``hold``; with ``--array``, ``array`` (its normal form)."""
     try:
         options = scheduling_of(job)
         job_name, partition, limit = (options.job_name, options.partition,
                                       options.time_limit_minutes)
         dependency, kill, hold = options.dependency, options.kill_on_invalid_dep, options.hold
+        array = options.array
     except ValidationError:
         job_name, partition, limit, dependency, kill, hold = None, None, None, None, None, False
+        array = None
     trainer = job.spec.trainer
     summary = {"jobName": job_name, "partition": partition, "timeLimitMinutes": limit,
                "runtime": job.spec.runtime_ref.name,
@@ -44,6 +46,8 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
         summary.update(dependency=dependency, killOnInvalidDep=bool(kill))
     if hold:
         summary["hold"] = True
+    if array:  # the engine's pass reads the throttle, a task's variables, without decoding
+        summary["array"] = array
     return summary
 
 

@@ -6,19 +6,24 @@ name). Only the first is the user's. So that a file name or a variable inside th
 never shows the other one, every back end, before it submits:
 
 * :func:`pin_job_id` writes the bridge's id into an sbatch ``--output``/``--error``
-  pattern in place of ``%j``, ``%J`` and ``%A`` (with sbatch's zero padding, ``%4j``).
-  The world then expands what is left (``%x %u %N %n %t %a %%``) itself, exactly as
-  sbatch would have. Pinning before submission is the one design that holds on every
+  pattern in place of ``%j``, ``%J`` and ``%A`` (with sbatch's zero padding, ``%4j``),
+  and, for a task of an array (bridge/arrays.py: one bridge job per task), the array's
+  id for ``%A`` and the task's index for ``%a``. The world then expands what is left
+  (``%x %u %N %n %t %%``, and ``%a`` of a plain job) itself, exactly as sbatch would
+  have. Pinning before submission is the one design that holds on every
   back end: the id is known at admission, before the world assigns its own, and the
   world needs no help to expand the rest.
 * :func:`identity_env` is the job's ``HPC_BRIDGE_JOB_ID`` and ``HPC_BRIDGE_JOB_UID``
-  (the TrainJob uid); set after the user's own environment, so they cannot be forged.
+  (the TrainJob uid), and a task's ``SLURM_ARRAY_*`` (:func:`bridge.arrays.task_env`);
+  set after the user's own environment, so they cannot be forged.
 
 The world's own id stays visible beside it (``tshow`` ``BackendJobId=``, ``tqueue -O
 BackendJobId``), and ``SLURM_JOB_ID`` inside a Slurm job is Slurm's, as Slurm sets it.
 """
 
 from __future__ import annotations
+
+from bridge.arrays import ArrayTask, task_env
 
 __all__ = ["ID_VARIABLE", "UID_VARIABLE", "identity_env", "pin_job_id"]
 
@@ -28,16 +33,15 @@ UID_VARIABLE = "HPC_BRIDGE_JOB_UID"
 
 #: Pattern letters sbatch expands (a width before any other letter is a quirk: below).
 _WILDCARDS = frozenset("AaJjNnstuxb")
-#: Those that name the job (``%A``: the array's job id, the job's own for a plain job).
-_JOB_ID = frozenset("AJj")
 #: sbatch's widest zero padding (``%12j`` pads to 10).
 _MAX_WIDTH = 10
 
 
-def pin_job_id(pattern: str, job_id: int) -> str:
+def pin_job_id(pattern: str, job_id: int, array: ArrayTask | None = None) -> str:
     """``pattern`` with ``%j``, ``%J`` and ``%A`` replaced by ``job_id``, zero padded as
     sbatch pads (``%4j`` -> ``0042``, at most 10 digits); the result, expanded by
     Slurm, names the file the original would have named if Slurm's id were ``job_id``.
+    For a task of an ``array``, ``%A`` is the array's job id and ``%a`` the task's index.
 
     Everything else stays for the world to expand, except where a replacement would
     change how Slurm reads what comes before it: a width before a letter Slurm does
@@ -69,15 +73,31 @@ def pin_job_id(pattern: str, job_id: int) -> str:
             out.append(digits[-1])  # Slurm's quirk, written out
             i = k
             continue
-        if k < n and pattern[k] in _JOB_ID:
+        number = _number(pattern[k] if k < n else "", job_id, array)
+        if number is not None:
             width = min(int(digits), _MAX_WIDTH) if digits else 0
-            out.append(f"{job_id:0{width}d}")
+            out.append(f"{number:0{width}d}")
         else:
             out.append(pattern[i:k + 1])
         i = k + 1
     return "".join(out)
 
 
-def identity_env(job_id: int, job_uid: str) -> dict[str, str]:
+def _number(letter: str, job_id: int, array: ArrayTask | None) -> int | None:
+    """The number the bridge writes for ``%<letter>``, or None: left to the world."""
+    if letter and letter in "jJ":
+        return job_id
+    if letter == "A":
+        return array.job_id if array is not None else job_id
+    if letter == "a" and array is not None:
+        return array.index
+    return None
+
+
+def identity_env(job_id: int, job_uid: str, array: ArrayTask | None = None
+                 ) -> dict[str, str]:
     """The variables naming the job to itself (see the module docstring)."""
-    return {ID_VARIABLE: str(job_id), UID_VARIABLE: job_uid}
+    env = {ID_VARIABLE: str(job_id), UID_VARIABLE: job_uid}
+    if array is not None:
+        env.update(task_env(array))
+    return env

@@ -189,15 +189,18 @@ class UserLimits:
                 f"limits.submit_burst); try again in {wait:.1f} s",
                 math.ceil(wait))
 
-    def check_active(self, uid: int, user: str, active: int) -> None:
-        """Refuse a new job when ``uid`` already has ``active`` unfinished ones and that
-        is the most allowed (``max_active_jobs``)."""
+    def check_active(self, uid: int, user: str, active: int, adding: int = 1) -> None:
+        """Refuse ``adding`` new jobs (the tasks of an array) when ``uid`` already has
+        ``active`` unfinished ones and the sum would pass the most allowed
+        (``max_active_jobs``)."""
         limit = self.settings.max_active_jobs
-        if uid == 0 or limit <= 0 or active < limit:
+        if uid == 0 or limit <= 0 or active + adding <= limit:
             return
+        what = f"an array of {adding} tasks would make {active + adding}, more than" if (
+            adding > 1) else f"{user} has {active},"
         raise self._refuse(
             user, "max_active_jobs",
-            f"too many unfinished jobs: {user} has {active}, the most one user may have "
+            f"too many unfinished jobs: {what} the most one user may have "
             f"(limits.max_active_jobs = {limit}); wait for some to finish or cancel some",
             ACTIVE_JOBS_RETRY_AFTER)
 

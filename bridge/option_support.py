@@ -137,6 +137,7 @@ FIELD_FLAGS: Mapping[str, str] = {
     "requeue": "--requeue",
     "max_nodes": "--nodes",
     "dependency": "--dependency",
+    "array": "--array",
     "kill_on_invalid_dep": "--kill-on-invalid-dep",
     "hold": "--hold",
     **{name: f"--{p.long}" for name, p in PASSED.items()},

@@ -19,6 +19,7 @@ from typing import Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from bridge.arrays import parse as parse_array
 from bridge.dependency import MAX_TEXT as MAX_DEPENDENCY_TEXT
 from bridge.dependency import parse as parse_dependency
 from bridge.hostlist import HostlistError, count, expand
@@ -105,6 +106,8 @@ class SchedulingOptions(BaseModel):
     dependency: str | None = None
     #: ``--kill-on-invalid-dep``: end the job when its dependency can never be met.
     kill_on_invalid_dep: bool | None = None
+    #: ``--array`` in its normal form (bridge/arrays.py): one bridge job per task.
+    array: str | None = None
     #: ``--hold``: the job was submitted held (with ``spec.suspend``); admission shows
     #: reason ``JobHeldUser`` rather than ``Suspended``.
     hold: bool = False
@@ -158,6 +161,12 @@ class SchedulingOptions(BaseModel):
         if len(v) > MAX_DEPENDENCY_TEXT:
             raise ValueError(f"longer than {MAX_DEPENDENCY_TEXT} characters")
         return parse_dependency(v).text()
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, v: str | None) -> str | None:
+        """sbatch's syntax (bridge/arrays.py), kept in its normal form."""
+        return None if v is None else parse_array(v).text()
 
     @field_validator("output", "error", "chdir", "submit_dir")
     @classmethod

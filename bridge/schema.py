@@ -18,7 +18,7 @@ from pathlib import Path
 from bridge.errors import BridgeError
 from bridge.job_summary import add_shape_column, add_summary_column
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -118,6 +118,19 @@ def _migrate_idempotency(conn: sqlite3.Connection) -> None:
                  "(owner_uid, idempotency_key) WHERE idempotency_key IS NOT NULL")
 
 
+def _migrate_arrays(conn: sqlite3.Connection) -> None:
+    """Version 5: ``jobs.array_job_id`` and ``jobs.array_task_id`` (a task of a job
+    array: the array's job id, the first task's own id, and the task's index; NULL for
+    a plain job; bridge/arrays.py), and the index that finds an array's tasks.
+    Idempotent."""
+    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+    for column in ("array_job_id", "array_task_id"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} INTEGER")
+    conn.execute("CREATE INDEX IF NOT EXISTS jobs_array ON jobs (array_job_id, array_task_id)"
+                 " WHERE array_job_id IS NOT NULL")
+
+
 def migrate(conn: sqlite3.Connection) -> None:
     """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
     (the first version-1 release had no ``jobs.queue``, added later without a version
@@ -125,7 +138,8 @@ def migrate(conn: sqlite3.Connection) -> None:
     unfinished jobs only, which rebuilds the table without its ``UNIQUE (namespace,
     name)``; version 4: :func:`_migrate_idempotency`,
     :func:`bridge.job_summary.add_summary_column`,
-    :func:`~bridge.job_summary.add_shape_column` and names unique per owner).
+    :func:`~bridge.job_summary.add_shape_column` and names unique per owner; version 5:
+    :func:`_migrate_arrays`).
     Idempotent. tests/unit/fixtures/store/ keeps a database written by each past
     version."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
@@ -156,6 +170,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     _migrate_idempotency(conn)
     add_summary_column(conn)
     add_shape_column(conn)
+    _migrate_arrays(conn)
     # Version 4: names unique per owner (jobs_live_owner_name, made by _SCHEMA).
     conn.execute("DROP INDEX IF EXISTS jobs_live_name")
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",

@@ -25,7 +25,7 @@ Contract of the change feed:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,6 +226,25 @@ class JobService:
         if record.reason == "JobHeldAdmin" and caller.uid != 0:
             raise PermissionDenied("Access/permission denied (an administrator's hold)")
         return self._engine.set_suspend(record, False, caller, reason="Released")
+
+    def apply_to_array(self, head: JobRecord, caller: Owner,
+                       act: Callable[[JobService, JobRecord, Owner], JobRecord]) -> JobRecord:
+        """``act`` (:meth:`cancel`, :meth:`hold` ...) on every task of the array whose
+        job id is ``head.id``, as scancel and scontrol act on ``A``: a task it does not
+        apply to (:class:`Conflict`: finished, not held ...) is skipped; when it applies
+        to none, the first task's :class:`Conflict` is raised, and any other error at
+        once (the tasks share an owner). Answers the first task, read again."""
+        first: Conflict | None = None
+        applied = False
+        for rec in self._store.by_ids(self._store.array_task_ids(head.id)):
+            try:
+                act(self, rec, caller)
+                applied = True
+            except Conflict as exc:
+                first = first or exc
+        if not applied and first is not None:
+            raise first
+        return self._store.get(head.id)
 
     @staticmethod
     def _owner_or_root(record: JobRecord, caller: Owner) -> None:

@@ -48,6 +48,7 @@ from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
 from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
 from bridge.states import TERMINAL, JobState, check_transition
+from bridge.store_arrays import NOT_DUE, ArrayQueries, ArrayTaskRow, parse_task_ref
 
 
 class DuplicateJob(BridgeError, ValueError):
@@ -102,6 +103,17 @@ class JobRecord:
     document: str | None = field(default=None, repr=False, compare=False)
     #: ... and then how to read it.
     load_document: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+    #: A task of a job array (bridge/arrays.py): the array's job id (the first task's
+    #: own id) and this task's index; None for a plain job.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+
+    @property
+    def display_id(self) -> str:
+        """The id users see: ``A_I`` for a task of an array, else the job's id."""
+        if self.array_job_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.id)
 
     @cached_property
     def job(self) -> TrainJob:
@@ -137,7 +149,8 @@ _LIGHT_COLUMNS = (
     "id, uid, namespace, name, owner_uid, owner_gid, owner_user, backend, origin, state, "
     "reason, message, backend_id, exit_code, nodes, stdout_path, stderr_path, queue, "
     "attempts, submitting_since, next_attempt_at, cancel_requested, created_at, updated_at, "
-    "started_at, finished_at, placement, summary, shape, idempotency_key, request_digest")
+    "started_at, finished_at, placement, summary, shape, idempotency_key, request_digest, "
+    "array_job_id, array_task_id")
 
 
 def _row_to_record(row: sqlite3.Row,
@@ -179,10 +192,12 @@ def _row_to_record(row: sqlite3.Row,
         shape=json.loads(row["shape"]) if row["shape"] else None,
         document=document,
         load_document=loader,
+        array_job_id=row["array_job_id"],
+        array_task_id=row["array_task_id"],
     )
 
 
-class Store(OutboxQueries):
+class Store(OutboxQueries, ArrayQueries):
     """SQLite-backed job store. Open with :meth:`open`; one instance per process."""
 
     def __init__(self, conn: sqlite3.Connection):
@@ -238,41 +253,64 @@ class Store(OutboxQueries):
             message: str = "", idempotency_key: str | None = None,
             request_digest: str | None = None, document: str | None = None,
             summary: dict[str, Any] | None = None,
-            shape: dict[str, Any] | None = None) -> JobRecord:
+            shape: dict[str, Any] | None = None,
+            tasks: Sequence[ArrayTaskRow] = ()) -> JobRecord:
         """Insert a new job (its metadata must carry uid, namespace and name).
 
         ``idempotency_key`` is unique per owner: a second job with the owner's key is a
         :class:`DuplicateJob` (find the first with :meth:`by_idempotency_key`).
         ``document`` and ``summary``, when given, must be ``json.dumps(job.to_dict())``
         and :func:`job_summary` of ``job`` (made off the event loop by the caller);
-        ``shape``: the job's :class:`bridge.shape.JobShape` (stored form)."""
+        ``shape``: the job's :class:`bridge.shape.JobShape` (stored form).
+
+        ``tasks``: the job is an array (bridge/arrays.py); one row per task, each with
+        its own uid, name and document (``job`` is not stored), all in this one
+        transaction, the first task's id being every task's ``array_job_id``. The
+        first task's record is returned."""
         now = time.time()
         meta = job.metadata
         assert meta.uid and meta.namespace and meta.name, "job identity not set"
         if document is None:
             document = json.dumps(job.to_dict())
+        rows = list(tasks) or [ArrayTaskRow(None, meta.uid, meta.name, document)]
+        summary_text = json.dumps(summary or job_summary(job))
+        shape_text = json.dumps(shape) if shape is not None else None
+        first: int | None = None
         try:
             with self._tx() as db:
-                cur = db.execute(
-                    "INSERT INTO jobs (uid, namespace, name, owner_uid, owner_gid, owner_user,"
-                    " backend, origin, document, state, reason, message, created_at, updated_at,"
-                    " idempotency_key, request_digest, summary, shape)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (meta.uid, meta.namespace, meta.name, owner.uid, owner.gid, owner.user,
-                     backend, origin, document, state.value, reason, message,
-                     now, now, idempotency_key, request_digest,
-                     json.dumps(summary or job_summary(job)),
-                     json.dumps(shape) if shape is not None else None),
-                )
-                job_id = cur.lastrowid
-                assert job_id is not None
-                self._record(db, job_id, None, state, reason, message, now)
+                for row in rows:
+                    cur = db.execute(
+                        "INSERT INTO jobs (uid, namespace, name, owner_uid, owner_gid,"
+                        " owner_user, backend, origin, document, state, reason, message,"
+                        " created_at, updated_at, idempotency_key, request_digest, summary,"
+                        " shape, array_job_id, array_task_id)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (row.uid, meta.namespace, row.name, owner.uid, owner.gid, owner.user,
+                         backend, origin, row.document, state.value, reason, message,
+                         now, now, idempotency_key if first is None else None,
+                         request_digest if first is None else None, summary_text,
+                         shape_text, first, row.index),
+                    )
+                    row_reason = reason
+                    if row.waiting and state is JobState.PENDING:
+                        row_reason = row.waiting
+                        db.execute("UPDATE jobs SET reason=?, next_attempt_at=? WHERE id=?",
+                                   (row_reason, NOT_DUE, cur.lastrowid))
+                    job_id = cur.lastrowid
+                    assert job_id is not None
+                    if first is None:
+                        first = job_id
+                        if row.index is not None:
+                            db.execute("UPDATE jobs SET array_job_id=? WHERE id=?",
+                                       (job_id, job_id))
+                    self._record(db, job_id, None, state, row_reason, message, now)
         except sqlite3.IntegrityError as exc:
             raise DuplicateJob(
                 f"{owner.user} has an unfinished job named {meta.namespace}/{meta.name} "
                 f"(or a job with uid {meta.uid} exists)"
             ) from exc
-        return self.get(job_id)
+        assert first is not None
+        return self.get(first)
 
     def _record(self, db: sqlite3.Connection, job_id: int, src: JobState | None,
                 dst: JobState, reason: str, message: str, at: float) -> None:
@@ -419,10 +457,16 @@ class Store(OutboxQueries):
 
     def find(self, ref: str, namespace: str | None = None,
              caller_uid: int | None = None) -> JobRecord:
-        """A job by numeric id (global), or by uid or ``metadata.name`` (in
-        ``namespace`` if given) resolved for the caller by :func:`bridge.refs.resolve`:
-        the caller's own jobs first; :class:`bridge.refs.AmbiguousJob` when several
-        users' jobs match. :class:`JobNotFound` when none does."""
+        """A job by numeric id (global; ``A_I``: task I of array A), or by uid or
+        ``metadata.name`` (in ``namespace`` if given) resolved for the caller by
+        :func:`bridge.refs.resolve`: the caller's own jobs first;
+        :class:`bridge.refs.AmbiguousJob` when several users' jobs match;
+        :class:`JobNotFound` when none does."""
+        if (task := parse_task_ref(ref)) is not None:  # A_I: task I of array A
+            job_id = self.task_id(*task)
+            if job_id is None:
+                raise JobNotFound(ref)
+            return self.get(job_id)
         if ref.isascii() and ref.isdigit():  # not str.isdigit alone: "²" is a digit
             if len(ref) > 18:  # beyond SQLite's 64-bit ids
                 raise JobNotFound(ref)

@@ -58,7 +58,7 @@ def _redacted(doc: dict[str, Any]) -> dict[str, Any]:
 def list_view(rec: JobRecord) -> dict[str, Any]:
     """The JSON view of a job in a listing: its row and summary, no document."""
     summary = rec.summary or job_summary(rec.job)
-    return {
+    view = {
         "id": rec.id,
         "uid": rec.uid,
         "name": rec.name,
@@ -86,6 +86,10 @@ def list_view(rec: JobRecord) -> dict[str, Any]:
         "attempts": rec.attempts,
         "placement": rec.placement,
     }
+    if rec.array_job_id is not None:  # a task of a job array: shown as A_I
+        view.update(arrayJobId=rec.array_job_id, arrayTaskId=rec.array_task_id,
+                    arrayTasks=summary.get("array"))
+    return view
 
 
 def job_view(rec: JobRecord, service: JobService, with_transitions: bool = False,

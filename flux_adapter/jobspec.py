@@ -51,9 +51,10 @@ import os.path
 import re
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bridge.arrays import task_env
 from bridge.backend import BackendRejected, SubmitRequest
 from bridge.jobid import identity_env, pin_job_id
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
@@ -116,6 +117,8 @@ OPTION_MAP: Mapping[str, str] = {
     "error": "shell option output.stderr.path",
     "chdir": "attributes.system.cwd",
     "submit_dir": "attributes.system.cwd when --chdir is not given",
+    "array": "one bridge job (one Flux job) per task, throttled by the bridge "
+             "(bridge/arrays.py)",
     "dependency": "held by the bridge until met (bridge/engine_dependency.py)",
     "kill_on_invalid_dep": "held by the bridge until met (bridge/engine_dependency.py)",
     "hold": "held by the bridge until released (spec.suspend)",
@@ -400,10 +403,10 @@ def output_template(pattern: str, *, job_name: str, user: str) -> str:
     ``%j`` -> ``{{id.dec}}``, ``%x`` -> the job name, ``%u`` -> the user name, ``%%`` ->
     ``%``. Other patterns (``%N %n %t %s %A %a %J``, zero padding) name nodes, tasks,
     steps or arrays, for which Flux writes no separate file: refused. (The back end
-    pins ``%j``, ``%J`` and ``%A`` to the bridge's id first:
-    :func:`bridge.jobid.pin_job_id`.) So is a literal ``{{...}}`` (the job shell would
-    expand it). A pattern holding a backslash is taken literally, as Slurm takes it
-    (its backslashes dropped).
+    pins ``%j``, ``%J`` and ``%A`` to the bridge's id first, and a task of an array
+    ``%a`` to its index: :func:`bridge.jobid.pin_job_id`.) So is a literal ``{{...}}``
+    (the job shell would expand it). A pattern holding a backslash is taken literally,
+    as Slurm takes it (its backslashes dropped).
     """
     if _TEMPLATE.search(pattern):
         raise _refuse(f"output path {pattern!r} contains '{{{{...}}}}'; write Slurm "
@@ -472,17 +475,24 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
         raise _refuse("; ".join(refused))
     layout = layout_for(request)
     cmd = task_command(plan, layout, mpi_launch=mpi_launch, flux_command=flux_command)
+    if cmd.nested and request.array is not None:
+        # A nested broker unsets SLURM_* for its initial program; a task's SLURM_ARRAY_*
+        # are given to the script again, through env(1).
+        argv = cmd.argv
+        cmd = replace(cmd, argv=(*argv[:2], "env", *(
+            f"{k}={v}" for k, v in task_env(request.array).items()), *argv[2:]))
     display = _display_name(request)
     cwd = o.chdir or o.submit_dir or default_cwd
     _check_templates([cwd], "--chdir")
-    stdout = output_template(pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id),
-                             job_name=display, user=request.owner.user)
+    stdout = output_template(
+        pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id, request.array),
+        job_name=display, user=request.owner.user)
     shell_options: dict[str, Any] = {"output": {"stdout": {"type": "file", "path": stdout}}}
     if o.error:
         shell_options["output"]["stderr"] = {
             "type": "file",
-            "path": output_template(pin_job_id(o.error, request.job_id), job_name=display,
-                                    user=request.owner.user)}
+            "path": output_template(pin_job_id(o.error, request.job_id, request.array),
+                                    job_name=display, user=request.owner.user)}
     if layout.tasks_per_node > 1:
         shell_options["per-resource"] = {"type": "node", "count": layout.tasks_per_node}
     if cmd.nested:
@@ -500,7 +510,7 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
         "duration": seconds,
         "cwd": cwd,
         "environment": {**job_environment(plan, flux_command=flux_command),
-                        **identity_env(request.job_id, request.job_uid)},
+                        **identity_env(request.job_id, request.job_uid, request.array)},
         "job": {"name": flux_job_name(request)},
         "shell": {"options": shell_options},
     }

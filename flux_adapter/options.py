@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from bridge.arrays import ArraySpec, ArrayTask
 from bridge.backend import BackendRejected
 from bridge.hostlist import count
 from bridge.jobid import pin_job_id
@@ -42,7 +43,8 @@ def _rejects(build: Callable[[SchedulingOptions], object]) -> Check:
 def _output(field: str) -> Check:
     def build(o: SchedulingOptions) -> object:
         pattern = getattr(o, field)
-        return jobspec.output_template(pin_job_id(pattern, 1), job_name="x", user="u")
+        task = ArrayTask(1, 0, ArraySpec((0,))) if o.array else None  # %a: the index
+        return jobspec.output_template(pin_job_id(pattern, 1, task), job_name="x", user="u")
 
     return _rejects(build)
 

@@ -177,7 +177,7 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = _env({
         "JOBSET_NAME": name, "JOBSET_NNODES": str(nodes),
         "JOBSET_NPROC_PER_NODE": str(procs or 1),
-        **identity_env(request.job_id, request.job_uid),
+        **identity_env(request.job_id, request.job_uid, request.array),
     })
     fw = plan.framework
     if fw is Framework.TORCH:

@@ -93,6 +93,8 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
                    "or key (Exists); not hosts or node roles",
                    _checked(lambda o: constraint_expressions(o.constraint))),
     "export": ("applied by tbatch to the pod's environment", None),
+    "array": ("one bridge job (one JobSet) per task, throttled by the bridge "
+              "(bridge/arrays.py)", None),
     "dependency": ("held by the bridge until met, across back ends "
                    "(bridge/engine_dependency.py)", None),
     "kill_on_invalid_dep": ("the bridge ends the job when its dependency can never be met",

@@ -17,6 +17,8 @@ from bridge.option_support import FIELD_FLAGS, Support, honoured
 __all__ = ["SUPPORT"]
 
 _BRIDGE = {
+    "array": "one bridge job (one Slurm job) per task, throttled by the bridge "
+             "(bridge/arrays.py)",
     "dependency": "held by the bridge until met, across back ends (bridge/engine_dependency.py)",
     "kill_on_invalid_dep": "the bridge ends the job when its dependency can never be met",
     "hold": "held by the bridge (spec.suspend) until `tcontrol release`",

@@ -144,8 +144,8 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         comment=COMMENT_PREFIX + request.job_uid + (f" {o.comment}" if o.comment else ""),
         nodes=shape.nodes,
         chdir=o.chdir or o.submit_dir or default_chdir,
-        output=pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id),
-        error=pin_job_id(o.error, request.job_id) if o.error else None,
+        output=pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id, request.array),
+        error=pin_job_id(o.error, request.job_id, request.array) if o.error else None,
         partition=o.partition or default_partition,
         account=o.account,
         qos=o.qos,
@@ -182,7 +182,7 @@ def job_environment(request: SubmitRequest) -> dict[str, str]:
     (:func:`bridge.jobid.identity_env`), which the plan cannot override."""
     env = dict(request.plan.env)
     env.setdefault("PATH", DEFAULT_PATH)
-    env.update(identity_env(request.job_id, request.job_uid))
+    env.update(identity_env(request.job_id, request.job_uid, request.array))
     return env
 
 

@@ -131,7 +131,18 @@ class Field(NamedTuple):
     value: Callable[[JobView, datetime], object]
 
 
-_ID = Field("JOBID", _key("id"))
+def display_id(job: JobView) -> str:
+    """The id squeue shows: ``A_I`` for task I of job array A, else the job's id."""
+    array = job.get("arrayJobId")
+    if array is not None:
+        return f"{array}_{job.get('arrayTaskId')}"
+    return str(job.get("id"))
+
+
+_ID = Field("JOBID", lambda j, now: display_id(j))
+_OWN_ID = Field("JOBID", _key("id"))
+_ARRAY_JOB = Field("ARRAY_JOB_ID", lambda j, now: j.get("arrayJobId") or j.get("id"))
+_ARRAY_TASK = Field("ARRAY_TASK_ID", _key("arrayTaskId", "N/A"))
 _NAME = Field("NAME", lambda j, now: j.get("jobName") or j.get("name") or "")
 _USER = Field("USER", _key("user"))
 _UID = Field("UID", _key("unixUid"))
@@ -152,7 +163,8 @@ _BACKEND_ID = Field("BACKEND_JOBID", _key("backendId", "N/A"))
 
 #: ``-o`` letters (squeue's meaning).
 LETTERS: dict[str, Field] = {
-    "i": _ID, "A": _ID, "j": _NAME, "u": _USER, "U": _UID, "P": _PARTITION, "t": _ST,
+    "i": _ID, "A": _OWN_ID, "F": _ARRAY_JOB, "K": _ARRAY_TASK, "j": _NAME, "u": _USER,
+    "U": _UID, "P": _PARTITION, "t": _ST,
     "T": _STATE, "M": _TIME, "l": _LIMIT, "D": _NODES, "N": _NODELIST, "R": _REASONLIST,
     "r": _REASON, "V": _SUBMIT, "S": _START, "e": _END,
 }
@@ -162,7 +174,8 @@ NAMES: dict[str, Field] = {
     "statecompact": _ST, "state": _STATE, "timeused": _TIME, "timelimit": _LIMIT,
     "numnodes": _NODES, "nodelist": _NODELIST, "reasonlist": _REASONLIST, "reason": _REASON,
     "submittime": _SUBMIT, "starttime": _START, "endtime": _END, "cluster": _CLUSTER,
-    "backend": _CLUSTER, "backendjobid": _BACKEND_ID,
+    "backend": _CLUSTER, "backendjobid": _BACKEND_ID, "jobarrayid": _ID,
+    "arrayjobid": _ARRAY_JOB, "arraytaskid": _ARRAY_TASK,
 }
 
 

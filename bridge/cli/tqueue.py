@@ -34,6 +34,7 @@ from bridge.cli.queue_format import (
     DEFAULT_FORMAT,
     NAMES,
     Column,
+    display_id,
     is_held,
     parse_fields,
     parse_format,
@@ -156,7 +157,8 @@ def _tqueue(argv: list[str]) -> int:
             jobs = [j for j in jobs if _keep(j, args.states)]
             if wanted:
                 jobs = [j for j in jobs
-                        if {str(j.get("id")), j.get("name"), j.get("uid")} & set(wanted)]
+                        if {str(j.get("id")), j.get("name"), j.get("uid"), display_id(j),
+                            str(j.get("arrayJobId"))} & set(wanted)]
             if clusters and "all" not in clusters:
                 jobs = [j for j in jobs if j.get("backend") in clusters]
             if args.json:

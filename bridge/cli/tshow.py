@@ -89,7 +89,10 @@ def format_show(job: JobView) -> str:
     )
     limit = job.get("timeLimitMinutes")
     lines = [
-        _pairs([("JobId", job.get("id")), ("JobName", job.get("jobName"))]),
+        _pairs([("JobId", job.get("id")),
+                *([("ArrayJobId", job["arrayJobId"]), ("ArrayTaskId", job.get("arrayTaskId")),
+                   ("ArrayTasks", job.get("arrayTasks"))] if job.get("arrayJobId") else []),
+                ("JobName", job.get("jobName"))]),
         _pairs(
             [
                 ("UserId", f"{job.get('user')}({job.get('unixUid')})"),

@@ -79,7 +79,7 @@ def scan(
 
     Returns the option values (by destination; a later option replaces an earlier one)
     and the index of the first operand (``len(argv)`` if none). An sbatch option that
-    tbatch refuses (``--array``) is appended to ``refusals`` and skipped with its
+    tbatch refuses (``--wait``) is appended to ``refusals`` and skipped with its
     argument, so that every one is reported at once; without ``refusals`` it is raised.
     Any other error is raised at once (what follows it cannot be read reliably).
     """

@@ -6,7 +6,7 @@ line options override any environment variables" while the environment overrides
 the long option it sets; :func:`environment_values` reads them from an environment into
 option values by destination (as :func:`bridge.sbatch.cmdline.scan` gives them). A bad
 value is a :class:`~bridge.sbatch.errors.SbatchError` naming the option and the variable;
-a variable for an sbatch option tbatch refuses (``SBATCH_ARRAY_INX``) is appended to
+a variable for an sbatch option tbatch refuses (``SBATCH_WAIT``) is appended to
 ``refusals`` as such an option would be. A variable set to the empty string is ignored,
 except a flag's (``SBATCH_REQUEUE=``), which is set by being there.
 """
@@ -25,6 +25,7 @@ __all__ = ["INPUT_VARIABLES", "REFUSED_VARIABLES", "environment_values"]
 #: Variable -> the long option it sets (sbatch's names).
 INPUT_VARIABLES: Mapping[str, str] = {
     "SBATCH_ACCOUNT": "account",
+    "SBATCH_ARRAY_INX": "array",
     "SLURM_CLUSTERS": "clusters",
     "SBATCH_CLUSTERS": "clusters",  # after SLURM_CLUSTERS: it wins
     "SBATCH_CONSTRAINT": "constraint",
@@ -55,7 +56,6 @@ INPUT_VARIABLES: Mapping[str, str] = {
 
 #: Variables of sbatch options tbatch refuses -> the option (they change what the job is).
 REFUSED_VARIABLES: Mapping[str, str] = {
-    "SBATCH_ARRAY_INX": "array",
     "SBATCH_WAIT": "wait",
     "SBATCH_OVERCOMMIT": "overcommit",
     "SBATCH_CORE_SPEC": "core-spec",

@@ -3,7 +3,7 @@
 One table (:data:`OPTIONS`) serves both, as in sbatch. Contract: :data:`BY_LONG` and
 :data:`BY_SHORT` find an option by its exact long name (aliases included) or letter;
 :func:`unknown_long` and :func:`unknown_short` word the error for any other option,
-naming sbatch options that tbatch knows but does not support (``option '--array' is not
+naming sbatch options that tbatch knows but does not support (``option '--wait' is not
 supported``) and hinting at the full name for a prefix, which is refused: sbatch, through
 getopt_long, accepts unique prefixes, but this table is a subset of sbatch's, so a prefix
 unique here may be a different, complete sbatch option (``--gpus``, sbatch's total-GPU
@@ -204,6 +204,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="node features required",
     ),
     OptionSpec(
+        "array",
+        "array",
+        values.array,
+        short="a",
+        metavar="INDEXES[%N]",
+        help="a job array: one job per index (0-31, 1,3,5, 0-15:4), at most N at once; "
+             "%A/%a and SLURM_ARRAY_* name each task",
+    ),
+    OptionSpec(
         "dependency",
         "dependency",
         values.dependency,
@@ -324,7 +333,6 @@ _REFUSED: dict[str, str] = {}
 #: sbatch options that exist but that the bridge does not support.
 _SBATCH_ONLY_LONG = frozenset(
     {
-        "array",
         "batch",
         "bb",
         "bbf",
@@ -394,7 +402,6 @@ _SBATCH_ONLY_LONG = frozenset(
     }
 )
 _SBATCH_ONLY_SHORT: dict[str, str] = {
-    "a": "array",
     "B": "extra-node-info",
     "F": "nodefile",
     "i": "input",

@@ -92,6 +92,8 @@ class BatchOptions:
     gpus_per_task: str | None = None
     cpus_per_gpu: int | None = None
     mem_per_gpu_mb: int | None = None
+    #: ``-a/--array`` in its normal form: one bridge job per task (bridge/arrays.py).
+    array: str | None = None
     # Held by the bridge until met (bridge/dependency.py), on every back end.
     dependency: str | None = None
     kill_on_invalid_dep: bool | None = None

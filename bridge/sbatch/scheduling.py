@@ -67,6 +67,7 @@ def scheduling_options(request: BatchRequest, cwd: str) -> SchedulingOptions:
         # A range only when it is one: "-N 2" and "-N 2-2" are exactly 2 (numNodes).
         "max_nodes": (o.nodes_max if o.nodes_max is not None and o.nodes_min is not None
                       and o.nodes_max > o.nodes_min else None),
+        "array": o.array,
         "dependency": o.dependency,
         "kill_on_invalid_dep": o.kill_on_invalid_dep,
         "hold": o.hold,

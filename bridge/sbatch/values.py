@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from bridge.arrays import parse as parse_array
 from bridge.dependency import MAX_TEXT as MAX_DEPENDENCY_TEXT
 from bridge.dependency import parse as parse_dependency
 from bridge.sbatch.errors import BadValue, quote
@@ -300,6 +301,15 @@ def requeue(on: bool) -> Converter:
         return {"requeue": on}
 
     return convert
+
+
+def array(value: str | None) -> Fields:
+    """``--array``: sbatch's index syntax (bridge/arrays.py), in its normal form."""
+    assert value is not None
+    try:
+        return {"array": parse_array(value).text()}
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
 
 
 def dependency(value: str | None) -> Fields:

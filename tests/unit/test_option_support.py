@@ -58,7 +58,7 @@ EVERY: dict[str, Any] = {
     "hint": "nomultithread", "mem_per_cpu_mb": 10, "gres": "gpu:1",
     "distribution": "block", "tmp_mb": 1, "gpus": "1", "gpus_per_task": "1",
     "cpus_per_gpu": 1, "mem_per_gpu_mb": 1, "max_nodes": 3, "dependency": "afterok:1",
-    "kill_on_invalid_dep": True, "hold": True,
+    "kill_on_invalid_dep": True, "array": "0-3%2", "hold": True,
 }
 
 

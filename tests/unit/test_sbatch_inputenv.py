@@ -41,9 +41,9 @@ def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None
 def test_refused_variables_join_the_other_refusals() -> None:
     with pytest.raises(SbatchError) as err:
         parse_tbatch(["-I", "job.sh"], SCRIPT + "#SBATCH --wait\n",
-                     environ={"SBATCH_ARRAY_INX": "1-3"})
+                     environ={"SBATCH_CORE_SPEC": "1"})
     assert str(err.value).split("\n") == [
         "tbatch: error: command line: option '-I' (--immediate) is not supported by tbatch",
-        "tbatch: error: SBATCH_ARRAY_INX (--array) is not supported by tbatch",
+        "tbatch: error: SBATCH_CORE_SPEC (--core-spec) is not supported by tbatch",
         "tbatch: error: job.sh:3: option '--wait' is not supported by tbatch",
     ]

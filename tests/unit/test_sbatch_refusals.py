@@ -26,34 +26,34 @@ def test_every_refused_option_in_one_error() -> None:
     is reported in one error, each with where it was found (issue 12)."""
     script = (
         SH
-        + "#SBATCH --array=1-4 -N 2\n"
+        + "#SBATCH --core-spec=1 -N 2\n"
         + "#SBATCH -I --wait -N1\n"
-        + "#SBATCH --reboot -a 3\n"
+        + "#SBATCH --reboot -S 3\n"
     )
-    text = error_of(["--contiguous", "-a", "1-3", "--uid=5", "job.sh"], script)
+    text = error_of(["--contiguous", "-S", "1", "--uid=5", "job.sh"], script)
     assert text.split("\n") == [
         "tbatch: error: command line: option '--contiguous' is not supported by tbatch",
-        "tbatch: error: command line: option '-a' (--array) is not supported by tbatch",
+        "tbatch: error: command line: option '-S' (--core-spec) is not supported by tbatch",
         "tbatch: error: command line: option '--uid' is not supported by tbatch",
-        "tbatch: error: job.sh:2: option '--array' is not supported by tbatch",
+        "tbatch: error: job.sh:2: option '--core-spec' is not supported by tbatch",
         "tbatch: error: job.sh:3: option '-I' (--immediate) is not supported by tbatch",
         "tbatch: error: job.sh:3: option '--wait' is not supported by tbatch",
         "tbatch: error: job.sh:4: option '--reboot' is not supported by tbatch",
-        "tbatch: error: job.sh:4: option '-a' (--array) is not supported by tbatch",
+        "tbatch: error: job.sh:4: option '-S' (--core-spec) is not supported by tbatch",
     ]
 
 
 def test_refusals_come_with_the_first_other_error() -> None:
-    script = SH + "#SBATCH --array=1-4\n#SBATCH --foo\n#SBATCH --bar\n"
+    script = SH + "#SBATCH --core-spec=1\n#SBATCH --foo\n#SBATCH --bar\n"
     assert error_of(["job.sh"], script).split("\n") == [
-        "tbatch: error: job.sh:2: option '--array' is not supported by tbatch",
+        "tbatch: error: job.sh:2: option '--core-spec' is not supported by tbatch",
         "tbatch: error: job.sh:3: unrecognized option '--foo'",
     ]
 
 
 def test_one_refusal_reads_as_before() -> None:
-    assert error_of(["--array=1", "job.sh"]) == (
-        "tbatch: error: option '--array' is not supported by tbatch"
+    assert error_of(["--core-spec=1", "job.sh"]) == (
+        "tbatch: error: option '--core-spec' is not supported by tbatch"
     )
     cmd = parse_command_line(["--contiguous", "-f", "x.yaml"])
     assert [e.message for e in cmd.refusals] == [

@@ -138,9 +138,9 @@ async def test_bytes_that_are_not_utf8_travel_unchanged(
             "tbatch: error: j.sh:2: unrecognized option '--bad'\n",
         ),
         (
-            ["--array=1-3", "j.sh"],
+            ["--core-spec=1", "j.sh"],
             {"j.sh": "#!/bin/sh\n#SBATCH --bad\n"},
-            "tbatch: error: command line: option '--array' is not supported by tbatch\n"
+            "tbatch: error: command line: option '--core-spec' is not supported by tbatch\n"
             "tbatch: error: j.sh:2: unrecognized option '--bad'\n",
         ),
         (["-f", "nope.yaml"], {}, "tbatch: error: Unable to open file nope.yaml\n"),
@@ -169,9 +169,9 @@ async def test_user_errors(argv: list[str], files: dict[str, str], message: str,
 async def test_several_refusals_each_on_its_line(
         as_alice: ApiClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "j.sh").write_text("#!/bin/sh\n#SBATCH --contiguous\n#SBATCH --bad\n")
-    assert await tbatch("--array=1-3", "j.sh") == 1
+    assert await tbatch("--core-spec=1", "j.sh") == 1
     assert capsys.readouterr().err.splitlines() == [
-        "tbatch: error: command line: option '--array' is not supported by tbatch",
+        "tbatch: error: command line: option '--core-spec' is not supported by tbatch",
         "tbatch: error: j.sh:2: option '--contiguous' is not supported by tbatch",
         "tbatch: error: j.sh:3: unrecognized option '--bad'",
     ]

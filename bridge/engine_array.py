@@ -1,0 +1,145 @@
+"""The engine's side of job arrays (bridge/arrays.py): a task's :class:`ArrayTask`, and
+the throttle ``%N``.
+
+Contract:
+
+* :func:`array_task` is a stored task's :class:`ArrayTask` (its array read from the
+  record's summary, no document decoded); None for a plain job.
+* Admission stores the tasks past the throttle Pending, reason ``JobArrayTaskLimit``
+  (:data:`THROTTLED`, as squeue shows it) and not due.
+* :meth:`ArrayThrottle.split` takes the due jobs and returns those that may go to their
+  back end: a task of a throttled array goes only while fewer than N of its array's
+  tasks are in their back end (Submitted, Running, or Pending with a submission tried:
+  :meth:`bridge.store.Store.array_in_backend`); the others wait as above.
+* After its decisions, and whenever :meth:`ArrayThrottle.changed` hears (from the
+  outbox, through :meth:`bridge.engine_dependency.DependencyGate.wake`) that a task in
+  its back end started or ended, an array is looked at once: as many waiting tasks
+  as there are free places are made due, lowest index first. A pass costs one or two
+  indexed statements per array touched and one per task let go, never one per waiting
+  task. After a restart, and every :data:`RECHECK` seconds as a backstop, every array
+  with a waiting task is looked at (one query).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from functools import lru_cache
+
+import structlog
+
+from bridge.arrays import THROTTLED, ArraySpec, ArrayTask, parse
+from bridge.states import JobState
+from bridge.store import JobRecord, Store
+from bridge.store_arrays import NOT_DUE
+
+__all__ = ["RECHECK", "THROTTLED", "ArrayThrottle", "array_task"]
+
+log = structlog.get_logger("hpc_bridge.engine")
+
+#: Every array with a waiting task is looked at again at least this often (seconds).
+RECHECK = 600.0
+
+
+@lru_cache(maxsize=256)
+def _spec(text: str) -> ArraySpec:
+    return parse(text)
+
+
+def array_task(rec: JobRecord) -> ArrayTask | None:
+    """The task of an array ``rec`` is, or None for a plain job (module docstring)."""
+    if rec.array_job_id is None or rec.array_task_id is None:
+        return None
+    text = rec.summary.get("array")
+    try:
+        spec = _spec(str(text)) if text else ArraySpec((rec.array_task_id,))
+    except ValueError:  # admission checked it; never let one row stop the pass
+        log.warning("stored array unreadable", job_id=rec.id, array=str(text)[:80])
+        spec = ArraySpec((rec.array_task_id,))
+    return ArrayTask(rec.array_job_id, rec.array_task_id, spec)
+
+
+class ArrayThrottle:
+    """The throttle of every array (module docstring). One per engine."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        #: array job id -> its throttle and the ids of its tasks in their back end, for
+        #: the arrays with a waiting task: what a start or end must be matched against.
+        self._watch: dict[int, tuple[int, set[int]]] = {}
+        self._next_sweep = 0.0
+
+    @property
+    def watching(self) -> bool:
+        """Whether any array waits for a task to start or end."""
+        return bool(self._watch)
+
+    def changed(self, job_ids: set[int], now: float) -> None:
+        """Tasks ``job_ids`` started or ended: look again at the arrays they are in (and
+        at every waiting array after a restart and each :data:`RECHECK`)."""
+        if now >= self._next_sweep:
+            self._next_sweep = now + RECHECK
+            for array_id in self.store.arrays_waiting(THROTTLED):
+                limit = self._limit(array_id)
+                if limit is not None:
+                    self._look(array_id, limit, set(self.store.array_in_backend(array_id)),
+                               now)
+            return
+        for array_id, (limit, ids) in list(self._watch.items()):
+            if ids & job_ids:
+                self._look(array_id, limit, set(self.store.array_in_backend(array_id)), now)
+
+    def split(self, records: Iterable[JobRecord], now: float | None = None
+              ) -> list[JobRecord]:
+        """The records that may be submitted now; the others wait (module docstring)."""
+        now = time.time() if now is None else now
+        ready: list[JobRecord] = []
+        touched: dict[int, tuple[int, set[int]]] = {}
+        for rec in records:
+            task = array_task(rec)
+            limit = task.spec.limit if task is not None else None
+            if task is None or limit is None or rec.attempts > 0 or rec.cancel_requested:
+                ready.append(rec)
+                continue
+            entry = touched.get(task.job_id)
+            if entry is None:
+                entry = touched[task.job_id] = (
+                    limit, set(self.store.array_in_backend(task.job_id)))
+            ids = entry[1]
+            if rec.id in ids or len(ids) < limit:
+                ids.add(rec.id)
+                ready.append(rec)
+            elif rec.reason != THROTTLED:
+                self.store.transition(rec.id, JobState.PENDING, THROTTLED,
+                                      _message(task.job_id, limit), next_attempt_at=NOT_DUE)
+            else:
+                self.store.update(rec.id, next_attempt_at=NOT_DUE)
+        for array_id, (limit, ids) in touched.items():
+            self._look(array_id, limit, ids, now)
+        return ready
+
+    def _look(self, array_id: int, limit: int, in_backend: set[int], now: float) -> None:
+        """Make as many waiting tasks due as the array has free places; remember what
+        to watch while it has waiting tasks."""
+        free = limit - len(in_backend)
+        waiting = [i for i in self.store.waiting_tasks(array_id, max(free, 0) + len(in_backend)
+                                                        + 1, THROTTLED)
+                   if i not in in_backend]
+        if not waiting:
+            self._watch.pop(array_id, None)
+            return
+        self._watch[array_id] = (limit, in_backend)
+        for job_id in waiting[:max(free, 0)]:
+            self.store.update(job_id, next_attempt_at=now)
+
+    def _limit(self, array_id: int) -> int | None:
+        ids = self.store.array_task_ids(array_id)
+        if not ids:
+            return None
+        task = array_task(self.store.get(ids[0]))
+        return task.spec.limit if task is not None else None
+
+
+def _message(array_id: int, limit: int) -> str:
+    return (f"array {array_id} has {limit} task{'s' if limit != 1 else ''} in its back end, "
+            f"its limit (--array=...%{limit})")

@@ -1,0 +1,173 @@
+"""Job arrays end to end (issue 12 item 2): ``--array`` through tbatch on the real Slurm
+(compared with real ``sbatch --array`` on the same script), on Flux and on the
+Kubernetes bed; the throttle ``%N``; ``tqueue``/``tcancel`` with ``A_I`` and ``A``.
+
+The bridge runs one job per task on every back end (bridge/arrays.py). Ordering is by
+conditions, never by sleeps: throttled tasks wait for a file the test writes only once
+it has seen the throttle hold.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.bed import Daemon, cleanup, wait_for
+from tests.integration.k8s_bridge import jobsets
+from tests.integration.k8s_users import start_bridge, users_namespace
+from tests.integration.k8sbed import K8sBed
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = ["Succeeded", "Failed", "Cancelled"]
+
+SCRIPT = """#!/bin/sh
+#SBATCH --array=1-7:2%3
+#SBATCH -o %x-%A_%a.out -t 5
+echo $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT $SLURM_ARRAY_TASK_MIN \
+$SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_TASK_STEP
+"""
+
+
+def tasks_of(d: Daemon, array_id: int) -> list[dict[str, Any]]:
+    items = d.api("GET", "/v1/jobs?states=all").json()["items"]
+    return sorted((j for j in items if j.get("arrayJobId") == array_id),
+                  key=lambda j: j["arrayTaskId"])
+
+
+def submit(d: Daemon, *args: str, cwd: Path) -> int:
+    res = d.cli("alice", "tbatch", "--parsable", *args, cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout)
+
+
+def all_ended(d: Daemon, array_id: int, count: int) -> list[dict[str, Any]]:
+    def check() -> list[dict[str, Any]] | None:
+        tasks = tasks_of(d, array_id)
+        return tasks if len(tasks) == count and all(
+            t["state"] in TERMINAL for t in tasks) else None
+    done: list[dict[str, Any]] = wait_for(check, 240, f"array {array_id} to end")
+    return done
+
+
+def _squeue_empty(job_id: str) -> bool:
+    out = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True,
+                         check=False).stdout
+    return out.strip() == ""
+
+
+def test_an_array_runs_as_sbatchs_does_on_slurm(daemon: Daemon, outdir: Path) -> None:
+    """The same script through sbatch and tbatch: one output file per task named by %A
+    and %a, and the same SLURM_ARRAY_* in each (with each one's own ids)."""
+    script = outdir / "arr.sh"
+    script.write_text(SCRIPT)
+    theirs = subprocess.run(["runuser", "-u", "alice", "--", "sbatch", "--parsable", "-J",
+                             "theirs", str(script)], cwd=outdir, capture_output=True,
+                            text=True, check=False, timeout=60)
+    assert theirs.returncode == 0, theirs.stderr
+    sbatch_id = theirs.stdout.strip().split(";")[0]
+    ours = submit(daemon, "-J", "ours", str(script), cwd=outdir)
+    shown = daemon.cli("alice", "tqueue", "-h", "-j", str(ours), "-t", "all", "-o", "%i")
+    assert sorted(shown.stdout.split()) == [f"{ours}_{i}" for i in (1, 3, 5, 7)], shown
+    tasks = all_ended(daemon, ours, 4)
+    assert [t["state"] for t in tasks] == ["Succeeded"] * 4, tasks
+    assert [t["id"] for t in tasks] == list(range(ours, ours + 4))  # task ids follow A
+    wait_for(lambda: _squeue_empty(sbatch_id), 240, f"sbatch array {sbatch_id} to end")
+    for index in (1, 3, 5, 7):
+        ref = (outdir / f"theirs-{sbatch_id}_{index}.out").read_text()
+        got = (outdir / f"ours-{ours}_{index}.out").read_text()
+        assert got == ref == f"{index} 4 1 7 2\n", (index, got, ref)
+    show = daemon.cli("alice", "tshow", f"{ours}_5").stdout
+    assert f"ArrayJobId={ours} ArrayTaskId=5 ArrayTasks=1,3,5,7%3" in show, show
+
+
+def test_the_throttle_holds_and_tcancel_takes_a_task_or_the_array(
+        daemon: Daemon, outdir: Path) -> None:
+    gate = outdir / "go"
+    array = submit(daemon, "--array=0-3%2", "--wrap",
+                   f"while [ ! -e {gate} ]; do sleep 0.2; done", cwd=outdir)
+
+    def two_running() -> list[dict[str, Any]] | None:
+        tasks = tasks_of(daemon, array)
+        return tasks if sum(t["state"] == "Running" for t in tasks) == 2 else None
+
+    tasks = wait_for(two_running, 120, "two tasks running")
+    assert [t["state"] for t in tasks[2:]] == ["Pending", "Pending"], tasks
+    assert all(t["reason"] == "JobArrayTaskLimit" and t["backendId"] is None
+               for t in tasks[2:]), tasks
+    queue = daemon.cli("alice", "tqueue", "-h", "-j", str(array), "-o", "%i %t %R")
+    rows = sorted(queue.stdout.splitlines())
+    assert rows[2:] == [f"{array}_2 PD (JobArrayTaskLimit)",
+                        f"{array}_3 PD (JobArrayTaskLimit)"], rows
+    assert daemon.cli("bob", "tcancel", str(array)).returncode != 0  # not bob's
+    assert daemon.cli("alice", "tcancel", f"{array}_1").returncode == 0
+    assert daemon.wait_state(f"{array}_1", TERMINAL)["state"] == "Cancelled"
+    # Its place goes to the next task, and only that one.
+    daemon.wait_state(f"{array}_2", ["Running"], timeout=120)
+    assert daemon.job(f"{array}_3")["reason"] == "JobArrayTaskLimit"
+    assert daemon.cli("alice", "tcancel", str(array)).returncode == 0
+    ended = all_ended(daemon, array, 4)
+    assert [t["state"] for t in ended] == ["Cancelled"] * 4, ended
+    assert ended[3]["backendId"] is None  # never reached Slurm
+
+
+def test_an_array_on_flux(flux_daemon: Daemon, outdir: Path) -> None:
+    array = submit(flux_daemon, "--array=0-1", "-o", f"{outdir}/f-%A_%a.out", "--wrap",
+                   "echo $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $HPC_BRIDGE_JOB_ID",
+                   cwd=outdir)
+    tasks = all_ended(flux_daemon, array, 2)
+    assert [t["state"] for t in tasks] == ["Succeeded"] * 2, tasks
+    for task in tasks:
+        index = task["arrayTaskId"]
+        assert (outdir / f"f-{array}_{index}.out").read_text() == (
+            f"{array} {index} {task['id']}\n")
+
+
+def test_bad_arrays_are_refused_naming_the_option(daemon: Daemon, outdir: Path) -> None:
+    for spec, words in (("0-2000", "maximum array size 1001"), ("5-1", "backwards"),
+                        ("1-4%0", "throttle"), ("x", "not an index")):
+        res = daemon.cli("alice", "tbatch", f"--array={spec}", "--wrap", "true", cwd=outdir)
+        assert res.returncode == 1 and "--array" in res.stderr and words in res.stderr, res
+    assert daemon.api("GET", "/v1/jobs?states=all").json()["items"] == []
+
+
+@pytest.fixture
+def k8s_arrays(k8s: K8sBed, k8s_namespace: str) -> Iterator[Daemon]:
+    users_namespace(k8s, k8s_namespace)
+    daemon = start_bridge(k8s, k8s_namespace, placement="constraints", **{
+        "users.alice.namespace": k8s_namespace, "users.alice.service_account": "alice",
+        "default_image": "busybox:1.36"})
+    yield daemon
+    daemon.stop()
+    cleanup(daemon.workdir)
+
+
+def test_an_array_on_kubernetes(k8s: K8sBed, k8s_namespace: str, k8s_arrays: Daemon
+                                ) -> None:
+    """One JobSet per task, each pod told its task (SLURM_ARRAY_*; the bed's nodes run
+    no containers, so what a pod is told is read from its JobSet); the throttle holds
+    the third task until one of the first two ends."""
+    d = k8s_arrays
+    array = submit(d, "--backend", "kubernetes", "--array=2-4%2", "--wrap",
+                   "echo task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID",
+                   cwd=d.workdir)
+    tasks = all_ended(d, array, 3)
+    assert [t["state"] for t in tasks] == ["Succeeded"] * 3, tasks
+    names = {t["backendId"].partition("/")[2]: t["arrayTaskId"] for t in tasks}
+    assert len(names) == 3  # a JobSet each
+    told = {}
+    for js in jobsets(k8s, k8s_namespace):
+        if js["metadata"]["name"] in names:
+            pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+            env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+            told[names[js["metadata"]["name"]]] = (env["SLURM_ARRAY_JOB_ID"],
+                                                   env["SLURM_ARRAY_TASK_ID"])
+    assert told == {i: (str(array), str(i)) for i in (2, 3, 4)}, told
+    moves = d.job(f"{array}_4")["transitions"]
+    assert moves[0]["reason"] == "JobArrayTaskLimit", moves
+    submitted = next(m["at"] for m in moves if m["to"] == "Submitted")
+    assert submitted >= min(t["endTime"] for t in tasks[:2]), (moves, tasks)

@@ -15,13 +15,18 @@ Meanings, as Slurm's:
 * ``after``: the job started (plus MIN minutes) or ended (a job cancelled before it
   started counts);
 * ``afterany``: it ended; ``afterok``: it succeeded; ``afternotok``: it failed or was
-  cancelled; ``aftercorr``: as ``afterok`` (the bridge has no job arrays);
+  cancelled; ``aftercorr``: the task of the same index of the array it names
+  succeeded (for a job that is not a task of an array: as ``afterok``);
 * ``singleton``: no earlier unfinished job of the same user with the same job name.
 
-A job no longer known (purged) counts as met, as Slurm's. A condition that can never be
-met (``afterok`` on a failed job) makes the dependency :attr:`Verdict.NEVER` when the
-others cannot save it; the engine then shows ``DependencyNeverSatisfied`` (and ends the
-job with ``--kill-on-invalid-dep=yes``), as Slurm does.
+A job array (bridge/arrays.py) is named by its job id ``A`` (every task: it started
+when all have, it ended when all have, and succeeded when all did) or one task by
+``A_I``. The caller gives :func:`evaluate` the :class:`Facts` under each condition's
+:attr:`Condition.key`. A job no longer known (purged) counts as met, as Slurm's.
+A condition that can never be met (``afterok`` on a failed job) makes the dependency
+:attr:`Verdict.NEVER` when the others cannot save it; the engine then shows
+``DependencyNeverSatisfied`` (and ends the job with ``--kill-on-invalid-dep=yes``), as
+Slurm does.
 
 Contract: :func:`parse` returns a :class:`Dependency` or raises :class:`ValueError`
 with sbatch-like words; :meth:`Dependency.text` is its normal form; :func:`evaluate` is
@@ -31,22 +36,23 @@ pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["KINDS", "Condition", "Dependency", "Facts", "Verdict", "evaluate", "parse"]
+__all__ = ["KINDS", "Condition", "Dependency", "Facts", "Verdict", "combine", "evaluate",
+           "parse"]
 
 KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
 #: The most job ids one dependency may name (a bound on what one evaluation reads).
 MAX_CONDITIONS = 256
 #: The longest ``--dependency`` text read (its normal form fits too: 256 conditions of
-#: at most 38 characters).
+#: at most 48 characters).
 MAX_TEXT = 16384
 
 _TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 _NOT_OK = frozenset({"Failed", "Cancelled"})
-_ID = re.compile(r"[1-9][0-9]{0,17}")
+_ID = re.compile(r"([1-9][0-9]{0,17})(?:_([0-9]{1,9}))?")
 
 
 class Verdict(Enum):
@@ -62,12 +68,24 @@ class Condition:
     kind: str
     job_id: int = 0
     delay_minutes: int = 0
+    #: ``A_I``: task I of array ``job_id``; None: the job (or every task of the array).
+    task: int | None = None
 
     def text(self) -> str:
         if self.kind == "singleton":
             return "singleton"
-        return f"{self.kind}:{self.job_id}" + (f"+{self.delay_minutes}"
-                                                if self.delay_minutes else "")
+        ident = f"{self.job_id}" if self.task is None else f"{self.job_id}_{self.task}"
+        return f"{self.kind}:{ident}" + (f"+{self.delay_minutes}"
+                                         if self.delay_minutes else "")
+
+    @property
+    def key(self) -> Hashable:
+        """Where :func:`evaluate` reads this condition's facts: the job id; ``(A, I)``
+        for a task; ``("corr", A)`` for ``aftercorr`` (the facts of the dependent
+        task's counterpart, which only the caller knows)."""
+        if self.kind == "aftercorr":
+            return ("corr", self.job_id)
+        return self.job_id if self.task is None else (self.job_id, self.task)
 
 
 @dataclass(frozen=True)
@@ -96,6 +114,24 @@ class Facts:
     started_at: float | None = None
 
 
+def combine(parts: Sequence[Facts]) -> Facts | None:
+    """The facts of a job array from its tasks' (None for none): unfinished while any
+    task is (Running when one is), started when every task has (at the last start),
+    and when all have ended Failed if one failed, else Cancelled if one was, else
+    Succeeded."""
+    if not parts:
+        return None
+    states = {f.state for f in parts}
+    starts = [f.started_at for f in parts]
+    started = max(s for s in starts if s is not None) if None not in starts else None
+    if not states <= _TERMINAL:
+        live = states - _TERMINAL
+        state = "Running" if "Running" in live else sorted(live)[0]
+    else:
+        state = next(s for s in ("Failed", "Cancelled", "Succeeded") if s in states)
+    return Facts(state, started)
+
+
 def parse(text: str) -> Dependency:
     """``text`` as sbatch reads ``--dependency``; :class:`ValueError` naming what is wrong."""
     if "," in text and "?" in text:
@@ -119,10 +155,11 @@ def parse(text: str) -> Dependency:
             raise ValueError(f"{kind} needs a job id ({kind}:ID)")
         for word in rest.split(":"):
             ident, plus, delay = word.partition("+")
-            if "_" in ident:
-                raise ValueError(f"job id {ident!r}: job arrays are not supported")
-            if not _ID.fullmatch(ident):
-                raise ValueError(f"job id {ident!r} is not a job id")
+            m = _ID.fullmatch(ident) if ident.isascii() else None
+            if m is None:
+                raise ValueError(f"job id {ident!r} is not a job id (ID or ARRAYID_TASK)")
+            if m.group(2) is not None and kind == "aftercorr":
+                raise ValueError(f"aftercorr names a whole array, not a task ({ident!r})")
             minutes = 0
             if plus:
                 if kind != "after":
@@ -130,18 +167,19 @@ def parse(text: str) -> Dependency:
                 if not delay.isdigit() or len(delay) > 7:
                     raise ValueError(f"+TIME must be minutes (in {word!r})")
                 minutes = int(delay)
-            conditions.append(Condition(kind, int(ident), minutes))
+            task = int(m.group(2)) if m.group(2) is not None else None
+            conditions.append(Condition(kind, int(m.group(1)), minutes, task))
         if len(conditions) > MAX_CONDITIONS:
             raise ValueError(f"more than {MAX_CONDITIONS} conditions")
     return Dependency(tuple(conditions), any_of)
 
 
-def _one(c: Condition, facts: Mapping[int, Facts], now: float,
+def _one(c: Condition, facts: Mapping[Hashable, Facts], now: float,
          blockers: Sequence[int]) -> tuple[Verdict, float | None]:
     """A condition's verdict, and when a waiting ``after:ID+MIN`` is met."""
     if c.kind == "singleton":
         return (Verdict.WAIT if blockers else Verdict.READY), None
-    f = facts.get(c.job_id)
+    f = facts.get(c.key)
     if f is None:
         return Verdict.READY, None  # gone (purged): met, as Slurm has it
     if c.kind == "after":
@@ -160,7 +198,7 @@ def _one(c: Condition, facts: Mapping[int, Facts], now: float,
     return (Verdict.READY if f.state == "Succeeded" else Verdict.NEVER), None
 
 
-def evaluate(dep: Dependency, facts: Mapping[int, Facts], now: float,
+def evaluate(dep: Dependency, facts: Mapping[Hashable, Facts], now: float,
              blockers: Sequence[int] = ()) -> tuple[Verdict, float | None]:
     """The dependency's verdict given ``facts`` of the jobs it names (missing: purged)
     and ``blockers`` (earlier unfinished jobs with this one's user and name, for

@@ -23,12 +23,12 @@ Contract:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
 
-from bridge.dependency import Dependency, Facts, Verdict, evaluate, parse
+from bridge.dependency import Condition, Dependency, Facts, Verdict, combine, evaluate, parse
 from bridge.errors import BridgeError
 from bridge.model import ANN_SCHEDULING, ValidationError
 from bridge.states import JobState
@@ -108,12 +108,34 @@ def check_dependency_ids(store: Store, summary: Mapping[str, Any]) -> None:
     text = summary.get("dependency")
     if not text:
         return
-    ids = sorted(parse(str(text)).job_ids())
+    dep = parse(str(text))
+    ids = sorted(dep.job_ids())
     found = {r.id for r in store.by_ids(ids)}
-    missing = [i for i in ids if i not in found]
+    missing = [str(i) for i in ids if i not in found] + [
+        f"{c.job_id}_{c.task}" for c in dep.conditions
+        if c.task is not None and store.task_id(c.job_id, c.task) is None]
     if missing:
         raise ValidationError([(f"metadata.annotations[{ANN_SCHEDULING}].dependency",
                                 f"job {missing[0]} does not exist (Job dependency problem)")])
+
+
+class _Known:
+    """One pass's facts of the jobs dependencies name (each read once a pass), and
+    which of them are the first task of an array (named by its id: every task)."""
+
+    def __init__(self) -> None:
+        self.facts: dict[int, Facts | None] = {}
+        self.heads: dict[int, bool] = {}
+
+    def facts_of(self, ids: Sequence[int], store: Store) -> dict[int, Facts]:
+        """The facts of the jobs ``ids`` (read once a pass; a purged job has none)."""
+        unread = sorted({i for i in ids if i not in self.facts})
+        if unread:
+            self.facts.update(dict.fromkeys(unread))
+            for r in store.by_ids(unread):
+                self.facts[r.id] = Facts(r.state.value, r.started_at)
+                self.heads[r.id] = r.array_job_id == r.id
+        return {i: f for i in ids if (f := self.facts.get(i)) is not None}
 
 
 class DependencyGate:
@@ -159,7 +181,7 @@ class DependencyGate:
         ready = []
         checks = 0
         singletons = _Singletons(self.store)
-        known: dict[int, Facts | None] = {}  # one pass's facts: each job read once
+        known = _Known()  # one pass's facts: each job read once
         for rec in records:
             try:
                 # A job tried once may be in its back end already: its dependency was met.
@@ -182,16 +204,35 @@ class DependencyGate:
                 self.store.update(rec.id, next_attempt_at=now + 60)
         return ready
 
+    def _members(self, cond: Condition, rec: JobRecord, known: _Known) -> list[int]:
+        """The ids of the jobs a condition names: the job; every task of an array
+        named by its id; task I of ``A_I``; for ``aftercorr`` the task of the
+        dependent task's index (every task when there is none)."""
+        task = cond.task
+        if cond.kind == "aftercorr" and rec.array_task_id is not None:
+            task = rec.array_task_id
+        if task is not None:
+            found = self.store.task_id(cond.job_id, task)
+            if found is not None or cond.kind != "aftercorr":
+                return [found] if found is not None else []
+        head = known.facts_of([cond.job_id], self.store).get(cond.job_id)
+        if head is not None and known.heads.get(cond.job_id):
+            return self.store.array_task_ids(cond.job_id)
+        return [cond.job_id]
+
     def _check(self, rec: JobRecord, dep: Dependency, kill: bool, now: float,
-               singletons: _Singletons, known: dict[int, Facts | None]) -> bool:
-        ids = dep.job_ids()
-        unread = sorted(i for i in ids if i not in known)
-        if unread:
-            known.update(dict.fromkeys(unread))
-            known.update({r.id: Facts(r.state.value, r.started_at)
-                          for r in self.store.by_ids(unread)})
-        facts = {i: f for i in ids if (f := known[i]) is not None}
-        named = set(facts)
+               singletons: _Singletons, known: _Known) -> bool:
+        facts: dict[Hashable, Facts] = {}
+        named: set[int] = set()
+        for cond in dep.conditions:
+            if cond.kind == "singleton":
+                continue
+            ids = self._members(cond, rec, known)
+            read = known.facts_of(ids, self.store)
+            found = combine([f for i in ids if (f := read.get(i)) is not None])
+            if found is not None:
+                facts[cond.key] = found
+                named.update(i for i in ids if i in read)
         blockers = singletons.blockers(rec) if dep.singleton else []
         verdict, at = evaluate(dep, facts, now, blockers)
         if verdict is Verdict.READY:

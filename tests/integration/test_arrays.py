@@ -171,3 +171,30 @@ def test_an_array_on_kubernetes(k8s: K8sBed, k8s_namespace: str, k8s_arrays: Dae
     assert moves[0]["reason"] == "JobArrayTaskLimit", moves
     submitted = next(m["at"] for m in moves if m["to"] == "Submitted")
     assert submitted >= min(t["endTime"] for t in tasks[:2]), (moves, tasks)
+
+
+def test_dependencies_on_an_array_its_tasks_and_aftercorr(daemon: Daemon, outdir: Path
+                                                          ) -> None:
+    """``afterok:A`` waits for every task, ``afterok:A_1`` for task 1 only, and an array
+    ``aftercorr:A`` runs each task after its counterpart (Slurm's meanings)."""
+    gate = f"{outdir}/g$SLURM_ARRAY_TASK_ID"
+    array = submit(daemon, "--array=0-1", "--wrap",
+                   f"while [ ! -e {gate} ]; do sleep 0.2; done", cwd=outdir)
+    one = submit(daemon, f"--dependency=afterok:{array}_1", "--wrap", "true", cwd=outdir)
+    whole = submit(daemon, f"--dependency=afterok:{array}", "--wrap", "true", cwd=outdir)
+    corr = submit(daemon, "--array=0-1", f"--dependency=aftercorr:{array}", "--wrap", "true",
+                  cwd=outdir)
+    for ref in (one, whole, f"{corr}_0", f"{corr}_1"):
+        wait_for(lambda ref=ref: daemon.job(ref)["reason"] == "Dependency", 120,
+                 f"{ref} held")
+    (outdir / "g1").touch()
+    assert daemon.wait_state(one, TERMINAL, timeout=180)["state"] == "Succeeded"
+    assert daemon.wait_state(f"{corr}_1", TERMINAL, timeout=180)["state"] == "Succeeded"
+    assert daemon.job(whole)["reason"] == "Dependency"
+    assert daemon.job(f"{corr}_0")["reason"] == "Dependency"
+    (outdir / "g0").touch()
+    assert daemon.wait_state(whole, TERMINAL, timeout=180)["state"] == "Succeeded"
+    assert daemon.wait_state(f"{corr}_0", TERMINAL, timeout=180)["state"] == "Succeeded"
+    res = daemon.cli("alice", "tbatch", f"--dependency=afterok:{array}_7", "--wrap", "true",
+                     cwd=outdir)
+    assert res.returncode == 1 and f"job {array}_7 does not exist" in res.stderr, res

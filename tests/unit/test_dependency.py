@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.dependency import KINDS, Condition, Dependency, Facts, Verdict, evaluate, parse
+from bridge.dependency import (
+    KINDS,
+    Condition,
+    Dependency,
+    Facts,
+    Verdict,
+    combine,
+    evaluate,
+    parse,
+)
 from bridge.sbatch import SbatchError, parse_tbatch
 from bridge.sbatch.scheduling import scheduling_options
 from bridge.scheduling import SchedulingOptions
@@ -32,7 +41,8 @@ def test_parse_normal_form(text: str, normal: str) -> None:
     ("afterok:", "needs a job id"),
     ("afterok:x", "'x' is not a job id"),
     ("afterok:0", "'0' is not a job id"),
-    ("afterok:12_3", "job arrays are not supported"),
+    ("aftercorr:12_3", "aftercorr names a whole array"),
+    ("afterok:12_", "is not a job id"), ("afterok:_3", "is not a job id"),
     ("afterok:1+5", r"\+TIME is only for 'after'"),
     ("after:1+x", r"\+TIME must be minutes"),
     ("before:1", "unknown dependency type 'before'"),
@@ -77,7 +87,31 @@ RUNNING, PENDING = Facts("Running", NOW - 30), Facts("Pending")
     ("aftercorr", OK, Verdict.READY), ("aftercorr", FAILED, Verdict.NEVER),
 ])
 def test_each_kind(kind: str, facts: Facts, expected: Verdict) -> None:
-    assert verdict(f"{kind}:5", {5: facts}) is expected
+    key = parse(f"{kind}:5").conditions[0].key  # aftercorr: the caller's counterpart
+    assert evaluate(parse(f"{kind}:5"), {key: facts}, NOW)[0] is expected
+
+
+def test_a_task_of_an_array_is_named_a_i() -> None:
+    dep = parse("afterok:12_3:12,after:7_0+5")
+    assert [(c.job_id, c.task) for c in dep.conditions] == [(12, 3), (12, None), (7, 0)]
+    assert dep.text() == "afterok:12_3,afterok:12,after:7_0+5"
+    assert [c.key for c in dep.conditions] == [(12, 3), 12, (7, 0)]
+    assert evaluate(dep, {(12, 3): OK, 12: RUNNING, (7, 0): RUNNING}, NOW)[0] is Verdict.WAIT
+    assert evaluate(dep, {(12, 3): OK, 12: OK, (7, 0): Facts("Running", NOW - 600)},
+                    NOW)[0] is Verdict.READY
+
+
+@pytest.mark.parametrize(("tasks", "expected"), [
+    ([OK, OK], Facts("Succeeded", 1.0)),
+    ([OK, FAILED, CANCELLED], Facts("Failed", None)),
+    ([OK, CANCELLED], Facts("Cancelled", None)),
+    ([OK, RUNNING], Facts("Running", NOW - 30)),
+    ([PENDING, OK], Facts("Pending", None)),
+    ([], None),
+])
+def test_an_arrays_facts_combine_its_tasks(tasks: list[Facts], expected: Facts | None
+                                           ) -> None:
+    assert combine(tasks) == expected
 
 
 def test_a_purged_job_counts_as_met() -> None:

@@ -4,9 +4,12 @@ Tables:
 
 * ``jobs`` — one row per TrainJob: the document, owner, back end, state, the back-end
   id, and the submission bookkeeping (attempts, ``submitting_since``, next attempt).
-* ``transitions`` — every state change with its reason and time.
   ``placement`` is the engine's placement decision as JSON (hosts, domains per level,
-  mode; see :mod:`bridge.placement`), or NULL.
+  mode; see :mod:`bridge.placement`), or NULL. A task of a job array is a row of its
+  own with ``array_job_id``/``array_task_id`` (version 5; the queries of arrays are in
+  :class:`bridge.store_arrays.ArrayQueries`). Rows are answered as
+  :class:`bridge.store_records.JobRecord`.
+* ``transitions`` — every state change with its reason and time.
 * ``outbox`` — every state change as an event (MQTT, ``/v1/events``, metrics); the
   publisher reads :meth:`Store.pending_events` and marks them :meth:`Store.mark_published`
   (more queries of it in :class:`bridge.outbox.OutboxQueries`).
@@ -35,20 +38,21 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from bridge.backend import Owner
 from bridge.errors import BridgeError
 from bridge.job_summary import job_summary
-from bridge.model import TrainJob, load_document
+from bridge.model import TrainJob
 from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
 from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
 from bridge.states import TERMINAL, JobState, check_transition
 from bridge.store_arrays import NOT_DUE, ArrayQueries, ArrayTaskRow, parse_task_ref
+from bridge.store_records import LIGHT_COLUMNS, row_to_record
+from bridge.store_records import JobRecord as JobRecord
+from bridge.store_records import Transition as Transition
 
 
 class DuplicateJob(BridgeError, ValueError):
@@ -58,143 +62,6 @@ class DuplicateJob(BridgeError, ValueError):
 
 class JobNotFound(BridgeError, KeyError):
     """No job matches the reference."""
-
-
-@dataclass
-class JobRecord:
-    """One row of ``jobs``, decoded; the TrainJob (:attr:`job`) on first use."""
-
-    id: int
-    uid: str
-    namespace: str
-    name: str
-    owner: Owner
-    backend: str
-    origin: str
-    state: JobState
-    reason: str
-    message: str
-    backend_id: str | None
-    exit_code: int | None
-    nodes: list[str]
-    stdout_path: str | None
-    stderr_path: str | None
-    queue: str | None
-    attempts: int
-    submitting_since: float | None
-    next_attempt_at: float
-    cancel_requested: bool
-    created_at: float
-    updated_at: float
-    started_at: float | None
-    finished_at: float | None
-    #: The engine's placement decision (JSON object), if it made one.
-    placement: dict[str, Any] | None = None
-    #: The client's idempotency key of the submission that made the job, and the
-    #: SHA-256 (hex) of that request's body.
-    idempotency_key: str | None = None
-    request_digest: str | None = None
-    #: :func:`job_summary` of the document.
-    summary: dict[str, Any] = field(default_factory=dict)
-    #: The job's shape as stored at admission (:meth:`bridge.shape.JobShape.to_json`);
-    #: None for a row an older daemon wrote.
-    shape: dict[str, Any] | None = None
-    #: The stored document (JSON text), or None when the row was read without it ...
-    document: str | None = field(default=None, repr=False, compare=False)
-    #: ... and then how to read it.
-    load_document: Callable[[], str] | None = field(default=None, repr=False, compare=False)
-    #: A task of a job array (bridge/arrays.py): the array's job id (the first task's
-    #: own id) and this task's index; None for a plain job.
-    array_job_id: int | None = None
-    array_task_id: int | None = None
-
-    @property
-    def display_id(self) -> str:
-        """The id users see: ``A_I`` for a task of an array, else the job's id."""
-        if self.array_job_id is not None:
-            return f"{self.array_job_id}_{self.array_task_id}"
-        return str(self.id)
-
-    @cached_property
-    def job(self) -> TrainJob:
-        """The TrainJob, decoded (and read, for a listed row) on first use; the same
-        object afterwards (changes to it are saved with :meth:`Store.save_document`)."""
-        text = self.document
-        if text is None:
-            assert self.load_document is not None
-            text = self.load_document()
-        doc = load_document(json.loads(text))
-        assert isinstance(doc, TrainJob)
-        return doc
-
-    @property
-    def suspend_requested(self) -> bool:
-        """The document's ``spec.suspend``, without decoding the document."""
-        if "suspend" in self.summary:
-            return bool(self.summary["suspend"])
-        return bool(self.job.spec.suspend)
-
-
-@dataclass(frozen=True)
-class Transition:
-    src: JobState | None
-    dst: JobState
-    reason: str
-    message: str
-    at: float
-
-
-#: Every column of ``jobs`` but the document (what listings read).
-_LIGHT_COLUMNS = (
-    "id, uid, namespace, name, owner_uid, owner_gid, owner_user, backend, origin, state, "
-    "reason, message, backend_id, exit_code, nodes, stdout_path, stderr_path, queue, "
-    "attempts, submitting_since, next_attempt_at, cancel_requested, created_at, updated_at, "
-    "started_at, finished_at, placement, summary, shape, idempotency_key, request_digest, "
-    "array_job_id, array_task_id")
-
-
-def _row_to_record(row: sqlite3.Row,
-                   load: Callable[[int], str] | None = None) -> JobRecord:
-    """A record from a row; a row without ``document`` needs ``load`` (id -> text)."""
-    keys = row.keys()
-    document = row["document"] if "document" in keys else None
-    job_id = row["id"]
-    loader = (lambda: load(job_id)) if document is None and load is not None else None
-    return JobRecord(
-        id=row["id"],
-        uid=row["uid"],
-        namespace=row["namespace"],
-        name=row["name"],
-        owner=Owner(uid=row["owner_uid"], gid=row["owner_gid"], user=row["owner_user"]),
-        backend=row["backend"],
-        origin=row["origin"],
-        state=JobState(row["state"]),
-        reason=row["reason"],
-        message=row["message"],
-        backend_id=row["backend_id"],
-        exit_code=row["exit_code"],
-        nodes=json.loads(row["nodes"]),
-        stdout_path=row["stdout_path"],
-        stderr_path=row["stderr_path"],
-        queue=row["queue"],
-        attempts=row["attempts"],
-        submitting_since=row["submitting_since"],
-        next_attempt_at=row["next_attempt_at"],
-        cancel_requested=bool(row["cancel_requested"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        placement=json.loads(row["placement"]) if row["placement"] else None,
-        idempotency_key=row["idempotency_key"],
-        request_digest=row["request_digest"],
-        summary=json.loads(row["summary"]) if row["summary"] else {},
-        shape=json.loads(row["shape"]) if row["shape"] else None,
-        document=document,
-        load_document=loader,
-        array_job_id=row["array_job_id"],
-        array_task_id=row["array_task_id"],
-    )
 
 
 class Store(OutboxQueries, ArrayQueries):
@@ -433,11 +300,11 @@ class Store(OutboxQueries, ArrayQueries):
     # -- reading -----------------------------------------------------------------
 
     def get(self, job_id: int) -> JobRecord:
-        row = self._db.execute(f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE id=?",
+        row = self._db.execute(f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE id=?",
                                (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
-        return _row_to_record(row, self._document)
+        return row_to_record(row, self._document)
 
     def _document(self, job_id: int) -> str:
         """The stored document (JSON text) of job ``job_id``."""
@@ -470,33 +337,33 @@ class Store(OutboxQueries, ArrayQueries):
         if ref.isascii() and ref.isdigit():  # not str.isdigit alone: "²" is a digit
             if len(ref) > 18:  # beyond SQLite's 64-bit ids
                 raise JobNotFound(ref)
-            row = self._db.execute(f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE id=?",
+            row = self._db.execute(f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE id=?",
                                    (int(ref),)).fetchone()
             if row is None:
                 raise JobNotFound(ref)
-            return _row_to_record(row, self._document)
-        sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE (uid=? OR name=?)"
+            return row_to_record(row, self._document)
+        sql = f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE (uid=? OR name=?)"
         args: tuple[Any, ...] = (ref, ref)
         if namespace:
             sql += " AND namespace=?"
             args += (namespace,)
         rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
-        found = resolve(ref, [_row_to_record(r, self._document) for r in rows], caller_uid)
+        found = resolve(ref, [row_to_record(r, self._document) for r in rows], caller_uid)
         if found is None:
             raise JobNotFound(ref)
         return found
 
     def by_idempotency_key(self, owner_uid: int, key: str) -> JobRecord | None:
         """The job ``owner_uid`` submitted with idempotency key ``key``, or None."""
-        row = self._db.execute(f"SELECT {_LIGHT_COLUMNS} FROM jobs"
+        row = self._db.execute(f"SELECT {LIGHT_COLUMNS} FROM jobs"
                                " WHERE owner_uid=? AND idempotency_key=?",
                                (owner_uid, key)).fetchone()
-        return _row_to_record(row, self._document) if row is not None else None
+        return row_to_record(row, self._document) if row is not None else None
 
     def get_by_uid(self, uid: str) -> JobRecord | None:
         """The job with this uid (a TrainJob's ``metadata.uid``), or None."""
         row = self._db.execute("SELECT * FROM jobs WHERE uid=?", (uid,)).fetchone()
-        return _row_to_record(row) if row is not None else None
+        return row_to_record(row) if row is not None else None
 
     def by_uids(self, uids: Sequence[str], states: Sequence[JobState] | None = None,
                 ) -> list[JobRecord]:
@@ -504,12 +371,12 @@ class Store(OutboxQueries, ArrayQueries):
         found: list[JobRecord] = []
         for start in range(0, len(uids), 500):  # SQLite's bound-parameter limit
             chunk = list(uids[start:start + 500])
-            sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE uid IN ({','.join('?' * len(chunk))})"
+            sql = f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE uid IN ({','.join('?' * len(chunk))})"
             args: list[Any] = chunk
             if states is not None:
                 sql += f" AND state IN ({','.join('?' * len(states))})"
                 args = [*chunk, *(s.value for s in states)]
-            found += [_row_to_record(r, self._document)
+            found += [row_to_record(r, self._document)
                       for r in self._db.execute(sql + " ORDER BY id", args)]
         return sorted(found, key=lambda r: r.id)
 
@@ -518,8 +385,8 @@ class Store(OutboxQueries, ArrayQueries):
         found: list[JobRecord] = []
         for start in range(0, len(ids), 500):  # SQLite's bound-parameter limit
             chunk = list(ids[start:start + 500])
-            sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})"
-            found += [_row_to_record(r, self._document) for r in self._db.execute(sql, chunk)]
+            sql = f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})"
+            found += [row_to_record(r, self._document) for r in self._db.execute(sql, chunk)]
         return sorted(found, key=lambda r: r.id)
 
     def job_keys(self, states: Sequence[JobState], backend: str
@@ -539,11 +406,11 @@ class Store(OutboxQueries, ArrayQueries):
         ``Suspended``/``BackendSuspended``); oldest first. The others (neither asked
         for nor shown) need nothing unless this process sent them a suspend."""
         marks = ",".join("?" * len(states))
-        sql = (f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE backend=? AND state IN ({marks}) "
+        sql = (f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE backend=? AND state IN ({marks}) "
                "AND (json_extract(summary, '$.suspend') IS NOT 0 "
                "OR reason IN ('Suspended', 'BackendSuspended')) ORDER BY id")
         rows = self._db.execute(sql, [backend, *(s.value for s in states)]).fetchall()
-        return [_row_to_record(r, self._document) for r in rows]
+        return [row_to_record(r, self._document) for r in rows]
 
     def list_jobs(self, states: Sequence[JobState] | None = None, user: str | None = None,
                   backend: str | None = None, origin: str | None = None,
@@ -555,7 +422,7 @@ class Store(OutboxQueries, ArrayQueries):
         only those whose next attempt is due by then; ``cancel_requested``: only those
         with (or without) a cancel asked for. Light rows: each document is read on first
         use of its record's :attr:`JobRecord.job`."""
-        sql = f"SELECT {_LIGHT_COLUMNS} FROM jobs WHERE 1=1"
+        sql = f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE 1=1"
         args: list[Any] = []
         if due_by is not None:
             sql += " AND next_attempt_at<=?"
@@ -586,7 +453,7 @@ class Store(OutboxQueries, ArrayQueries):
             sql += " LIMIT ?"
             args.append(limit)
         rows = self._db.execute(sql, args).fetchall()
-        return [_row_to_record(r, self._document) for r in rows]
+        return [row_to_record(r, self._document) for r in rows]
 
     def transitions(self, job_id: int) -> list[Transition]:
         rows = self._db.execute(

@@ -123,7 +123,7 @@ def task_rows(document: dict[str, Any], spec: ArraySpec) -> tuple[ArrayTaskRow, 
     for k, index in enumerate(spec.indexes):
         uid = meta["uid"] if k == 0 else str(uuid.uuid4())
         suffix = f"-{index}"
-        name = meta["name"][:253 - len(suffix)] + suffix
+        name = meta["name"][:63 - len(suffix)].rstrip("-.") + suffix  # a valid name
         task = {**document, "metadata": {**meta, "uid": uid, "name": name}}
         waiting = THROTTLED if spec.limit is not None and k >= spec.limit else None
         rows.append(ArrayTaskRow(index, uid, name, json.dumps(task), waiting))

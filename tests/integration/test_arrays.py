@@ -198,3 +198,21 @@ def test_dependencies_on_an_array_its_tasks_and_aftercorr(daemon: Daemon, outdir
     res = daemon.cli("alice", "tbatch", f"--dependency=afterok:{array}_7", "--wrap", "true",
                      cwd=outdir)
     assert res.returncode == 1 and f"job {array}_7 does not exist" in res.stderr, res
+
+
+@pytest.mark.parametrize("fixture", ["cli_daemon", "daemon_2411", "daemon_2605"])
+def test_an_array_on_each_slurm_release_and_path(
+        fixture: str, request: pytest.FixtureRequest, outdir: Path) -> None:
+    """The same array on Slurm's CLI path and on the 24.11 and 26.05 clusters (REST)."""
+    d: Daemon = request.getfixturevalue(fixture)
+    array = submit(d, "--array=0-2%2", "-J", "rel", "-o", "%x-%A_%a.out", "--wrap",
+                   "echo $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT",
+                   cwd=outdir)
+    tasks = all_ended(d, array, 3)
+    assert [t["state"] for t in tasks] == ["Succeeded"] * 3, tasks
+    for task in tasks:
+        log = d.cli("alice", "tlog", f"{array}_{task['arrayTaskId']}", cwd=outdir)
+        assert log.stdout == f"{array} {task['arrayTaskId']} 3\n", log
+        assert task["stdout"].endswith(f"rel-{array}_{task['arrayTaskId']}.out"), task
+    moves = d.job(f"{array}_2")["transitions"]
+    assert moves[0]["reason"] == "JobArrayTaskLimit", moves

@@ -5,6 +5,7 @@ acting on every task (bridge/service.py)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.arrays import THROTTLED, parse
+from bridge.arrays import THROTTLED, ArraySpec, parse
 from bridge.backend import Owner
 from bridge.engine import Engine
 from bridge.engine_admission import task_rows
@@ -20,7 +21,7 @@ from bridge.engine_array import RECHECK, ArrayThrottle, array_task
 from bridge.errors import Conflict
 from bridge.feed import EventFeed
 from bridge.limits import LimitExceeded, LimitSettings, UserLimits
-from bridge.model import TrainJob
+from bridge.model import TrainJob, load_trainjob
 from bridge.service import JobService
 from bridge.states import JobState
 from bridge.store import DuplicateJob, JobNotFound, JobRecord, Store
@@ -82,7 +83,9 @@ def test_tasks_are_stored_together_with_consecutive_ids() -> None:
     assert len({t.uid for t in tasks}) == 4
     assert all(t.summary["array"] == "1,3,5-6" for t in tasks)
     assert before.array_job_id is None and before.array_task_id is None
-    assert before.display_id == str(before.id)
+    assert before.display_id == str(before.id) and array_task(before) is None
+    first_task = array_task(tasks[1])
+    assert first_task is not None and first_task.spec == ArraySpec((1, 3, 5, 6))
     assert store.count_active(ALICE.uid) == 5
     assert [e.payload["jobId"] for e in store.pending_events()] == [
         before.id, *(t.id for t in tasks)]
@@ -91,14 +94,21 @@ def test_tasks_are_stored_together_with_consecutive_ids() -> None:
     assert tasks[2].job.metadata.uid == tasks[2].uid
 
 
-def test_first_task_keeps_the_jobs_uid_and_name_fits() -> None:
+def test_first_task_keeps_the_jobs_uid() -> None:
     store = Store.open(":memory:")
-    job = array_job("0-1", name="n" * 253)
+    job = array_job("0-1", name="n" * 40)
     rows = task_rows(job.to_dict(), parse("0-1"))
     assert rows[0].uid == job.metadata.uid and rows[1].uid != job.metadata.uid
-    assert all(len(r.name) == 253 for r in rows)
+    assert [r.name for r in rows] == ["n" * 40 + "-0", "n" * 40 + "-1"]
     head = store.add(job, ALICE, "slurm", tasks=rows)
-    assert head.uid == job.metadata.uid and head.name.endswith("-0")
+    assert head.uid == job.metadata.uid and head.name == "n" * 40 + "-0"
+
+
+def test_every_task_name_is_a_valid_trainjob_name() -> None:
+    job = array_job("0-1", name="n" * 63)  # a valid name
+    for row in task_rows(job.to_dict(), parse("0-1")):
+        assert len(row.name) <= 63
+        assert load_trainjob(json.loads(row.document)).metadata.name == row.name
 
 
 def test_find_a_task_by_array_and_index() -> None:
@@ -179,7 +189,7 @@ def test_in_backend_counts_submitted_running_and_tried() -> None:
        st.none() | st.integers(1, 50))
 def test_any_array_is_stored_as_its_tasks(indexes: set[int], limit: int | None) -> None:
     store = Store.open(":memory:")
-    spec = dataclasses.replace(parse("0"), indexes=tuple(sorted(indexes)), limit=limit)
+    spec = ArraySpec(tuple(sorted(indexes)), limit)
     tasks = add_array(store, spec.text())
     a = tasks[0].id
     assert [t.id for t in tasks] == list(range(a, a + len(indexes)))
@@ -258,7 +268,7 @@ def test_an_end_makes_exactly_the_freed_tasks_due_lowest_index_first() -> None:
     assert due(store, waiting) == [t[3].id, t[4].id, t[5].id]
     assert [store.get(i).next_attempt_at for i in waiting[:3]] == [NOW + 3] * 3
     # the engine submits those three: the array is full again
-    recs = store.list_jobs(due_by=NOW + 3)
+    recs = store.list_jobs(states=[JobState.PENDING], due_by=NOW + 3)
     assert [r.id for r in throttle.split(recs, NOW + 3)] == waiting[:3]
 
 

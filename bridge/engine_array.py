@@ -12,8 +12,8 @@ Contract:
   tasks are in their back end (Submitted, Running, or Pending with a submission tried:
   :meth:`bridge.store.Store.array_in_backend`); the others wait as above.
 * After its decisions, and whenever :meth:`ArrayThrottle.changed` hears (from the
-  outbox, through :meth:`bridge.engine_dependency.DependencyGate.wake`) that a task in
-  its back end started or ended, an array is looked at once: as many waiting tasks
+  outbox, through :meth:`bridge.engine_dependency.DependencyGate.wake`) that the state
+  of a task it counted changed (it ended, or was held), an array is looked at once: as many waiting tasks
   as there are free places are made due, lowest index first. A pass costs one or two
   indexed statements per array touched and one per task let go, never one per waiting
   task. After a restart, and every :data:`RECHECK` seconds as a backstop, every array
@@ -75,8 +75,9 @@ class ArrayThrottle:
         return bool(self._watch)
 
     def changed(self, job_ids: set[int], now: float) -> None:
-        """Tasks ``job_ids`` started or ended: look again at the arrays they are in (and
-        at every waiting array after a restart and each :data:`RECHECK`)."""
+        """The states of ``job_ids`` changed (a task started, ended, was held or went
+        back to Pending): look again at the arrays they are in (and at every waiting
+        array after a restart and each :data:`RECHECK`)."""
         if now >= self._next_sweep:
             self._next_sweep = now + RECHECK
             for array_id in self.store.arrays_waiting(THROTTLED):

@@ -148,7 +148,7 @@ class DependencyGate:
 
     def wake(self, now: float, wanted: bool = False) -> set[int]:
         """Make held jobs due again whose awaited jobs changed (module docstring), and
-        answer the ids of the jobs that started or ended since the last call (read only
+        answer the ids of the jobs whose state changed since the last call (read only
         when a job is held or ``wanted``: else empty)."""
         if not self._restored:
             self._restored = True
@@ -162,18 +162,20 @@ class DependencyGate:
             self._seen = newest
             return set()
         changed: set[int] = set()
+        moved: set[int] = set()
         while self._seen < newest:
             rows = self.store.events_after(self._seen, 1000, upto=newest)
             if not rows:
                 break
             changed.update(e.job_id for e in rows if e.payload.get("to") in _RELEASING)
+            moved.update(e.job_id for e in rows)
             self._seen = rows[-1].id
         self._seen = newest
         for job_id, watched in list(self._held.items()):
             if watched & changed:
                 del self._held[job_id]
                 self.store.update(job_id, next_attempt_at=now)
-        return changed
+        return moved
 
     def split(self, records: Iterable[JobRecord], now: float | None = None) -> list[JobRecord]:
         """The records that may be submitted now; holds (or ends) the others."""

@@ -104,7 +104,7 @@ def test_the_throttle_holds_and_tcancel_takes_a_task_or_the_array(
     assert rows[2:] == [f"{array}_2 PD (JobArrayTaskLimit)",
                         f"{array}_3 PD (JobArrayTaskLimit)"], rows
     assert daemon.cli("bob", "tcancel", str(array)).returncode != 0  # not bob's
-    assert daemon.cli("alice", "tcancel", f"{array}_1").returncode == 0
+    assert daemon.cli("alice", "tcancel", f"{array}_[1]").returncode == 0  # scancel's form
     assert daemon.wait_state(f"{array}_1", TERMINAL)["state"] == "Cancelled"
     # Its place goes to the next task, and only that one.
     daemon.wait_state(f"{array}_2", ["Running"], timeout=120)

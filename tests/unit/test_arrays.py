@@ -20,6 +20,7 @@ from bridge.arrays import (
     task_env,
 )
 from bridge.cli.queue_format import LETTERS, NAMES, display_id
+from bridge.cli.tcancel import expand_tasks
 from bridge.client_types import JobView
 from bridge.jobid import ID_VARIABLE, UID_VARIABLE, identity_env, pin_job_id
 
@@ -250,3 +251,15 @@ def test_display_id_and_the_array_fields() -> None:
     assert str(LETTERS["K"].value(task0, now)) == "0"
     assert NAMES["jobarrayid"] is LETTERS["i"]
     assert NAMES["arrayjobid"] is LETTERS["F"] and NAMES["arraytaskid"] is LETTERS["K"]
+
+
+@pytest.mark.parametrize(("ref", "expected"), [
+    ("12_[1-3,7]", ["12_1", "12_2", "12_3", "12_7"]),
+    ("12_[0-6:3]", ["12_0", "12_3", "12_6"]),
+    ("12_[5]", ["12_5"]),
+    ("12", ["12"]), ("12_4", ["12_4"]), ("name", ["name"]),
+    ("12_[x]", ["12_[x]"]), ("12_[3-1]", ["12_[3-1]"]), ("12_[1-3:0]", ["12_[1-3:0]"]),
+    ("12_[0-999999999]", ["12_[0-999999999]"]),  # past MAX_TASKS: sent as it is
+])
+def test_tcancel_expands_scancels_task_lists(ref: str, expected: list[str]) -> None:
+    assert expand_tasks(ref) == expected

@@ -28,6 +28,7 @@ import asyncio
 import os
 import pwd
 import re
+import socket
 import sys
 import time
 from collections.abc import AsyncGenerator, Collection, Mapping
@@ -197,6 +198,11 @@ class SlurmBackend:
         for key, value in (("HOME", request.owner.home()), ("USER", request.owner.user),
                            ("LOGNAME", request.owner.user)):
             env.setdefault(key, value)
+        # sbatch's: the directory it ran in (tbatch's, else the job's own), and its host
+        # (the daemon's: tbatch reaches it through a local socket). slurmrestd sets
+        # neither; sbatch would set "/" (where the daemon runs it) but for this.
+        env["SLURM_SUBMIT_DIR"] = request.options.submit_dir or spec.chdir
+        env.setdefault("SLURM_SUBMIT_HOST", socket.gethostname())
         # With --export-file, slurmd 22.05 expands %x in --output from the job's
         # SLURM_JOB_NAME variable, not from the job record: without it the file is
         # "(null)-<id>.out". sbatch sets it only when exporting its own environment.

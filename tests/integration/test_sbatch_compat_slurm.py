@@ -11,12 +11,13 @@ the same script as alice, and Slurm's record of both jobs is compared.
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.integration.bed import Daemon
+from tests.integration.bed import Daemon, wait_for
 from tests.integration.conftest_slurm import cluster_for
 
 pytestmark = pytest.mark.integration
@@ -255,3 +256,30 @@ def test_passed_options_go_through_slurmrestd_where_it_has_fields(
         assert "submitting it with sbatch instead" not in d.log.read_text()
     finally:
         subprocess.run(["chroot", root, "scancel", ours_id], check=False)
+
+
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon"])
+def test_submit_dir_and_host_are_sbatchs(fixture: str, request: pytest.FixtureRequest,
+                                          outdir: Path) -> None:
+    """``cd $SLURM_SUBMIT_DIR`` works as with sbatch: the directory tbatch ran in (it
+    was "/" through sbatch and empty through slurmrestd), and ``SLURM_SUBMIT_HOST``."""
+    d: Daemon = request.getfixturevalue(fixture)
+    sub = outdir / "sub"
+    sub.mkdir()
+    sub.chmod(0o777)
+    wrap = "echo $SLURM_SUBMIT_DIR $SLURM_SUBMIT_HOST"
+    theirs = subprocess.run(["runuser", "-u", "alice", "--", "sbatch", "--parsable", "-o",
+                             f"{outdir}/theirs.out", "--wrap", wrap], cwd=sub,
+                            capture_output=True, text=True, check=False, timeout=60)
+    assert theirs.returncode == 0, theirs.stderr
+    res = d.cli("alice", "tbatch", "--parsable", "-o", f"{outdir}/ours.out", "--wrap", wrap,
+                cwd=sub)
+    assert res.returncode == 0, res.stderr
+    assert d.wait_state(res.stdout.strip(), ["Succeeded", "Failed"])["state"] == "Succeeded"
+    sbatch_id = theirs.stdout.strip().split(";")[0]
+    wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", sbatch_id], capture_output=True,
+                                        text=True, check=False).stdout.strip(), 120,
+             "the sbatch job to end")
+    wait_for(lambda: (outdir / "theirs.out").exists(), 30, "sbatch's output")
+    ref = (outdir / "theirs.out").read_text()
+    assert (outdir / "ours.out").read_text() == ref == f"{sub} {socket.gethostname()}\n"

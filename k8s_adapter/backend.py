@@ -85,6 +85,19 @@ from k8s_adapter.settings import KubernetesSettings
 
 __all__ = ["ANN_ORIGIN", "KubernetesBackend", "create"]
 
+
+def _render(request: SubmitRequest, options: JobSetOptions,
+            owner_ref: dict[str, Any] | None) -> dict[str, Any]:
+    """:func:`render_jobset`; a job whose data it cannot lay out (a runtime patch of
+    the wrong shape deep down) is :class:`BackendRejected`, never another error."""
+    try:
+        return render_jobset(request, options, owner_ref)
+    except BackendRejected:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        raise BackendRejected(f"the JobSet cannot be laid out: {type(exc).__name__}: "
+                              f"{str(exc)[:300]}") from None
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_TOPOLOGY_LABELS = ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
@@ -165,6 +178,12 @@ class KubernetesBackend:
         """:class:`bridge.backend.Admitting`: the access policy (:mod:`k8s_adapter.access`)."""
         self.access.admit(job, plan, owner, origin)
 
+    def validate(self, request: SubmitRequest) -> None:
+        """At admission (:class:`bridge.backend.Validating`): the JobSet renders, so that
+        a job Kubernetes could not be given (no image, a runtime patch of the wrong
+        shape) is refused (400) rather than failing at submission."""
+        _render(request, self.options, None)
+
     def _client(self, identity: Identity | None) -> Kube:
         return self.kube if identity is None else self.kube.impersonating(identity.username)
 
@@ -180,7 +199,7 @@ class KubernetesBackend:
         if from_cr_door(job) and job.metadata.uid:
             owner_ref = controller_reference(f"{TRAINER_GROUP}/{TRAINER_VERSION}", "TrainJob",
                                              job.metadata.name, job.metadata.uid)
-        body = render_jobset(request, self.options, owner_ref)
+        body = _render(request, self.options, owner_ref)
         self.access.secure(body, job, request.owner, self.options.service_account,
                            impersonated=identity is not None)
         annotations = body["metadata"].setdefault("annotations", {})

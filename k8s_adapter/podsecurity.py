@@ -7,10 +7,13 @@ Defence in depth beside the apiserver (impersonation + Pod Security ``restricted
   annotations of a pod template) — host namespaces, ``hostUsers: false``, volumes other than the
   ones ``restricted`` allows (``hostPath`` …), ``hostPort``, any ``securityContext``
   (pod or container: ``privileged``, added capabilities, ``runAsUser: 0`` …), another
-  ``serviceAccountName``, ephemeral containers. :func:`check_patches` applies it to
-  the pod templates of a TrainJob's ``spec.runtimePatches`` and raises
-  :class:`Forbidden` naming the first field whose privilege the admin did not allow
-  (``backends.NAME.allow_privileges``).
+  ``serviceAccountName``, ephemeral containers, and where and before whom the pod runs:
+  ``nodeName``, ``priorityClassName``/``priority``, ``schedulerName``,
+  ``runtimeClassName``, and a toleration of every taint (no key) or of a reserved one
+  (``node-role.kubernetes.io/…``, ``node.kubernetes.io/…``; a GPU taint is fine).
+  :func:`check_patches` applies it to the pod templates of a TrainJob's
+  ``spec.runtimePatches`` and raises :class:`Forbidden` naming the first field whose
+  privilege the admin did not allow (``backends.NAME.allow_privileges``).
 * :func:`harden` gives every pod of a JobSet the user's uid/gid and what Pod Security
   ``restricted`` requires (``runAsNonRoot``, ``seccompProfile: RuntimeDefault``,
   ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]``). A field the
@@ -20,7 +23,7 @@ Defence in depth beside the apiserver (impersonation + Pod Security ``restricted
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from bridge.errors import BridgeError
@@ -32,7 +35,20 @@ _HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 _CONTAINER_LISTS = ("initContainers", "containers")
 #: Every privilege name :func:`privileges_in` reports (what ``allow_privileges`` takes).
 PRIVILEGES = frozenset({*_HOST_NAMESPACES, "hostUsers", "hostPort", "securityContext",
-                        "serviceAccountName", "ephemeralContainers", "hostPath", "volumes"})
+                        "serviceAccountName", "ephemeralContainers", "hostPath", "volumes",
+                        "nodeName", "priorityClassName", "schedulerName", "runtimeClassName",
+                        "tolerations"})
+#: Pod fields that choose where and before whom a pod runs: a user's pod must not skip
+#: the scheduler (``nodeName``), jump the queue or evict other users' pods
+#: (``priorityClassName``, ``priority``), leave the back end's scheduler
+#: (``schedulerName``) or pick a runtime handler the admin did not vet.
+_SCHEDULING_FIELDS = {"nodeName": "nodeName", "priorityClassName": "priorityClassName",
+                      "priority": "priorityClassName", "schedulerName": "schedulerName",
+                      "runtimeClassName": "runtimeClassName"}
+#: Taints a user's pod must not tolerate (nodes kept for the control plane or taken
+#: out of service); a toleration without a key tolerates them all.
+_RESERVED_TAINTS = ("node-role.kubernetes.io/", "node.kubernetes.io/",
+                    "node.cloudprovider.kubernetes.io/")
 
 
 class Forbidden(BridgeError):
@@ -89,6 +105,23 @@ def privileges_in_template(template: Any, where: str = "") -> Iterator[tuple[str
     yield from privileges_in(template.get("spec"), f"{where}spec.")
 
 
+def scheduling_privileges_in(pod_spec: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """``(field path, privilege)`` for each field of a user's pod spec that chooses
+    where and before whom it runs (module docstring). Only a user's runtime patches are
+    read for these: the rendered pod carries the back end's own ``schedulerName`` and
+    whatever the admin's runtime sets."""
+    if not isinstance(pod_spec, Mapping):
+        return
+    for key, privilege in _SCHEDULING_FIELDS.items():
+        if pod_spec.get(key) is not None:
+            yield f"{where}{key}", privilege
+    tolerations = pod_spec.get("tolerations")
+    for i, tol in enumerate(tolerations if isinstance(tolerations, list) else []):
+        taint = tol.get("key") if isinstance(tol, Mapping) else None
+        if not taint or not isinstance(taint, str) or taint.startswith(_RESERVED_TAINTS):
+            yield f"{where}tolerations[{i}]", "tolerations"
+
+
 def patch_pod_specs(patches: Any) -> Iterator[tuple[str, Any]]:
     """``(path, pod template)`` of every pod template in Trainer ``runtimePatches``."""
     for i, patch in enumerate(patches if isinstance(patches, list) else []):
@@ -117,16 +150,25 @@ def check_patches(patches: Any, allowed: Collection[str], setting: str) -> None:
     ``allowed``; ``setting`` names the allow-list in the message."""
     for where, template in patch_pod_specs(patches):
         check_template(template, allowed, setting, where)
+        spec = template.get("spec") if isinstance(template, Mapping) else None
+        _refuse_first(scheduling_privileges_in(spec, f"{where}spec."), allowed, setting)
 
 
 def check_template(template: Any, allowed: Collection[str], setting: str,
                    where: str = "") -> None:
-    """As :func:`check_patches`, for one pod template (``metadata`` and ``spec``)."""
-    for path, privilege in privileges_in_template(template, where):
+    """As :func:`check_patches`, for one pod template (``metadata`` and ``spec``; not
+    :func:`scheduling_privileges_in`, which only a user's patches are checked for)."""
+    _refuse_first(privileges_in_template(template, where), allowed, setting)
+
+
+def _refuse_first(found: Iterable[tuple[str, str]], allowed: Collection[str],
+                  setting: str) -> None:
+    for path, privilege in found:
         if privilege not in allowed:
             raise Forbidden(f"{path}: not allowed: it asks for the privilege {privilege!r}, "
                             f"which {setting} does not grant (jobs of local users run "
-                            f"as their own uid under Pod Security 'restricted')")
+                            f"as their own uid under Pod Security 'restricted', placed by "
+                            f"the cluster's scheduler)")
 
 
 def harden(pod_spec: dict[str, Any], uid: int | None, gid: int | None,

@@ -77,7 +77,11 @@ def test_the_privileged_kube_system_attack_is_refused_and_creates_nothing(
                             ("volumes[0].hostPath", {"volumes": ATTACK["volumes"]}),
                             ("securityContext", {"securityContext": {"runAsUser": 0}}),
                             ("containers[0].securityContext",
-                             {"containers": ATTACK["containers"]})]:
+                             {"containers": ATTACK["containers"]}),
+                            ("nodeName", {"nodeName": "control-plane"}),
+                            ("priorityClassName", {"priorityClassName":
+                                                   "system-node-critical"}),
+                            ("tolerations[0]", {"tolerations": [{"operator": "Exists"}]})]:
         answer = submit_as(mapped, "alice", torch_job("pwn3", None, pod_spec=pod_spec))
         assert answer["status"] == 403 and f"spec.{field}: not allowed" in answer["error"], (
             field, answer)

@@ -113,6 +113,41 @@ def test_each_privilege_is_refused_naming_its_field(pod_spec: dict[str, Any],
     assert f"template.spec.{field}: not allowed" in str(err.value)
 
 
+@pytest.mark.parametrize(("pod_spec", "field", "privilege"), [
+    ({"nodeName": "control-plane"}, "nodeName", "nodeName"),
+    ({"priorityClassName": "system-node-critical"}, "priorityClassName",
+     "priorityClassName"),
+    ({"priority": 2000001000}, "priority", "priorityClassName"),
+    ({"schedulerName": "default-scheduler"}, "schedulerName", "schedulerName"),
+    ({"runtimeClassName": "unconfined"}, "runtimeClassName", "runtimeClassName"),
+    ({"tolerations": [{"operator": "Exists"}]}, "tolerations[0]", "tolerations"),
+    ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"},
+                      {"key": "node-role.kubernetes.io/control-plane",
+                       "operator": "Exists", "effect": "NoSchedule"}]}, "tolerations[1]",
+     "tolerations"),
+    ({"tolerations": [{"key": "node.kubernetes.io/unschedulable"}]}, "tolerations[0]",
+     "tolerations"),
+])
+def test_a_patch_may_not_choose_where_or_before_whom_its_pods_run(
+        pod_spec: dict[str, Any], field: str, privilege: str) -> None:
+    """Skipping the scheduler, preempting other users' pods, another scheduler or
+    runtime, and tolerating the control plane's taints are privileges too."""
+    with pytest.raises(Forbidden) as err:
+        check_patches(patch_of(pod_spec), (), "S")
+    assert f"template.spec.{field}: not allowed" in str(err.value)
+    assert privilege in PRIVILEGES
+    check_patches(patch_of(pod_spec), (privilege,), "S")  # an admin may allow it
+
+
+def test_a_gpu_toleration_and_node_selectors_need_no_privilege() -> None:
+    check_patches(patch_of({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                             "effect": "NoSchedule"}],
+                            "nodeSelector": {"gpu": "a100"}}), (), "S")
+    # The rendered pod carries the back end's own scheduler: not the user's choice.
+    check_template({"spec": {"schedulerName": "gang", "tolerations": [{"operator": "Exists"}]}},
+                   (), "S")
+
+
 def test_confinement_annotations_are_a_security_context() -> None:
     patch = [{"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"spec": {"template": {"metadata": {"annotations": {

@@ -171,7 +171,9 @@ class Backend(Protocol):
 
     #: Name the back end is configured under (``slurm``, ``flux``, ``kubernetes`` …).
     #: A back end may also set ``packs_units = True`` when a node of a job is a pod that
-    #: may share a host with others (the engine then places pods, not whole hosts).
+    #: may share a host with others (the engine then places pods, not whole hosts), and
+    #: ``runs_pods = True`` when it lays out ``spec.podSpecOverrides`` and
+    #: ``spec.runtimePatches`` (the others refuse a job that carries them).
     name: str
 
     async def start(self) -> None:

@@ -84,6 +84,12 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
                               plan.batch_script)
     except ValidationError as exc:
         refusal = exc
+    pod_fields = [f for f, v in (("spec.podSpecOverrides", job.spec.pod_spec_overrides),
+                                 ("spec.runtimePatches", job.spec.runtime_patches)) if v]
+    if pod_fields and not getattr(chosen, "runs_pods", False) and refusal is None:
+        refusal = ValidationError([(f, f"back end {backend!r} runs no pods: a pod's fields "
+                                       f"have no meaning there (send the job to a Kubernetes "
+                                       f"back end, or drop them)") for f in pod_fields])
     if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
         try:
             chosen.check_admission(job, plan, owner, origin)

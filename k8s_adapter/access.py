@@ -21,6 +21,7 @@ Ties :mod:`k8s_adapter.identity` (user → namespace and service account) and
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from bridge.backend import AdmissionDenied, BackendRejected, Owner
 from bridge.model import TrainJob
 from bridge.runtimes import Framework, LaunchPlan
 from k8s_adapter.identity import Denied, Identity, IdentityMap, identity_settings
+from k8s_adapter.overrides import as_runtime_patches
 from k8s_adapter.podsecurity import (
     PRIVILEGES,
     Forbidden,
@@ -70,6 +72,11 @@ class AccessPolicy:
                                   f"TrainJob front door only")
         try:
             check_patches(job.spec.runtime_patches, self.allow_privileges, self._allow_setting)
+            # A malformed override is refused (400) when the JobSet is laid out.
+            with suppress(BackendRejected):
+                check_patches(as_runtime_patches(job.spec.pod_spec_overrides),
+                              self.allow_privileges, self._allow_setting,
+                              field="spec.podSpecOverrides")
         except Forbidden as exc:
             raise AdmissionDenied(str(exc)) from None
         if origin == ORIGIN_KUBERNETES:

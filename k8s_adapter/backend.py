@@ -151,6 +151,7 @@ class KubernetesBackend:
 
     #: A TrainJob node is a pod; several may share a Kubernetes node.
     packs_units = True
+    runs_pods = True
     #: What Kubernetes does with each scheduling option (k8s_adapter/options.py).
     option_support = SUPPORT
 

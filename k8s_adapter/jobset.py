@@ -17,8 +17,9 @@ Layout (``jobset.x-k8s.io/v1alpha2``), one JobSet per TrainJob, named like it:
   hostfile (from :mod:`mpi_launch.hostfile`) is a ConfigMap ``<name>-mpi-hostfile``
   mounted at ``/etc/mpi`` and named by the launcher's variables; the SSH keys are the
   Secret ``<name>-mpi-ssh-auth`` at ``/root/.ssh`` (:mod:`k8s_adapter.sshauth`);
-* ``spec.runtimePatches`` (Trainer ≥ 2.3) are merged last: maps merge, lists of named
-  items (replicatedJobs, containers, env, volumes …) merge by ``name``.
+* ``spec.podSpecOverrides`` (Trainer's, written as patches: k8s_adapter/overrides.py)
+  and then ``spec.runtimePatches`` (Trainer ≥ 2.3) are merged last: maps merge, lists of
+  named items (replicatedJobs, containers, env, volumes …) merge by ``name``.
 
 Labels ``app.kubernetes.io/managed-by=hpc-bridge`` and ``hpc-bridge.io/job-uid``
 (the idempotency key) are on the JobSet and on every pod.
@@ -41,6 +42,7 @@ from bridge.scheduling import scheduling_of
 from bridge.shape import GPU_RESOURCE
 from k8s_adapter import sshauth
 from k8s_adapter.affinity import keep_affinity, node_affinity
+from k8s_adapter.overrides import as_runtime_patches
 from mpi_launch.allocation import Host, jobset_allocation
 from mpi_launch.hostfile import hostfile_env, render_hostfile
 
@@ -323,14 +325,17 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             "replicatedJobs": replicated,
         },
     }
-    for i, patch in enumerate(job.spec.runtime_patches or []):
-        if not isinstance(patch, Mapping):
-            raise BackendRejected(f"spec.runtimePatches[{i}]: must be a mapping")
-        template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
-        if not isinstance(template, Mapping):
-            raise BackendRejected(
-                f"spec.runtimePatches[{i}].trainingRuntimeSpec.template: must be a mapping")
-        body = _apply_template_patch(body, template)
+    for field, patches in (("spec.podSpecOverrides",
+                            as_runtime_patches(job.spec.pod_spec_overrides)),
+                           ("spec.runtimePatches", job.spec.runtime_patches or [])):
+        for i, patch in enumerate(patches):
+            if not isinstance(patch, Mapping):
+                raise BackendRejected(f"{field}[{i}]: must be a mapping")
+            template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+            if not isinstance(template, Mapping):
+                raise BackendRejected(
+                    f"{field}[{i}].trainingRuntimeSpec.template: must be a mapping")
+            body = _apply_template_patch(body, template, f"{field}[{i}]")
     # Whatever the patches said, the bridge's identity labels, the user's --exclude and
     # --constraint, the pinned hosts and --time stay.
     affinity = node_affinity(request)
@@ -343,8 +348,10 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
     return body
 
 
-def _apply_template_patch(body: dict[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge a Trainer ``JobSetTemplatePatch`` (metadata + spec.replicatedJobs[…]) in."""
+def _apply_template_patch(body: dict[str, Any], template: Mapping[str, Any],
+                          where: str) -> dict[str, Any]:
+    """Merge a Trainer ``JobSetTemplatePatch`` (metadata + spec.replicatedJobs[…]) in;
+    ``where`` names the patch in errors."""
     out = dict(body)
     if "metadata" in template:
         meta = dict(out["metadata"])
@@ -358,7 +365,7 @@ def _apply_template_patch(body: dict[str, Any], template: Mapping[str, Any]) -> 
         if not isinstance(rj, Mapping) or rj.get("name") not in known:
             name = rj.get("name") if isinstance(rj, Mapping) else rj
             raise BackendRejected(
-                f"spec.runtimePatches: replicatedJobs[{i}] names {name!r}; this runtime's "
+                f"{where}: replicatedJobs[{i}] names {name!r}; this runtime's "
                 f"JobSet has {', '.join(sorted(known))}")
     if spec_patch:
         out["spec"] = merge(out["spec"], spec_patch)

@@ -122,10 +122,13 @@ def scheduling_privileges_in(pod_spec: Any, where: str = "") -> Iterator[tuple[s
             yield f"{where}tolerations[{i}]", "tolerations"
 
 
-def patch_pod_specs(patches: Any) -> Iterator[tuple[str, Any]]:
-    """``(path, pod template)`` of every pod template in Trainer ``runtimePatches``."""
+def patch_pod_specs(patches: Any, field: str = "spec.runtimePatches"
+                    ) -> Iterator[tuple[str, Any]]:
+    """``(path, pod template)`` of every pod template in Trainer ``runtimePatches``
+    (``field``: what the paths name them: ``spec.podSpecOverrides`` written as patches,
+    k8s_adapter/overrides.py)."""
     for i, patch in enumerate(patches if isinstance(patches, list) else []):
-        base = f"spec.runtimePatches[{i}].trainingRuntimeSpec.template.spec"
+        base = f"{field}[{i}].trainingRuntimeSpec.template.spec"
         template = ((patch.get("trainingRuntimeSpec") or {}) if isinstance(patch, Mapping)
                     else {})
         template = template.get("template") if isinstance(template, Mapping) else None
@@ -145,10 +148,12 @@ def _dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
-def check_patches(patches: Any, allowed: Collection[str], setting: str) -> None:
+def check_patches(patches: Any, allowed: Collection[str], setting: str,
+                  field: str = "spec.runtimePatches") -> None:
     """Raise :class:`Forbidden` for the first privilege in ``patches`` not in
-    ``allowed``; ``setting`` names the allow-list in the message."""
-    for where, template in patch_pod_specs(patches):
+    ``allowed``; ``setting`` names the allow-list in the message, ``field`` the
+    patches (:func:`patch_pod_specs`)."""
+    for where, template in patch_pod_specs(patches, field):
         check_template(template, allowed, setting, where)
         spec = template.get("spec") if isinstance(template, Mapping) else None
         _refuse_first(scheduling_privileges_in(spec, f"{where}spec."), allowed, setting)

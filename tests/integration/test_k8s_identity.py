@@ -209,3 +209,40 @@ def test_trainjob_crs_run_as_their_namespaces_account_when_one_is_configured(
         assert "cr-pwn" not in {j["metadata"]["name"] for j in jobsets(k8s, ns)}
     finally:
         release(k8s, ns, daemon)
+
+
+def test_pod_spec_overrides_reach_alices_pods_and_cannot_add_privileges(
+        k8s: K8sBed, k8s_namespace: str, mapped: Daemon) -> None:
+    """Trainer's ``podSpecOverrides`` (v2.0 documents; the bed's upstream v2.3 CRD has
+    only ``runtimePatches``, so through the API as alice) land in her pods, checked as
+    runtime patches are."""
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    good = torch_job("overridden", None)
+    good["spec"]["podSpecOverrides"] = [{
+        "targetJobs": [{"name": "node"}], "tolerations": [gpu],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "containers": [{"name": "node", "env": [{"name": "FROM_OVERRIDE", "value": "1"}],
+                        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]}]
+    answer = submit_as(mapped, "alice", good)
+    assert answer["status"] == 201, answer
+    k8s.wait_for(lambda: any(j["metadata"]["name"] == "overridden"
+                             for j in jobsets(k8s, k8s_namespace)), 60, "the JobSet")
+    pod = k8s.get_json("-n", k8s_namespace, JOBSETS, "overridden")["spec"][
+        "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert gpu in pod["tolerations"], pod
+    assert {"name": "scratch", "emptyDir": {}} in pod["volumes"]
+    (container,) = pod["containers"]
+    assert {"name": "FROM_OVERRIDE", "value": "1"} in container["env"]
+    assert {"name": "scratch", "mountPath": "/scratch"} in container["volumeMounts"]
+    bad = torch_job("everywhere", None)
+    bad["spec"]["podSpecOverrides"] = [{"targetJobs": [{"name": "node"}],
+                                        "tolerations": [{"operator": "Exists"}]}]
+    answer = submit_as(mapped, "alice", bad)
+    assert answer["status"] == 403, answer
+    assert "spec.podSpecOverrides[0]" in answer["error"] and "tolerations[0]" in answer[
+        "error"], answer
+    unknown = torch_job("unknown", None)
+    unknown["spec"]["podSpecOverrides"] = [{"targetJobs": [{"name": "node"}],
+                                            "hostNetwork": True}]
+    answer = submit_as(mapped, "alice", unknown)
+    assert answer["status"] == 400 and "hostNetwork: not a field" in answer["error"], answer

@@ -258,3 +258,4 @@ def test_deleting_a_trainjob_that_runs_on_slurm_cancels_the_slurm_job(
     (job,) = [j for j in squeue_bridge_jobs() if str(j["job_id"]) == slurm_id]
     assert job["job_state"] == "CANCELLED"
     assert bridge.job(uid)["state"] == "Cancelled"
+

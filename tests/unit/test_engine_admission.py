@@ -11,11 +11,12 @@ import pytest
 from bridge.backend import Admitting
 from bridge.engine import Engine, EngineSettings
 from bridge.errors import PermissionDenied
-from bridge.model import load_trainjob
+from bridge.model import ValidationError, load_trainjob
 from bridge.runtimes import RuntimeCatalog
 from bridge.store import Store
 from k8s_adapter.backend import create
-from tests.unit.builders import ALICE, BOB
+from tests.unit.builders import ALICE, BOB, inventory
+from tests.unit.fakes import FakeBackend
 
 
 def engine(tmp_path: Path) -> Engine:
@@ -48,3 +49,20 @@ def test_a_refusal_is_a_403_and_nothing_is_stored(tmp_path: Path) -> None:
 def test_the_mapped_namespace_is_the_default_not_the_engines(tmp_path: Path) -> None:
     rec = engine(tmp_path).admit(load_trainjob(doc()), ALICE)
     assert rec.job.metadata.namespace == "team-a"
+
+
+@pytest.mark.parametrize("field", ["podSpecOverrides", "runtimePatches"])
+def test_pod_fields_are_refused_by_a_back_end_without_pods(tmp_path: Path, field: str
+                                                           ) -> None:
+    """On Slurm or Flux a pod's fields mean nothing: refused naming them, not ignored."""
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": FakeBackend(inventory())},
+               RuntimeCatalog(), EngineSettings(default_backend="slurm"))
+    job = doc()
+    spec = job["spec"]
+    assert isinstance(spec, dict)
+    spec[field] = [{"targetJobs": [{"name": "node"}], "tolerations": []}] if (
+        field == "podSpecOverrides") else [{"manager": "me"}]
+    with pytest.raises(ValidationError) as err:
+        e.admit(load_trainjob(job), ALICE)
+    assert f"spec.{field}: back end 'slurm' runs no pods" in str(err.value)
+    assert e.store.list_jobs() == []

@@ -28,7 +28,9 @@ PATCH_ENV = [{"name": "KEY", "value": "patched-secret"}, {"name": "FROM", "value
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[Engine]:
-    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": FakeBackend(inventory())},
+    backend = FakeBackend(inventory())
+    backend.runs_pods = True  # it takes the runtime patch (pod fields) the jobs carry
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend},
                RuntimeCatalog(), EngineSettings(default_backend="slurm"))
     yield e
     e.store.close()

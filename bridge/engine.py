@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
 
@@ -96,12 +97,16 @@ class Engine:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._inflight: dict[int, asyncio.Task[None]] = {}
+        #: The owner (uid) of each submission in flight, and the users who had due jobs
+        #: left for a later pass by :meth:`_fair`.
+        self._inflight_owner: dict[int, int] = {}
+        self._capped: set[int] = set()
         self._cancel_sent: dict[int, float] = {}
         #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
         self._suspend_sent: dict[int, bool] = {}
         self._status = StatusTracker(store, settings, forget=self._forget)
         self._dependencies = DependencyGate(store)
-        self._arrays = ArrayThrottle(store)
+        self._arrays = ArrayThrottle(store, lambda: self._inflight.keys())
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
@@ -272,6 +277,7 @@ class Engine:
         due = [r for r in due if not (r.cancel_requested and r.attempts == 0)]
         due = self._dependencies.split(due, now)  # held until their --dependency is met
         due = self._arrays.split(due, now)  # an array's tasks past its throttle wait
+        due = self._fair(due)
         by_backend: dict[str, list[JobRecord]] = {}
         for rec in due:
             # A submit that may still be in flight (daemon killed mid-call): wait it out.
@@ -372,6 +378,7 @@ class Engine:
                         and decision.request is not None):
                     # The next job of this pass must not be placed on these hosts.
                     topology = decision.placement.apply(topology, decision.request)
+            self._inflight_owner[rec.id] = rec.owner.uid
             self._inflight[rec.id] = asyncio.create_task(
                 self._submit(name, backend, rec, decision), name=f"submit-{rec.id}")
 
@@ -450,6 +457,26 @@ class Engine:
                          pinned=bool(decision and decision.pin))
         finally:
             self._inflight.pop(rec.id, None)
+            if self._inflight_owner.pop(rec.id, None) in self._capped:
+                self._wake.set()  # this user's next due jobs may go now
+
+    def _fair(self, due: list[JobRecord]) -> list[JobRecord]:
+        """At most ``max_parallel_submits`` submissions in flight per user: one user's
+        thousand due jobs (an array) go in turns, not all in front of another user's
+        one. The others stay due for a later pass; the end of a capped user's
+        submission wakes the loop."""
+        cap = self.settings.max_parallel_submits
+        counts = Counter(self._inflight_owner.values())
+        self._capped.clear()
+        fair = []
+        for rec in due:
+            uid = rec.owner.uid
+            if counts[uid] >= cap:
+                self._capped.add(uid)
+                continue
+            counts[uid] += 1
+            fair.append(rec)
+        return fair
 
     def _retry_later(self, rec: JobRecord, exc: BaseException) -> None:
         delay = backoff_delay(max(rec.attempts, 1), self.settings.retry_base,

@@ -13,8 +13,10 @@ Contract:
   :meth:`bridge.store.Store.array_in_backend`); the others wait as above.
 * After its decisions, and whenever :meth:`ArrayThrottle.changed` hears (from the
   outbox, through :meth:`bridge.engine_dependency.DependencyGate.wake`) that the state
-  of a task it counted changed (it ended, or was held), an array is looked at once: as many waiting tasks
-  as there are free places are made due, lowest index first. A pass costs one or two
+  of a task it counted changed (it ended, or was held), an array is looked at once: as
+  many waiting tasks as there are free places are made due, lowest index first. A task
+  let go counts while its submission is in flight (the engine's ``inflight``), before
+  its back end has it. A pass costs one or two
   indexed statements per array touched and one per task let go, never one per waiting
   task. After a restart, and every :data:`RECHECK` seconds as a backstop, every array
   with a waiting task is looked at (one query).
@@ -23,7 +25,7 @@ Contract:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import lru_cache
 
 import structlog
@@ -62,8 +64,14 @@ def array_task(rec: JobRecord) -> ArrayTask | None:
 class ArrayThrottle:
     """The throttle of every array (module docstring). One per engine."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store,
+                 inflight: Callable[[], Collection[int]] = frozenset) -> None:
         self.store = store
+        #: The ids whose submission the engine has started and not finished: a task let
+        #: go is one of them (Pending, never tried) until its back end has it.
+        self._inflight = inflight
+        #: array job id -> the tasks let go and maybe still in flight.
+        self._let: dict[int, set[int]] = {}
         #: array job id -> its throttle and the ids of its tasks in their back end, for
         #: the arrays with a waiting task: what a start or end must be matched against.
         self._watch: dict[int, tuple[int, set[int]]] = {}
@@ -83,12 +91,21 @@ class ArrayThrottle:
             for array_id in self.store.arrays_waiting(THROTTLED):
                 limit = self._limit(array_id)
                 if limit is not None:
-                    self._look(array_id, limit, set(self.store.array_in_backend(array_id)),
-                               now)
+                    self._look(array_id, limit, self._in_backend(array_id), now)
             return
         for array_id, (limit, ids) in list(self._watch.items()):
             if ids & job_ids:
-                self._look(array_id, limit, set(self.store.array_in_backend(array_id)), now)
+                self._look(array_id, limit, self._in_backend(array_id), now)
+
+    def _in_backend(self, array_id: int) -> set[int]:
+        """The array's tasks in their back end, or on their way there (let go by this
+        throttle, their submission in flight)."""
+        let = self._let.get(array_id, set()) & set(self._inflight())
+        if let:
+            self._let[array_id] = let
+        else:
+            self._let.pop(array_id, None)
+        return set(self.store.array_in_backend(array_id)) | let
 
     def split(self, records: Iterable[JobRecord], now: float | None = None
               ) -> list[JobRecord]:
@@ -104,11 +121,11 @@ class ArrayThrottle:
                 continue
             entry = touched.get(task.job_id)
             if entry is None:
-                entry = touched[task.job_id] = (
-                    limit, set(self.store.array_in_backend(task.job_id)))
+                entry = touched[task.job_id] = (limit, self._in_backend(task.job_id))
             ids = entry[1]
             if rec.id in ids or len(ids) < limit:
                 ids.add(rec.id)
+                self._let.setdefault(task.job_id, set()).add(rec.id)
                 ready.append(rec)
             elif rec.reason != THROTTLED:
                 self.store.transition(rec.id, JobState.PENDING, THROTTLED,
@@ -129,8 +146,11 @@ class ArrayThrottle:
         if not waiting:
             self._watch.pop(array_id, None)
             return
-        self._watch[array_id] = (limit, in_backend)
-        for job_id in waiting[:max(free, 0)]:
+        woken = waiting[:max(free, 0)]
+        # Also watch the tasks made due: one held or ended by its dependency before it
+        # reaches its back end frees its place again.
+        self._watch[array_id] = (limit, in_backend | set(woken))
+        for job_id in woken:
             self.store.update(job_id, next_attempt_at=now)
 
     def _limit(self, array_id: int) -> int | None:

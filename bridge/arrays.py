@@ -28,13 +28,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["MAX_ARRAY_SIZE", "MAX_TEXT", "THROTTLED", "ArraySpec", "ArrayTask", "parse",
-           "task_env"]
+__all__ = ["MAX_ARRAY_BYTES", "MAX_ARRAY_SIZE", "MAX_TEXT", "THROTTLED", "ArraySpec",
+           "ArrayTask", "parse", "task_env"]
 
 #: The reason (squeue's) of a task that waits because its array's throttle is reached.
 THROTTLED = "JobArrayTaskLimit"
 #: Slurm's default ``MaxArraySize``: indexes are below it.
 MAX_ARRAY_SIZE = 1001
+#: The most one array may store: every task is a job with its own copy of the
+#: document (script included), written in one transaction on the daemon's loop.
+MAX_ARRAY_BYTES = 32 * 1024 * 1024
 #: The longest ``--array`` text read.
 MAX_TEXT = 4096
 

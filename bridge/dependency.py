@@ -116,14 +116,18 @@ class Facts:
 
 def combine(parts: Sequence[Facts]) -> Facts | None:
     """The facts of a job array from its tasks' (None for none): unfinished while any
-    task is (Running when one is), started when every task has (at the last start),
+    task is (Running when one is), started when every task has started or ended (at the
+    last start),
     and when all have ended Failed if one failed, else Cancelled if one was, else
     Succeeded."""
     if not parts:
         return None
     states = {f.state for f in parts}
-    starts = [f.started_at for f in parts]
-    started = max(s for s in starts if s is not None) if None not in starts else None
+    starts = [f.started_at for f in parts if f.started_at is not None]
+    # Started when each task has started or ended without (a task cancelled before it
+    # started counts as started for ``after``, as a plain job does).
+    started = max(starts) if starts and all(
+        f.started_at is not None or f.state in _TERMINAL for f in parts) else None
     if not states <= _TERMINAL:
         live = states - _TERMINAL
         state = "Running" if "Running" in live else sorted(live)[0]
@@ -138,6 +142,7 @@ def parse(text: str) -> Dependency:
         raise ValueError("',' (all of) and '?' (any of) cannot be mixed")
     any_of = "?" in text
     conditions: list[Condition] = []
+    words = 0  # conditions as written (the same one twice counts twice)
     for term in text.split("?" if any_of else ","):
         kind, colon, rest = term.partition(":")
         if kind not in KINDS:
@@ -147,13 +152,16 @@ def parse(text: str) -> Dependency:
         if kind == "singleton":
             if colon:
                 raise ValueError("singleton takes no job id")
-            conditions.append(Condition("singleton"))
-            if len(conditions) > MAX_CONDITIONS:
+            words += 1
+            if Condition("singleton") not in conditions:
+                conditions.append(Condition("singleton"))
+            if words > MAX_CONDITIONS:
                 raise ValueError(f"more than {MAX_CONDITIONS} conditions")
             continue
         if not rest:
             raise ValueError(f"{kind} needs a job id ({kind}:ID)")
         for word in rest.split(":"):
+            words += 1
             ident, plus, delay = word.partition("+")
             m = _ID.fullmatch(ident) if ident.isascii() else None
             if m is None:
@@ -168,8 +176,10 @@ def parse(text: str) -> Dependency:
                     raise ValueError(f"+TIME must be minutes (in {word!r})")
                 minutes = int(delay)
             task = int(m.group(2)) if m.group(2) is not None else None
-            conditions.append(Condition(kind, int(m.group(1)), minutes, task))
-        if len(conditions) > MAX_CONDITIONS:
+            cond = Condition(kind, int(m.group(1)), minutes, task)
+            if cond not in conditions:  # the same condition twice is once
+                conditions.append(cond)
+        if words > MAX_CONDITIONS:
             raise ValueError(f"more than {MAX_CONDITIONS} conditions")
     return Dependency(tuple(conditions), any_of)
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from bridge.arrays import THROTTLED, ArraySpec, ArrayTask
+from bridge.arrays import MAX_ARRAY_BYTES, THROTTLED, ArraySpec, ArrayTask
 from bridge.arrays import parse as parse_array
 from bridge.backend import (
     AdmissionDenied,
@@ -115,7 +115,15 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
             raise refusal
         job.metadata.annotations[ANN_ADOPT_ONLY] = str(refusal)[:4096]
     document = job.to_dict()
-    return Admission(job, backend, plan.num_nodes, options.partition, json.dumps(document),
+    text = json.dumps(document)
+    if spec is not None and len(text) * len(spec.indexes) > MAX_ARRAY_BYTES:
+        raise ValidationError([(
+            f"metadata.annotations[{ANN_SCHEDULING}].array",
+            f"{len(spec.indexes)} tasks of a {len(text) // 1024} KiB job would store "
+            f"{len(text) * len(spec.indexes) // 2**20} MiB, more than the "
+            f"{MAX_ARRAY_BYTES // 2**20} MiB an array may (each task keeps its own copy of "
+            f"the job and its script): shorten the script or split the array")])
+    return Admission(job, backend, plan.num_nodes, options.partition, text,
                      job_summary(job), shape.to_json(),
                      task_rows(document, spec) if spec is not None else ())
 

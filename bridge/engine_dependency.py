@@ -120,12 +120,30 @@ def check_dependency_ids(store: Store, summary: Mapping[str, Any]) -> None:
 
 
 class _Known:
-    """One pass's facts of the jobs dependencies name (each read once a pass), and
-    which of them are the first task of an array (named by its id: every task)."""
+    """One pass's facts of the jobs dependencies name (each read once a pass), of the
+    arrays named by their id (each combined once a pass), and of task ids."""
 
     def __init__(self) -> None:
         self.facts: dict[int, Facts | None] = {}
         self.heads: dict[int, bool] = {}
+        self.arrays: dict[int, Facts | None] = {}
+        self.tasks: dict[tuple[int, int], int | None] = {}
+
+    def task_id(self, array_id: int, index: int, store: Store) -> int | None:
+        key = (array_id, index)
+        if key not in self.tasks:
+            self.tasks[key] = store.task_id(array_id, index)
+        return self.tasks[key]
+
+    def job_or_array(self, job_id: int, store: Store) -> tuple[Facts | None, frozenset[int]]:
+        """The facts of job ``job_id`` and ``{job_id}`` to watch; for an array's id,
+        its tasks' facts combined and ``{-job_id}``."""
+        own = self.facts_of([job_id], store).get(job_id)
+        if own is None or not self.heads.get(job_id):
+            return own, frozenset({job_id}) if own is not None else frozenset()
+        if job_id not in self.arrays:
+            self.arrays[job_id] = array_facts(store, job_id)
+        return self.arrays[job_id], frozenset({-job_id})
 
     def facts_of(self, ids: Sequence[int], store: Store) -> dict[int, Facts]:
         """The facts of the jobs ``ids`` (read once a pass; a purged job has none)."""
@@ -138,11 +156,20 @@ class _Known:
         return {i: f for i in ids if (f := self.facts.get(i)) is not None}
 
 
+def array_facts(store: Store, array_id: int) -> Facts | None:
+    """The combined facts of every task of array ``array_id`` (bridge.dependency)."""
+    return combine([Facts(r.state.value, r.started_at)
+                    for r in store.by_ids(store.array_task_ids(array_id))])
+
+
 class DependencyGate:
     def __init__(self, store: Store) -> None:
         self.store = store
-        #: held job id -> the job ids whose start or end may release it.
+        #: held job id -> the job ids whose start or end may release it (``-A``: array
+        #: A's combined facts, bridge.engine_dependency.array_facts).
         self._held: dict[int, frozenset[int]] = {}
+        #: The combined facts last seen of each watched array.
+        self._arrays: dict[int, Facts | None] = {}
         self._seen = store.last_event_id()
         self._restored = False
 
@@ -163,14 +190,29 @@ class DependencyGate:
             return set()
         changed: set[int] = set()
         moved: set[int] = set()
+        heads = {-w for watched in self._held.values() for w in watched if w < 0}
+        arrays: set[int] = set()
         while self._seen < newest:
             rows = self.store.events_after(self._seen, 1000, upto=newest)
             if not rows:
                 break
-            changed.update(e.job_id for e in rows if e.payload.get("to") in _RELEASING)
-            moved.update(e.job_id for e in rows)
+            for e in rows:
+                moved.add(e.job_id)
+                if e.payload.get("to") in _RELEASING:
+                    changed.add(e.job_id)
+                    if e.payload.get("arrayJobId") in heads:
+                        arrays.add(e.payload["arrayJobId"])
             self._seen = rows[-1].id
         self._seen = newest
+        # A task's start or end wakes what waits for its whole array only when the
+        # array's combined facts change (its first start, its last end, ...): not a
+        # thousand checks of a thousand held tasks for each task that ends.
+        self._arrays = {a: f for a, f in self._arrays.items() if a in heads}
+        for array_id in arrays:
+            facts = array_facts(self.store, array_id)
+            if array_id not in self._arrays or facts != self._arrays[array_id]:
+                self._arrays[array_id] = facts
+                changed.add(-array_id)
         for job_id, watched in list(self._held.items()):
             if watched & changed:
                 del self._held[job_id]
@@ -206,21 +248,22 @@ class DependencyGate:
                 self.store.update(rec.id, next_attempt_at=now + 60)
         return ready
 
-    def _members(self, cond: Condition, rec: JobRecord, known: _Known) -> list[int]:
-        """The ids of the jobs a condition names: the job; every task of an array
-        named by its id; task I of ``A_I``; for ``aftercorr`` the task of the
-        dependent task's index (every task when there is none)."""
+    def _named(self, cond: Condition, rec: JobRecord, known: _Known
+               ) -> tuple[Facts | None, frozenset[int]]:
+        """The facts of what a condition names, and what to watch for it: the job; task
+        I of ``A_I``; for ``aftercorr`` the task of the dependent task's index; every
+        task of an array named by its id (watched as ``-A``: :meth:`wake` says when
+        the array's combined facts change, not each task's)."""
         task = cond.task
         if cond.kind == "aftercorr" and rec.array_task_id is not None:
             task = rec.array_task_id
         if task is not None:
-            found = self.store.task_id(cond.job_id, task)
+            found = known.task_id(cond.job_id, task, self.store)
             if found is not None or cond.kind != "aftercorr":
-                return [found] if found is not None else []
-        head = known.facts_of([cond.job_id], self.store).get(cond.job_id)
-        if head is not None and known.heads.get(cond.job_id):
-            return self.store.array_task_ids(cond.job_id)
-        return [cond.job_id]
+                if found is None:
+                    return None, frozenset()
+                return known.facts_of([found], self.store).get(found), frozenset({found})
+        return known.job_or_array(cond.job_id, self.store)
 
     def _check(self, rec: JobRecord, dep: Dependency, kill: bool, now: float,
                singletons: _Singletons, known: _Known) -> bool:
@@ -229,12 +272,13 @@ class DependencyGate:
         for cond in dep.conditions:
             if cond.kind == "singleton":
                 continue
-            ids = self._members(cond, rec, known)
-            read = known.facts_of(ids, self.store)
-            found = combine([f for i in ids if (f := read.get(i)) is not None])
+            found, watch = self._named(cond, rec, known)
             if found is not None:
                 facts[cond.key] = found
-                named.update(i for i in ids if i in read)
+                named.update(watch)
+                for w in watch:
+                    if w < 0:  # what wake compares the array's next facts with
+                        self._arrays.setdefault(-w, found)
         blockers = singletons.blockers(rec) if dep.singleton else []
         verdict, at = evaluate(dep, facts, now, blockers)
         if verdict is Verdict.READY:

@@ -231,16 +231,16 @@ class JobService:
                        act: Callable[[JobService, JobRecord, Owner], JobRecord]) -> JobRecord:
         """``act`` (:meth:`cancel`, :meth:`hold` ...) on every task of the array whose
         job id is ``head.id``, as scancel and scontrol act on ``A``: a task it does not
-        apply to (:class:`Conflict`: finished, not held ...) is skipped; when it applies
-        to none, the first task's :class:`Conflict` is raised, and any other error at
-        once (the tasks share an owner). Answers the first task, read again."""
-        first: Conflict | None = None
+        apply to (:class:`Conflict`: finished, not held ...; :class:`PermissionDenied`:
+        held by an administrator) is skipped; when it applies to none, the first task's
+        error is raised. Answers the first task, read again."""
+        first: Conflict | PermissionDenied | None = None
         applied = False
         for rec in self._store.by_ids(self._store.array_task_ids(head.id)):
             try:
                 act(self, rec, caller)
                 applied = True
-            except Conflict as exc:
+            except (Conflict, PermissionDenied) as exc:
                 first = first or exc
         if not applied and first is not None:
             raise first

@@ -146,23 +146,20 @@ class Store(OutboxQueries, ArrayQueries):
         try:
             with self._tx() as db:
                 for row in rows:
+                    waits = bool(row.waiting) and state is JobState.PENDING
+                    row_reason = row.waiting if waits and row.waiting else reason
                     cur = db.execute(
                         "INSERT INTO jobs (uid, namespace, name, owner_uid, owner_gid,"
                         " owner_user, backend, origin, document, state, reason, message,"
                         " created_at, updated_at, idempotency_key, request_digest, summary,"
-                        " shape, array_job_id, array_task_id)"
-                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        " shape, array_job_id, array_task_id, next_attempt_at)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (row.uid, meta.namespace, row.name, owner.uid, owner.gid, owner.user,
-                         backend, origin, row.document, state.value, reason, message,
+                         backend, origin, row.document, state.value, row_reason, message,
                          now, now, idempotency_key if first is None else None,
                          request_digest if first is None else None, summary_text,
-                         shape_text, first, row.index),
+                         shape_text, first, row.index, NOT_DUE if waits else 0),
                     )
-                    row_reason = reason
-                    if row.waiting and state is JobState.PENDING:
-                        row_reason = row.waiting
-                        db.execute("UPDATE jobs SET reason=?, next_attempt_at=? WHERE id=?",
-                                   (row_reason, NOT_DUE, cur.lastrowid))
                     job_id = cur.lastrowid
                     assert job_id is not None
                     if first is None:
@@ -172,8 +169,10 @@ class Store(OutboxQueries, ArrayQueries):
                                        (job_id, job_id))
                     self._record(db, job_id, None, state, row_reason, message, now)
         except sqlite3.IntegrityError as exc:
+            named = (f"{meta.namespace}/{meta.name}" if not tasks else
+                     f"{meta.namespace}/{rows[0].name} … {rows[-1].name} (the array's tasks)")
             raise DuplicateJob(
-                f"{owner.user} has an unfinished job named {meta.namespace}/{meta.name} "
+                f"{owner.user} has an unfinished job named {named} "
                 f"(or a job with uid {meta.uid} exists)"
             ) from exc
         assert first is not None
@@ -186,7 +185,8 @@ class Store(OutboxQueries, ArrayQueries):
             (job_id, src.value if src else None, dst.value, reason, message, at),
         )
         row = db.execute("SELECT uid, namespace, name, backend, backend_id, exit_code, "
-                         "owner_user FROM jobs WHERE id=?", (job_id,)).fetchone()
+                         "owner_user, array_job_id, array_task_id FROM jobs WHERE id=?",
+                         (job_id,)).fetchone()
         event = {
             "jobId": job_id, "uid": row["uid"], "namespace": row["namespace"],
             "name": row["name"], "user": row["owner_user"], "backend": row["backend"],
@@ -194,6 +194,8 @@ class Store(OutboxQueries, ArrayQueries):
             "to": dst.value, "reason": reason, "message": message,
             "exitCode": row["exit_code"], "at": at,
         }
+        if row["array_job_id"] is not None:  # a task of an array: A and I beside its id
+            event.update(arrayJobId=row["array_job_id"], arrayTaskId=row["array_task_id"])
         db.execute("INSERT INTO outbox (job_id, event, created_at) VALUES (?,?,?)",
                    (job_id, json.dumps(event), at))
 

@@ -158,7 +158,7 @@ def _tqueue(argv: list[str]) -> int:
             if wanted:
                 jobs = [j for j in jobs
                         if {str(j.get("id")), j.get("name"), j.get("uid"), display_id(j),
-                            str(j.get("arrayJobId"))} & set(wanted)]
+                            str(j.get("arrayJobId", j.get("id")))} & set(wanted)]
             if clusters and "all" not in clusters:
                 jobs = [j for j in jobs if j.get("backend") in clusters]
             if args.json:

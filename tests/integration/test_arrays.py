@@ -132,6 +132,11 @@ def test_bad_arrays_are_refused_naming_the_option(daemon: Daemon, outdir: Path) 
                         ("1-4%0", "throttle"), ("x", "not an index")):
         res = daemon.cli("alice", "tbatch", f"--array={spec}", "--wrap", "true", cwd=outdir)
         assert res.returncode == 1 and "--array" in res.stderr and words in res.stderr, res
+    # Every task keeps its own copy of the script: a thousand of a 64 KiB one is too much.
+    big = outdir / "big.sh"
+    big.write_text("#!/bin/sh\n#SBATCH --array=0-1000\n" + "# padding\n" * 6600 + "true\n")
+    res = daemon.cli("alice", "tbatch", str(big), cwd=outdir)
+    assert res.returncode == 1 and "1001 tasks of a" in res.stderr and "MiB" in res.stderr, res
     assert daemon.api("GET", "/v1/jobs?states=all").json()["items"] == []
 
 

@@ -61,7 +61,7 @@ _CONDITIONS = st.builds(
     st.integers(1, 10**6), st.just(0)) | st.just(Condition("singleton"))
 
 
-@given(st.lists(_CONDITIONS, min_size=1, max_size=8), st.booleans())
+@given(st.lists(_CONDITIONS, min_size=1, max_size=8, unique=True), st.booleans())
 def test_the_normal_form_reads_back(conditions: list[Condition], any_of: bool) -> None:
     dep = Dependency(tuple(conditions), any_of and len(conditions) > 1)
     assert parse(dep.text()) == dep
@@ -91,6 +91,10 @@ def test_each_kind(kind: str, facts: Facts, expected: Verdict) -> None:
     assert evaluate(parse(f"{kind}:5"), {key: facts}, NOW)[0] is expected
 
 
+def test_the_same_condition_twice_is_once() -> None:
+    assert parse("afterany:5:5:6,afterany:5").text() == "afterany:5,afterany:6"
+
+
 def test_a_task_of_an_array_is_named_a_i() -> None:
     dep = parse("afterok:12_3:12,after:7_0+5")
     assert [(c.job_id, c.task) for c in dep.conditions] == [(12, 3), (12, None), (7, 0)]
@@ -103,8 +107,10 @@ def test_a_task_of_an_array_is_named_a_i() -> None:
 
 @pytest.mark.parametrize(("tasks", "expected"), [
     ([OK, OK], Facts("Succeeded", 1.0)),
-    ([OK, FAILED, CANCELLED], Facts("Failed", None)),
-    ([OK, CANCELLED], Facts("Cancelled", None)),
+    ([OK, FAILED, CANCELLED], Facts("Failed", 1.0)),  # ended without a start: started
+    ([OK, CANCELLED], Facts("Cancelled", 1.0)),
+    ([CANCELLED, RUNNING], Facts("Running", NOW - 30)),  # after:A is met at the start
+    ([CANCELLED], Facts("Cancelled", None)),
     ([OK, RUNNING], Facts("Running", NOW - 30)),
     ([PENDING, OK], Facts("Pending", None)),
     ([], None),

@@ -173,3 +173,45 @@ async def test_checks_per_pass_are_bounded(engine: Engine) -> None:
     assert reasons.count("Dependency") == CHECKS_PER_PASS
     await settle(engine)
     assert {engine.store.get(i).reason for i in held} == {"Dependency"}
+
+
+async def test_a_wait_on_a_whole_array_wakes_on_its_combined_change_only(
+        engine: Engine) -> None:
+    """``afterok:A`` watches the array, not each task: a task's end that leaves the
+    array unfinished wakes nothing (a thousand held tasks are not checked a thousand
+    times each); the last end does."""
+    array = admit(engine, array="0-2")
+    waiting = admit(engine, dependency=f"afterok:{array}")
+    await settle(engine)
+    assert engine.store.get(waiting).reason == "Dependency"
+    tasks = engine.store.array_task_ids(array)
+    for task in tasks:  # all start: the array's facts change (it started), once
+        engine.store.transition(task, JobState.RUNNING, "Running", started_at=1.0)
+    await settle(engine)
+    assert engine.store.get(waiting).reason == "Dependency"
+    engine.store.transition(tasks[0], JobState.SUCCEEDED, "Succeeded")
+    engine.store.transition(tasks[1], JobState.SUCCEEDED, "Succeeded")
+    engine._dependencies.wake(100.0)
+    assert engine.store.get(waiting).next_attempt_at > 100.0  # not made due
+    engine.store.transition(tasks[2], JobState.SUCCEEDED, "Succeeded")
+    engine._dependencies.wake(200.0)
+    assert engine.store.get(waiting).next_attempt_at == 200.0
+    await settle(engine)
+    assert waiting in submitted(engine)
+
+
+def test_an_array_named_many_times_is_read_once_a_pass(engine: Engine) -> None:
+    array = admit(engine, array="0-99")
+    text = ":".join([str(array)] * 200)
+    held = [admit(engine, dependency=f"afterany:{text}") for _ in range(3)]
+    reads: list[int] = []
+    store = engine.store
+    original = store.array_task_ids
+
+    def counted(array_id: int) -> list[int]:
+        reads.append(array_id)
+        return original(array_id)
+
+    store.array_task_ids = counted  # type: ignore[method-assign]
+    engine._dependencies.split([store.get(i) for i in held], 1.0)
+    assert reads == [array]  # one read for three jobs naming it 200 times each

@@ -50,7 +50,6 @@ from bridge.backend import (
     Owner,
     StatusBatch,
     SubmitRequest,
-    Suspendable,
 )
 from bridge.backoff import backoff_delay
 from bridge.engine_admission import check_capacity, prepare
@@ -59,6 +58,7 @@ from bridge.engine_dependency import DependencyGate, check_dependency_ids
 from bridge.engine_hold import set_suspend
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
+from bridge.engine_signals import Signals
 from bridge.engine_status import StatusTracker
 from bridge.errors import Conflict, InvalidRequest, PermissionDenied
 from bridge.errors import EngineError as EngineError
@@ -101,9 +101,7 @@ class Engine:
         #: left for a later pass by :meth:`_fair`.
         self._inflight_owner: dict[int, int] = {}
         self._capped: set[int] = set()
-        self._cancel_sent: dict[int, float] = {}
-        #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
-        self._suspend_sent: dict[int, bool] = {}
+        self._signals = Signals(store, backends)
         self._status = StatusTracker(store, settings, forget=self._forget)
         self._dependencies = DependencyGate(store)
         self._arrays = ArrayThrottle(store, lambda: self._inflight.keys())
@@ -290,41 +288,8 @@ class Engine:
                 await self._submit_due(name, self.backends[name], records)
             except Exception:  # cancels below, and other back ends, must still go on
                 log.exception("submitting due jobs failed", backend=name)
-        active = [JobState.SUBMITTED, JobState.RUNNING]
-        await self._send_cancels(now, self.store.list_jobs(active, cancel_requested=True))
-        for name, backend in self.backends.items():
-            if isinstance(backend, Suspendable):
-                # Only jobs that ask for a suspend, show one, or were sent one: most of
-                # the active jobs need nothing, and reading them all every pass cost
-                # tenths of a second at thousands of jobs.
-                sent = [i for i, s in self._suspend_sent.items() if s]
-                candidates = {r.id: r for r in self.store.suspend_candidates(active, name)}
-                for rec in self.store.by_ids([i for i in sent if i not in candidates]):
-                    if rec.state in active and rec.backend == name:
-                        candidates[rec.id] = rec
-                await self._send_suspends(sorted(candidates.values(), key=lambda r: r.id))
-
-    async def _send_suspends(self, active: list[JobRecord]) -> None:
-        """Bring suspendable back ends in line with each active job's ``spec.suspend``."""
-        for rec in active:
-            backend = self.backends.get(rec.backend)
-            if not isinstance(backend, Suspendable) or rec.backend_id is None:
-                continue
-            want = rec.suspend_requested  # from the summary: no document decoded
-            sent = self._suspend_sent.get(rec.id)
-            if sent is None:  # not sent by this process: what the world last showed
-                sent = rec.reason in ("Suspended", "BackendSuspended")
-            if sent == want or rec.cancel_requested:
-                continue
-            try:
-                await backend.set_suspended(rec.backend_id, want)
-            except (BackendUnavailable, BackendRejected) as exc:
-                log.warning("suspend/resume failed; will retry", job_id=rec.id,
-                            error=str(exc))
-                continue
-            self._suspend_sent[rec.id] = want
-            self.store.transition(rec.id, rec.state, "Suspended" if want else "Resumed",
-                                  f"{'suspended' if want else 'resumed'} in {rec.backend}")
+        await self._signals.send_cancels(now)
+        await self._signals.send_suspends()
 
     async def _submit_due(self, name: str, backend: Backend, records: list[JobRecord]) -> None:
         uncertain = [r for r in records if r.attempts > 0]
@@ -513,25 +478,6 @@ class Engine:
                              options=options, owner=rec.owner, placement=pinned, shape=shape,
                              array=array_task(rec))
 
-    async def _send_cancels(self, now: float, active: list[JobRecord]) -> None:
-        for rec in active:
-            if not rec.cancel_requested or rec.backend_id is None:
-                continue
-            if now - self._cancel_sent.get(rec.id, 0.0) < 30.0:
-                continue
-            try:
-                await self.backends[rec.backend].cancel(rec.backend_id, rec.owner)
-                self._cancel_sent[rec.id] = now
-                log.info("cancel sent", job_id=rec.id, backend_id=rec.backend_id)
-            except BackendUnavailable as exc:
-                log.warning("cancel failed; will retry", job_id=rec.id, error=str(exc))
-            except BackendRejected as exc:
-                # Refused (e.g. the world says the owner may not): try again later, but
-                # never let one job's refusal stop the pass for the others.
-                self._cancel_sent[rec.id] = now
-                log.error("back end refused the cancel; will ask again", job_id=rec.id,
-                          error=str(exc))
-
     # -- tracking --------------------------------------------------------------------
 
     def inventory(self, backend: str) -> Inventory | None:
@@ -560,5 +506,4 @@ class Engine:
 
     def _forget(self, job_id: int) -> None:
         """Drop what the engine keeps in memory about a job that has finished."""
-        self._cancel_sent.pop(job_id, None)
-        self._suspend_sent.pop(job_id, None)
+        self._signals.forget(job_id)

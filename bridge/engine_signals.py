@@ -1,0 +1,98 @@
+"""What the engine sends to jobs already in their back ends: cancels and suspends.
+
+Contract (one :class:`Signals` per engine, called once per pass):
+
+* :meth:`Signals.send_cancels` sends a cancel for every Submitted or Running job with a
+  cancel asked for, again at most every :data:`CANCEL_RESEND` seconds until the world
+  reports the end. A refusal or an unreachable back end never stops the others.
+* :meth:`Signals.send_suspends` brings each :class:`bridge.backend.Suspendable` back end
+  in line with each active job's ``spec.suspend``: only the jobs that ask for a suspend,
+  show one, or were sent one are read (most active jobs need nothing; reading them all
+  every pass cost tenths of a second at thousands of jobs).
+* :meth:`Signals.forget` drops what is kept about a finished job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import structlog
+
+from bridge.backend import Backend, BackendRejected, BackendUnavailable, Suspendable
+from bridge.states import JobState
+from bridge.store import JobRecord, Store
+
+__all__ = ["CANCEL_RESEND", "Signals"]
+
+log = structlog.get_logger("hpc_bridge.engine")
+
+#: A cancel not yet seen through is sent again after this many seconds.
+CANCEL_RESEND = 30.0
+_ACTIVE = [JobState.SUBMITTED, JobState.RUNNING]
+
+
+class Signals:
+    """Cancels and suspends for jobs in their back ends (module docstring)."""
+
+    def __init__(self, store: Store, backends: Mapping[str, Backend]) -> None:
+        self.store = store
+        self.backends = backends
+        #: When a cancel was last sent, per job.
+        self._cancel_sent: dict[int, float] = {}
+        #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
+        self._suspend_sent: dict[int, bool] = {}
+
+    def forget(self, job_id: int) -> None:
+        self._cancel_sent.pop(job_id, None)
+        self._suspend_sent.pop(job_id, None)
+
+    async def send_cancels(self, now: float) -> None:
+        for rec in self.store.list_jobs(_ACTIVE, cancel_requested=True):
+            if rec.backend_id is None:
+                continue
+            if now - self._cancel_sent.get(rec.id, 0.0) < CANCEL_RESEND:
+                continue
+            try:
+                await self.backends[rec.backend].cancel(rec.backend_id, rec.owner)
+                self._cancel_sent[rec.id] = now
+                log.info("cancel sent", job_id=rec.id, backend_id=rec.backend_id)
+            except BackendUnavailable as exc:
+                log.warning("cancel failed; will retry", job_id=rec.id, error=str(exc))
+            except BackendRejected as exc:
+                # Refused (e.g. the world says the owner may not): try again later, but
+                # never let one job's refusal stop the pass for the others.
+                self._cancel_sent[rec.id] = now
+                log.error("back end refused the cancel; will ask again", job_id=rec.id,
+                          error=str(exc))
+
+    async def send_suspends(self) -> None:
+        for name, backend in self.backends.items():
+            if not isinstance(backend, Suspendable):
+                continue
+            sent = [i for i, s in self._suspend_sent.items() if s]
+            candidates = {r.id: r for r in self.store.suspend_candidates(_ACTIVE, name)}
+            for rec in self.store.by_ids([i for i in sent if i not in candidates]):
+                if rec.state in _ACTIVE and rec.backend == name:
+                    candidates[rec.id] = rec
+            await self._suspend(sorted(candidates.values(), key=lambda r: r.id))
+
+    async def _suspend(self, active: list[JobRecord]) -> None:
+        for rec in active:
+            backend = self.backends.get(rec.backend)
+            if not isinstance(backend, Suspendable) or rec.backend_id is None:
+                continue
+            want = rec.suspend_requested  # from the summary: no document decoded
+            sent = self._suspend_sent.get(rec.id)
+            if sent is None:  # not sent by this process: what the world last showed
+                sent = rec.reason in ("Suspended", "BackendSuspended")
+            if sent == want or rec.cancel_requested:
+                continue
+            try:
+                await backend.set_suspended(rec.backend_id, want)
+            except (BackendUnavailable, BackendRejected) as exc:
+                log.warning("suspend/resume failed; will retry", job_id=rec.id,
+                            error=str(exc))
+                continue
+            self._suspend_sent[rec.id] = want
+            self.store.transition(rec.id, rec.state, "Suspended" if want else "Resumed",
+                                  f"{'suspended' if want else 'resumed'} in {rec.backend}")

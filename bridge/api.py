@@ -246,7 +246,7 @@ def _action(act: Callable[[JobService, JobRecord, Owner], JobRecord]) -> Handler
         rec = _find(request)
         caller = request[OWNER_KEY]
         if rec.array_job_id == rec.id and request.match_info["ref"] == str(rec.id):
-            rec = service.apply_to_array(rec, caller, act)
+            rec = await service.apply_to_array(rec, caller, act)
         else:
             rec = act(service, rec, caller)
         return web.json_response(job_view(rec, service), status=202)

@@ -56,6 +56,10 @@ __all__ = ["Admission", "Admitted", "AmbiguousJob", "EngineError", "Event", "Job
 
 log = structlog.get_logger("hpc_bridge.service")
 
+#: Tasks of an array acted on (:meth:`JobService.apply_to_array`) between two turns of
+#: the event loop.
+ARRAY_STEP = 32
+
 #: Events one :meth:`JobService.changes` call answers when the caller names no limit.
 CHANGES_LIMIT = 1000
 
@@ -227,16 +231,21 @@ class JobService:
             raise PermissionDenied("Access/permission denied (an administrator's hold)")
         return self._engine.set_suspend(record, False, caller, reason="Released")
 
-    def apply_to_array(self, head: JobRecord, caller: Owner,
-                       act: Callable[[JobService, JobRecord, Owner], JobRecord]) -> JobRecord:
+    async def apply_to_array(self, head: JobRecord, caller: Owner,
+                             act: Callable[[JobService, JobRecord, Owner], JobRecord]
+                             ) -> JobRecord:
         """``act`` (:meth:`cancel`, :meth:`hold` ...) on every task of the array whose
         job id is ``head.id``, as scancel and scontrol act on ``A``: a task it does not
         apply to (:class:`Conflict`: finished, not held ...; :class:`PermissionDenied`:
         held by an administrator) is skipped; when it applies to none, the first task's
-        error is raised. Answers the first task, read again."""
+        error is raised. Answers the first task, read again. The loop serves others
+        between every :data:`ARRAY_STEP` tasks (a thousand are a second's writes)."""
         first: Conflict | PermissionDenied | None = None
         applied = False
-        for rec in self._store.by_ids(self._store.array_task_ids(head.id)):
+        for n, rec in enumerate(self._store.by_ids(self._store.array_task_ids(head.id))):
+            if n and n % ARRAY_STEP == 0:
+                await asyncio.sleep(0)
+                rec = self._store.get(rec.id)  # it may have moved meanwhile
             try:
                 act(self, rec, caller)
                 applied = True

@@ -18,7 +18,7 @@ from bridge.backend import Owner
 from bridge.engine import Engine
 from bridge.engine_admission import task_rows
 from bridge.engine_array import RECHECK, ArrayThrottle, array_task
-from bridge.errors import Conflict
+from bridge.errors import Conflict, PermissionDenied
 from bridge.feed import EventFeed
 from bridge.limits import LimitExceeded, LimitSettings, UserLimits
 from bridge.model import TrainJob, load_trainjob
@@ -355,7 +355,7 @@ def test_an_array_counts_every_task_against_max_active_jobs() -> None:
 # --------------------------------------------------------------------------- service
 
 
-def test_apply_to_array_acts_on_every_task_and_skips_conflicts() -> None:
+async def test_apply_to_array_acts_on_every_task_and_skips_conflicts() -> None:
     store = Store.open(":memory:")
     t = add_array(store, "0-3")
     service = JobService(cast(Engine, SimpleNamespace(store=store)), cast(EventFeed, None))
@@ -367,7 +367,7 @@ def test_apply_to_array_acts_on_every_task_and_skips_conflicts() -> None:
             raise Conflict(f"task {rec.array_task_id}")
         return store.transition(rec.id, JobState.CANCELLED, "Cancelled")
 
-    head = service.apply_to_array(t[0], ALICE, cancel_odd)
+    head = await service.apply_to_array(t[0], ALICE, cancel_odd)
     assert seen == [0, 1, 2, 3] and head.id == t[0].id
     assert [r.state for r in tasks_of(store, t[0].id)] == [
         JobState.PENDING, JobState.CANCELLED, JobState.PENDING, JobState.CANCELLED]
@@ -376,7 +376,7 @@ def test_apply_to_array_acts_on_every_task_and_skips_conflicts() -> None:
         raise Conflict(f"task {rec.array_task_id}")
 
     with pytest.raises(Conflict, match="task 0"):
-        service.apply_to_array(t[0], ALICE, refuse)
+        await service.apply_to_array(t[0], ALICE, refuse)
 
     def deny(svc: JobService, rec: JobRecord, caller: Owner) -> JobRecord:
         seen.append(rec.array_task_id)
@@ -384,5 +384,18 @@ def test_apply_to_array_acts_on_every_task_and_skips_conflicts() -> None:
 
     seen.clear()
     with pytest.raises(PermissionError):
-        service.apply_to_array(t[0], BOB, deny)
+        await service.apply_to_array(t[0], BOB, deny)
     assert seen == [0]
+
+    def admin_held(svc: JobService, rec: JobRecord, caller: Owner) -> JobRecord:
+        if rec.array_task_id == 1:
+            raise PermissionDenied("an administrator's hold")
+        return rec
+
+    assert (await service.apply_to_array(t[0], ALICE, admin_held)).id == t[0].id
+
+    def all_admin_held(svc: JobService, rec: JobRecord, caller: Owner) -> JobRecord:
+        raise PermissionDenied("an administrator's hold")
+
+    with pytest.raises(PermissionDenied):  # applied to none: the first error
+        await service.apply_to_array(t[0], ALICE, all_admin_held)

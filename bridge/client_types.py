@@ -49,6 +49,8 @@ class JobView(TypedDict, total=False):
     arrayJobId: int
     arrayTaskId: int
     arrayTasks: str
+    #: tqueue's: the indexes of the pending tasks folded into this row (squeue's view).
+    foldedTasks: list[int]
     trainJob: dict[str, Any]
     transitions: list[Transition]
 

@@ -132,11 +132,48 @@ class Field(NamedTuple):
 
 
 def display_id(job: JobView) -> str:
-    """The id squeue shows: ``A_I`` for task I of job array A, else the job's id."""
+    """The id squeue shows: ``A_I`` for task I of job array A, ``A_[3-5,9%2]`` for the
+    pending tasks :func:`fold_pending` folded into one row, else the job's id."""
     array = job.get("arrayJobId")
-    if array is not None:
-        return f"{array}_{job.get('arrayTaskId')}"
-    return str(job.get("id"))
+    if array is None:
+        return str(job.get("id"))
+    folded = job.get("foldedTasks") or []
+    if len(folded) > 1:
+        throttle = str(job.get("arrayTasks") or "").partition("%")[2]
+        return f"{array}_[{_ranges(folded)}{'%' + throttle if throttle else ''}]"
+    return f"{array}_{job.get('arrayTaskId')}"
+
+
+def _ranges(indexes: Sequence[int]) -> str:
+    """``1,2,3,5`` as ``1-3,5``."""
+    parts: list[tuple[int, int]] = []
+    for i in sorted(indexes):
+        if parts and parts[-1][1] == i - 1:
+            parts[-1] = (parts[-1][0], i)
+        else:
+            parts.append((i, i))
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def fold_pending(jobs: Sequence[JobView]) -> list[JobView]:
+    """squeue's default view of arrays: the pending tasks of an array that have not
+    reached their back end and wait for the same reason are one row (at the place of
+    the first), ``A_[4-31%4]``; every other job is as it is (``tqueue -r`` folds
+    nothing)."""
+    out: list[JobView] = []
+    groups: dict[tuple[int, str], JobView] = {}
+    for job in jobs:
+        array = job.get("arrayJobId")
+        if array is None or job.get("state") != "Pending" or job.get("backendId"):
+            out.append(job)
+            continue
+        key = (array, str(job.get("reason") or ""))
+        folded = groups.get(key)
+        if folded is None:
+            folded = groups[key] = cast(JobView, {**job, "foldedTasks": []})
+            out.append(folded)
+        folded["foldedTasks"].append(int(job.get("arrayTaskId") or 0))
+    return out
 
 
 _ID = Field("JOBID", lambda j, now: display_id(j))

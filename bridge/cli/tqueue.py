@@ -2,7 +2,7 @@
 
 ::
 
-    tqueue [-u USERS] [--me] [-t STATES] [-j JOBS] [-h] [--json] [-M CLUSTERS|all]
+    tqueue [-u USERS] [--me] [-t STATES] [-j JOBS] [-h] [-r] [--json] [-M CLUSTERS|all]
            [-o FORMAT | -O FIELDS]
 
 Prints squeue's default table (:func:`format_queue`: ``JOBID PARTITION NAME USER ST
@@ -14,9 +14,11 @@ state, like ``squeue -j``), ``-M/--clusters`` those back ends' jobs with a first
 CLUSTER column (the back end's name). ``-o/--format`` and ``-O/--Format`` choose the
 columns as squeue's do (:mod:`bridge.cli.queue_format`; ``-O BackendJobId`` is the back
 end's own id beside the bridge's). ``-h/--noheader`` drops the header line;
-``--json`` prints ``{"items": [...]}`` instead. Errors and exit statuses as every
-command (:mod:`bridge.cli.common`). Values from the daemon are shown with control
-characters escaped.
+``--json`` prints ``{"items": [...]}`` instead. The pending tasks of a job array are
+one line, ``A_[4-31%4]`` (:func:`bridge.cli.queue_format.fold_pending`), as squeue
+shows them; ``-r/--array`` shows one line per task (``--json`` always does). Errors
+and exit statuses as every command (:mod:`bridge.cli.common`). Values from the daemon
+are shown with control characters escaped.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from bridge.cli.queue_format import (
     NAMES,
     Column,
     display_id,
+    fold_pending,
     is_held,
     parse_fields,
     parse_format,
@@ -121,6 +124,9 @@ def _tqueue(argv: list[str]) -> int:
     parser.add_argument("-t", "--states", help="states: PD,R,S,CD,F,CA,... or all")
     parser.add_argument("-j", "--jobs", help="only these jobs (comma-separated ids/names)")
     parser.add_argument("-h", "--noheader", action="store_true", help="no header line")
+    parser.add_argument("-r", "--array", action="store_true",
+                        help="one line per task of an array (else its pending tasks are "
+                             "one line, A_[4-31%%4], as squeue shows them)")
     parser.add_argument("--json", action="store_true", help="print the jobs as JSON")
     parser.add_argument("-M", "--clusters",
                         help="only these back ends' jobs (comma-separated, or all), "
@@ -164,7 +170,8 @@ def _tqueue(argv: list[str]) -> int:
             if args.json:
                 collected += jobs
             elif jobs or header:
-                sys.stdout.write(format_queue(jobs, header=header, cluster=bool(clusters),
+                shown = jobs if args.array else fold_pending(jobs)
+                sys.stdout.write(format_queue(shown, header=header, cluster=bool(clusters),
                                               columns=columns))
                 header = False
     if args.json:

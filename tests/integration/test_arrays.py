@@ -99,10 +99,13 @@ def test_the_throttle_holds_and_tcancel_takes_a_task_or_the_array(
     assert [t["state"] for t in tasks[2:]] == ["Pending", "Pending"], tasks
     assert all(t["reason"] == "JobArrayTaskLimit" and t["backendId"] is None
                for t in tasks[2:]), tasks
-    queue = daemon.cli("alice", "tqueue", "-h", "-j", str(array), "-o", "%i %t %R")
+    queue = daemon.cli("alice", "tqueue", "-h", "-r", "-j", str(array), "-o", "%i %t %R")
     rows = sorted(queue.stdout.splitlines())
     assert rows[2:] == [f"{array}_2 PD (JobArrayTaskLimit)",
                         f"{array}_3 PD (JobArrayTaskLimit)"], rows
+    folded = daemon.cli("alice", "tqueue", "-h", "-j", str(array), "-o", "%i %t %R")
+    assert folded.stdout.splitlines()[-1] == f"{array}_[2-3%2] PD (JobArrayTaskLimit)", (
+        folded)  # squeue's view
     assert daemon.cli("bob", "tcancel", str(array)).returncode != 0  # not bob's
     assert daemon.cli("alice", "tcancel", f"{array}_[1]").returncode == 0  # scancel's form
     assert daemon.wait_state(f"{array}_1", TERMINAL)["state"] == "Cancelled"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import cast
 
 import pytest
 from hypothesis import given
@@ -19,7 +20,7 @@ from bridge.arrays import (
     parse,
     task_env,
 )
-from bridge.cli.queue_format import LETTERS, NAMES, display_id
+from bridge.cli.queue_format import LETTERS, NAMES, display_id, fold_pending
 from bridge.cli.tcancel import expand_tasks
 from bridge.client_types import JobView
 from bridge.jobid import ID_VARIABLE, UID_VARIABLE, identity_env, pin_job_id
@@ -263,3 +264,24 @@ def test_display_id_and_the_array_fields() -> None:
 ])
 def test_tcancel_expands_scancels_task_lists(ref: str, expected: list[str]) -> None:
     assert expand_tasks(ref) == expected
+
+
+def _task(i: int, state: str = "Pending", reason: str = "JobArrayTaskLimit",
+          backend_id: str | None = None) -> JobView:
+    return cast(JobView, {"id": 40 + i, "arrayJobId": 40, "arrayTaskId": i,
+                          "arrayTasks": "0-9%2", "state": state, "reason": reason,
+                          "backendId": backend_id})
+
+
+def test_tqueue_folds_an_arrays_pending_tasks_as_squeue_does() -> None:
+    running = [_task(0, "Running", "Submitted", "7"), _task(1, "Running", "Submitted", "8")]
+    waiting = [_task(i) for i in (2, 3, 4, 6, 9)]
+    plain = cast(JobView, {"id": 99, "state": "Pending", "reason": "Created"})
+    shown = fold_pending([*running, *waiting, plain])
+    assert [display_id(j) for j in shown] == ["40_0", "40_1", "40_[2-4,6,9%2]", "99"]
+    one = fold_pending([_task(5)])
+    assert [display_id(j) for j in one] == ["40_5"]
+    # Another reason (a dependency) is another row; a task in its back end is its own.
+    mixed = fold_pending([_task(2), _task(3, reason="Dependency"), _task(4),
+                          _task(5, backend_id="9")])
+    assert [display_id(j) for j in mixed] == ["40_[2,4%2]", "40_3", "40_5"]

@@ -32,6 +32,7 @@ __all__ = [
     "clean",
     "connect",
     "err",
+    "expand_tasks",
     "nodelist",
     "parse_time",
     "run",
@@ -119,3 +120,28 @@ def nodelist(nodes: Iterable[str] | None) -> str:
         return str(hostlist.collect_hostlist(names))
     except (hostlist.BadHostlist, ValueError):  # a name it cannot compress is still shown
         return ",".join(names)
+
+
+_TASKS = re.compile(r"([1-9][0-9]{0,17})_\[([0-9,\-:]{1,4096})\]")
+#: The most task references one ``A_[...]`` expands to (a job array's tasks are fewer).
+MAX_TASKS = 100_000
+
+
+def expand_tasks(ref: str) -> list[str]:
+    """``A_[1-3,7]`` (scancel's task list, ``N-M:STEP`` too) as ``A_1 A_2 A_3 A_7``;
+    any other reference as itself (one that does not read as a list is sent as it is,
+    and the daemon answers that no such job exists)."""
+    m = _TASKS.fullmatch(ref)
+    if m is None:
+        return [ref]
+    out: list[str] = []
+    for part in m.group(2).split(","):
+        span, _, step = part.partition(":")
+        first, _, last = span.partition("-")
+        if not (first.isdigit() and (last or first).isdigit() and (step or "1").isdigit()):
+            return [ref]
+        lo, hi, by = int(first), int(last or first), int(step or "1")
+        if by < 1 or hi < lo or len(out) + (hi - lo) // by >= MAX_TASKS:
+            return [ref]
+        out += [f"{m.group(1)}_{i}" for i in range(lo, hi + 1, by)]
+    return out

@@ -20,7 +20,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bridge.cli.common import ArgumentParser, clean, connect, nodelist, parse_time, run
+from bridge.cli.common import (
+    ArgumentParser,
+    clean,
+    connect,
+    expand_tasks,
+    nodelist,
+    parse_time,
+    run,
+)
 from bridge.client import JobView
 from bridge.slurmtime import format_minutes
 
@@ -182,6 +190,16 @@ def _tshow(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     with connect() as client:
         job = client.get_job(args.job)
+        array = job.get("arrayJobId")
+        if (not (args.json or args.yaml) and array is not None and array == job.get("id")
+                and args.job == str(array)):
+            # scontrol show job A: every task of the array, a record each.
+            spec = str(job.get("arrayTasks") or "").partition("%")[0]
+            refs = expand_tasks(f"{array}_[{spec}]") if spec else []
+            first = f"{array}_{job.get('arrayTaskId')}"
+            tasks = [client.get_job(ref) for ref in refs if ref != first]
+            sys.stdout.write("\n".join(format_show(j) for j in [job, *tasks]))
+            return 0
     if args.json:
         print(json.dumps(job, indent=2, ensure_ascii=False))
     elif args.yaml:

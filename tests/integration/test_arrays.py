@@ -83,6 +83,9 @@ def test_an_array_runs_as_sbatchs_does_on_slurm(daemon: Daemon, outdir: Path) ->
         assert got == ref == f"{index} 4 1 7 2\n", (index, got, ref)
     show = daemon.cli("alice", "tshow", f"{ours}_5").stdout
     assert f"ArrayJobId={ours} ArrayTaskId=5 ArrayTasks=1,3,5,7%3" in show, show
+    every = daemon.cli("alice", "tshow", str(ours)).stdout  # scontrol show job A: each
+    assert [f"ArrayTaskId={i}" in rec for i, rec in zip(
+        (1, 3, 5, 7), every.split("\n\n"), strict=True)] == [True] * 4, every
 
 
 def test_the_throttle_holds_and_tcancel_takes_a_task_or_the_array(

@@ -1,6 +1,7 @@
 """When a job may start, end to end (issue 12): --dependency (tbatch's pipeline on the
 real Slurm, jobs that can never start, a Slurm job that waits for a Flux job: one
-daemon, both back ends) and --hold with tcontrol release.
+daemon, both back ends; and across Slurm and the Kubernetes bed) and --hold with
+tcontrol release.
 
 Ordering is by conditions, never by sleeps: the first job waits for a file the test
 writes only after it has seen the second one held."""
@@ -17,6 +18,9 @@ import pytest
 from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, wait_for
 from tests.integration.conftest import rest_settings
 from tests.integration.conftest_flux import flux_settings
+from tests.integration.k8s_bridge import k8s_daemon
+from tests.integration.k8s_users import users_namespace
+from tests.integration.k8sbed import K8sBed
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +152,45 @@ def test_a_slurm_job_waits_for_a_flux_job(slurm_and_flux: Daemon, outdir: Path) 
     done = d.wait_state(on_slurm, TERMINAL, timeout=180)
     assert (done["state"], done["backend"]) == ("Succeeded", "slurm"), done
     assert (outdir / f"s-{on_slurm}.out").read_text() == "flux-go\n"
+
+
+@pytest.fixture
+def slurm_and_k8s(k8s: K8sBed, k8s_namespace: str, testbed: dict[str, str]
+                  ) -> Iterator[Daemon]:
+    """One daemon, two worlds: Kubernetes (alice mapped to the test namespace) and the
+    Slurm bed."""
+    users_namespace(k8s, k8s_namespace)
+    d = k8s_daemon(k8s, k8s_namespace, slurm=testbed)
+    d.backend_settings.update({"users.alice.namespace": k8s_namespace,
+                               "users.alice.service_account": "alice",
+                               "default_image": "busybox:1.36", "placement": "constraints"})
+    d.start()
+    yield d
+    d.stop()
+    cleanup(d.workdir)
+
+
+def test_dependencies_cross_slurm_and_kubernetes(slurm_and_k8s: Daemon, outdir: Path
+                                                 ) -> None:
+    """On the Kubernetes bed: a JobSet waits for a Slurm job, and a Slurm job for a
+    Kubernetes array (every task), the bridge holding each until its dependency is met."""
+    d = slurm_and_k8s
+    on_slurm = tbatch(d, "--backend", "slurm", "--wrap", gated(outdir, "k8s-go"), cwd=outdir)
+    pod = tbatch(d, "--backend", "kubernetes", "-d", f"afterok:{on_slurm}", "--wrap",
+                 "echo after slurm", cwd=d.workdir)
+    held = with_reason(d, pod, "Dependency")
+    assert held["backendId"] is None
+    array = tbatch(d, "--backend", "kubernetes", "--array=0-1", "--wrap", "true",
+                   cwd=d.workdir)
+    after_array = tbatch(d, "--backend", "slurm", "-d", f"afterok:{array}", "-o",
+                         f"{outdir}/after-array.out", "--wrap", "echo after the array",
+                         cwd=outdir)
+    done = d.wait_state(after_array, TERMINAL, timeout=180)
+    assert done["state"] == "Succeeded", done
+    tasks = [d.job(f"{array}_{i}") for i in (0, 1)]
+    assert all(t["state"] == "Succeeded" for t in tasks), tasks
+    assert done["startTime"] >= max(t["endTime"] for t in tasks)
+    assert d.job(pod)["reason"] == "Dependency"  # its Slurm job still waits for the gate
+    open_gate(outdir, "k8s-go")
+    ran = d.wait_state(pod, TERMINAL, timeout=180)
+    assert (ran["state"], ran["backend"]) == ("Succeeded", "kubernetes"), ran

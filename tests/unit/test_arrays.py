@@ -20,8 +20,8 @@ from bridge.arrays import (
     parse,
     task_env,
 )
+from bridge.cli.common import expand_tasks
 from bridge.cli.queue_format import LETTERS, NAMES, display_id, fold_pending
-from bridge.cli.tcancel import expand_tasks
 from bridge.client_types import JobView
 from bridge.jobid import ID_VARIABLE, UID_VARIABLE, identity_env, pin_job_id
 

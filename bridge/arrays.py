@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bridge.ranges import compress
+
 __all__ = ["MAX_ARRAY_BYTES", "MAX_ARRAY_SIZE", "MAX_TEXT", "THROTTLED", "ArraySpec",
            "ArrayTask", "parse", "task_env"]
 
@@ -53,16 +55,7 @@ class ArraySpec:
 
     def text(self) -> str:
         """The normal form: ranges of consecutive indexes, then ``%N``."""
-        parts: list[str] = []
-        start = prev = self.indexes[0]
-        for i in (*self.indexes[1:], None):
-            if i is not None and i == prev + 1:
-                prev = i
-                continue
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            if i is not None:
-                start = prev = i
-        return ",".join(parts) + (f"%{self.limit}" if self.limit is not None else "")
+        return compress(self.indexes) + (f"%{self.limit}" if self.limit is not None else "")
 
     @property
     def step(self) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 from bridge.backend import NodeInfo
 from bridge.errors import BridgeError
+from bridge.ranges import compress as compress_ids
 from mpi_launch.allocation import AllocationError, parse_idset
 from mpi_launch.hostlist import HostlistError, compress, expand
 
@@ -214,17 +215,7 @@ _RANKED = re.compile(r"(?P<host>[^@]+)@(?P<rank>[0-9]{1,9})")
 
 def _idset(ranks: Sequence[int]) -> str:
     """RFC 22 idset of ``ranks`` (``0-2,5``)."""
-    parts: list[str] = []
-    ordered = sorted(set(ranks))
-    start = prev = ordered[0]
-    for r in [*ordered[1:], None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ",".join(parts)
+    return compress_ids(ranks)
 
 
 def placement_constraint(names: Sequence[str]) -> dict[str, object]:

@@ -22,6 +22,7 @@ from typing import NamedTuple, cast
 
 from bridge.cli.common import UserError, clean, nodelist, parse_time
 from bridge.client_types import JobView
+from bridge.ranges import compress
 from bridge.slurmtime import format_seconds
 
 __all__ = ["COMPACT_STATES", "DEFAULT_FORMAT", "Column", "is_held", "parse_fields",
@@ -140,19 +141,8 @@ def display_id(job: JobView) -> str:
     folded = job.get("foldedTasks") or []
     if len(folded) > 1:
         throttle = str(job.get("arrayTasks") or "").partition("%")[2]
-        return f"{array}_[{_ranges(folded)}{'%' + throttle if throttle else ''}]"
+        return f"{array}_[{compress(folded)}{'%' + throttle if throttle else ''}]"
     return f"{array}_{job.get('arrayTaskId')}"
-
-
-def _ranges(indexes: Sequence[int]) -> str:
-    """``1,2,3,5`` as ``1-3,5``."""
-    parts: list[tuple[int, int]] = []
-    for i in sorted(indexes):
-        if parts and parts[-1][1] == i - 1:
-            parts[-1] = (parts[-1][0], i)
-        else:
-            parts.append((i, i))
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
 
 
 def fold_pending(jobs: Sequence[JobView]) -> list[JobView]:

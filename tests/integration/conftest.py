@@ -27,6 +27,7 @@ from tests.integration.conftest_flux import (  # noqa: F401 - registers the fixt
     flux_daemon_fixture,
 )
 from tests.integration.conftest_k8s import (  # noqa: F401 - registers the fixtures
+    k8s_alice_fixture,
     k8s_fixture,
     k8s_namespace_fixture,
 )

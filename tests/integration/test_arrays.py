@@ -10,15 +10,13 @@ it has seen the throttle hold.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.bed import Daemon, cleanup, wait_for
+from tests.integration.bed import Daemon, wait_for
 from tests.integration.k8s_bridge import jobsets
-from tests.integration.k8s_users import start_bridge, users_namespace
 from tests.integration.k8sbed import K8sBed
 
 pytestmark = pytest.mark.integration
@@ -146,23 +144,12 @@ def test_bad_arrays_are_refused_naming_the_option(daemon: Daemon, outdir: Path) 
     assert daemon.api("GET", "/v1/jobs?states=all").json()["items"] == []
 
 
-@pytest.fixture
-def k8s_arrays(k8s: K8sBed, k8s_namespace: str) -> Iterator[Daemon]:
-    users_namespace(k8s, k8s_namespace)
-    daemon = start_bridge(k8s, k8s_namespace, placement="constraints", **{
-        "users.alice.namespace": k8s_namespace, "users.alice.service_account": "alice",
-        "default_image": "busybox:1.36"})
-    yield daemon
-    daemon.stop()
-    cleanup(daemon.workdir)
-
-
-def test_an_array_on_kubernetes(k8s: K8sBed, k8s_namespace: str, k8s_arrays: Daemon
+def test_an_array_on_kubernetes(k8s: K8sBed, k8s_namespace: str, k8s_alice: Daemon
                                 ) -> None:
     """One JobSet per task, each pod told its task (SLURM_ARRAY_*; the bed's nodes run
     no containers, so what a pod is told is read from its JobSet); the throttle holds
     the third task until one of the first two ends."""
-    d = k8s_arrays
+    d = k8s_alice
     array = submit(d, "--backend", "kubernetes", "--array=2-4%2", "--wrap",
                    "echo task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID",
                    cwd=d.workdir)

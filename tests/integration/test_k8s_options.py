@@ -12,51 +12,37 @@ affinity the real scheduler obeys (k8s_adapter/affinity.py), in placement mode
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.bed import Daemon, cleanup
+from tests.integration.bed import Daemon
 from tests.integration.k8s_bridge import jobsets, pods
-from tests.integration.k8s_users import start_bridge, submit_as, torch_job, users_namespace
+from tests.integration.k8s_users import submit_as, torch_job
 from tests.integration.k8sbed import K8sBed
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def scheduler_places(k8s: K8sBed, k8s_namespace: str) -> Iterator[Daemon]:
-    """A daemon whose Kubernetes back end lets the scheduler place pods (mode
-    ``constraints``: the bridge pins nothing), alice mapped to the test namespace."""
-    users_namespace(k8s, k8s_namespace)
-    daemon = start_bridge(k8s, k8s_namespace, placement="constraints", **{
-        "users.alice.namespace": k8s_namespace, "users.alice.service_account": "alice",
-        "default_image": "busybox:1.36"})
-    yield daemon
-    daemon.stop()
-    cleanup(daemon.workdir)
-
-
 def test_options_a_pod_cannot_honour_are_refused_together_by_tbatch(
-        k8s: K8sBed, k8s_namespace: str, scheduler_places: Daemon) -> None:
-    script = scheduler_places.workdir / "slurmish.sh"
+        k8s: K8sBed, k8s_namespace: str, k8s_alice: Daemon) -> None:
+    script = k8s_alice.workdir / "slurmish.sh"
     script.write_text("#!/bin/sh\n#SBATCH --qos=high\n#SBATCH -o run-%j.out\n"
                       "#SBATCH --exclusive -D /scratch/alice\n#SBATCH --mail-type=END\n"
                       "echo hi\n")
     script.chmod(0o644)
-    res = scheduler_places.cli("alice", "tbatch", "--backend", "kubernetes", str(script),
-                               cwd=scheduler_places.workdir)
+    res = k8s_alice.cli("alice", "tbatch", "--backend", "kubernetes", str(script),
+                               cwd=k8s_alice.workdir)
     assert res.returncode != 0, res
     for flag in ("--qos", "--output", "--exclusive", "--chdir", "--mail-type"):
         assert f"{flag} is not supported by back end 'kubernetes'" in res.stderr, (flag, res)
-    assert scheduler_places.api("GET", "/v1/jobs").json()["items"] == []
+    assert k8s_alice.api("GET", "/v1/jobs").json()["items"] == []
     assert jobsets(k8s, k8s_namespace) == []
     # The same script without them runs there (the submitting directory is not -D).
     script.write_text("#!/bin/sh\n#SBATCH -N 1 -t 5\necho hi\n")
-    res = scheduler_places.cli("alice", "tbatch", "--parsable", "--backend", "kubernetes",
-                               str(script), cwd=scheduler_places.workdir)
+    res = k8s_alice.cli("alice", "tbatch", "--parsable", "--backend", "kubernetes",
+                               str(script), cwd=k8s_alice.workdir)
     assert res.returncode == 0, res
-    done = scheduler_places.wait_state(int(res.stdout), ["Succeeded", "Failed"], timeout=120)
+    done = k8s_alice.wait_state(int(res.stdout), ["Succeeded", "Failed"], timeout=120)
     assert done["state"] == "Succeeded", done
     [js] = jobsets(k8s, k8s_namespace)
     job_spec = js["spec"]["replicatedJobs"][0]["template"]["spec"]
@@ -64,22 +50,22 @@ def test_options_a_pod_cannot_honour_are_refused_together_by_tbatch(
 
 
 def test_the_scheduler_obeys_exclude_and_constraint(
-        k8s: K8sBed, k8s_namespace: str, scheduler_places: Daemon) -> None:
+        k8s: K8sBed, k8s_namespace: str, k8s_alice: Daemon) -> None:
     """Rack rack-2 is kwok-node-3 and -4; without kwok-node-3 only kwok-node-4 is left,
     so the real scheduler puts both pods there."""
     doc = torch_job("picky", None, nodes=2)
     doc["metadata"]["annotations"]["hpc-bridge.io/scheduling"] = json.dumps({
         "exclude": "kwok-node-3", "constraint": "topology.hpc-bridge.io/rack=rack-2&type"})
-    answer = submit_as(scheduler_places, "alice", doc)
+    answer = submit_as(k8s_alice, "alice", doc)
     assert answer["status"] == 201, answer
-    done = scheduler_places.wait_state(answer["id"], ["Succeeded", "Failed"], timeout=120)
+    done = k8s_alice.wait_state(answer["id"], ["Succeeded", "Failed"], timeout=120)
     assert done["state"] == "Succeeded", done
     placed = {p["spec"].get("nodeName") for p in pods(k8s, k8s_namespace)}
     assert placed == {"kwok-node-4"}, placed
 
 
 def test_a_constraint_on_hosts_or_node_roles_is_refused(
-        k8s: K8sBed, k8s_namespace: str, scheduler_places: Daemon) -> None:
+        k8s: K8sBed, k8s_namespace: str, k8s_alice: Daemon) -> None:
     """--nodelist is refused; a constraint on kubernetes.io/hostname would be it by
     another name, and a job must not pick control-plane nodes."""
     for constraint in ("kubernetes.io/hostname=kwok-node-1",
@@ -87,18 +73,18 @@ def test_a_constraint_on_hosts_or_node_roles_is_refused(
         doc = torch_job("roles", None)
         doc["metadata"]["annotations"]["hpc-bridge.io/scheduling"] = json.dumps(
             {"constraint": constraint})
-        answer = submit_as(scheduler_places, "alice", doc)
+        answer = submit_as(k8s_alice, "alice", doc)
         assert answer["status"] == 400, answer
         assert "names hosts or node roles" in answer["error"], answer
     assert jobsets(k8s, k8s_namespace) == []
 
 
 def test_a_constraint_kubernetes_cannot_express_is_refused(
-        k8s: K8sBed, k8s_namespace: str, scheduler_places: Daemon) -> None:
+        k8s: K8sBed, k8s_namespace: str, k8s_alice: Daemon) -> None:
     doc = torch_job("orish", None)
     doc["metadata"]["annotations"]["hpc-bridge.io/scheduling"] = json.dumps(
         {"constraint": "rack-1|rack-2", "switches": 1})
-    answer = submit_as(scheduler_places, "alice", doc)
+    answer = submit_as(k8s_alice, "alice", doc)
     assert answer["status"] == 400, answer
     assert "--constraint is not supported by back end 'kubernetes'" in answer["error"]
     assert "--switches is not supported by back end 'kubernetes'" in answer["error"]

@@ -97,11 +97,12 @@ class Engine:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._inflight: dict[int, asyncio.Task[None]] = {}
-        #: The owner (uid) of each submission in flight, and the users who had due jobs
-        #: left for a later pass by :meth:`_fair`.
+        #: The owner (uid) of each submission in flight, this pass's count of them per
+        #: user, and the users who had due jobs left for a later pass (reconcile_once).
         self._inflight_owner: dict[int, int] = {}
+        self._load: Counter[int] = Counter()
         self._capped: set[int] = set()
-        self._signals = Signals(store, backends)
+        self._signals = Signals(store, self.backends)
         self._status = StatusTracker(store, settings, forget=self._forget)
         self._dependencies = DependencyGate(store)
         self._arrays = ArrayThrottle(store, lambda: self._inflight.keys())
@@ -239,11 +240,11 @@ class Engine:
         self.ready.set()
         try:
             while not self._stopping.is_set():
+                self._wake.clear()  # a wake during the pass makes the next one at once
                 try:
                     await self.reconcile_once()
                 except Exception:  # a bug must not kill the daemon; log and go on
                     log.exception("reconcile pass failed")
-                self._wake.clear()
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval)
         finally:
@@ -275,7 +276,13 @@ class Engine:
         due = [r for r in due if not (r.cancel_requested and r.attempts == 0)]
         due = self._dependencies.split(due, now)  # held until their --dependency is met
         due = self._arrays.split(due, now)  # an array's tasks past its throttle wait
-        due = self._fair(due)
+        # At most max_parallel_submits submissions in flight per user: one user's
+        # thousand due jobs (an array) go in turns, not all in front of another user's
+        # one; the others stay due, and the end of a capped user's submission wakes the
+        # loop. Counted where a submission starts (_submit_due), so a job that waits
+        # for topology or its submit window takes no turn.
+        self._load = Counter(self._inflight_owner.values())
+        self._capped.clear()
         by_backend: dict[str, list[JobRecord]] = {}
         for rec in due:
             # A submit that may still be in flight (daemon killed mid-call): wait it out.
@@ -323,6 +330,9 @@ class Engine:
                 self.store.transition(rec.id, JobState.CANCELLED, "Cancelled",
                                       "cancelled before submission", submitting_since=None)
                 continue
+            if self._load[rec.owner.uid] >= self.settings.max_parallel_submits:
+                self._capped.add(rec.owner.uid)  # its turn comes (reconcile_once)
+                continue
             refusal = rec.job.metadata.annotations.get(ANN_ADOPT_ONLY)
             if refusal is not None:  # re-admitted, refused today, not in its back end
                 self.store.transition(rec.id, JobState.FAILED, "InvalidJob",
@@ -344,6 +354,7 @@ class Engine:
                     # The next job of this pass must not be placed on these hosts.
                     topology = decision.placement.apply(topology, decision.request)
             self._inflight_owner[rec.id] = rec.owner.uid
+            self._load[rec.owner.uid] += 1
             self._inflight[rec.id] = asyncio.create_task(
                 self._submit(name, backend, rec, decision), name=f"submit-{rec.id}")
 
@@ -377,6 +388,7 @@ class Engine:
 
     async def _submit(self, name: str, backend: Backend, rec: JobRecord,
                       decision: PlacementDecision | None = None) -> None:
+        claimed: JobRecord | None = None
         try:
             async with self._submit_slots:
                 now = time.time()
@@ -424,24 +436,9 @@ class Engine:
             self._inflight.pop(rec.id, None)
             if self._inflight_owner.pop(rec.id, None) in self._capped:
                 self._wake.set()  # this user's next due jobs may go now
-
-    def _fair(self, due: list[JobRecord]) -> list[JobRecord]:
-        """At most ``max_parallel_submits`` submissions in flight per user: one user's
-        thousand due jobs (an array) go in turns, not all in front of another user's
-        one. The others stay due for a later pass; the end of a capped user's
-        submission wakes the loop."""
-        cap = self.settings.max_parallel_submits
-        counts = Counter(self._inflight_owner.values())
-        self._capped.clear()
-        fair = []
-        for rec in due:
-            uid = rec.owner.uid
-            if counts[uid] >= cap:
-                self._capped.add(uid)
-                continue
-            counts[uid] += 1
-            fair.append(rec)
-        return fair
+            if claimed is None and rec.array_job_id is not None:
+                # Let go by its array's throttle but never submitted: its place is free.
+                self._arrays.changed({rec.id}, time.time())
 
     def _retry_later(self, rec: JobRecord, exc: BaseException) -> None:
         delay = backoff_delay(max(rec.attempts, 1), self.settings.retry_base,

@@ -40,12 +40,12 @@ from bridge.backend import (
 )
 from bridge.engine import Engine, EngineError
 from bridge.engine_settings import Admission
-from bridge.errors import Conflict, PermissionDenied
+from bridge.errors import BridgeError, Conflict, PermissionDenied
 from bridge.feed import EventFeed
 from bridge.model import TrainJob
 from bridge.outbox import Event
 from bridge.refs import AmbiguousJob
-from bridge.states import JobState
+from bridge.states import IllegalTransition, JobState
 from bridge.store import JobNotFound, JobRecord, Transition
 
 #: Reasons of a held job (``tbatch --hold``, ``tcontrol hold``), as Slurm names them.
@@ -240,19 +240,20 @@ class JobService:
         held by an administrator) is skipped; when it applies to none, the first task's
         error is raised. Answers the first task, read again. The loop serves others
         between every :data:`ARRAY_STEP` tasks (a thousand are a second's writes)."""
-        first: Conflict | PermissionDenied | None = None
+        first: BridgeError | None = None
         applied = False
-        for n, rec in enumerate(self._store.by_ids(self._store.array_task_ids(head.id))):
+        for n, job_id in enumerate(self._store.array_task_ids(head.id)):
             if n and n % ARRAY_STEP == 0:
                 await asyncio.sleep(0)
-                rec = self._store.get(rec.id)  # it may have moved meanwhile
             try:
-                act(self, rec, caller)
+                # Read just before acting, with no await between: the engine moves
+                # tasks while the loop serves others (a claim, an end).
+                act(self, self._store.get(job_id), caller)
                 applied = True
-            except (Conflict, PermissionDenied) as exc:
+            except (Conflict, PermissionDenied, IllegalTransition) as exc:
                 first = first or exc
         if not applied and first is not None:
-            raise first
+            raise Conflict(str(first)) if isinstance(first, IllegalTransition) else first
         return self._store.get(head.id)
 
     @staticmethod

@@ -73,7 +73,7 @@ class AccessPolicy:
         try:
             check_patches(job.spec.runtime_patches, self.allow_privileges, self._allow_setting)
             # A malformed override is refused (400) when the JobSet is laid out.
-            with suppress(BackendRejected):
+            with suppress(BackendRejected, TypeError, ValueError, AttributeError):
                 check_patches(as_runtime_patches(job.spec.pod_spec_overrides),
                               self.allow_privileges, self._allow_setting,
                               field="spec.podSpecOverrides")

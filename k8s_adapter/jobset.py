@@ -325,6 +325,8 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             "replicatedJobs": replicated,
         },
     }
+    sizes = {rj["name"]: _size(rj) for rj in replicated}
+    js_spec = {k: body["spec"].get(k) for k in _KEPT_SPEC}
     for field, patches in (("spec.podSpecOverrides",
                             as_runtime_patches(job.spec.pod_spec_overrides)),
                            ("spec.runtimePatches", job.spec.runtime_patches or [])):
@@ -337,15 +339,41 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
                     f"{field}[{i}].trainingRuntimeSpec.template: must be a mapping")
             body = _apply_template_patch(body, template, f"{field}[{i}]")
     # Whatever the patches said, the bridge's identity labels, the user's --exclude and
-    # --constraint, the pinned hosts and --time stay.
+    # --constraint, the pinned hosts and --time stay; so do the job's size (the nodes
+    # admission counted: replicas, parallelism, completions) and who manages the
+    # JobSet and when it runs (managedBy, suspend).
     affinity = node_affinity(request)
+    for key, value in js_spec.items():
+        _restore(body["spec"], key, value)
     for rj in body["spec"]["replicatedJobs"]:
+        replicas, parallelism, completions = sizes[rj["name"]]
+        _restore(rj, "replicas", replicas)
+        _restore(rj["template"]["spec"], "parallelism", parallelism)
+        _restore(rj["template"]["spec"], "completions", completions)
         pod_meta = rj["template"]["spec"]["template"].setdefault("metadata", {})
         pod_meta.setdefault("labels", {}).update(labels)
         keep_affinity(rj["template"]["spec"]["template"].setdefault("spec", {}), affinity)
         _keep_deadline(rj["template"]["spec"], deadline)
     body["metadata"]["labels"].update(labels)
     return body
+
+
+#: JobSet spec fields the bridge sets or leaves unset that no patch may change.
+_KEPT_SPEC = ("managedBy", "suspend")
+
+
+def _restore(obj: dict[str, Any], key: str, value: Any) -> None:
+    """``obj[key]`` back to ``value`` (absent when it was absent)."""
+    if value is None:
+        obj.pop(key, None)
+    else:
+        obj[key] = value
+
+
+def _size(rj: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """A replicated job's ``replicas`` and its Job's ``parallelism`` and ``completions``."""
+    spec = rj["template"]["spec"]
+    return rj.get("replicas"), spec.get("parallelism"), spec.get("completions")
 
 
 def _apply_template_patch(body: dict[str, Any], template: Mapping[str, Any],

@@ -25,6 +25,14 @@ POD_FIELDS = ("serviceAccountName", "nodeSelector", "affinity", "tolerations", "
               "initContainers", "containers", "schedulingGates", "imagePullSecrets")
 #: What a container override may set.
 _CONTAINER_FIELDS = frozenset({"name", "env", "volumeMounts"})
+#: The shape of each field (a list, a mapping or a string), checked before anything
+#: reads it.
+_SHAPES: dict[str, tuple[type, str]] = {
+    "serviceAccountName": (str, "a string"), "nodeSelector": (Mapping, "a mapping"),
+    "affinity": (Mapping, "a mapping"), "tolerations": (list, "a list"),
+    "volumes": (list, "a list"), "initContainers": (list, "a list"),
+    "containers": (list, "a list"), "schedulingGates": (list, "a list"),
+    "imagePullSecrets": (list, "a list")}
 
 
 def as_runtime_patches(overrides: Any) -> list[dict[str, Any]]:
@@ -46,6 +54,9 @@ def as_runtime_patches(overrides: Any) -> list[dict[str, Any]]:
         if not isinstance(targets, list) or not targets or not all(
                 isinstance(t, Mapping) and isinstance(t.get("name"), str) for t in targets):
             raise BackendRejected(f"{where}.targetJobs: a non-empty list of {{name: ...}}")
+        for key, (shape, kind) in _SHAPES.items():
+            if key in override and not isinstance(override[key], shape):
+                raise BackendRejected(f"{where}.{key}: must be {kind}")
         for key in ("initContainers", "containers"):
             for j, ctr in enumerate(override.get(key) or []):
                 if not isinstance(ctr, Mapping) or not isinstance(ctr.get("name"), str):
@@ -54,6 +65,9 @@ def as_runtime_patches(overrides: Any) -> list[dict[str, Any]]:
                 if extra:
                     raise BackendRejected(f"{where}.{key}[{j}].{extra[0]}: a container "
                                           f"override sets only name, env and volumeMounts")
+                for field in ("env", "volumeMounts"):
+                    if field in ctr and not isinstance(ctr[field], list):
+                        raise BackendRejected(f"{where}.{key}[{j}].{field}: must be a list")
         pod = {k: override[k] for k in POD_FIELDS if k in override}
         patches.append({"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
             {"name": t["name"], "template": {"spec": {"template": {"spec": pod}}}}

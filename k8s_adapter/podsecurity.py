@@ -37,7 +37,7 @@ _CONTAINER_LISTS = ("initContainers", "containers")
 PRIVILEGES = frozenset({*_HOST_NAMESPACES, "hostUsers", "hostPort", "securityContext",
                         "serviceAccountName", "ephemeralContainers", "hostPath", "volumes",
                         "nodeName", "priorityClassName", "schedulerName", "runtimeClassName",
-                        "tolerations"})
+                        "tolerations", "podAffinity"})
 #: Pod fields that choose where and before whom a pod runs: a user's pod must not skip
 #: the scheduler (``nodeName``), jump the queue or evict other users' pods
 #: (``priorityClassName``, ``priority``), leave the back end's scheduler
@@ -48,7 +48,12 @@ _SCHEDULING_FIELDS = {"nodeName": "nodeName", "priorityClassName": "priorityClas
 #: Taints a user's pod must not tolerate (nodes kept for the control plane or taken
 #: out of service); a toleration without a key tolerates them all.
 _RESERVED_TAINTS = ("node-role.kubernetes.io/", "node.kubernetes.io/",
-                    "node.cloudprovider.kubernetes.io/")
+                    "node.cloudprovider.kubernetes.io/", "CriticalAddonsOnly",
+                    "cluster-autoscaler.kubernetes.io/", "ToBeDeletedByClusterAutoscaler")
+#: Node labels a user's pod must not select on: a node by name, or by its role (the
+#: control plane); ``--nodelist`` and ``--constraint`` refuse them too.
+_RESERVED_LABELS = ("node-role.kubernetes.io/", "node-restriction.kubernetes.io/")
+_HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 class Forbidden(BridgeError):
@@ -120,6 +125,52 @@ def scheduling_privileges_in(pod_spec: Any, where: str = "") -> Iterator[tuple[s
         taint = tol.get("key") if isinstance(tol, Mapping) else None
         if not taint or not isinstance(taint, str) or taint.startswith(_RESERVED_TAINTS):
             yield f"{where}tolerations[{i}]", "tolerations"
+    selector = pod_spec.get("nodeSelector")
+    for key in selector if isinstance(selector, Mapping) else {}:
+        if _reserved_label(key):
+            yield f"{where}nodeSelector[{key}]", "nodeName"
+    affinity = pod_spec.get("affinity")
+    affinity = affinity if isinstance(affinity, Mapping) else {}
+    for path, key in _node_affinity_keys(affinity.get("nodeAffinity")):
+        if _reserved_label(key):
+            yield f"{where}affinity.nodeAffinity.{path}", "nodeName"
+    # A required pod (anti-)affinity is symmetric: an empty selector over a wide
+    # topology keeps every other user's new pods off the domain (a cluster-wide DoS).
+    for kind in ("podAffinity", "podAntiAffinity"):
+        rules = affinity.get(kind)
+        if isinstance(rules, Mapping) and rules.get(
+                "requiredDuringSchedulingIgnoredDuringExecution"):
+            yield (f"{where}affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution",
+                   "podAffinity")
+
+
+def _reserved_label(key: Any) -> bool:
+    return not isinstance(key, str) or key == _HOSTNAME_LABEL or key.startswith(
+        _RESERVED_LABELS)
+
+
+def _node_affinity_keys(node_affinity: Any) -> Iterator[tuple[str, Any]]:
+    """``(path, label key)`` of every expression of a node affinity (required terms and
+    preferred ones)."""
+    if not isinstance(node_affinity, Mapping):
+        return
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    pairs = [(f"requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]", t)
+             for i, t in enumerate(terms if isinstance(terms, list) else [])]
+    preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
+    pairs += [(f"preferredDuringSchedulingIgnoredDuringExecution[{i}].preference",
+               p.get("preference") if isinstance(p, Mapping) else None)
+              for i, p in enumerate(preferred if isinstance(preferred, list) else [])]
+    for path, term in pairs:
+        if not isinstance(term, Mapping):
+            continue
+        for field in ("matchExpressions", "matchFields"):
+            exprs = term.get(field)
+            for j, expr in enumerate(exprs if isinstance(exprs, list) else []):
+                key = expr.get("key") if isinstance(expr, Mapping) else None
+                yield f"{path}.{field}[{j}]", (key if field == "matchExpressions"
+                                               else _HOSTNAME_LABEL)
 
 
 def patch_pod_specs(patches: Any, field: str = "spec.runtimePatches"

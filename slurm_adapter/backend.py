@@ -202,7 +202,7 @@ class SlurmBackend:
         # (the daemon's: tbatch reaches it through a local socket). slurmrestd sets
         # neither; sbatch would set "/" (where the daemon runs it) but for this.
         env["SLURM_SUBMIT_DIR"] = request.options.submit_dir or spec.chdir
-        env.setdefault("SLURM_SUBMIT_HOST", socket.gethostname())
+        env["SLURM_SUBMIT_HOST"] = socket.gethostname()
         # With --export-file, slurmd 22.05 expands %x in --output from the job's
         # SLURM_JOB_NAME variable, not from the job record: without it the file is
         # "(null)-<id>.out". sbatch sets it only when exporting its own environment.

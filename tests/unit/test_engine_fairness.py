@@ -1,20 +1,28 @@
 """One user's many due jobs (an array of a thousand tasks) do not all queue in front of
 another user's one: at most ``max_parallel_submits`` submissions per user are in flight
-(bridge/engine.py ``_fair``), and the throttle counts a task let go while its
-submission is in flight (bridge/engine_array.py)."""
+(bridge/engine.py), jobs that wait for their topology take no turn, the throttle counts
+a task let go while its submission is in flight (bridge/engine_array.py), and acting on
+a whole array reads each task afresh (bridge/service.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+import pytest
+
+import bridge.service as service_module
 from bridge.backend import SubmitRequest
 from bridge.engine import Engine, EngineSettings
+from bridge.feed import EventFeed
 from bridge.runtimes import RuntimeCatalog
+from bridge.service import ARRAY_STEP, JobService
 from bridge.states import JobState
 from bridge.store import Store
 from tests.unit.builders import ALICE, BOB, inventory, new_trainjob
+from tests.unit.builders import scheduled_trainjob as trainjob
 from tests.unit.fakes import FakeBackend
+from tests.unit.fakes import settle as fake_settle
 
 
 class GatedBackend(FakeBackend):
@@ -77,3 +85,52 @@ async def test_a_task_in_flight_counts_against_its_throttle(tmp_path: Path) -> N
     tasks = [e.store.get(i) for i in e.store.array_task_ids(array.id)]
     assert [t.reason for t in tasks[2:]] == ["JobArrayTaskLimit"] * 4
     e.store.close()
+
+
+async def test_jobs_waiting_for_their_topology_take_no_turn(tmp_path: Path) -> None:
+    """Jobs held for ``--switches`` are not submissions: the user's other jobs go."""
+    backend = FakeBackend(inventory(busy=("node1", "node3")))
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+               EngineSettings(default_backend="slurm", max_parallel_submits=2,
+                              placement_max_age=0.0))
+    waiting = [e.admit(trainjob(switches=1, switches_wait_minutes=600), ALICE)
+               for _ in range(2)]
+    plain = e.admit(trainjob(nodes=1), ALICE)
+    for _ in range(3):
+        await fake_settle(e)
+    assert [e.store.get(w.id).reason for w in waiting] == ["WaitingForTopology"] * 2
+    assert e.store.get(plain.id).state is JobState.SUBMITTED
+    e.store.close()
+
+
+async def test_a_whole_array_is_cancelled_from_fresh_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tcancel A`` yields to the loop every ARRAY_STEP tasks; a task the engine claimed
+    meanwhile (its submission in flight) gets a cancel request, not a Cancelled state
+    its submission could not follow, and a task that ended meanwhile is skipped."""
+    store = Store.open(tmp_path / "s.sqlite")
+    e = Engine(store, {"slurm": FakeBackend(inventory())}, RuntimeCatalog(),
+               EngineSettings(default_backend="slurm"))
+    service = JobService(e, EventFeed(store))
+    head = e.admit(new_trainjob(scheduling={"array": "0-99"}), ALICE)
+    ids = store.array_task_ids(head.id)
+    claimed, ended = ids[ARRAY_STEP + 5], ids[2 * ARRAY_STEP + 1]
+    real_sleep = asyncio.sleep
+
+    async def engine_moves(delay: float) -> None:  # what a pass may do meanwhile
+        if store.get(claimed).attempts == 0:
+            store.claim_submission(claimed, 0, submitting_since=1.0)
+        if store.get(ended).state is JobState.PENDING:
+            store.claim_submission(ended, 0, submitting_since=1.0)
+            store.transition(ended, JobState.FAILED, "SubmitRejected", "no",
+                             submitting_since=None)
+        await real_sleep(delay)
+
+    monkeypatch.setattr(service_module.asyncio, "sleep", engine_moves)
+    await service.apply_to_array(head, ALICE, JobService.cancel)
+    in_flight = store.get(claimed)
+    assert (in_flight.state, in_flight.cancel_requested) == (JobState.PENDING, True)
+    assert store.get(ended).state is JobState.FAILED
+    others = [store.get(i).state for i in ids if i not in (claimed, ended)]
+    assert others == [JobState.CANCELLED] * 98
+    store.close()

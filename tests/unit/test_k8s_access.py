@@ -127,6 +127,21 @@ def test_each_privilege_is_refused_naming_its_field(pod_spec: dict[str, Any],
      "tolerations"),
     ({"tolerations": [{"key": "node.kubernetes.io/unschedulable"}]}, "tolerations[0]",
      "tolerations"),
+    ({"tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}]},
+     "tolerations[0]", "tolerations"),
+    ({"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}},
+     "nodeSelector[node-role.kubernetes.io/control-plane]", "nodeName"),
+    ({"nodeSelector": {"kubernetes.io/hostname": "cp-1"}},
+     "nodeSelector[kubernetes.io/hostname]", "nodeName"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["cp-1"]}]}]}}}},
+     "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+     "nodeSelectorTerms[0].matchFields[0]", "nodeName"),
+    ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {}, "namespaceSelector": {}, "topologyKey": "kubernetes.io/os"}]}}},
+     "affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+     "podAffinity"),
 ])
 def test_a_patch_may_not_choose_where_or_before_whom_its_pods_run(
         pod_spec: dict[str, Any], field: str, privilege: str) -> None:

@@ -55,6 +55,11 @@ def test_an_override_reaches_the_pods_it_targets() -> None:
     ([{"targetJobs": [{"name": "node"}], "containers": [{"name": "node", "image": "x"}]}],
      "containers[0].image: a container override sets only"),
     ([{"targetJobs": [{"name": "nope"}], "nodeSelector": {}}], "names 'nope'"),
+    ([{"targetJobs": [{"name": "node"}], "containers": 5}], "[0].containers: must be a list"),
+    ([{"targetJobs": [{"name": "node"}], "tolerations": {"key": "x"}}],
+     "[0].tolerations: must be a list"),
+    ([{"targetJobs": [{"name": "node"}], "containers": [{"name": "node", "env": 5}]}],
+     "containers[0].env: must be a list"),
 ])
 def test_a_malformed_override_is_refused_at_admission_naming_it(overrides: Any,
                                                                 words: str) -> None:
@@ -82,3 +87,29 @@ def test_an_override_cannot_do_what_a_patch_may_not() -> None:
 
 def test_no_overrides_no_patches() -> None:
     assert as_runtime_patches(None) == [] and as_runtime_patches([]) == []
+
+
+def test_a_malformed_override_is_a_400_not_an_error_at_the_policy() -> None:
+    policy = access_policy("backends.kubernetes", {"users": {"alice": {"namespace": "ns"}}})
+    doc = {"metadata": {"name": "t", "namespace": "ns"},
+           "spec": {"runtimeRef": {"name": "torch-distributed"},
+                    "trainer": {"image": "i", "numNodes": 1, "command": ["true"]},
+                    "podSpecOverrides": [{"targetJobs": [{"name": "node"}],
+                                          "initContainers": True}]}}
+    job = load_trainjob(doc)
+    policy.admit(job, RuntimeCatalog().resolve(job), ALICE, "api")  # validate() refuses it
+
+
+def test_a_patch_cannot_grow_the_job_or_hand_it_to_another_controller() -> None:
+    from k8s_adapter.jobset import JobSetOptions, render_jobset
+
+    req = request(patch={"trainingRuntimeSpec": {"template": {"spec": {
+        "managedBy": "example.com/other", "suspend": True,
+        "replicatedJobs": [{"name": "node", "replicas": 50,
+                            "template": {"spec": {"parallelism": 100, "completions": 100}}}]}}}})
+    body = render_jobset(req, JobSetOptions())
+    rj = body["spec"]["replicatedJobs"][0]
+    assert rj["replicas"] == 1
+    assert (rj["template"]["spec"]["parallelism"], rj["template"]["spec"]["completions"]) == (
+        2, 2)
+    assert "managedBy" not in body["spec"] and body["spec"]["suspend"] is False

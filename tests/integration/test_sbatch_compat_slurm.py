@@ -93,13 +93,13 @@ def test_passed_options_reach_slurm_as_sbatchs_do(
 
 def test_every_refused_option_in_one_error(daemon: Daemon, outdir: Path) -> None:
     script = outdir / "refused.sh"
-    script.write_text("#!/bin/sh\n#SBATCH --array=1-4 -N 1\n#SBATCH -W --reboot\n"
+    script.write_text("#!/bin/sh\n#SBATCH --core-spec=1 -N 1\n#SBATCH -W --reboot\n"
                       "echo never\n")
     res = daemon.cli("alice", "tbatch", "--contiguous", str(script), cwd=outdir)
     assert res.returncode == 1
     assert res.stderr.splitlines() == [
         "tbatch: error: command line: option '--contiguous' is not supported by tbatch",
-        f"tbatch: error: {script}:2: option '--array' is not supported by tbatch",
+        f"tbatch: error: {script}:2: option '--core-spec' is not supported by tbatch",
         f"tbatch: error: {script}:3: option '-W' (--wait) is not supported by tbatch",
         f"tbatch: error: {script}:3: option '--reboot' is not supported by tbatch",
     ]

@@ -50,10 +50,11 @@ _SCHEDULING_FIELDS = {"nodeName": "nodeName", "priorityClassName": "priorityClas
 _RESERVED_TAINTS = ("node-role.kubernetes.io/", "node.kubernetes.io/",
                     "node.cloudprovider.kubernetes.io/", "CriticalAddonsOnly",
                     "cluster-autoscaler.kubernetes.io/", "ToBeDeletedByClusterAutoscaler")
-#: Node labels a user's pod must not select on: a node by name, or by its role (the
-#: control plane); ``--nodelist`` and ``--constraint`` refuse them too.
+#: Node labels a user's pod must not select on: a node's role (the control plane) and
+#: the labels only the node's kubelet may not set (``--constraint`` refuses them too).
+#: Choosing a node by name is the user's own business (it only narrows where the pod
+#: may go; taints still keep it off the control plane).
 _RESERVED_LABELS = ("node-role.kubernetes.io/", "node-restriction.kubernetes.io/")
-_HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 class Forbidden(BridgeError):
@@ -145,13 +146,12 @@ def scheduling_privileges_in(pod_spec: Any, where: str = "") -> Iterator[tuple[s
 
 
 def _reserved_label(key: Any) -> bool:
-    return not isinstance(key, str) or key == _HOSTNAME_LABEL or key.startswith(
-        _RESERVED_LABELS)
+    return not isinstance(key, str) or key.startswith(_RESERVED_LABELS)
 
 
 def _node_affinity_keys(node_affinity: Any) -> Iterator[tuple[str, Any]]:
-    """``(path, label key)`` of every expression of a node affinity (required terms and
-    preferred ones)."""
+    """``(path, label key)`` of every label expression of a node affinity (required
+    terms and preferred ones; ``matchFields`` select by name, which is allowed)."""
     if not isinstance(node_affinity, Mapping):
         return
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -165,12 +165,10 @@ def _node_affinity_keys(node_affinity: Any) -> Iterator[tuple[str, Any]]:
     for path, term in pairs:
         if not isinstance(term, Mapping):
             continue
-        for field in ("matchExpressions", "matchFields"):
-            exprs = term.get(field)
-            for j, expr in enumerate(exprs if isinstance(exprs, list) else []):
-                key = expr.get("key") if isinstance(expr, Mapping) else None
-                yield f"{path}.{field}[{j}]", (key if field == "matchExpressions"
-                                               else _HOSTNAME_LABEL)
+        exprs = term.get("matchExpressions")
+        for j, expr in enumerate(exprs if isinstance(exprs, list) else []):
+            key = expr.get("key") if isinstance(expr, Mapping) else None
+            yield f"{path}.matchExpressions[{j}]", key
 
 
 def patch_pod_specs(patches: Any, field: str = "spec.runtimePatches"

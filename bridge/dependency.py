@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = ["KINDS", "Condition", "Dependency", "Facts", "Verdict", "combine", "evaluate",
-           "parse"]
+           "parse", "unmet"]
 
 KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
 #: The most job ids one dependency may name (a bound on what one evaluation reads).
@@ -228,3 +228,19 @@ def evaluate(dep: Dependency, facts: Mapping[Hashable, Facts], now: float,
         if kinds <= {Verdict.READY}:
             return Verdict.READY, None
     return Verdict.WAIT, (min(times) if times else None)
+
+
+def unmet(dep: Dependency, facts: Mapping[Hashable, Facts], now: float,
+          blockers: Sequence[int] = ()) -> tuple[Verdict, tuple[Condition, ...]]:
+    """The dependency's verdict (:func:`evaluate`) and, unless it is met, the conditions
+    a back end would still have to wait for: with ``,`` every condition not met yet;
+    with ``?`` those that may still be met (the never-met ones drop out), or all of
+    them when none may. What the engine hands to Slurm as a native dependency."""
+    verdict, _ = evaluate(dep, facts, now, blockers)
+    if verdict is Verdict.READY:
+        return verdict, ()
+    verdicts = [(c, _one(c, facts, now, blockers)[0]) for c in dep.conditions]
+    left = tuple(c for c, v in verdicts if v is not Verdict.READY)
+    if dep.any_of and verdict is Verdict.WAIT:
+        left = tuple(c for c, v in verdicts if v is Verdict.WAIT)
+    return verdict, left

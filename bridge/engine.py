@@ -53,9 +53,16 @@ from bridge.backend import (
 )
 from bridge.backoff import backoff_delay
 from bridge.engine_admission import check_capacity, prepare
-from bridge.engine_array import ArrayThrottle, array_task
-from bridge.engine_dependency import DependencyGate, check_dependency_ids
+from bridge.engine_array import ArrayThrottle
+from bridge.engine_dependency import (
+    DEPENDENCY,
+    DependencyGate,
+    DependencyUnmet,
+    UnreadableDependency,
+    check_dependency_ids,
+)
 from bridge.engine_hold import set_suspend
+from bridge.engine_request import stored_shape, submit_request
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
 from bridge.engine_signals import Signals
@@ -104,7 +111,8 @@ class Engine:
         self._capped: set[int] = set()
         self._signals = Signals(store, self.backends)
         self._status = StatusTracker(store, settings, forget=self._forget)
-        self._dependencies = DependencyGate(store)
+        self._dependencies = DependencyGate(
+            store, [n for n, b in backends.items() if getattr(b, "native_dependencies", False)])
         self._arrays = ArrayThrottle(store, lambda: self._inflight.keys())
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
@@ -406,6 +414,13 @@ class Engine:
                     self.store.transition(rec.id, JobState.FAILED, "InvalidJob", str(exc),
                                           submitting_since=None)
                     return
+                except (DependencyUnmet, UnreadableDependency) as exc:
+                    # Its dependency moved since the pass let it go: it waits again
+                    # (the gate holds it, whatever its attempts).
+                    self.store.transition_from(rec.id, JobState.PENDING, JobState.PENDING,
+                                               DEPENDENCY, str(exc), submitting_since=None,
+                                               next_attempt_at=now)
+                    return
                 try:
                     backend_id = await asyncio.wait_for(backend.submit(request),
                                                         self.settings.submit_timeout)
@@ -418,6 +433,8 @@ class Engine:
                     self._retry_later(rec, exc)
                     return
                 message = f"{name} job {backend_id}"
+                if request.dependency:
+                    message += f"; its dependency is {name}'s: {request.dependency}"
                 if decision is not None and decision.relaxed:
                     message += f"; {decision.note}"
                 submitted = self.store.transition(rec.id, JobState.SUBMITTED, "Submitted",
@@ -451,29 +468,11 @@ class Engine:
                     delay=round(delay, 1))
 
     def _shape(self, rec: JobRecord) -> JobShape:
-        """The job's shape as stored at admission (its runtime snapshot); resolved
-        again only for a row without one (admitted by an older daemon). Raises
-        :class:`ValidationError` when such a row no longer resolves."""
-        if rec.shape is not None:
-            try:
-                return JobShape.from_json(rec.shape)
-            except ValueError as exc:
-                log.warning("stored job shape unreadable; resolving it again",
-                            job_id=rec.id, error=str(exc))
-        return resolve_shape(rec.job, self.catalog.resolve(rec.job), scheduling_of(rec.job))
+        return stored_shape(rec, self.catalog)
 
     def _request(self, rec: JobRecord,
                  decision: PlacementDecision | None = None) -> SubmitRequest:
-        shape = self._shape(rec)
-        options = scheduling_of(rec.job)
-        if options.time_limit_minutes is None and shape.time_limit_minutes is not None:
-            options = options.model_copy(update={"time_limit_minutes": shape.time_limit_minutes})
-        if decision is not None and decision.options:
-            options = options.model_copy(update=dict(decision.options))
-        pinned = decision.placement if decision is not None and decision.pin else None
-        return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=shape.plan,
-                             options=options, owner=rec.owner, placement=pinned, shape=shape,
-                             array=array_task(rec))
+        return submit_request(rec, self.catalog, decision, self._dependencies.native(rec))
 
     # -- tracking --------------------------------------------------------------------
 

@@ -18,6 +18,18 @@ Contract:
   reads each user's unfinished jobs once per pass.
 * After a restart the held jobs are found again by their reason (one query, on the
   first pass): the hold lives in the store, nothing is lost with the process.
+* **Native dependencies.** For a back end in ``native_backends`` (Slurm), a job whose
+  dependency is not met but names only jobs already in that same back end (each with
+  its back-end id: a job, or one task ``A_I``; not a whole array, not ``singleton``)
+  is not held: :meth:`DependencyGate.split` lets it go, and
+  :meth:`DependencyGate.native` gives the dependency in the back end's own ids (the
+  conditions already met left out) for its submission, so Slurm queues it with the
+  dependency and starts it itself. ``native`` is computed again at every attempt
+  from the store, so a retry after a crash hands over what is true then; a job whose
+  dependency can no longer be handed over raises :class:`DependencyUnmet` (the
+  engine puts it back to wait). The gate looks at every due job with a dependency,
+  whatever its attempts: a verdict never goes back from met, so a retried job is
+  held only if it never reached its back end met.
 """
 
 from __future__ import annotations
@@ -28,13 +40,23 @@ from typing import Any
 
 import structlog
 
-from bridge.dependency import Condition, Dependency, Facts, Verdict, combine, evaluate, parse
+from bridge.dependency import (
+    Condition,
+    Dependency,
+    Facts,
+    Verdict,
+    combine,
+    evaluate,
+    parse,
+    unmet,
+)
 from bridge.errors import BridgeError
 from bridge.model import ANN_SCHEDULING, ValidationError
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
 
-__all__ = ["DEPENDENCY", "NEVER_SATISFIED", "RECHECK", "DependencyGate", "check_dependency_ids"]
+__all__ = ["DEPENDENCY", "NEVER_SATISFIED", "RECHECK", "DependencyGate", "DependencyUnmet",
+           "check_dependency_ids"]
 
 log = structlog.get_logger("hpc_bridge.engine")
 
@@ -48,6 +70,9 @@ _UNFINISHED = [JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobStat
 _IN_BACKEND = frozenset({JobState.SUBMITTED, JobState.RUNNING})
 #: Outbox transitions that can release a held job: a start (``after``) or an end.
 _RELEASING = frozenset({"Running", "Succeeded", "Failed", "Cancelled"})
+#: ... and, for a job of a back end with native dependencies, reaching the back end
+#: (a native dependency may name it now).
+_ARRIVING = "Submitted"
 #: At most this many dependency checks per pass (the rest stay due for the next one),
 #: so that no user's held jobs keep the loop from everyone else's work for long.
 CHECKS_PER_PASS = 200
@@ -55,6 +80,11 @@ CHECKS_PER_PASS = 200
 
 class UnreadableDependency(BridgeError):
     """A stored dependency that no longer parses (admission checked it)."""
+
+
+class DependencyUnmet(BridgeError):
+    """A job about to be submitted whose dependency is neither met nor expressible in
+    its back end's ids: it must wait in the bridge again."""
 
 
 def dependency_of(rec: JobRecord) -> tuple[Dependency, bool] | None:
@@ -128,6 +158,9 @@ class _Known:
         self.heads: dict[int, bool] = {}
         self.arrays: dict[int, Facts | None] = {}
         self.tasks: dict[tuple[int, int], int | None] = {}
+        #: job id -> (back end, back-end id) of a job in its back end (Submitted,
+        #: Running): what a native dependency may name.
+        self.homes: dict[int, tuple[str, str]] = {}
 
     def task_id(self, array_id: int, index: int, store: Store) -> int | None:
         key = (array_id, index)
@@ -153,6 +186,8 @@ class _Known:
             for r in store.by_ids(unread):
                 self.facts[r.id] = Facts(r.state.value, r.started_at)
                 self.heads[r.id] = r.array_job_id == r.id
+                if r.state in _IN_BACKEND and r.backend_id:
+                    self.homes[r.id] = (r.backend, r.backend_id)
         return {i: f for i in ids if (f := self.facts.get(i)) is not None}
 
 
@@ -163,11 +198,15 @@ def array_facts(store: Store, array_id: int) -> Facts | None:
 
 
 class DependencyGate:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, native_backends: Iterable[str] = ()) -> None:
         self.store = store
+        #: Back ends that take a dependency in their own ids (module docstring).
+        self.native_backends = frozenset(native_backends)
         #: held job id -> the job ids whose start or end may release it (``-A``: array
         #: A's combined facts, bridge.engine_dependency.array_facts).
         self._held: dict[int, frozenset[int]] = {}
+        #: The held jobs of back ends in :attr:`native_backends`.
+        self._native_held: set[int] = set()
         #: The combined facts last seen of each watched array.
         self._arrays: dict[int, Facts | None] = {}
         self._seen = store.last_event_id()
@@ -189,6 +228,7 @@ class DependencyGate:
             self._seen = newest
             return set()
         changed: set[int] = set()
+        arrived: set[int] = set()
         moved: set[int] = set()
         heads = {-w for watched in self._held.values() for w in watched if w < 0}
         arrays: set[int] = set()
@@ -202,6 +242,8 @@ class DependencyGate:
                     changed.add(e.job_id)
                     if e.payload.get("arrayJobId") in heads:
                         arrays.add(e.payload["arrayJobId"])
+                elif e.payload.get("to") == _ARRIVING and self._native_held:
+                    arrived.add(e.job_id)
             self._seen = rows[-1].id
         self._seen = newest
         # A task's start or end wakes what waits for its whole array only when the
@@ -214,8 +256,9 @@ class DependencyGate:
                 self._arrays[array_id] = facts
                 changed.add(-array_id)
         for job_id, watched in list(self._held.items()):
-            if watched & changed:
+            if watched & changed or (watched & arrived and job_id in self._native_held):
                 del self._held[job_id]
+                self._native_held.discard(job_id)
                 self.store.update(job_id, next_attempt_at=now)
         return moved
 
@@ -228,13 +271,12 @@ class DependencyGate:
         known = _Known()  # one pass's facts: each job read once
         for rec in records:
             try:
-                # A job tried once may be in its back end already: its dependency was met.
-                dep = dependency_of(rec) if rec.attempts == 0 else None
+                dep = dependency_of(rec)
             except UnreadableDependency as exc:
                 self._hold(rec, NEVER_SATISFIED, str(exc), now + RECHECK, frozenset())
                 continue
             if dep is None or rec.cancel_requested:
-                self._held.pop(rec.id, None)
+                self._release(rec.id)
                 ready.append(rec)
                 continue
             checks += 1
@@ -265,30 +307,80 @@ class DependencyGate:
                 return known.facts_of([found], self.store).get(found), frozenset({found})
         return known.job_or_array(cond.job_id, self.store)
 
-    def _check(self, rec: JobRecord, dep: Dependency, kill: bool, now: float,
-               singletons: _Singletons, known: _Known) -> bool:
+    def _facts(self, rec: JobRecord, dep: Dependency, known: _Known
+               ) -> tuple[dict[Hashable, Facts], dict[Condition, frozenset[int]]]:
+        """The facts under each condition's key, and what each condition watches."""
         facts: dict[Hashable, Facts] = {}
-        named: set[int] = set()
+        watched: dict[Condition, frozenset[int]] = {}
         for cond in dep.conditions:
             if cond.kind == "singleton":
                 continue
             found, watch = self._named(cond, rec, known)
             if found is not None:
                 facts[cond.key] = found
-                named.update(watch)
+                watched[cond] = watch
                 for w in watch:
                     if w < 0:  # what wake compares the array's next facts with
                         self._arrays.setdefault(-w, found)
+        return facts, watched
+
+    def _native_text(self, rec: JobRecord, dep: Dependency, facts: Mapping[Hashable, Facts],
+                     watched: Mapping[Condition, frozenset[int]], known: _Known,
+                     now: float, blockers: Sequence[int]) -> str | None:
+        """The unmet part of ``dep`` in the back end's own ids, or None when it names
+        something that back end does not hold (module docstring); ``""`` when met."""
+        verdict, left = unmet(dep, facts, now, blockers)
+        if verdict is Verdict.READY:
+            return ""
+        if rec.backend not in self.native_backends:
+            return None
+        terms = []
+        for cond in left:
+            ids = watched.get(cond, frozenset())
+            home = known.homes.get(next(iter(ids))) if len(ids) == 1 else None
+            if home is None or home[0] != rec.backend:
+                return None
+            kind = "afterok" if cond.kind == "aftercorr" else cond.kind  # one task's
+            terms.append(f"{kind}:{home[1]}"
+                         + (f"+{cond.delay_minutes}" if cond.delay_minutes else ""))
+        return ("?" if dep.any_of else ",").join(terms)
+
+    def native(self, rec: JobRecord) -> str | None:
+        """For a job about to be submitted: its dependency in its back end's ids (read
+        afresh from the store), or None when it has none or it is met. Raises
+        :class:`DependencyUnmet` when it is not met and cannot be handed over, and
+        :class:`UnreadableDependency` when the stored text no longer parses."""
+        parsed = dependency_of(rec)
+        if parsed is None:
+            return None
+        dep = parsed[0]
+        known = _Known()
+        facts, watched = self._facts(rec, dep, known)
+        now = time.time()
+        blockers = _Singletons(self.store).blockers(rec) if dep.singleton else []
+        text = self._native_text(rec, dep, facts, watched, known, now, blockers)
+        if text is None:
+            raise DependencyUnmet(f"dependency {dep.text()} is not met")
+        return text or None
+
+    def _check(self, rec: JobRecord, dep: Dependency, kill: bool, now: float,
+               singletons: _Singletons, known: _Known) -> bool:
+        facts, watched = self._facts(rec, dep, known)
+        named = {w for watch in watched.values() for w in watch}
         blockers = singletons.blockers(rec) if dep.singleton else []
         verdict, at = evaluate(dep, facts, now, blockers)
         if verdict is Verdict.READY:
-            self._held.pop(rec.id, None)
+            self._release(rec.id)
             if rec.reason in (DEPENDENCY, NEVER_SATISFIED):
                 self.store.transition(rec.id, JobState.PENDING, "DependencyMet",
                                       f"dependency {dep.text()} met")
             return True
+        if (verdict is Verdict.WAIT and rec.backend in self.native_backends
+                and self._native_text(rec, dep, facts, watched, known, now, blockers)):
+            self._release(rec.id)  # its back end holds it (module docstring)
+            return True
         if verdict is Verdict.NEVER and kill:
-            self._held.pop(rec.id, None)
+            self._release(rec.id)
             self.store.transition(rec.id, JobState.CANCELLED, NEVER_SATISFIED,
                                   f"dependency {dep.text()} can never be satisfied "
                                   f"(--kill-on-invalid-dep)")
@@ -303,13 +395,19 @@ class DependencyGate:
                        frozenset({*named, *blockers}))
         return False
 
+    def _release(self, job_id: int) -> None:
+        self._held.pop(job_id, None)
+        self._native_held.discard(job_id)
+
     def _hold(self, rec: JobRecord, reason: str, message: str, due: float,
               watched: frozenset[int]) -> None:
         """Keep ``rec`` Pending with ``reason`` until ``due`` or a change of ``watched``."""
         if watched:
             self._held[rec.id] = watched
+            if rec.backend in self.native_backends:
+                self._native_held.add(rec.id)
         else:
-            self._held.pop(rec.id, None)
+            self._release(rec.id)
         if (rec.reason, rec.message) != (reason, message):
             self.store.transition(rec.id, JobState.PENDING, reason, message[:1024],
                                   next_attempt_at=due)

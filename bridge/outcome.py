@@ -10,7 +10,8 @@ exit code), or None when nothing changed. The engine writes it with
 * ``RUNNING``/``SUSPENDED``/``UNKNOWN``: ``Running`` (reason ``BackendSuspended`` while
   the back end holds it).
 * finished: ``Succeeded`` (exit code 0), ``Cancelled`` (``Cancelled`` when the bridge
-  asked, else ``CancelledInBackend``), ``Failed`` with ``DeadlineExceeded``,
+  asked, ``DependencyNeverSatisfied`` when Slurm ended it for its dependency, else
+  ``CancelledInBackend``), ``Failed`` with ``DeadlineExceeded``,
   ``Signaled``, ``NonZeroExitCode`` or ``BackendFailed``; the back end's native state
   and detail (e.g. Flux's exception note) are kept in the message.
 """
@@ -86,6 +87,8 @@ def outcome(rec: JobRecord, bj: BackendJob) -> Outcome | None:
         return Outcome(JobState.SUCCEEDED, "Completed", "exit code 0", fields)
     if state is BackendState.CANCELLED:
         reason = "Cancelled" if rec.cancel_requested else "CancelledInBackend"
+        if reason == "CancelledInBackend" and bj.reason == "DependencyNeverSatisfied":
+            reason = bj.reason  # Slurm's --kill-on-invalid-dep (a native dependency)
         return Outcome(JobState.CANCELLED, reason, bj.native_state, fields)
     if state is BackendState.TIMEOUT:
         return Outcome(JobState.FAILED, "DeadlineExceeded",

@@ -132,6 +132,9 @@ class SlurmBackend:
     #: any encoding too (Slurm stores it as bytes).
     option_support = SUPPORT
     accepts_script_bytes = True
+    #: A dependency on jobs of this cluster goes to Slurm with their Slurm ids
+    #: (``SubmitRequest.dependency``; bridge/engine_dependency.py).
+    native_dependencies = True
 
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,

@@ -3,7 +3,8 @@
 Slurm honours every option: each becomes the sbatch option of the same name (or the
 field of slurmrestd's job description), except the few the bridge itself applies
 (``--dependency``, ``--hold``, ``--export``) so that they mean the same on every back
-end. Contract: :data:`SUPPORT` covers every field of
+end (a dependency naming only jobs already in the same Slurm goes to Slurm with Slurm's
+ids: bridge/engine_dependency.py). Contract: :data:`SUPPORT` covers every field of
 :class:`bridge.scheduling.SchedulingOptions`; published as the ``slurm`` entry point of
 ``hpc_bridge.option_support``.
 """
@@ -19,8 +20,11 @@ __all__ = ["SUPPORT"]
 _BRIDGE = {
     "array": "one bridge job (one Slurm job) per task, throttled by the bridge "
              "(bridge/arrays.py)",
-    "dependency": "held by the bridge until met, across back ends (bridge/engine_dependency.py)",
-    "kill_on_invalid_dep": "the bridge ends the job when its dependency can never be met",
+    "dependency": "--dependency with Slurm's ids when it names only jobs of the same "
+                  "cluster already in Slurm; else held by the bridge until met, across back "
+                  "ends (bridge/engine_dependency.py)",
+    "kill_on_invalid_dep": "--kill-on-invalid-dep with a dependency handed to Slurm; else the "
+                           "bridge ends the job when its dependency can never be met",
     "hold": "held by the bridge (spec.suspend) until `tcontrol release`",
     "export": "applied by tbatch to the job's environment",
     "job_name": "--job-name (the bridge's uid goes in --comment, not in the name)",

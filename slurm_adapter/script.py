@@ -104,11 +104,16 @@ class JobSpec:
     #: and as ``(field, value)`` (for slurmrestd: slurm_adapter/passed_rest.py).
     passed: tuple[str, ...] = ()
     passed_values: tuple[tuple[str, Any], ...] = ()
+    #: A native dependency in Slurm's job ids (``SubmitRequest.dependency``), and
+    #: ``--kill-on-invalid-dep=yes`` with it.
+    dependency: str | None = None
+    kill_on_invalid_dep: bool = False
 
     def used_options(self) -> set[str]:
         """Names of the optional fields that are set (for dialect support checks)."""
         return {name for name, value in vars(self).items()
-                if name not in ("name", "comment", "nodes", "chdir", "output")
+                if name not in ("name", "comment", "nodes", "chdir", "output", "dependency",
+                                "kill_on_invalid_dep")
                 and value not in (None, False, ())}
 
 
@@ -172,6 +177,8 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         passed=tuple(sbatch_flags(o.model_dump())),
         passed_values=tuple((n, getattr(o, n)) for n in (*PASSED, "requeue")
                             if getattr(o, n) is not None),
+        dependency=request.dependency,
+        kill_on_invalid_dep=bool(request.dependency and o.kill_on_invalid_dep),
     )
 
 
@@ -216,6 +223,10 @@ def sbatch_args(spec: JobSpec) -> list[str]:
     optional = [("--nodelist", spec.nodelist), ("--exclude", spec.exclude),
                 ("--constraint", spec.constraint)]
     args += [f"{flag}={value}" for flag, value in optional if value is not None]
+    if spec.dependency:
+        args.append(f"--dependency={spec.dependency}")
+        if spec.kill_on_invalid_dep:
+            args.append("--kill-on-invalid-dep=yes")
     return args + list(spec.passed)
 
 
@@ -277,6 +288,13 @@ def rest_job(spec: JobSpec, env: Mapping[str, str], dialect: Dialect) -> dict[st
         if spec.switches_wait_minutes is not None:
             job["wait_for_switch"] = spec.switches_wait_minutes * 60
     job.update(passed)
+    if spec.dependency:
+        job["dependency"] = spec.dependency
+        if spec.kill_on_invalid_dep:  # v0.0.38 has a boolean, later versions a flag
+            if dialect.passed_rest:
+                job["flags"] = ["KILL_INVALID_DEPENDENCY"]
+            else:
+                job["kill_on_invalid_dependency"] = True
     if spec.nodelist is not None:
         job[dialect.nodelist_field] = _names(dialect, spec.nodelist)
     if spec.exclude is not None:

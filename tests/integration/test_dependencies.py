@@ -3,12 +3,15 @@ real Slurm, jobs that can never start, a Slurm job that waits for a Flux job: on
 daemon, both back ends; and across Slurm and the Kubernetes bed) and --hold with
 tcontrol release.
 
-Ordering is by conditions, never by sleeps: the first job waits for a file the test
-writes only after it has seen the second one held."""
+A dependency naming only jobs already in the same Slurm is handed to Slurm in its ids
+(squeue shows it); others are held by the bridge. Ordering is by conditions, never by
+sleeps: the first job waits for a file the test writes only after it has seen the
+second one held."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,13 +52,24 @@ def open_gate(outdir: Path, name: str) -> None:
     (outdir / name).touch()
 
 
+def slurm_view(job_id: str) -> list[str]:
+    """Slurm's own ``squeue`` of one job: its dependency and its reason."""
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%E %r"], capture_output=True,
+                         text=True, timeout=30, check=True)
+    return out.stdout.split()
+
+
 def test_afterok_pipeline_on_slurm(daemon: Daemon, outdir: Path) -> None:
-    """jid=$(tbatch --parsable a.sh); tbatch --dependency=afterok:$jid b.sh"""
+    """jid=$(tbatch --parsable a.sh); tbatch --dependency=afterok:$jid b.sh: a job in the
+    same Slurm is waited for by Slurm itself, in Slurm's ids (squeue shows the pipeline)."""
     first = tbatch(daemon, "--wrap", gated(outdir, "go"), cwd=outdir)
+    slurm_first = daemon.wait_state(first, ["Submitted", "Running"])["backendId"]
     second = tbatch(daemon, f"--dependency=afterok:{first}", "-o", "b-%j.out", "--wrap",
                     f"cat {outdir}/go.done", cwd=outdir)
-    held = with_reason(daemon, second, "Dependency")
-    assert held["state"] == "Pending" and held["backendId"] is None
+    queued = with_reason(daemon, second, "Dependency")
+    assert queued["state"] == "Submitted" and queued["backendId"], queued
+    assert slurm_view(queued["backendId"]) == [f"afterok:{slurm_first}(unfulfilled)",
+                                               "Dependency"]
     queue = daemon.cli("alice", "tqueue", "-h", "-j", str(second), "-o", "%i %t %R")
     assert queue.stdout.split() == [str(second), "PD", "(Dependency)"], queue
     show = daemon.cli("alice", "tshow", str(second)).stdout
@@ -69,15 +83,42 @@ def test_afterok_pipeline_on_slurm(daemon: Daemon, outdir: Path) -> None:
 
 
 def test_a_dependency_that_can_never_be_met(daemon: Daemon, outdir: Path) -> None:
-    failing = tbatch(daemon, "--wrap", "exit 3", cwd=outdir)
-    waits = tbatch(daemon, "-d", f"afterok:{failing}", "--wrap", "true", cwd=outdir)
-    killed = tbatch(daemon, "-d", f"afterok:{failing}", "--kill-on-invalid-dep=yes",
-                    "--wrap", "true", cwd=outdir)
+    """Held by the bridge (the failing job is not in Slurm yet: it is held) and handed
+    to Slurm (it is), the answers are sbatch's: DependencyNeverSatisfied, Pending until
+    cancelled, or cancelled with --kill-on-invalid-dep=yes."""
+    failing = tbatch(daemon, "-H", "--wrap", f"{gated(outdir, 'fail')}; exit 3", cwd=outdir)
+    early = tbatch(daemon, "-d", f"afterok:{failing}", "--wrap", "true", cwd=outdir)
+    early_killed = tbatch(daemon, "-d", f"afterok:{failing}", "--kill-on-invalid-dep=yes",
+                          "--wrap", "true", cwd=outdir)
+    for job in (early, early_killed):
+        assert with_reason(daemon, job, "Dependency")["backendId"] is None
+    assert daemon.cli("alice", "tcontrol", "release", str(failing)).returncode == 0
+    daemon.wait_state(failing, ["Running"], timeout=120)
+    late = tbatch(daemon, "-d", f"afterok:{failing}", "--wrap", "true", cwd=outdir)
+    late_killed = tbatch(daemon, "-d", f"afterok:{failing}", "--kill-on-invalid-dep=yes",
+                         "--wrap", "true", cwd=outdir)
     runs = tbatch(daemon, "-d", f"afternotok:{failing}", "--wrap", "true", cwd=outdir)
+    for job in (late, late_killed, runs, early, early_killed):  # all go to Slurm now
+        wait_for(lambda job=job: daemon.job(job)["backendId"], 120, f"job {job} in Slurm")
+    open_gate(outdir, "fail")
     assert daemon.wait_state(failing, TERMINAL, timeout=180)["state"] == "Failed"
     assert daemon.wait_state(runs, TERMINAL, timeout=180)["state"] == "Succeeded"
-    gone = daemon.wait_state(killed, TERMINAL)
-    assert (gone["state"], gone["reason"]) == ("Cancelled", "DependencyNeverSatisfied")
+    for job in (early_killed, late_killed):
+        gone = daemon.wait_state(job, TERMINAL)
+        assert (gone["state"], gone["reason"]) == ("Cancelled", "DependencyNeverSatisfied")
+    for job in (early, late):
+        never = with_reason(daemon, job, "DependencyNeverSatisfied")
+        assert never["state"] == "Submitted", never
+        assert slurm_view(never["backendId"])[-1] == "DependencyNeverSatisfied"
+        assert daemon.cli("alice", "tcancel", str(job)).returncode == 0
+        assert daemon.wait_state(job, TERMINAL)["state"] == "Cancelled"
+
+
+def test_a_failed_jobs_dependents_wait_in_the_bridge(daemon: Daemon, outdir: Path) -> None:
+    """A job that already failed is not named to Slurm: the bridge answers at once."""
+    failing = tbatch(daemon, "--wrap", "exit 3", cwd=outdir)
+    assert daemon.wait_state(failing, TERMINAL, timeout=180)["state"] == "Failed"
+    waits = tbatch(daemon, "-d", f"afterok:{failing}", "--wrap", "true", cwd=outdir)
     never = with_reason(daemon, waits, "DependencyNeverSatisfied")
     assert never["state"] == "Pending" and never["backendId"] is None
     assert daemon.cli("alice", "tcancel", str(waits)).returncode == 0
@@ -113,8 +154,9 @@ def test_hold_and_release_on_slurm(daemon: Daemon, outdir: Path) -> None:
 
 def test_roots_hold_binds_the_owner(daemon: Daemon, outdir: Path) -> None:
     """Root holds alice's waiting job (JobHeldAdmin): alice cannot release it; root can,
-    and the job then waits for its dependency again."""
-    first = tbatch(daemon, "--wrap", gated(outdir, "root-go"), cwd=outdir)
+    and the job then waits for its dependency again (the bridge's: the job it waits for
+    is held, not in Slurm; once that one is released, Slurm's)."""
+    first = tbatch(daemon, "-H", "--wrap", "true", cwd=outdir)
     waiting = tbatch(daemon, "-d", f"afterok:{first}", "--wrap", "true", cwd=outdir)
     with_reason(daemon, waiting, "Dependency")
     held = daemon.api("POST", f"/v1/jobs/{waiting}/hold")  # as root
@@ -122,8 +164,8 @@ def test_roots_hold_binds_the_owner(daemon: Daemon, outdir: Path) -> None:
     refused = daemon.cli("alice", "tcontrol", "release", str(waiting))
     assert refused.returncode == 1 and "administrator" in refused.stderr, refused
     assert daemon.cli("root", "tcontrol", "release", str(waiting)).returncode == 0
-    with_reason(daemon, waiting, "Dependency")
-    open_gate(outdir, "root-go")
+    assert with_reason(daemon, waiting, "Dependency")["backendId"] is None
+    assert daemon.cli("alice", "tcontrol", "release", str(first)).returncode == 0
     assert daemon.wait_state(waiting, TERMINAL, timeout=180)["state"] == "Succeeded"
 
 

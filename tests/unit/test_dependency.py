@@ -15,6 +15,7 @@ from bridge.dependency import (
     combine,
     evaluate,
     parse,
+    unmet,
 )
 from bridge.sbatch import SbatchError, parse_tbatch
 from bridge.sbatch.scheduling import scheduling_options
@@ -138,6 +139,23 @@ def test_all_of_and_any_of() -> None:
     assert verdict("afterok:2?afterok:3", facts) is Verdict.WAIT
     assert verdict("afterok:2?afterok:1", facts) is Verdict.READY
     assert verdict("afterok:2?afternotok:1", facts) is Verdict.NEVER
+
+
+def test_unmet_leaves_out_what_is_decided() -> None:
+    """What a back end would still wait for (a native dependency): with ``,`` the
+    conditions not met; with ``?`` those that may still be met."""
+    facts = {1: OK, 2: FAILED, 3: PENDING, 4: PENDING}
+
+    def left(text: str) -> tuple[Verdict, list[str]]:
+        v, conds = unmet(parse(text), facts, NOW)
+        return v, [c.text() for c in conds]
+
+    assert left("afterok:1,afterok:3,afterany:4") == (Verdict.WAIT, ["afterok:3", "afterany:4"])
+    assert left("afterok:2?afterok:3?afterok:4") == (Verdict.WAIT, ["afterok:3", "afterok:4"])
+    assert left("afterok:1,afternotok:2") == (Verdict.READY, [])
+    assert left("afterok:2?afterok:1") == (Verdict.READY, [])
+    assert left("afterok:1,afterok:2,afterok:3") == (Verdict.NEVER, ["afterok:2", "afterok:3"])
+    assert left("afterok:2?afternotok:1") == (Verdict.NEVER, ["afterok:2", "afternotok:1"])
 
 
 def test_singleton_waits_for_blockers() -> None:

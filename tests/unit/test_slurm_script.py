@@ -385,3 +385,32 @@ def test_limits_stand_for_requests_and_options_win() -> None:
                                 default_chdir="/h"))
     assert "--gpus-per-node=1" in args and "--mem=10" in args
     assert "--gpus-per-node=2" not in args
+
+
+def test_a_native_dependency_goes_to_sbatch_and_to_each_rest_version() -> None:
+    """``SubmitRequest.dependency`` (Slurm's ids, bridge/engine_dependency.py) is
+    ``--dependency`` (and ``--kill-on-invalid-dep=yes`` with it); over REST the
+    ``dependency`` field, and the kill flag as each version spells it. The bridge's own
+    dependency text (options.dependency, bridge ids) never reaches Slurm."""
+    from dataclasses import replace
+
+    options = SchedulingOptions(dependency="afterok:7", kill_on_invalid_dep=True)
+    base = request(trainjob(command=["true"]), options)
+    plain = job_spec(base, default_chdir="/tmp")
+    assert not any("dependency" in a or "invalid-dep" in a for a in sbatch_args(plain))
+    assert "dependency" not in rest_job(plain, {}, V0_0_41)
+    spec = job_spec(replace(base, dependency="afterok:123?afternotok:124"),
+                    default_chdir="/tmp")
+    args = sbatch_args(spec)
+    assert "--dependency=afterok:123?afternotok:124" in args
+    assert "--kill-on-invalid-dep=yes" in args
+    new = rest_job(spec, {}, V0_0_41)
+    assert (new["dependency"], new["flags"]) == ("afterok:123?afternotok:124",
+                                                 ["KILL_INVALID_DEPENDENCY"])
+    old = rest_job(spec, {}, V0_0_38)
+    assert old["dependency"] == "afterok:123?afternotok:124"
+    assert old["kill_on_invalid_dependency"] is True
+    keep_request = request(trainjob(command=["true"]), SchedulingOptions(dependency="afterok:7"))
+    keep = job_spec(replace(keep_request, dependency="afterany:5"), default_chdir="/tmp")
+    assert "--kill-on-invalid-dep=yes" not in sbatch_args(keep)
+    assert "flags" not in rest_job(keep, {}, V0_0_41)

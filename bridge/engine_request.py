@@ -1,0 +1,52 @@
+"""What the engine hands a back end for one stored job: its :class:`SubmitRequest`.
+
+Contract: :func:`stored_shape` is the job's shape as stored at admission (its runtime
+snapshot), resolved again only for a row without one (admitted by an older daemon) or
+with one that no longer reads; :class:`bridge.model.ValidationError` when such a row no
+longer resolves. :func:`submit_request` builds the request from the stored job, the
+placement decision (its options, and its hosts when it pins them) and the dependency in
+the back end's own ids (bridge/engine_dependency.py ``DependencyGate.native``).
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from bridge.backend import SubmitRequest
+from bridge.engine_array import array_task
+from bridge.placement_decision import PlacementDecision
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import scheduling_of
+from bridge.shape import JobShape, resolve_shape
+from bridge.store import JobRecord
+
+__all__ = ["stored_shape", "submit_request"]
+
+log = structlog.get_logger("hpc_bridge.engine")
+
+
+def stored_shape(rec: JobRecord, catalog: RuntimeCatalog) -> JobShape:
+    """The job's shape (module docstring)."""
+    if rec.shape is not None:
+        try:
+            return JobShape.from_json(rec.shape)
+        except ValueError as exc:
+            log.warning("stored job shape unreadable; resolving it again",
+                        job_id=rec.id, error=str(exc))
+    return resolve_shape(rec.job, catalog.resolve(rec.job), scheduling_of(rec.job))
+
+
+def submit_request(rec: JobRecord, catalog: RuntimeCatalog,
+                   decision: PlacementDecision | None, dependency: str | None
+                   ) -> SubmitRequest:
+    """The request for ``rec`` (module docstring)."""
+    shape = stored_shape(rec, catalog)
+    options = scheduling_of(rec.job)
+    if options.time_limit_minutes is None and shape.time_limit_minutes is not None:
+        options = options.model_copy(update={"time_limit_minutes": shape.time_limit_minutes})
+    if decision is not None and decision.options:
+        options = options.model_copy(update=dict(decision.options))
+    pinned = decision.placement if decision is not None and decision.pin else None
+    return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=shape.plan,
+                         options=options, owner=rec.owner, placement=pinned, shape=shape,
+                         array=array_task(rec), dependency=dependency)

@@ -226,7 +226,8 @@ async def list_jobs(request: web.Request) -> web.Response:
                              after_id=after, limit=limit)
     metadata = ({"continue": _continue_token(page.next_after)}
                 if page.next_after is not None else {})
-    return web.json_response({"items": [list_view(r) for r in page.items],
+    statuses = service.trainer_statuses([r.id for r in page.items])
+    return web.json_response({"items": [list_view(r, statuses.get(r.id)) for r in page.items],
                               "metadata": metadata})
 
 

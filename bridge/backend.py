@@ -18,8 +18,8 @@ so ``bridge`` never imports an adapter (see docs/architecture.md).
 from __future__ import annotations
 
 import pwd
-from collections.abc import AsyncIterator, Collection
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Collection, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from importlib.metadata import entry_points
@@ -97,6 +97,10 @@ class SubmitRequest:
     #: back end with ``native_dependencies`` (bridge/engine_dependency.py): it queues
     #: the job with it (``options.kill_on_invalid_dep`` applies). None: no wait.
     dependency: str | None = None
+    #: Where the job reports its progress (bridge/trainer_status.py ``status_env``): set
+    #: in its environment by back ends whose jobs read the daemon host's files (Slurm,
+    #: Flux); empty when progress reports are off.
+    status_env: Mapping[str, str] = field(default_factory=dict)
 
     @cached_property
     def job_shape(self) -> JobShape:

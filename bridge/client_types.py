@@ -51,6 +51,9 @@ class JobView(TypedDict, total=False):
     arrayTasks: str
     #: tqueue's: the indexes of the pending tasks folded into this row (squeue's view).
     foldedTasks: list[int]
+    #: The job's latest progress report (bridge/trainer_status.py); in listings
+    #: without ``metrics``.
+    trainerStatus: dict[str, Any]
     trainJob: dict[str, Any]
     transitions: list[Transition]
 

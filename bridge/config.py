@@ -126,6 +126,45 @@ class LimitsSection(BaseModel):
     max_script_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
 
 
+class TrainerStatusSection(BaseModel):
+    """Progress reports from inside jobs (Kubeflow Trainer's KEP-2779 protocol;
+    docs/events.md, "Training progress"): an HTTPS endpoint the compute nodes reach.
+    Off while ``listen`` is empty."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: ``HOST:PORT`` to serve on (e.g. ``0.0.0.0:8443``).
+    listen: str = ""
+    #: The base URL jobs use (default ``https://<this host's name>:<port>``).
+    url: str = ""
+    #: The server's certificate (chain) and key, PEM.
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: The CA certificate jobs verify the server with (default: ``tls_cert``, for a
+    #: self-signed one); it must be readable by every user on the compute nodes.
+    ca_cert: str = ""
+    #: Where each job's token file goes (the daemon's, mode 0711; each file readable
+    #: by its job's owner only): a directory the compute nodes see.
+    token_dir: str = "/var/lib/hpc-bridge/trainer-status"  # noqa: S105 - a directory
+    #: Reports per second one job may sustain, after a burst of ``burst``.
+    rate: float = Field(default=1.0, gt=0)
+    burst: int = Field(default=10, ge=1)
+    #: The largest report body (413 above it).
+    max_body_bytes: int = Field(default=65536, ge=1024, le=1024 * 1024)
+    #: How often the token files of ended jobs are removed (seconds).
+    sweep_interval: float = Field(default=60.0, gt=0)
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> TrainerStatusSection:
+        if self.listen:
+            if ":" not in self.listen:
+                raise ValueError(f"listen: {self.listen!r} is not HOST:PORT")
+            if not (self.tls_cert and self.tls_key):
+                raise ValueError("tls_cert and tls_key are needed with listen (the endpoint "
+                                 "is HTTPS only)")
+        return self
+
+
 class RuntimesSection(BaseModel):
     """Training runtimes the admin adds to the built-in catalog: YAML files (globs
     allowed) of ClusterTrainingRuntime / TrainingRuntime documents, as for Kubeflow."""
@@ -190,6 +229,7 @@ class Config(BaseModel):
     leader_election: LeaderElectionSection | None = None
     events: EventsSection = Field(default_factory=EventsSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
+    trainer_status: TrainerStatusSection = Field(default_factory=TrainerStatusSection)
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> Config:

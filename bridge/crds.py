@@ -14,7 +14,8 @@ Contract:
   upstream's CRDs for a test), kinds/plurals/singulars as upstream, no short names
   (upstream has none); TrainJob and TrainingRuntime are namespaced,
   ClusterTrainingRuntime is cluster-scoped; TrainJob has the ``status``
-  subresource and upstream's printer columns (State, Age) plus Runtime and Nodes.
+  subresource and upstream's printer columns (State, Age) plus Runtime, Nodes and
+Trainer's Progress %.
 * The ``openAPIV3Schema`` is *structural*: :func:`structural_schema` turns pydantic's
   JSON schema (validation mode: the CRD gates what is *written*, i.e. what the model
   *reads*; for these models both modes give the same schema today, and validation
@@ -257,6 +258,8 @@ _TRAINJOB_COLUMNS = [
     {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
     {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.trainer.numNodes"},
+    {"name": "Progress %", "type": "integer",
+     "jsonPath": ".status.trainerStatus.progressPercentage"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -41,6 +41,7 @@ from bridge.model import ValidationError
 from bridge.runtimes import RuntimeCatalog, load_runtime_files
 from bridge.service import JobService
 from bridge.statelock import acquire as lock_state_dir
+from bridge.status_server import StatusEndpoint, report_settings
 from bridge.store import Store
 from bridge.systemd import listen_fds, sd_notify, watchdog_interval, watchdog_pings
 
@@ -167,6 +168,7 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
         placement={name: section.placement for name, section in config.backends.items()},
         placement_max_age=e.placement_max_age,
         partition_routes=partition_routes(config),
+        status_reports=(reports := report_settings(config.trainer_status, state_dir)),
     ))
     tokens = load_tokens(config.daemon.token_file) if config.daemon.token_file else {}
     health.ready = engine.ready.is_set
@@ -182,9 +184,15 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
         health)
     # Before the app is served (it adds the events route; aiohttp freezes the app).
     events = await start_event_tasks(config, feed, app, metrics)
+    progress = (StatusEndpoint(config.trainer_status, store, reports)
+                if reports is not None else None)
     try:  # the socket first: a refused one (another daemon answers) must submit nothing
         runner = await serve(app, config.daemon.socket, config.daemon.tcp, inherited)
+        if progress is not None:
+            await progress.start()
     except BaseException:
+        if progress is not None:
+            await progress.stop()
         await stop_event_tasks(events)
         store.close()
         raise
@@ -220,6 +228,8 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     with suppress(asyncio.CancelledError):
         await engine_task
     await stop_event_tasks(events)
+    if progress is not None:
+        await progress.stop()
     stopped.cancel()
     await runner.cleanup()
     store.close()

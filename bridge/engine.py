@@ -62,7 +62,7 @@ from bridge.engine_dependency import (
     check_dependency_ids,
 )
 from bridge.engine_hold import set_suspend
-from bridge.engine_request import stored_shape, submit_request
+from bridge.engine_request import report_env, stored_shape, submit_request
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
 from bridge.engine_signals import Signals
@@ -88,6 +88,8 @@ log = structlog.get_logger("hpc_bridge.engine")
 
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
+#: Seconds before a job whose dependency its back end refused is looked at again.
+RETRY_REFUSED = 60.0
 
 
 class Engine:
@@ -112,7 +114,8 @@ class Engine:
         self._signals = Signals(store, self.backends)
         self._status = StatusTracker(store, settings, forget=self._forget)
         self._dependencies = DependencyGate(
-            store, [n for n, b in backends.items() if getattr(b, "native_dependencies", False)])
+            store, [n for n, b in backends.items() if getattr(b, "native_dependencies", False)],
+            lambda name: name in self._status.confirmed)
         self._arrays = ArrayThrottle(store, lambda: self._inflight.keys())
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
@@ -415,16 +418,21 @@ class Engine:
                                           submitting_since=None)
                     return
                 except (DependencyUnmet, UnreadableDependency) as exc:
-                    # Its dependency moved since the pass let it go: it waits again
-                    # (the gate holds it, whatever its attempts).
-                    self.store.transition_from(rec.id, JobState.PENDING, JobState.PENDING,
-                                               DEPENDENCY, str(exc), submitting_since=None,
-                                               next_attempt_at=now)
+                    # Its dependency moved since the pass let it go: it waits again,
+                    # as never tried (nothing was sent; a retried job was looked up
+                    # first and is not in its back end), so the gate holds it.
+                    self._wait_again(rec, str(exc), now)
                     return
                 try:
                     backend_id = await asyncio.wait_for(backend.submit(request),
                                                         self.settings.submit_timeout)
                 except BackendRejected as exc:
+                    if request.dependency and "dependency" in str(exc).lower():
+                        # A job it names is gone from the back end already (purged):
+                        # the bridge decides again once its status says so.
+                        self._wait_again(rec, f"{name} refused the dependency "
+                                         f"{request.dependency}: {exc}", now + RETRY_REFUSED)
+                        return
                     self.store.transition(rec.id, JobState.FAILED, "SubmitRejected", str(exc),
                                           submitting_since=None)
                     log.warning("back end rejected job", job_id=rec.id, error=str(exc))
@@ -457,6 +465,13 @@ class Engine:
                 # Let go by its array's throttle but never submitted: its place is free.
                 self._arrays.changed({rec.id}, time.time())
 
+    def _wait_again(self, rec: JobRecord, message: str, due: float) -> None:
+        """Back to waiting for its dependency, as never tried (nothing reached the back
+        end), due at ``due``."""
+        self.store.transition_from(rec.id, JobState.PENDING, JobState.PENDING, DEPENDENCY,
+                                   message[:1024], submitting_since=None, attempts=0,
+                                   next_attempt_at=due)
+
     def _retry_later(self, rec: JobRecord, exc: BaseException) -> None:
         delay = backoff_delay(max(rec.attempts, 1), self.settings.retry_base,
                               self.settings.retry_cap)
@@ -472,7 +487,9 @@ class Engine:
 
     def _request(self, rec: JobRecord,
                  decision: PlacementDecision | None = None) -> SubmitRequest:
-        return submit_request(rec, self.catalog, decision, self._dependencies.native(rec))
+        return submit_request(rec, self.catalog, decision, self._dependencies.native(rec),
+                              report_env(rec, self.settings.status_reports,
+                                         self.backends.get(rec.backend)))
 
     # -- tracking --------------------------------------------------------------------
 

@@ -27,15 +27,18 @@ Contract:
   dependency and starts it itself. ``native`` is computed again at every attempt
   from the store, so a retry after a crash hands over what is true then; a job whose
   dependency can no longer be handed over raises :class:`DependencyUnmet` (the
-  engine puts it back to wait). The gate looks at every due job with a dependency,
-  whatever its attempts: a verdict never goes back from met, so a retried job is
-  held only if it never reached its back end met.
+  engine puts it back to wait, as never tried: nothing reached the back end). Not
+  handed over: ``singleton`` (Slurm cannot see the bridge's held jobs of that name),
+  and anything while the back end's status has not been read since this start
+  (``confirmed``: a job the store calls live may have ended and been purged).
+  As before, a job tried once (``attempts`` > 0) passes the gate: the engine looks it
+  up in its back end first, and only if it is not there works out ``native`` again.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -198,10 +201,14 @@ def array_facts(store: Store, array_id: int) -> Facts | None:
 
 
 class DependencyGate:
-    def __init__(self, store: Store, native_backends: Iterable[str] = ()) -> None:
+    def __init__(self, store: Store, native_backends: Iterable[str] = (),
+                 confirmed: Callable[[str], bool] = lambda backend: True) -> None:
         self.store = store
         #: Back ends that take a dependency in their own ids (module docstring).
         self.native_backends = frozenset(native_backends)
+        #: Whether a back end's whole status was read since this start (its jobs'
+        #: states in the store are then the world's, not last run's).
+        self.confirmed = confirmed
         #: held job id -> the job ids whose start or end may release it (``-A``: array
         #: A's combined facts, bridge.engine_dependency.array_facts).
         self._held: dict[int, frozenset[int]] = {}
@@ -237,6 +244,8 @@ class DependencyGate:
             if not rows:
                 break
             for e in rows:
+                if "to" not in e.payload:  # a progress report: the job did not move
+                    continue
                 moved.add(e.job_id)
                 if e.payload.get("to") in _RELEASING:
                     changed.add(e.job_id)
@@ -256,7 +265,7 @@ class DependencyGate:
                 self._arrays[array_id] = facts
                 changed.add(-array_id)
         for job_id, watched in list(self._held.items()):
-            if watched & changed or (watched & arrived and job_id in self._native_held):
+            if watched & changed or (job_id in self._native_held and watched & arrived):
                 del self._held[job_id]
                 self._native_held.discard(job_id)
                 self.store.update(job_id, next_attempt_at=now)
@@ -271,7 +280,9 @@ class DependencyGate:
         known = _Known()  # one pass's facts: each job read once
         for rec in records:
             try:
-                dep = dependency_of(rec)
+                # A job tried once may be in its back end already: the engine looks it
+                # up first, and works out its dependency afresh (native) if it is not.
+                dep = dependency_of(rec) if rec.attempts == 0 else None
             except UnreadableDependency as exc:
                 self._hold(rec, NEVER_SATISFIED, str(exc), now + RECHECK, frozenset())
                 continue
@@ -332,7 +343,11 @@ class DependencyGate:
         verdict, left = unmet(dep, facts, now, blockers)
         if verdict is Verdict.READY:
             return ""
-        if rec.backend not in self.native_backends:
+        # singleton: the bridge's held jobs of that name are not Slurm's to see, and a
+        # later one may reach Slurm first; the bridge keeps it. A back end whose status
+        # is not confirmed since this start may have purged what the store calls live.
+        if (rec.backend not in self.native_backends or dep.singleton
+                or not self.confirmed(rec.backend)):
             return None
         terms = []
         for cond in left:

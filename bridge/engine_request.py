@@ -5,10 +5,13 @@ snapshot), resolved again only for a row without one (admitted by an older daemo
 with one that no longer reads; :class:`bridge.model.ValidationError` when such a row no
 longer resolves. :func:`submit_request` builds the request from the stored job, the
 placement decision (its options, and its hosts when it pins them) and the dependency in
-the back end's own ids (bridge/engine_dependency.py ``DependencyGate.native``).
+the back end's own ids (bridge/engine_dependency.py ``DependencyGate.native``), and
+where the job reports its progress (:func:`report_env`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import structlog
 
@@ -19,8 +22,9 @@ from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import scheduling_of
 from bridge.shape import JobShape, resolve_shape
 from bridge.store import JobRecord
+from bridge.trainer_status import ReportSettings
 
-__all__ = ["stored_shape", "submit_request"]
+__all__ = ["report_env", "stored_shape", "submit_request"]
 
 log = structlog.get_logger("hpc_bridge.engine")
 
@@ -36,9 +40,24 @@ def stored_shape(rec: JobRecord, catalog: RuntimeCatalog) -> JobShape:
     return resolve_shape(rec.job, catalog.resolve(rec.job), scheduling_of(rec.job))
 
 
+def report_env(rec: JobRecord, reports: ReportSettings | None, backend: object
+               ) -> dict[str, str]:
+    """Where ``rec`` reports its progress (bridge/trainer_status.py), for a back end
+    whose jobs read the daemon host's files (not pods); empty when reports are off or
+    the token file cannot be written (logged: a job never fails for want of it)."""
+    if reports is None or getattr(backend, "runs_pods", False):
+        return {}
+    try:
+        return reports.env_for(rec.uid, rec.namespace, rec.name, rec.owner)
+    except OSError as exc:
+        log.warning("progress token not written; the job cannot report progress",
+                    job_id=rec.id, error=str(exc))
+        return {}
+
+
 def submit_request(rec: JobRecord, catalog: RuntimeCatalog,
-                   decision: PlacementDecision | None, dependency: str | None
-                   ) -> SubmitRequest:
+                   decision: PlacementDecision | None, dependency: str | None,
+                   status_env: Mapping[str, str] | None = None) -> SubmitRequest:
     """The request for ``rec`` (module docstring)."""
     shape = stored_shape(rec, catalog)
     options = scheduling_of(rec.job)
@@ -49,4 +68,5 @@ def submit_request(rec: JobRecord, catalog: RuntimeCatalog,
     pinned = decision.placement if decision is not None and decision.pin else None
     return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=shape.plan,
                          options=options, owner=rec.owner, placement=pinned, shape=shape,
-                         array=array_task(rec), dependency=dependency)
+                         array=array_task(rec), dependency=dependency,
+                         status_env=dict(status_env or {}))

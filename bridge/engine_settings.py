@@ -10,6 +10,7 @@ from typing import Any
 
 from bridge.model import TrainJob
 from bridge.store_arrays import ArrayTaskRow
+from bridge.trainer_status import ReportSettings
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class EngineSettings:
     placement_max_age: float = 5.0
     #: Routing rule: partition -> back end, for jobs that name no back end.
     partition_routes: Mapping[str, str] = field(default_factory=dict)
+    #: Progress reports (``[trainer_status]``): None while they are off.
+    status_reports: ReportSettings | None = None
 
 
 @dataclass(frozen=True)

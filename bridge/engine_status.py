@@ -50,6 +50,8 @@ class StatusTracker:
         #: snapshot last changed nothing for it: the same again is skipped unread.
         self._applied: dict[int, tuple[float, tuple[BackendJob, ...]]] = {}
         self._owners = OwnerCheck()
+        #: Back ends whose complete snapshot was applied since this start.
+        self.confirmed: set[str] = set()
 
     def apply(self, name: str, backend: Backend, batch: StatusBatch) -> None:
         """Move the tracked jobs of back end ``name`` according to ``batch``."""
@@ -95,6 +97,8 @@ class StatusTracker:
             self._missing.pop(rec.id, None)
             if not self.apply_one(rec, bj) and batch.complete:  # the same again: no-op
                 self._applied[rec.id] = (rec.updated_at, tuple(seen.get(rec.uid, ())))
+        if batch.complete:
+            self.confirmed.add(name)
 
     def own(self, name: str, backend: Backend, rec: JobRecord,
             jobs: Iterable[BackendJob]) -> BackendJob | None:

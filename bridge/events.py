@@ -9,8 +9,18 @@ its sequence number is the event's ``id``. The payload (JSON, UTF-8)::
      "backend": "slurm", "backendId": "1234", "from": "Submitted", "state": "Running",
      "reason": "Started", "message": "", "exitCode": null}
 
+A progress report from inside the job (bridge/trainer_status.py) is an event too::
+
+    {"id": 43, "type": "progress", "time": "...", "jobId": 7, "uid": "...",
+     "namespace": "default", "name": "train", "user": "alice", "backend": "slurm",
+     "backendId": "1234", "state": "Running",
+     "trainerStatus": {"progressPercentage": 45, "estimatedRemainingSeconds": 795,
+                       "metrics": [{"name": "loss", "value": "0.2347"}],
+                       "lastUpdatedTime": "2026-12-01T05:01:02Z"}}
+
 Topics: ``<prefix>/jobs/<jobId>/events`` (every event, not retained) and
-``<prefix>/jobs/<jobId>/state`` (retained: the job's latest event). Both QoS 1.
+``<prefix>/jobs/<jobId>/state`` (retained: the job's latest event, a transition or a
+progress report, each with the job's ``state``). Both QoS 1.
 
 Ordering contract of :func:`plan_batch` and :func:`acked_prefix`: the messages of a batch
 are sent in sequence order over one connection, and only the events of the longest
@@ -28,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bridge.outbox import Event
+from bridge.store_progress import EVENT_PROGRESS
 
 EVENT_TRANSITION = "transition"
 
@@ -40,6 +51,14 @@ def iso_time(ts: float) -> str:
 def event_payload(event: Event) -> dict[str, Any]:
     """The published form of an outbox row (see the module's documentation)."""
     p = event.payload
+    if p.get("type") == EVENT_PROGRESS:
+        return {
+            "id": event.id, "type": EVENT_PROGRESS, "time": iso_time(float(p["at"])),
+            "jobId": event.job_id, "uid": p.get("uid"), "namespace": p.get("namespace"),
+            "name": p.get("name"), "user": p.get("user"), "backend": p.get("backend"),
+            "backendId": p.get("backendId"), "state": p.get("state"),
+            "trainerStatus": p.get("trainerStatus"),
+        }
     return {
         "id": event.id, "type": EVENT_TRANSITION, "time": iso_time(float(p["at"])),
         "jobId": event.job_id, "uid": p.get("uid"), "namespace": p.get("namespace"),

@@ -103,6 +103,8 @@ class Metrics:
         """Count new outbox rows (an :class:`bridge.feed.EventFeed` observer)."""
         for event in events:
             p = event.payload
+            if "to" not in p:  # a progress report (bridge/store_progress.py): no move
+                continue
             backend, src, dst = str(p.get("backend")), p.get("from"), str(p.get("to"))
             self.transitions.labels(backend, str(src or ""), dst,
                                     str(p.get("reason", ""))).inc()

@@ -87,8 +87,9 @@ def outcome(rec: JobRecord, bj: BackendJob) -> Outcome | None:
         return Outcome(JobState.SUCCEEDED, "Completed", "exit code 0", fields)
     if state is BackendState.CANCELLED:
         reason = "Cancelled" if rec.cancel_requested else "CancelledInBackend"
-        if reason == "CancelledInBackend" and bj.reason == "DependencyNeverSatisfied":
-            reason = bj.reason  # Slurm's --kill-on-invalid-dep (a native dependency)
+        if (reason == "CancelledInBackend"  # Slurm's --kill-on-invalid-dep (native)
+                and (bj.reason or "").partition(":")[0] == "DependencyNeverSatisfied"):
+            reason = "DependencyNeverSatisfied"
         return Outcome(JobState.CANCELLED, reason, bj.native_state, fields)
     if state is BackendState.TIMEOUT:
         return Outcome(JobState.FAILED, "DeadlineExceeded",

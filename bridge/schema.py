@@ -85,6 +85,13 @@ CREATE TABLE IF NOT EXISTS outbox (
     published_at  REAL
 );
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+-- The latest progress report of a job (bridge/store_progress.py); a table of its own,
+-- so that a store without it (an older release's) only lacks reports.
+CREATE TABLE IF NOT EXISTS trainer_status (
+    job_id      INTEGER PRIMARY KEY REFERENCES jobs (id),
+    status      TEXT NOT NULL,
+    updated_at  REAL NOT NULL
+);
 """
 
 

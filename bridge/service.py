@@ -288,6 +288,10 @@ class JobService:
         """The job's state changes, oldest first."""
         return self._store.transitions(job_id)
 
+    def trainer_statuses(self, job_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The latest progress report of each job that has one (bridge/store_progress.py)."""
+        return self._store.trainer_statuses(job_ids)
+
     def list_jobs(self, states: Sequence[JobState] | None = None, *, user: str | None = None,
                   backend: str | None = None, origin: str | None = None,
                   after_id: int | None = None, limit: int | None = None) -> JobPage:

@@ -50,6 +50,7 @@ from bridge.refs import resolve
 from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
 from bridge.states import TERMINAL, JobState, check_transition
 from bridge.store_arrays import NOT_DUE, ArrayQueries, ArrayTaskRow, parse_task_ref
+from bridge.store_progress import ProgressQueries
 from bridge.store_records import LIGHT_COLUMNS, row_to_record
 from bridge.store_records import JobRecord as JobRecord
 from bridge.store_records import Transition as Transition
@@ -64,7 +65,7 @@ class JobNotFound(BridgeError, KeyError):
     """No job matches the reference."""
 
 
-class Store(OutboxQueries, ArrayQueries):
+class Store(OutboxQueries, ArrayQueries, ProgressQueries):
     """SQLite-backed job store. Open with :meth:`open`; one instance per process."""
 
     def __init__(self, conn: sqlite3.Connection):

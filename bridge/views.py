@@ -3,7 +3,8 @@
 :func:`list_view` is built from a light row (no TrainJob decoded); :func:`job_view` adds
 the whole document and the transitions. A viewer who is neither the job's owner nor
 root sees the document without environment values and batch script
-(:func:`_redacted`), as Slurm shows another user's job but not its environment.
+(:func:`_redacted`), as Slurm shows another user's job but not its environment, and
+its progress (``trainerStatus``) without metrics, as every listing shows it.
 """
 
 from __future__ import annotations
@@ -55,8 +56,14 @@ def _redacted(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def list_view(rec: JobRecord) -> dict[str, Any]:
-    """The JSON view of a job in a listing: its row and summary, no document."""
+#: What a listing shows of a job's progress report to everyone (its metrics only the
+#: job's own view shows, to its owner and root: bridge/trainer_status.py).
+_PROGRESS_FIELDS = ("progressPercentage", "estimatedRemainingSeconds", "lastUpdatedTime")
+
+
+def list_view(rec: JobRecord, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON view of a job in a listing: its row and summary, no document; with
+    ``status`` (its latest progress report), ``trainerStatus`` without metrics."""
     summary = rec.summary or job_summary(rec.job)
     view = {
         "id": rec.id,
@@ -89,6 +96,8 @@ def list_view(rec: JobRecord) -> dict[str, Any]:
     if rec.array_job_id is not None:  # a task of a job array: shown as A_I
         view.update(arrayJobId=rec.array_job_id, arrayTaskId=rec.array_task_id,
                     arrayTasks=summary.get("array"))
+    if status:
+        view["trainerStatus"] = {k: status[k] for k in _PROGRESS_FIELDS if k in status}
     return view
 
 
@@ -100,7 +109,10 @@ def job_view(rec: JobRecord, service: JobService, with_transitions: bool = False
     doc = rec.job.to_dict()
     if viewer is not None and viewer.uid not in (0, rec.owner.uid):
         doc = _redacted(doc)
-    view = list_view(rec)
+    status = service.trainer_statuses([rec.id]).get(rec.id)
+    view = list_view(rec, status)
+    if status and (viewer is None or viewer.uid in (0, rec.owner.uid)):
+        view["trainerStatus"] = status  # with its metrics
     view["trainJob"] = doc
     if with_transitions:
         view["transitions"] = [

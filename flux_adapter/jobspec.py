@@ -510,7 +510,8 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
         "duration": seconds,
         "cwd": cwd,
         "environment": {**job_environment(plan, flux_command=flux_command),
-                        **identity_env(request.job_id, request.job_uid, request.array)},
+                        **identity_env(request.job_id, request.job_uid, request.array),
+                        **request.status_env},
         "job": {"name": flux_job_name(request)},
         "shell": {"options": shell_options},
     }

@@ -425,7 +425,8 @@ class TrainJobFrontDoor:
         meta = obj.get("metadata") or {}
         previous = self._written.get(uid) or obj.get("status")
         assert self._service is not None
-        status = desired_status(rec, self._service.jobs_status(rec), previous)
+        status = desired_status(rec, self._service.jobs_status(rec), previous,
+                                self._service.trainer_statuses([rec.id]).get(rec.id))
         if not same_status(status, previous) and not same_status(status, obj.get("status")):
             await self.calls.patch_status(obj, status)
             self._written[uid] = status

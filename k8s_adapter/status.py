@@ -21,7 +21,8 @@ because "why is my job not running" is the question users ask. A condition keeps
 
 ``jobsStatus`` is the JobSet's ``replicatedJobsStatus`` for the Kubernetes back end,
 and one entry ``node`` (the one batch job) elsewhere. ``trainerStatus`` follows
-Trainer v2.3 (``progressPercentage`` 100 once complete, ``lastUpdatedTime``).
+Trainer v2.3: what the job reports from inside (KEP-2779, on every back end), and
+``progressPercentage`` 100 once complete, ``lastUpdatedTime``.
 """
 
 from __future__ import annotations
@@ -101,9 +102,12 @@ def synthetic_jobs_status(rec: JobRecord) -> list[dict[str, Any]]:
 
 
 def desired_status(rec: JobRecord, jobs_status: Sequence[Mapping[str, Any]] | None,
-                   previous: Mapping[str, Any] | None) -> dict[str, Any]:
+                   previous: Mapping[str, Any] | None,
+                   reported: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The whole ``status`` to write: conditions keep their previous
-    ``lastTransitionTime`` when their status is unchanged."""
+    ``lastTransitionTime`` when their status is unchanged; ``trainerStatus`` is what the
+    job ``reported`` from inside (bridge/trainer_status.py, on any back end), and
+    100 % once it succeeded (its last metrics kept)."""
     old = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
     conditions = []
     for c in desired_conditions(rec):
@@ -117,12 +121,13 @@ def desired_status(rec: JobRecord, jobs_status: Sequence[Mapping[str, Any]] | No
         "jobsStatus": [dict(j) for j in jobs_status] if jobs_status is not None
         else synthetic_jobs_status(rec),
     }
-    trainer: dict[str, Any] = {}
+    trainer: dict[str, Any] = dict(reported or {})
     if rec.state == JobState.SUCCEEDED:
         trainer["progressPercentage"] = 100
         trainer["estimatedRemainingSeconds"] = 0
-    if trainer:
         trainer["lastUpdatedTime"] = _ts(rec.finished_at or rec.updated_at)
+    if trainer:
+        trainer.setdefault("lastUpdatedTime", _ts(rec.updated_at))
         status["trainerStatus"] = trainer
     return status
 

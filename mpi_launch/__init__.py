@@ -11,4 +11,8 @@ standard library and nothing from the daemon or its adapters (import-linter chec
 - :mod:`mpi_launch.plan`: what to exec (``plan_launch``) and how a batch script starts
   ``mpi-launch`` (``launch_invocation``).
 - ``python -m mpi_launch`` / ``mpi-launch``: the entry point (:mod:`mpi_launch.__main__`).
+- :mod:`mpi_launch.trainer_status`: progress reports to the daemon (Kubeflow Trainer's
+  KEP-2779 protocol), from code or ``python -m mpi_launch.trainer_status``;
+  :mod:`mpi_launch.trainer_callbacks`: Hugging Face Transformers and PyTorch Lightning
+  callbacks built on it (their frameworks imported only when asked for).
 """

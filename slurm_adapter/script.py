@@ -190,6 +190,7 @@ def job_environment(request: SubmitRequest) -> dict[str, str]:
     env = dict(request.plan.env)
     env.setdefault("PATH", DEFAULT_PATH)
     env.update(identity_env(request.job_id, request.job_uid, request.array))
+    env.update(request.status_env)
     return env
 
 
@@ -223,10 +224,9 @@ def sbatch_args(spec: JobSpec) -> list[str]:
     optional = [("--nodelist", spec.nodelist), ("--exclude", spec.exclude),
                 ("--constraint", spec.constraint)]
     args += [f"{flag}={value}" for flag, value in optional if value is not None]
-    if spec.dependency:
-        args.append(f"--dependency={spec.dependency}")
-        if spec.kill_on_invalid_dep:
-            args.append("--kill-on-invalid-dep=yes")
+    if spec.dependency:  # the kill choice spelled out: a site may kill by default
+        args += [f"--dependency={spec.dependency}",
+                 f"--kill-on-invalid-dep={'yes' if spec.kill_on_invalid_dep else 'no'}"]
     return args + list(spec.passed)
 
 
@@ -288,13 +288,13 @@ def rest_job(spec: JobSpec, env: Mapping[str, str], dialect: Dialect) -> dict[st
         if spec.switches_wait_minutes is not None:
             job["wait_for_switch"] = spec.switches_wait_minutes * 60
     job.update(passed)
-    if spec.dependency:
+    if spec.dependency:  # the kill choice spelled out (v0.0.38: a boolean; later: a flag)
         job["dependency"] = spec.dependency
-        if spec.kill_on_invalid_dep:  # v0.0.38 has a boolean, later versions a flag
-            if dialect.passed_rest:
-                job["flags"] = ["KILL_INVALID_DEPENDENCY"]
-            else:
-                job["kill_on_invalid_dependency"] = True
+        if dialect.passed_rest:
+            job["flags"] = [*job.get("flags", ()), "KILL_INVALID_DEPENDENCY"
+                            if spec.kill_on_invalid_dep else "NO_KILL_INVALID_DEPENDENCY"]
+        else:
+            job["kill_on_invalid_dependency"] = spec.kill_on_invalid_dep
     if spec.nodelist is not None:
         job[dialect.nodelist_field] = _names(dialect, spec.nodelist)
     if spec.exclude is not None:

@@ -166,6 +166,20 @@ def fold_pending(jobs: Sequence[JobView]) -> list[JobView]:
     return out
 
 
+def _progress(job: JobView, now: datetime) -> str:
+    """A progress report's percentage (bridge/trainer_status.py), else ``N/A``."""
+    status = job.get("trainerStatus") or {}
+    value = status.get("progressPercentage")
+    return "N/A" if value is None else f"{value}%"
+
+
+def _eta(job: JobView, now: datetime) -> str:
+    """The report's estimated remaining time as squeue writes times, else ``N/A``."""
+    status = job.get("trainerStatus") or {}
+    value = status.get("estimatedRemainingSeconds")
+    return "N/A" if value is None else format_seconds(int(value))
+
+
 _ID = Field("JOBID", lambda j, now: display_id(j))
 _OWN_ID = Field("JOBID", _key("id"))
 _ARRAY_JOB = Field("ARRAY_JOB_ID", lambda j, now: j.get("arrayJobId") or j.get("id"))
@@ -187,6 +201,8 @@ _START = Field("START_TIME", _time("startTime"))
 _END = Field("END_TIME", _time("endTime"))
 _CLUSTER = Field("CLUSTER", _key("backend"))
 _BACKEND_ID = Field("BACKEND_JOBID", _key("backendId", "N/A"))
+_PROGRESS = Field("PROGRESS", _progress)
+_ETA = Field("ETA", _eta)
 
 #: ``-o`` letters (squeue's meaning).
 LETTERS: dict[str, Field] = {
@@ -202,7 +218,8 @@ NAMES: dict[str, Field] = {
     "numnodes": _NODES, "nodelist": _NODELIST, "reasonlist": _REASONLIST, "reason": _REASON,
     "submittime": _SUBMIT, "starttime": _START, "endtime": _END, "cluster": _CLUSTER,
     "backend": _CLUSTER, "backendjobid": _BACKEND_ID, "jobarrayid": _ID,
-    "arrayjobid": _ARRAY_JOB, "arraytaskid": _ARRAY_TASK,
+    "arrayjobid": _ARRAY_JOB, "arraytaskid": _ARRAY_TASK, "progress": _PROGRESS,
+    "eta": _ETA,
 }
 
 

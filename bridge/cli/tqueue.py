@@ -70,6 +70,11 @@ _STATE_WORDS: dict[str, tuple[str, ...]] = {
 _CLUSTER_COLUMN = Column(NAMES["cluster"], " ", 12, right=True)
 
 
+#: ``--progress``: squeue's default columns with PROGRESS and ETA before the last.
+PROGRESS_FIELDS = ("jobid:.18 ,partition:.9 ,name:.8 ,username:.8 ,statecompact:.2 ,"
+                   "timeused:.10 ,numnodes:.6 ,progress:.8 ,eta:.10 ,reasonlist:0")
+
+
 def format_queue(
     jobs: Sequence[JobView], *, header: bool = True, now: datetime | None = None,
     cluster: bool = False, columns: Sequence[Column] | None = None,
@@ -134,12 +139,18 @@ def _tqueue(argv: list[str]) -> int:
     parser.add_argument("-o", "--format", help='squeue\'s format, e.g. "%%.18i %%.8j %%T"')
     parser.add_argument("-O", "--Format", dest="fields",
                         help="fields by name, e.g. JobID,Name:30,BackendJobId")
+    parser.add_argument("--progress", action="store_true",
+                        help="add PROGRESS and ETA columns (what the job reports)")
     parser.add_argument("--help", action="help", help="show this help")
     args = parser.parse_args(argv)
     if args.format is not None and args.fields is not None:
         raise UserError("-o/--format and -O/--Format cannot be used together")
+    if args.progress and (args.format is not None or args.fields is not None):
+        raise UserError("--progress adds to the default columns; with -o/-O name "
+                        "progress and eta among them")
     columns = (parse_format(args.format) if args.format is not None
-               else parse_fields(args.fields) if args.fields is not None else None)
+               else parse_fields(args.fields) if args.fields is not None
+               else parse_fields(PROGRESS_FIELDS) if args.progress else None)
     clusters = {c for c in (args.clusters or "").split(",") if c}
     users = [u for u in (args.user or "").split(",") if u]
     if args.me:

@@ -30,7 +30,7 @@ from bridge.cli.common import (
     run,
 )
 from bridge.client import JobView
-from bridge.slurmtime import format_minutes
+from bridge.slurmtime import format_minutes, format_seconds
 
 __all__ = ["format_show", "tshow_main"]
 
@@ -83,6 +83,22 @@ def _placement_lines(placement: Any) -> list[str]:
     note = placement.get("note") or placement.get("reason")
     if note:
         lines.append(_pairs([("PlacementNote", note)]))
+    return lines
+
+
+def _progress_lines(status: Any) -> list[str]:
+    """What the job last reported from inside (bridge/trainer_status.py)."""
+    if not isinstance(status, dict) or not status:
+        return []
+    eta = status.get("estimatedRemainingSeconds")
+    percent = status.get("progressPercentage")
+    lines = [_pairs([("Progress", None if percent is None else f"{percent}%"),
+                     ("EstimatedRemaining", None if eta is None else format_seconds(int(eta))),
+                     ("ProgressTime", _local_time(status.get("lastUpdatedTime")))])]
+    metrics = status.get("metrics") or []
+    if metrics:
+        lines.append(_pairs([("Metrics", ",".join(
+            f"{m.get('name')}={m.get('value')}" for m in metrics if isinstance(m, dict)))]))
     return lines
 
 
@@ -156,6 +172,7 @@ def format_show(job: JobView) -> str:
             [("NodeList", nodelist(job.get("nodes")) or None), ("ExitCode", job.get("exitCode"))]
         ),
         *_placement_lines(job.get("placement")),
+        *_progress_lines(job.get("trainerStatus")),
         _pairs(
             [
                 ("Command", "(batch script)" if script else trainer.get("command")),

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from bridge.backend import BackendJob, BackendState, StatusBatch
+from bridge.backend import (
+    BackendJob,
+    BackendRejected,
+    BackendState,
+    StatusBatch,
+    SubmitRequest,
+)
 from bridge.engine import Engine, EngineSettings
 from bridge.engine_dependency import DependencyUnmet
 from bridge.model import ANN_BACKEND
@@ -26,13 +32,30 @@ class NativeBackend(FakeBackend):
     native_dependencies = True
 
 
+class RefusingBackend(NativeBackend):
+    """Slurm that has purged every job a dependency names."""
+
+    async def submit(self, request: SubmitRequest) -> str:
+        if request.dependency:
+            raise BackendRejected("Batch job submission failed: Job dependency problem")
+        return await super().submit(request)
+
+
+def make_engine(path: Path, slurm: FakeBackend | None = None, confirmed: bool = True
+                ) -> Engine:
+    e = Engine(Store.open(path),
+               {"slurm": slurm or NativeBackend(inventory()), "other": FakeBackend(inventory())},
+               RuntimeCatalog(),
+               EngineSettings(default_backend="slurm",
+                              placement={"slurm": "none", "other": "none"}))
+    if confirmed:  # as after its first complete status snapshot
+        e._status.confirmed.add("slurm")
+    return e
+
+
 @pytest.fixture
 def engine(tmp_path: Path) -> Engine:
-    return Engine(Store.open(tmp_path / "s.sqlite"),
-                  {"slurm": NativeBackend(inventory()), "other": FakeBackend(inventory())},
-                  RuntimeCatalog(),
-                  EngineSettings(default_backend="slurm",
-                                 placement={"slurm": "none", "other": "none"}))
+    return make_engine(tmp_path / "s.sqlite")
 
 
 def admit(e: Engine, backend: str | None = None, **options: Any) -> int:
@@ -67,8 +90,6 @@ async def test_a_job_in_slurm_is_waited_for_by_slurm(engine: Engine) -> None:
     rec = engine.store.get(second)
     assert rec.state is JobState.SUBMITTED
     assert f"its dependency is slurm's: afterok:{slurm_id}" in rec.message
-    request = engine.backends["slurm"].submitted[-2]  # type: ignore[attr-defined]
-    assert request.options.kill_on_invalid_dep is True
 
 
 async def test_a_job_not_in_slurm_yet_is_held_then_handed_over(engine: Engine) -> None:
@@ -152,8 +173,8 @@ async def test_a_claimed_job_whose_dependency_moved_waits_again(engine: Engine) 
     await settle(engine)
     assert second not in sent(engine)
     rec = engine.store.get(second)
-    assert (rec.state, rec.reason, rec.submitting_since) == (JobState.PENDING, "Dependency",
-                                                              None)
+    assert (rec.state, rec.reason, rec.submitting_since, rec.attempts) == (
+        JobState.PENDING, "Dependency", None, 0)  # as never tried: the gate holds it
     gate.split = split  # type: ignore[method-assign]
     await settle(engine)  # attempted once, yet held by the gate: never satisfied
     assert engine.store.get(second).reason == "DependencyNeverSatisfied"
@@ -173,3 +194,45 @@ async def test_slurms_kill_on_invalid_dep_reads_as_sbatchs_reason(engine: Engine
     engine.apply_status("slurm", StatusBatch(tuple(killed), complete=False, at=time.time()))
     assert engine.store.get(second).reason == "DependencyNeverSatisfied"
     assert engine.store.get(other).reason == "CancelledInBackend"
+
+
+async def test_singleton_stays_with_the_bridge(engine: Engine) -> None:
+    """Slurm cannot see the bridge's held jobs of a name, and a later one may reach
+    Slurm first: a dependency with ``singleton`` is never handed over."""
+    first = admit(engine)
+    await settle(engine)
+    single = admit(engine, job_name="nightly", dependency=f"afterok:{first},singleton")
+    await settle(engine)
+    assert single not in sent(engine)
+    assert engine.store.get(single).reason == "Dependency"
+
+
+async def test_nothing_is_handed_over_before_the_status_is_confirmed(tmp_path: Path
+                                                                      ) -> None:
+    """After a start, a job the store calls live may have ended and been purged."""
+    engine = make_engine(tmp_path / "s.sqlite", confirmed=False)
+    first = admit(engine)
+    await settle(engine)
+    second = admit(engine, dependency=f"afterok:{first}")
+    await settle(engine)
+    assert second not in sent(engine)
+    assert engine.store.get(second).reason == "Dependency"
+    engine.apply_status("slurm", StatusBatch((), complete=True, at=time.time()))
+    finish(engine, first, JobState.SUCCEEDED)
+    await settle(engine)
+    assert sent(engine)[second] is None  # met: released by the bridge
+
+
+async def test_a_refused_dependency_waits_in_the_bridge(tmp_path: Path) -> None:
+    """Slurm answers "Job dependency problem" (it purged the job named): the job is not
+    failed; it waits again, as never tried, and is looked at again later."""
+    engine = make_engine(tmp_path / "s.sqlite", RefusingBackend(inventory()))
+    first = admit(engine)
+    await settle(engine)
+    second = admit(engine, dependency=f"afterok:{first}")
+    before = time.time()
+    await settle(engine)
+    rec = engine.store.get(second)
+    assert (rec.state, rec.reason, rec.attempts) == (JobState.PENDING, "Dependency", 0)
+    assert "refused the dependency" in rec.message and "Job dependency problem" in rec.message
+    assert rec.next_attempt_at >= before + 30

@@ -389,7 +389,7 @@ def test_limits_stand_for_requests_and_options_win() -> None:
 
 def test_a_native_dependency_goes_to_sbatch_and_to_each_rest_version() -> None:
     """``SubmitRequest.dependency`` (Slurm's ids, bridge/engine_dependency.py) is
-    ``--dependency`` (and ``--kill-on-invalid-dep=yes`` with it); over REST the
+    ``--dependency`` (with ``--kill-on-invalid-dep=yes|no``); over REST the
     ``dependency`` field, and the kill flag as each version spells it. The bridge's own
     dependency text (options.dependency, bridge ids) never reaches Slurm."""
     from dataclasses import replace
@@ -412,5 +412,6 @@ def test_a_native_dependency_goes_to_sbatch_and_to_each_rest_version() -> None:
     assert old["kill_on_invalid_dependency"] is True
     keep_request = request(trainjob(command=["true"]), SchedulingOptions(dependency="afterok:7"))
     keep = job_spec(replace(keep_request, dependency="afterany:5"), default_chdir="/tmp")
-    assert "--kill-on-invalid-dep=yes" not in sbatch_args(keep)
-    assert "flags" not in rest_job(keep, {}, V0_0_41)
+    assert "--kill-on-invalid-dep=no" in sbatch_args(keep)  # a site may kill by default
+    assert rest_job(keep, {}, V0_0_41)["flags"] == ["NO_KILL_INVALID_DEPENDENCY"]
+    assert rest_job(keep, {}, V0_0_38)["kill_on_invalid_dependency"] is False

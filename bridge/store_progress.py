@@ -1,0 +1,85 @@
+"""Training progress reported from inside jobs (bridge/trainer_status.py): the latest
+``trainerStatus`` of each job, and the event each report writes. Mixed into
+:class:`bridge.store.Store`.
+
+Contract: :meth:`ProgressQueries.set_trainer_status` stores a report and writes its
+outbox row (``"type": "progress"``, with the job's state and the report) in one
+transaction, so a report is either visible everywhere (``tqueue``, ``tshow``, MQTT,
+``/v1/events``, the TrainJob CR) or nowhere. Only a job that has not ended takes a
+report (:class:`JobEnded` otherwise), so a late report never follows the job's last
+event. :meth:`ProgressQueries.trainer_statuses` reads many jobs' in one query.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from bridge.errors import BridgeError
+
+__all__ = ["EVENT_PROGRESS", "JobEnded", "ProgressQueries"]
+
+#: The ``type`` of a progress event in the outbox (bridge/events.py publishes it).
+EVENT_PROGRESS = "progress"
+_ENDED = ("Succeeded", "Failed", "Cancelled")
+
+
+class JobEnded(BridgeError):
+    """A report for a job that has ended (or does not exist)."""
+
+
+class ProgressQueries:
+    """The ``trainer_status`` table (mixed into the store)."""
+
+    _db: sqlite3.Connection
+
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # the store's
+
+    def set_trainer_status(self, job_id: int, status: dict[str, Any], at: float) -> None:
+        """Store ``status`` as job ``job_id``'s latest report and write its event."""
+        with self._tx() as db:
+            row = db.execute("SELECT uid, namespace, name, owner_user, backend, backend_id, "
+                             "state FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if row is None or row["state"] in _ENDED:
+                raise JobEnded(f"job {job_id} has ended")
+            text = json.dumps(status, separators=(",", ":"))
+            db.execute("INSERT INTO trainer_status (job_id, status, updated_at) VALUES (?,?,?) "
+                       "ON CONFLICT (job_id) DO UPDATE SET status=excluded.status, "
+                       "updated_at=excluded.updated_at", (job_id, text, at))
+            event = {"type": EVENT_PROGRESS, "jobId": job_id, "uid": row["uid"],
+                     "namespace": row["namespace"], "name": row["name"],
+                     "user": row["owner_user"], "backend": row["backend"],
+                     "backendId": row["backend_id"], "state": row["state"],
+                     "trainerStatus": status, "at": at}
+            db.execute("INSERT INTO outbox (job_id, event, created_at) VALUES (?,?,?)",
+                       (job_id, json.dumps(event), at))
+
+    def live_by_name(self, namespace: str, name: str) -> list[tuple[int, str]]:
+        """``(id, uid)`` of the unfinished jobs named ``namespace/name`` (several users
+        may each have one): the jobs a report to that name may be for."""
+        rows = self._db.execute(
+            "SELECT id, uid FROM jobs WHERE name=? AND namespace=? AND state NOT IN "
+            "('Succeeded', 'Failed', 'Cancelled') ORDER BY id LIMIT 64", (name, namespace))
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def trainer_statuses(self, job_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The latest report of each of ``job_ids`` that has one."""
+        found: dict[int, dict[str, Any]] = {}
+        for chunk in _chunks(list(job_ids), 500):
+            marks = ",".join("?" * len(chunk))
+            for r in self._db.execute(f"SELECT job_id, status FROM trainer_status "
+                                      f"WHERE job_id IN ({marks})", chunk):
+                try:
+                    found[int(r[0])] = json.loads(r[1])
+                except ValueError:
+                    continue  # written by this module: never; never let one row stop a view
+        return found
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

@@ -1,0 +1,169 @@
+"""Progress from inside a job on the real Slurm (issue 15 item 2): the job reports with
+Kubeflow Trainer's protocol (KEP-2779) over TLS to the daemon's endpoint, with the
+reporter of mpi_launch/trainer_status.py, and the report shows in tqueue, tshow and
+/v1/events, and for a TrainJob CR routed to Slurm in its status.trainerStatus.
+Another user's job cannot read the token or report for it (run as bob).
+
+Ordering is by conditions: each job waits for a file the test writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.bed import REPO, Daemon, cleanup, fresh_daemon_dir, wait_for
+from tests.integration.conftest import rest_settings
+from tests.integration.k8s_bridge import TRAINJOBS, apply, conditions, is_true, k8s_daemon, trainjob
+from tests.integration.k8sbed import K8sBed
+from tests.integration.mqtt import free_port
+from tests.integration.test_k8s_trainjobs import release
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = ["Succeeded", "Failed", "Cancelled"]
+#: The reporter as a job runs it: the system python and the repository (standard
+#: library only), as any user's script would.
+REPORT = f"env PYTHONPATH={REPO} python3 -m mpi_launch.trainer_status"
+
+
+def make_cert(workdir: Path) -> tuple[Path, Path]:
+    cert, key = workdir / "tls" / "cert.pem", workdir / "tls" / "key.pem"
+    cert.parent.mkdir(mode=0o755)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    cert.chmod(0o644)  # the CA jobs verify with: every user reads it
+    key.chmod(0o600)
+    return cert, key
+
+
+@pytest.fixture
+def daemon(testbed: dict[str, str]) -> Iterator[Daemon]:
+    workdir = fresh_daemon_dir("progress")
+    cert, key = make_cert(workdir)
+    port = free_port()
+    extra = (f'[trainer_status]\nlisten = "127.0.0.1:{port}"\n'
+             f'url = "https://127.0.0.1:{port}"\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
+             f'token_dir = "{workdir / "tokens"}"\nrate = 5.0\nburst = 5\n'
+             'sweep_interval = 1.0\n')
+    d = Daemon(workdir, rest_settings(testbed), extra_toml=extra)
+    d.start()
+    yield d
+    d.stop()
+    cleanup(workdir)
+
+
+def tbatch(d: Daemon, user: str, script: str, cwd: Path) -> int:
+    res = d.cli(user, "tbatch", "--parsable", "-o", f"{cwd}/%j.out", "--wrap", script,
+                cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout)
+
+
+def reported(d: Daemon, ref: int) -> dict[str, Any] | None:
+    status = d.job(ref).get("trainerStatus")
+    return status if status and status.get("metrics") else None
+
+
+def test_a_job_on_slurm_reports_its_progress(daemon: Daemon, outdir: Path) -> None:
+    gate = outdir / "gate"
+    script = (f"{REPORT} --progress 45 --eta 3725 --metric loss=0.25 --metric epoch=2 && "
+              f"while [ ! -e {gate} ]; do sleep 0.2; done")
+    job = tbatch(daemon, "alice", script, outdir)
+    status = wait_for(lambda: reported(daemon, job), 120, "the job's report")
+    assert status["progressPercentage"] == 45
+    assert status["estimatedRemainingSeconds"] == 3725
+    assert status["metrics"] == [{"name": "loss", "value": "0.25"},
+                                 {"name": "epoch", "value": "2"}]
+    daemon.wait_state(job, ["Running"])  # it reported from inside: it runs
+    queue = daemon.cli("alice", "tqueue", "-h", "-j", str(job), "-O",
+                       "jobid:.8 ,progress:.9 ,eta:.10 ,statecompact")
+    assert queue.stdout.split() == [str(job), "45%", "1:02:05", "R"], queue
+    wide = daemon.cli("alice", "tqueue", "--progress", "-j", str(job)).stdout
+    assert "PROGRESS" in wide.splitlines()[0] and "45%" in wide, wide
+    show = daemon.cli("alice", "tshow", str(job)).stdout
+    assert "Progress=45% EstimatedRemaining=1:02:05" in show, show
+    assert "Metrics=loss=0.25,epoch=2" in show, show
+    others = daemon.cli("bob", "tshow", str(job)).stdout  # progress, not metrics
+    assert "Progress=45%" in others and "Metrics=" not in others, others
+    events = daemon.cli("alice", "tqueue", "--json", "-j", str(job))
+    assert json.loads(events.stdout)["items"][0]["trainerStatus"]["progressPercentage"] == 45
+    seen = daemon.api("GET", "/v1/events", params={"since": 0, "timeout": 0}).json()
+    progress = [e for e in seen["items"] if e["type"] == "progress" and e["jobId"] == job]
+    assert progress and progress[-1]["trainerStatus"]["progressPercentage"] == 45, seen
+    gate.touch()
+    assert daemon.wait_state(job, TERMINAL, timeout=180)["state"] == "Succeeded"
+
+
+def test_another_users_job_cannot_report_for_it(daemon: Daemon, outdir: Path) -> None:
+    """bob's job reads alice's token file (refused by its mode) and reports to alice's
+    job's URL with its own token (403): alice's job shows nothing of it."""
+    gate = outdir / "gate2"
+    alices = tbatch(daemon, "alice",
+                    f"echo $KUBEFLOW_TRAINER_STATUS_URL $KUBEFLOW_TRAINER_STATUS_TOKEN "
+                    f"> {outdir}/alice.env; while [ ! -e {gate} ]; do sleep 0.2; done",
+                    outdir)
+    env_file = outdir / "alice.env"
+    url, token = wait_for(lambda: env_file.exists() and env_file.read_text().split(), 120,
+                          "alice's job to start")
+    attack = (f"cat {token} > {outdir}/stolen 2>{outdir}/cat.err; echo $? > {outdir}/cat.rc; "
+              f"KUBEFLOW_TRAINER_STATUS_URL={url} {REPORT} --progress 99 "
+              f"2> {outdir}/report.err; echo $? > {outdir}/report.rc")
+    bobs = tbatch(daemon, "bob", attack, outdir)
+    assert daemon.wait_state(bobs, TERMINAL, timeout=180)["state"] == "Succeeded"
+    assert (outdir / "cat.rc").read_text().strip() != "0"
+    assert "Permission denied" in (outdir / "cat.err").read_text()
+    assert (outdir / "report.rc").read_text().strip() == "1"
+    assert "403" in (outdir / "report.err").read_text()
+    assert daemon.job(alices).get("trainerStatus") is None
+    gate.touch()
+    assert daemon.wait_state(alices, TERMINAL, timeout=180)["state"] == "Succeeded"
+    assert not Path(token).exists() or wait_for(lambda: not Path(token).exists(), 90,
+                                                 "the ended job's token file to go")
+
+
+@pytest.fixture
+def cr_bridge(k8s: K8sBed, k8s_namespace: str, testbed: dict[str, str]) -> Iterator[Daemon]:
+    """The Kubernetes front door with Slurm, and the progress endpoint."""
+    d = k8s_daemon(k8s, k8s_namespace, slurm=testbed)
+    cert, key = make_cert(d.workdir)
+    port = free_port()
+    d.extra_toml += (f'\n[trainer_status]\nlisten = "127.0.0.1:{port}"\n'
+                     f'url = "https://127.0.0.1:{port}"\ntls_cert = "{cert}"\n'
+                     f'tls_key = "{key}"\ntoken_dir = "{d.workdir / "tokens"}"\n')
+    d.start()
+    yield d
+    release(k8s, k8s_namespace, d)
+
+
+def test_a_trainjob_routed_to_slurm_shows_its_progress_in_its_status(
+        k8s: K8sBed, k8s_namespace: str, cr_bridge: Daemon, outdir: Path) -> None:
+    """kubectl apply a TrainJob that runs on Slurm: what it reports from inside is its
+    status.trainerStatus, as Trainer writes it for pods."""
+    ns, gate = k8s_namespace, outdir / "cr-gate"
+    apply(k8s, ns, trainjob("reports", runtime="plain", nodes=1, image=None, backend="slurm",
+                            command=["sh", "-c", f"{REPORT} --progress 45 --eta 30 "
+                                     f"--metric loss=0.5 && while [ ! -e {gate} ]; "
+                                     f"do sleep 0.2; done"]))
+
+    def trainer_status() -> dict[str, Any] | None:
+        status = k8s.get_json("-n", ns, TRAINJOBS, "reports").get("status") or {}
+        reported = status.get("trainerStatus") or {}
+        return reported if reported.get("metrics") else None
+
+    status = wait_for(trainer_status, 120, "status.trainerStatus of TrainJob reports")
+    assert (status["progressPercentage"], status["estimatedRemainingSeconds"]) == (45, 30)
+    assert status["metrics"] == [{"name": "loss", "value": "0.5"}]
+    assert status["lastUpdatedTime"].endswith("Z")
+    gate.touch()
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "reports"), "Complete"), 120,
+                 "TrainJob reports to be Complete")
+    done = k8s.get_json("-n", ns, TRAINJOBS, "reports")["status"]["trainerStatus"]
+    assert done["progressPercentage"] == 100
+    assert done["metrics"] == [{"name": "loss", "value": "0.5"}]  # the last ones kept

@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration.bed import REPO, Daemon, cleanup, fresh_daemon_dir, wait_for
 from tests.integration.conftest import rest_settings
+from tests.integration.conftest_flux import flux_daemon_for
 from tests.integration.k8s_bridge import TRAINJOBS, apply, conditions, is_true, k8s_daemon, trainjob
 from tests.integration.k8sbed import K8sBed
 from tests.integration.mqtt import free_port
@@ -43,20 +44,34 @@ def make_cert(workdir: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+def progress_toml(workdir: Path) -> str:
+    """``[trainer_status]`` on a free port, with a certificate made for it."""
+    cert, key = make_cert(workdir)
+    port = free_port()
+    return (f'\n[trainer_status]\nlisten = "127.0.0.1:{port}"\n'
+            f'url = "https://127.0.0.1:{port}"\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
+            f'token_dir = "{workdir / "tokens"}"\nrate = 5.0\nburst = 5\n'
+            'sweep_interval = 1.0\n')
+
+
 @pytest.fixture
 def daemon(testbed: dict[str, str]) -> Iterator[Daemon]:
     workdir = fresh_daemon_dir("progress")
-    cert, key = make_cert(workdir)
-    port = free_port()
-    extra = (f'[trainer_status]\nlisten = "127.0.0.1:{port}"\n'
-             f'url = "https://127.0.0.1:{port}"\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
-             f'token_dir = "{workdir / "tokens"}"\nrate = 5.0\nburst = 5\n'
-             'sweep_interval = 1.0\n')
-    d = Daemon(workdir, rest_settings(testbed), extra_toml=extra)
+    d = Daemon(workdir, rest_settings(testbed), extra_toml=progress_toml(workdir))
     d.start()
     yield d
     d.stop()
     cleanup(workdir)
+
+
+@pytest.fixture
+def flux_daemon(flux_bed: dict[str, str]) -> Iterator[Daemon]:
+    d = flux_daemon_for(flux_bed, "progress-flux")
+    d.extra_toml += progress_toml(d.workdir)
+    d.start()
+    yield d
+    d.stop()
+    cleanup(d.workdir)
 
 
 def tbatch(d: Daemon, user: str, script: str, cwd: Path) -> int:
@@ -101,6 +116,18 @@ def test_a_job_on_slurm_reports_its_progress(daemon: Daemon, outdir: Path) -> No
     assert daemon.wait_state(job, TERMINAL, timeout=180)["state"] == "Succeeded"
 
 
+def test_a_job_on_flux_reports_its_progress(flux_daemon: Daemon, outdir: Path) -> None:
+    gate = outdir / "flux-gate"
+    job = tbatch(flux_daemon, "alice", f"{REPORT} --progress 60 --metric step=12 && "
+                 f"while [ ! -e {gate} ]; do sleep 0.2; done", outdir)
+    status = wait_for(lambda: reported(flux_daemon, job), 120, "the Flux job's report")
+    assert (status["progressPercentage"], status["metrics"]) == (
+        60, [{"name": "step", "value": "12"}])
+    assert flux_daemon.job(job)["backend"] == "flux"
+    gate.touch()
+    assert flux_daemon.wait_state(job, TERMINAL, timeout=180)["state"] == "Succeeded"
+
+
 def test_another_users_job_cannot_report_for_it(daemon: Daemon, outdir: Path) -> None:
     """bob's job reads alice's token file (refused by its mode) and reports to alice's
     job's URL with its own token (403): alice's job shows nothing of it."""
@@ -132,11 +159,7 @@ def test_another_users_job_cannot_report_for_it(daemon: Daemon, outdir: Path) ->
 def cr_bridge(k8s: K8sBed, k8s_namespace: str, testbed: dict[str, str]) -> Iterator[Daemon]:
     """The Kubernetes front door with Slurm, and the progress endpoint."""
     d = k8s_daemon(k8s, k8s_namespace, slurm=testbed)
-    cert, key = make_cert(d.workdir)
-    port = free_port()
-    d.extra_toml += (f'\n[trainer_status]\nlisten = "127.0.0.1:{port}"\n'
-                     f'url = "https://127.0.0.1:{port}"\ntls_cert = "{cert}"\n'
-                     f'tls_key = "{key}"\ntoken_dir = "{d.workdir / "tokens"}"\n')
+    d.extra_toml += progress_toml(d.workdir)
     d.start()
     yield d
     release(k8s, k8s_namespace, d)

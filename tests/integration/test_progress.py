@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.bed import REPO, Daemon, cleanup, fresh_daemon_dir, wait_for
+from tests.integration.bed import (
+    REPO,
+    Daemon,
+    cleanup,
+    fresh_daemon_dir,
+    trainjob_doc,
+    wait_for,
+)
 from tests.integration.conftest import rest_settings
 from tests.integration.conftest_flux import flux_daemon_for
 from tests.integration.k8s_bridge import TRAINJOBS, apply, conditions, is_true, k8s_daemon, trainjob
@@ -30,6 +38,8 @@ TERMINAL = ["Succeeded", "Failed", "Cancelled"]
 #: The reporter as a job runs it: the system python and the repository (standard
 #: library only), as any user's script would.
 REPORT = f"env PYTHONPATH={REPO} python3 -m mpi_launch.trainer_status"
+#: The venv's interpreter (torch, and mpi_launch installed in it).
+PYTHON = sys.executable
 
 
 def make_cert(workdir: Path) -> tuple[Path, Path]:
@@ -114,6 +124,50 @@ def test_a_job_on_slurm_reports_its_progress(daemon: Daemon, outdir: Path) -> No
     assert progress and progress[-1]["trainerStatus"]["progressPercentage"] == 45, seen
     gate.touch()
     assert daemon.wait_state(job, TERMINAL, timeout=180)["state"] == "Succeeded"
+
+
+TRAIN = """
+import os, torch, torch.distributed as dist
+from mpi_launch.trainer_status import flush, report
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+torch.manual_seed(0)
+x, y = torch.randn(64, 4), torch.randn(64, 1)
+steps = 5
+for step in range(1, steps + 1):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    report(100 * step / steps, steps - step, {"loss": loss.item(), "step": step})
+assert flush(30)
+dist.destroy_process_group()
+"""
+
+
+def test_a_torch_job_on_slurm_reports_with_the_reporter(daemon: Daemon, outdir: Path
+                                                         ) -> None:
+    """Two nodes of two torch ranks train a little; rank 0's reports arrive (the other
+    ranks' reporters send nothing), the last one kept."""
+    (outdir / "train.py").write_text(TRAIN)
+    doc = trainjob_doc(outdir, "ddp-progress", "torch-distributed",
+                       [PYTHON, str(outdir / "train.py")], nodes=2, procs=2)
+    path = outdir / "ddp-progress.json"
+    path.write_text(json.dumps(doc))
+    res = daemon.cli("alice", "tbatch", "--parsable", "-f", str(path), cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    job = int(res.stdout)
+    done = daemon.wait_state(job, TERMINAL, timeout=240)
+    assert done["state"] == "Succeeded", (done, daemon.cli("alice", "tlog", str(job)).stdout)
+    status = daemon.job(job)["trainerStatus"]
+    assert (status["progressPercentage"], status["estimatedRemainingSeconds"]) == (100, 0)
+    metrics = {m["name"]: m["value"] for m in status["metrics"]}
+    assert metrics["step"] == "5" and float(metrics["loss"]) >= 0, status
+    reports = [e for e in daemon.api("GET", "/v1/events", params={
+        "since": 0, "timeout": 0, "limit": 1000}).json()["items"]
+        if e["type"] == "progress" and e["jobId"] == job]
+    assert 1 <= len(reports) <= 5, reports  # rank 0's only, the newest wins a backlog
 
 
 def test_a_job_on_flux_reports_its_progress(flux_daemon: Daemon, outdir: Path) -> None:

@@ -101,6 +101,10 @@ class SubmitRequest:
     #: in its environment by back ends whose jobs read the daemon host's files (Slurm,
     #: Flux); empty when progress reports are off.
     status_env: Mapping[str, str] = field(default_factory=dict)
+    #: The same for a back end that runs pods (``runs_pods``), which cannot read the
+    #: daemon host's files: ``url`` (the job's endpoint), ``token`` and ``ca.crt`` (PEM),
+    #: for it to mount as Trainer does; empty when progress reports are off.
+    status_secret: Mapping[str, str] = field(default_factory=dict)
 
     @cached_property
     def job_shape(self) -> JobShape:

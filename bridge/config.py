@@ -144,13 +144,24 @@ class TrainerStatusSection(BaseModel):
     #: self-signed one); it must be readable by every user on the compute nodes.
     ca_cert: str = ""
     #: Where each job's token file goes (the daemon's, mode 0711; each file readable
-    #: by its job's owner only): a directory the compute nodes see.
-    token_dir: str = "/var/lib/hpc-bridge/trainer-status"  # noqa: S105 - a directory
-    #: Reports per second one job may sustain, after a burst of ``burst``.
+    #: by its job's owner only): a directory the compute nodes see, outside
+    #: ``daemon.state_dir``, whose parents only root may change. Needed with ``listen``.
+    token_dir: str = ""
+    #: The tokens' secret (32 bytes or more, mode 0600): one file every replica of a
+    #: leader election reads, so that a new leader takes the running jobs' tokens
+    #: (default: ``trainer-status.key`` made in ``daemon.state_dir``).
+    secret_file: str = ""
+    #: Reports per second one job may sustain, after a burst of ``burst`` ...
     rate: float = Field(default=1.0, gt=0)
     burst: int = Field(default=10, ge=1)
+    #: ... and all of one user's jobs together.
+    user_rate: float = Field(default=20.0, gt=0)
+    user_burst: int = Field(default=100, ge=1)
+    #: A job's report becomes an event (MQTT, ``/v1/events``) at most this often
+    #: (seconds); in between, only its stored status (tqueue, tshow, the CR) changes.
+    event_interval: float = Field(default=10.0, ge=0)
     #: The largest report body (413 above it).
-    max_body_bytes: int = Field(default=65536, ge=1024, le=1024 * 1024)
+    max_body_bytes: int = Field(default=16384, ge=1024, le=1024 * 1024)
     #: How often the token files of ended jobs are removed (seconds).
     sweep_interval: float = Field(default=60.0, gt=0)
 
@@ -162,6 +173,9 @@ class TrainerStatusSection(BaseModel):
             if not (self.tls_cert and self.tls_key):
                 raise ValueError("tls_cert and tls_key are needed with listen (the endpoint "
                                  "is HTTPS only)")
+            if not self.token_dir:
+                raise ValueError("token_dir is needed with listen: a directory the compute "
+                                 "nodes see, outside daemon.state_dir")
         return self
 
 

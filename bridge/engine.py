@@ -412,7 +412,10 @@ class Engine:
                     return
                 rec = claimed
                 try:
-                    request = self._request(rec, decision)
+                    # The token file may sit on a network file system: off the loop.
+                    report = await asyncio.to_thread(
+                        report_env, rec, self.settings.status_reports, backend)
+                    request = self._request(rec, decision, report)
                 except ValidationError as exc:
                     self.store.transition(rec.id, JobState.FAILED, "InvalidJob", str(exc),
                                           submitting_since=None)
@@ -485,11 +488,10 @@ class Engine:
     def _shape(self, rec: JobRecord) -> JobShape:
         return stored_shape(rec, self.catalog)
 
-    def _request(self, rec: JobRecord,
-                 decision: PlacementDecision | None = None) -> SubmitRequest:
+    def _request(self, rec: JobRecord, decision: PlacementDecision | None = None,
+                 report: tuple[dict[str, str], dict[str, str]] = ({}, {})) -> SubmitRequest:
         return submit_request(rec, self.catalog, decision, self._dependencies.native(rec),
-                              report_env(rec, self.settings.status_reports,
-                                         self.backends.get(rec.backend)))
+                              report)
 
     # -- tracking --------------------------------------------------------------------
 

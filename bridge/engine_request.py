@@ -41,23 +41,28 @@ def stored_shape(rec: JobRecord, catalog: RuntimeCatalog) -> JobShape:
 
 
 def report_env(rec: JobRecord, reports: ReportSettings | None, backend: object
-               ) -> dict[str, str]:
-    """Where ``rec`` reports its progress (bridge/trainer_status.py), for a back end
-    whose jobs read the daemon host's files (not pods); empty when reports are off or
-    the token file cannot be written (logged: a job never fails for want of it)."""
-    if reports is None or getattr(backend, "runs_pods", False):
-        return {}
+               ) -> tuple[dict[str, str], dict[str, str]]:
+    """Where ``rec`` reports its progress (bridge/trainer_status.py): the variables of a
+    job that reads the daemon host's files (its token file written), or what a back end
+    that runs pods mounts (``runs_pods``: ``SubmitRequest.status_secret``). Both empty
+    when reports are off or the token or CA cannot be read or written (logged: a job
+    never fails for want of them)."""
+    if reports is None:
+        return {}, {}
     try:
-        return reports.env_for(rec.uid, rec.namespace, rec.name, rec.owner)
-    except OSError as exc:
-        log.warning("progress token not written; the job cannot report progress",
+        if getattr(backend, "runs_pods", False):
+            return {}, reports.secret_for(rec.uid, rec.namespace, rec.name)
+        return reports.env_for(rec.uid, rec.namespace, rec.name, rec.owner), {}
+    except (OSError, ValueError) as exc:
+        log.warning("progress token not handed over; the job cannot report progress",
                     job_id=rec.id, error=str(exc))
-        return {}
+        return {}, {}
 
 
 def submit_request(rec: JobRecord, catalog: RuntimeCatalog,
                    decision: PlacementDecision | None, dependency: str | None,
-                   status_env: Mapping[str, str] | None = None) -> SubmitRequest:
+                   report: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})
+                   ) -> SubmitRequest:
     """The request for ``rec`` (module docstring)."""
     shape = stored_shape(rec, catalog)
     options = scheduling_of(rec.job)
@@ -69,4 +74,4 @@ def submit_request(rec: JobRecord, catalog: RuntimeCatalog,
     return SubmitRequest(job_uid=rec.uid, job_id=rec.id, job=rec.job, plan=shape.plan,
                          options=options, owner=rec.owner, placement=pinned, shape=shape,
                          array=array_task(rec), dependency=dependency,
-                         status_env=dict(status_env or {}))
+                         status_env=dict(report[0]), status_secret=dict(report[1]))

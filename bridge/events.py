@@ -9,13 +9,14 @@ its sequence number is the event's ``id``. The payload (JSON, UTF-8)::
      "backend": "slurm", "backendId": "1234", "from": "Submitted", "state": "Running",
      "reason": "Started", "message": "", "exitCode": null}
 
-A progress report from inside the job (bridge/trainer_status.py) is an event too::
+A progress report from inside the job (bridge/trainer_status.py) is an event too, at
+most every ``event_interval`` seconds per job, without the report's metrics (the
+stream is everyone's; the metrics are the job owner's)::
 
     {"id": 43, "type": "progress", "time": "...", "jobId": 7, "uid": "...",
      "namespace": "default", "name": "train", "user": "alice", "backend": "slurm",
      "backendId": "1234", "state": "Running",
      "trainerStatus": {"progressPercentage": 45, "estimatedRemainingSeconds": 795,
-                       "metrics": [{"name": "loss", "value": "0.2347"}],
                        "lastUpdatedTime": "2026-12-01T05:01:02Z"}}
 
 Topics: ``<prefix>/jobs/<jobId>/events`` (every event, not retained) and

@@ -18,7 +18,7 @@ from pathlib import Path
 from bridge.errors import BridgeError
 from bridge.job_summary import add_shape_column, add_summary_column
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -146,7 +146,9 @@ def migrate(conn: sqlite3.Connection) -> None:
     name)``; version 4: :func:`_migrate_idempotency`,
     :func:`bridge.job_summary.add_summary_column`,
     :func:`~bridge.job_summary.add_shape_column` and names unique per owner; version 5:
-    :func:`_migrate_arrays`).
+    :func:`_migrate_arrays`; version 6: the ``trainer_status`` table, made by
+    :data:`SCHEMA_SQL`, and progress events in the outbox, which an older daemon would
+    misread: the version refuses it).
     Idempotent. tests/unit/fixtures/store/ keeps a database written by each past
     version."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}

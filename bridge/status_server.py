@@ -6,22 +6,26 @@ over TLS, ``Authorization: Bearer TOKEN``, body ``{"trainerStatus": {...}}``.
 
 Contract, in the order checked (nothing is stored unless every check passes):
 
-* no bearer token: 401 (``WWW-Authenticate: Bearer``); no unfinished job of that name:
-  404; a token that is not the job's (another job's, or made up): 403;
-* more than ``rate`` reports a second for one job after a burst of ``burst``: 429 with
-  ``Retry-After``;
+* no bearer token: 401 (``WWW-Authenticate: Bearer``); a token that is not that of an
+  unfinished job of that name (another job's, made up, or no such job: alike, so that
+  no one learns which names are live): 403;
+* more than ``rate`` reports a second for one job (after a burst of ``burst``), or
+  ``user_rate`` for all of one user's jobs: 429 with ``Retry-After``;
 * a body over ``max_body_bytes``: 413; a body that is not a report: 400 naming the field;
 * the job ended meanwhile: 409. Otherwise 200 with the stored ``trainerStatus``: it is in
-  the store, with its outbox event (MQTT, ``/v1/events``, the TrainJob CR's status).
+  the store (``tqueue``, ``tshow``, the TrainJob CR's status), and at most once every
+  ``event_interval`` seconds per job an outbox event (MQTT, ``/v1/events``), so that a
+  fast reporter does not grow the event stream.
 
-Handlers are short and never wait on a back end: a flood of reports costs one HMAC and
-one indexed query each, and one job's flood is refused by its own bucket.
-:func:`sweep_tokens` removes the token files of jobs that have ended.
+Handlers are short and never wait on a back end: a report costs one indexed query, an
+HMAC per job of that name, and one small write. :func:`sweep_tokens` removes the token
+files of jobs that have ended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
 import time
@@ -34,13 +38,16 @@ from aiohttp import web
 from bridge.config import TrainerStatusSection
 from bridge.limits import TokenBuckets
 from bridge.model import ValidationError
+from bridge.states import TERMINAL
 from bridge.store import Store
 from bridge.store_progress import JobEnded
 from bridge.trainer_status import (
     STATUS_PATH,
     ReportSettings,
+    check_token_dir,
     load_secret,
     parse_report,
+    remove_token_files,
     token_matches,
 )
 
@@ -55,46 +62,62 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
 
 
 def make_status_app(store: Store, secret: bytes, *, rate: float = 1.0, burst: int = 10,
-                    max_body_bytes: int = 65536) -> web.Application:
+                    user_rate: float = 20.0, user_burst: int = 100,
+                    event_interval: float = 10.0,
+                    max_body_bytes: int = 16384) -> web.Application:
     """The endpoint's application (module docstring)."""
     buckets = TokenBuckets(rate, burst, max_keys=65536)
+    users = TokenBuckets(user_rate, user_burst, max_keys=65536)
+    #: job id -> when its last report became an event (monotonic seconds).
+    evented: dict[int, float] = {}
+
+    def refused(status: int, message: str, **headers: str) -> web.Response:
+        return _error(status, message, **headers)
 
     async def report(request: web.Request) -> web.Response:
         namespace = request.match_info["namespace"]
         name = request.match_info["name"]
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return _error(401, "a bearer token is needed (the file named by "
-                          "KUBEFLOW_TRAINER_STATUS_TOKEN)", **{"WWW-Authenticate": "Bearer"})
-        jobs = store.live_by_name(namespace, name)
-        if not jobs:
-            return _error(404, f"no unfinished TrainJob {namespace}/{name}")
-        job_id = next((i for i, uid in jobs if token_matches(secret, uid, token.strip())), None)
-        if job_id is None:
-            return _error(403, f"the token is not TrainJob {namespace}/{name}'s")
-        wait = buckets.take(job_id)
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return refused(401, "a bearer token is needed (the file named by "
+                           "KUBEFLOW_TRAINER_STATUS_TOKEN)", **{"WWW-Authenticate": "Bearer"})
+        # No unfinished job of that name and a token that is not its job's read alike:
+        # the endpoint tells no one which names are live.
+        match = next(((job_id, owner) for job_id, uid, owner
+                      in store.live_by_name(namespace, name)
+                      if token_matches(secret, uid, token)), None)
+        if match is None:
+            return refused(403, f"the token is not that of an unfinished TrainJob "
+                           f"{namespace}/{name}")
+        job_id, owner = match
+        wait = max(buckets.take(job_id), users.take(owner))
         if wait > 0:
-            return _error(429, f"too many reports for job {job_id}: at most {rate:g} a second",
-                          **{"Retry-After": str(max(1, int(wait + 0.999)))})
-        if request.content_length is not None and request.content_length > max_body_bytes:
-            return _error(413, f"the body is over {max_body_bytes} bytes")
+            return refused(429, f"too many reports for job {job_id} (at most {rate:g} a "
+                           f"second per job, {user_rate:g} per user)",
+                           **{"Retry-After": str(max(1, int(wait + 0.999)))})
         try:
-            body = await request.content.read(max_body_bytes + 1)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return _error(400, "the body could not be read")
-        if len(body) > max_body_bytes:
-            return _error(413, f"the body is over {max_body_bytes} bytes")
+            body = await request.read()  # whole, however it arrives; 413 over the limit
+        except web.HTTPRequestEntityTooLarge:
+            return refused(413, f"the body is over {max_body_bytes} bytes")
         try:
             status = parse_report(body, time.time())
         except ValidationError as exc:
-            return _error(400, str(exc))
+            return refused(400, str(exc))
+        now = time.monotonic()
+        event = now - evented.get(job_id, -event_interval) >= event_interval
         try:
-            store.set_trainer_status(job_id, status, time.time())
+            store.set_trainer_status(job_id, status, time.time(), event=event)
         except JobEnded:
-            return _error(409, f"job {job_id} has ended")
+            return refused(409, f"job {job_id} has ended")
+        if event:
+            evented[job_id] = now
+            if len(evented) > 65536:  # ended jobs' entries: forget the oldest half
+                for key in list(evented)[:32768]:
+                    del evented[key]
         return web.json_response({"trainerStatus": status})
 
-    app = web.Application(client_max_size=max_body_bytes + 1)
+    app = web.Application(client_max_size=max_body_bytes)
     app.router.add_post(STATUS_PATH, report)
     return app
 
@@ -119,30 +142,29 @@ async def serve_status(app: web.Application, listen: str, context: ssl.SSLContex
 
 def sweep_tokens(store: Store, token_dir: Path) -> int:
     """Remove the token files of this store's jobs that have ended; how many were
-    removed (a file of a job the store does not know is another daemon's: kept)."""
-    removed = 0
+    removed (a file of a job the store does not know is another daemon's: kept). One
+    light query for all of them."""
     try:
-        names = [p for p in token_dir.iterdir() if p.name.endswith(".token")]
+        uids = [n.removesuffix(".token") for n in os.listdir(token_dir)
+                if n.endswith(".token")]
     except FileNotFoundError:
         return 0
-    for path in names:
-        rec = store.get_by_uid(path.name.removesuffix(".token"))
-        if rec is not None and rec.state.terminal:
-            path.unlink(missing_ok=True)
-            removed += 1
-    return removed
+    ended = [r.uid for r in store.by_uids(uids, list(TERMINAL))]
+    return remove_token_files(token_dir, ended)
 
 
 def report_settings(section: TrainerStatusSection, state_dir: Path) -> ReportSettings | None:
-    """Where jobs report, from ``[trainer_status]`` (None while it is off); makes the
-    token secret in ``state_dir`` on first use."""
+    """Where jobs report, from ``[trainer_status]`` (None while it is off); checks
+    ``token_dir`` (:func:`bridge.trainer_status.check_token_dir`) and reads the token
+    secret (made in ``state_dir`` on first use). :class:`ValueError` when unusable."""
     if not section.listen:
         return None
+    token_dir = Path(section.token_dir)
+    check_token_dir(token_dir, state_dir)
     port = section.listen.rpartition(":")[2]
     return ReportSettings(base_url=section.url or f"https://{socket.getfqdn()}:{port}",
-                          token_dir=Path(section.token_dir),
-                          ca_cert=section.ca_cert or section.tls_cert,
-                          secret=load_secret(state_dir))
+                          token_dir=token_dir, ca_cert=section.ca_cert or section.tls_cert,
+                          secret=load_secret(state_dir, section.secret_file))
 
 
 class StatusEndpoint:
@@ -160,6 +182,8 @@ class StatusEndpoint:
     async def start(self) -> None:
         s = self.section
         app = make_status_app(self.store, self.reports.secret, rate=s.rate, burst=s.burst,
+                              user_rate=s.user_rate, user_burst=s.user_burst,
+                              event_interval=s.event_interval,
                               max_body_bytes=s.max_body_bytes)
         self._runner = await serve_status(app, s.listen, tls_context(s.tls_cert, s.tls_key))
         self._sweep = asyncio.create_task(self._sweep_forever(), name="trainer-status-sweep")

@@ -3,11 +3,12 @@
 :class:`bridge.store.Store`.
 
 Contract: :meth:`ProgressQueries.set_trainer_status` stores a report and writes its
-outbox row (``"type": "progress"``, with the job's state and the report) in one
-transaction, so a report is either visible everywhere (``tqueue``, ``tshow``, MQTT,
-``/v1/events``, the TrainJob CR) or nowhere. Only a job that has not ended takes a
-report (:class:`JobEnded` otherwise), so a late report never follows the job's last
-event. :meth:`ProgressQueries.trainer_statuses` reads many jobs' in one query.
+outbox row (``"type": "progress"``, with the job's state and the report less its
+metrics) in one transaction, so a report is either visible everywhere (``tqueue``,
+``tshow``, MQTT, ``/v1/events``, the TrainJob CR) or nowhere; the caller may leave the
+event out (reports between two events: bridge/status_server.py). Only a job that has
+not ended takes a report (:class:`JobEnded` otherwise), so a late report never follows
+the job's last event. :meth:`ProgressQueries.trainer_statuses` reads many jobs' in one query.
 """
 
 from __future__ import annotations
@@ -39,32 +40,43 @@ class ProgressQueries:
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError  # the store's
 
-    def set_trainer_status(self, job_id: int, status: dict[str, Any], at: float) -> None:
-        """Store ``status`` as job ``job_id``'s latest report and write its event."""
+    def _updated(self, job_id: int) -> None:
+        raise NotImplementedError  # the store's: its update listeners
+
+    def set_trainer_status(self, job_id: int, status: dict[str, Any], at: float, *,
+                           event: bool = True) -> None:
+        """Store ``status`` as job ``job_id``'s latest report and, with ``event``, write
+        its event (without the metrics, which only the job's owner sees: the event
+        stream is everyone's); without, tell the store's update listeners (the CR
+        door)."""
         with self._tx() as db:
             row = db.execute("SELECT uid, namespace, name, owner_user, backend, backend_id, "
                              "state FROM jobs WHERE id=?", (job_id,)).fetchone()
             if row is None or row["state"] in _ENDED:
                 raise JobEnded(f"job {job_id} has ended")
-            text = json.dumps(status, separators=(",", ":"))
+            text = json.dumps(status, separators=(",", ":"), ensure_ascii=False)
             db.execute("INSERT INTO trainer_status (job_id, status, updated_at) VALUES (?,?,?) "
                        "ON CONFLICT (job_id) DO UPDATE SET status=excluded.status, "
                        "updated_at=excluded.updated_at", (job_id, text, at))
-            event = {"type": EVENT_PROGRESS, "jobId": job_id, "uid": row["uid"],
-                     "namespace": row["namespace"], "name": row["name"],
-                     "user": row["owner_user"], "backend": row["backend"],
-                     "backendId": row["backend_id"], "state": row["state"],
-                     "trainerStatus": status, "at": at}
-            db.execute("INSERT INTO outbox (job_id, event, created_at) VALUES (?,?,?)",
-                       (job_id, json.dumps(event), at))
+            if event:
+                shown = {k: v for k, v in status.items() if k != "metrics"}
+                payload = {"type": EVENT_PROGRESS, "jobId": job_id, "uid": row["uid"],
+                           "namespace": row["namespace"], "name": row["name"],
+                           "user": row["owner_user"], "backend": row["backend"],
+                           "backendId": row["backend_id"], "state": row["state"],
+                           "trainerStatus": shown, "at": at}
+                db.execute("INSERT INTO outbox (job_id, event, created_at) VALUES (?,?,?)",
+                           (job_id, json.dumps(payload), at))
+        if not event:
+            self._updated(job_id)
 
-    def live_by_name(self, namespace: str, name: str) -> list[tuple[int, str]]:
-        """``(id, uid)`` of the unfinished jobs named ``namespace/name`` (several users
-        may each have one): the jobs a report to that name may be for."""
+    def live_by_name(self, namespace: str, name: str) -> list[tuple[int, str, int]]:
+        """``(id, uid, owner uid)`` of the unfinished jobs named ``namespace/name``
+        (several users may each have one): the jobs a report to that name may be for."""
         rows = self._db.execute(
-            "SELECT id, uid FROM jobs WHERE name=? AND namespace=? AND state NOT IN "
+            "SELECT id, uid, owner_uid FROM jobs WHERE name=? AND namespace=? AND state NOT IN "
             "('Succeeded', 'Failed', 'Cancelled') ORDER BY id LIMIT 64", (name, namespace))
-        return [(int(r[0]), str(r[1])) for r in rows]
+        return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     def trainer_statuses(self, job_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """The latest report of each of ``job_ids`` that has one."""

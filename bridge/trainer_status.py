@@ -30,6 +30,8 @@ import hmac
 import json
 import os
 import secrets
+from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,14 +41,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticError
 
 from bridge.backend import Owner
-from bridge.model import ValidationError
+from bridge.filemodes import check_secret_file, untrusted_component
+from bridge.model import ValidationError, is_job_uid
 
-__all__ = ["STATUS_PATH", "ReportSettings", "job_token", "load_secret", "parse_report",
-           "status_env", "token_matches", "write_token_file"]
+__all__ = ["STATUS_PATH", "ReportSettings", "check_token_dir", "job_token", "load_secret",
+           "parse_report", "remove_token_files", "status_env", "token_matches",
+           "write_token_file"]
 
 #: The endpoint's path, as Trainer serves it (``{namespace}``, ``{name}``: the job's).
 STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
 MAX_METRICS = 64
+#: The most a stored report may take (its JSON, UTF-8): what each job keeps.
+MAX_STORED_BYTES = 8192
 _INT32 = 2**31 - 1
 
 
@@ -96,15 +102,27 @@ def parse_report(body: bytes, now: float) -> dict[str, Any]:
         raise ValidationError([(".".join(str(p) for p in e["loc"]), e["msg"])
                                for e in exc.errors()[:5]]) from None
     status = report.trainerStatus.model_dump(exclude_none=True)
+    if len(json.dumps(status, ensure_ascii=False).encode()) > MAX_STORED_BYTES:
+        raise ValidationError([("trainerStatus", f"over {MAX_STORED_BYTES} bytes once "
+                                                 f"stored: report fewer or shorter metrics")])
     status["lastUpdatedTime"] = (
         _rfc3339(report.trainerStatus.lastUpdatedTime) if report.trainerStatus.lastUpdatedTime
         else datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     return status
 
 
-def load_secret(state_dir: Path) -> bytes:
-    """The daemon's token secret (``state_dir/trainer-status.key``), made on first use
-    (mode 0600, created exclusively: two starts never make two)."""
+def load_secret(state_dir: Path, secret_file: str = "") -> bytes:
+    """The daemon's token secret: ``secret_file`` if given (the admin's, shared by the
+    replicas of a leader election: bridge/filemodes.py ``check_secret_file``), else
+    ``state_dir/trainer-status.key``, made on first use (mode 0600, created exclusively:
+    two starts never make two)."""
+    if secret_file:
+        shared = Path(secret_file)
+        check_secret_file(shared, "trainer_status.secret_file")
+        data = shared.read_bytes()
+        if len(data) < 32:
+            raise ValueError(f"trainer_status.secret_file {shared}: under 32 bytes")
+        return data
     path = state_dir / "trainer-status.key"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -128,6 +146,9 @@ def job_token(secret: bytes, uid: str) -> str:
 
 
 def token_matches(secret: bytes, uid: str, token: str) -> bool:
+    """Whether ``token`` is job ``uid``'s (constant time; any other text: False)."""
+    if not token.isascii():
+        return False
     return hmac.compare_digest(job_token(secret, uid).encode(), token.encode())
 
 
@@ -135,25 +156,81 @@ def token_path(token_dir: Path, uid: str) -> Path:
     return token_dir / f"{uid}.token"
 
 
+def check_token_dir(token_dir: Path, state_dir: Path) -> None:
+    """At start: ``token_dir`` must be an absolute path whose every directory only root
+    or the daemon may change (bridge/filemodes.py ``untrusted_component``; its parent
+    must exist), and outside ``state_dir`` (made 0700 at each start: no user could
+    reach a token there). :class:`ValueError` saying which."""
+    if not token_dir.is_absolute():
+        raise ValueError(f"trainer_status.token_dir {token_dir}: must be an absolute path")
+    real, state = Path(os.path.realpath(token_dir)), Path(os.path.realpath(state_dir))
+    if real == state or state in real.parents:
+        raise ValueError(f"trainer_status.token_dir {token_dir}: inside the state directory "
+                         f"{state_dir}, which only the daemon may enter; choose a directory "
+                         f"the compute nodes see, e.g. /var/lib/hpc-bridge-trainer-status")
+    why = untrusted_component(token_dir if token_dir.exists() else token_dir.parent)
+    if why is not None:
+        raise ValueError(f"trainer_status.token_dir {token_dir}: {why}")
+
+
+def _open_token_dir(token_dir: Path) -> int:
+    """A descriptor of ``token_dir`` (made 0711 if missing; its parent must exist),
+    checked through the descriptor itself: every later step works relative to it, so
+    no path can be swapped under the daemon between the check and the write."""
+    with suppress(FileExistsError):
+        os.mkdir(token_dir, 0o711)
+    fd = os.open(token_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise PermissionError(f"{token_dir}: must be the daemon's and not writable by "
+                                  f"others")
+        if st.st_mode & 0o777 != 0o711:  # the daemon's umask (077) made it 0700
+            os.fchmod(fd, 0o711)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def write_token_file(token_dir: Path, uid: str, owner: Owner, token: str) -> Path:
     """Write the job's token where only ``owner`` can read it (module docstring)."""
-    token_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
-    st = token_dir.lstat()
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not os.path.isdir(token_dir):
-        raise PermissionError(f"{token_dir}: must be the daemon's and not writable by others")
-    if st.st_mode & 0o777 != 0o711:  # the daemon's umask (077) made it 0700
-        os.chmod(token_dir, 0o711)  # noqa: S103 - traversable, never listable
-    path = token_path(token_dir, uid)
-    tmp = token_dir / f".{uid}.{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
+    if not is_job_uid(uid):  # admission checked it; a path must never come of it
+        raise ValueError(f"{uid[:80]!r} is not a job uid")
+    dir_fd = _open_token_dir(token_dir)
     try:
-        os.write(fd, token.encode())
-        if os.geteuid() == 0:
-            os.fchown(fd, owner.uid, owner.gid)
+        tmp = f".{uid}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400,
+                     dir_fd=dir_fd)
+        try:
+            os.write(fd, token.encode())
+            if os.geteuid() == 0:
+                os.fchown(fd, owner.uid, owner.gid)
+        finally:
+            os.close(fd)
+        os.replace(tmp, f"{uid}.token", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    return path
+        os.close(dir_fd)
+    return token_path(token_dir, uid)
+
+
+def remove_token_files(token_dir: Path, uids: Iterable[str]) -> int:
+    """Remove the token files of ``uids`` (relative to the directory's descriptor); how
+    many were there."""
+    try:
+        dir_fd = os.open(token_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    try:
+        for uid in uids:
+            if is_job_uid(uid):
+                with suppress(FileNotFoundError):
+                    os.unlink(f"{uid}.token", dir_fd=dir_fd)
+                    removed += 1
+    finally:
+        os.close(dir_fd)
+    return removed
 
 
 def status_env(base_url: str, namespace: str, name: str, token_file: Path,
@@ -180,3 +257,10 @@ class ReportSettings:
         """The job's token file written (again), and its three variables."""
         path = write_token_file(self.token_dir, uid, owner, job_token(self.secret, uid))
         return status_env(self.base_url, namespace, name, path, self.ca_cert)
+
+    def secret_for(self, uid: str, namespace: str, name: str) -> dict[str, str]:
+        """What a pod is given instead of files (``SubmitRequest.status_secret``): its
+        endpoint, its token and the CA certificate's text."""
+        url = status_env(self.base_url, namespace, name, Path(), "")
+        return {"url": url["KUBEFLOW_TRAINER_STATUS_URL"], "token": job_token(self.secret, uid),
+                "ca.crt": Path(self.ca_cert).read_text(encoding="ascii")}

@@ -53,7 +53,7 @@ from bridge.model import VERSION as TRAINER_VERSION
 from bridge.model import TrainJob
 from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
-from k8s_adapter import sshauth
+from k8s_adapter import sshauth, trainer_status
 from k8s_adapter.access import (
     ANN_IDENTITY,
     ANN_ORIGIN,
@@ -221,13 +221,21 @@ class KubernetesBackend:
                  kube.core.patch_namespaced_config_map, cm),
                 ("Secret", kube.core.create_namespaced_secret,
                  kube.core.patch_namespaced_secret, secret)]
-            for kind, create_fn, _, obj in dependents:
-                try:
-                    await kube.call(f"create {kind} {namespace}/{obj['metadata']['name']}",
-                                    create_fn, namespace, obj)
-                except BackendRejected as exc:
-                    if not is_status(exc, 409):  # made by an earlier attempt: keep it
-                        raise
+        report = request.status_secret
+        if report:  # progress reports (k8s_adapter/trainer_status.py)
+            trainer_status.mount(body, name, report["url"])
+            dependents.append(("Secret", kube.core.create_namespaced_secret,
+                               kube.core.patch_namespaced_secret,
+                               trainer_status.secret(name, namespace,
+                                                     {UID_LABEL: request.job_uid},
+                                                     report["token"], report["ca.crt"])))
+        for kind, create_fn, _, obj in dependents:
+            try:
+                await kube.call(f"create {kind} {namespace}/{obj['metadata']['name']}",
+                                create_fn, namespace, obj)
+            except BackendRejected as exc:
+                if not is_status(exc, 409):  # made by an earlier attempt: keep it
+                    raise
         try:
             created = await kube.call(
                 f"create JobSet {namespace}/{name}", kube.custom.create_namespaced_custom_object,

@@ -93,7 +93,9 @@ def build_body(progress_percentage: float | None = None,
     eta = _finite(estimated_remaining_seconds)
     if eta is not None and eta >= 0:
         status["estimatedRemainingSeconds"] = min(round(eta), 2**31 - 1)
-    entries = [{"name": str(name), "value": format_metric_value(value)}
+    # Names and values cut to the daemon's limits (128, 256): one long value must not
+    # make every later report a 400.
+    entries = [{"name": str(name)[:128], "value": format_metric_value(value)[:256]}
                for name, value in (metrics or {}).items()
                if str(name).strip() and value is not None][:MAX_METRICS]
     if entries:

@@ -24,6 +24,7 @@ from typing import Any
 
 from bridge.cli.common import ArgumentParser, clean, connect, run
 from bridge.client import BridgeClientError
+from bridge.slurmtime import format_seconds
 
 __all__ = ["format_event", "twatch_main"]
 
@@ -32,7 +33,16 @@ RETRY_DELAY = 2.0
 
 
 def format_event(event: dict[str, Any]) -> str:
-    """One event as a line for a terminal (control characters escaped)."""
+    """One event as a line for a terminal (control characters escaped); a progress
+    report shows as ``progress 45% eta 1:02:05`` beside the job's state."""
+    if event.get("type") == "progress":
+        status = event.get("trainerStatus") or {}
+        percent, eta = status.get("progressPercentage"), status.get("estimatedRemainingSeconds")
+        fields = [event.get("id"), event.get("time"), event.get("jobId"), event.get("name"),
+                  event.get("user"), event.get("state"), "progress",
+                  "-" if percent is None else f"{percent}%",
+                  f"eta {format_seconds(int(eta))}" if eta is not None else ""]
+        return " ".join(clean(f) for f in fields if f not in (None, "")).rstrip()
     change = f"{event.get('from') or '-'}->{event.get('state')}"
     fields = [event.get("id"), event.get("time"), event.get("jobId"), event.get("name"),
               event.get("user"), change, event.get("reason") or "-", event.get("message")]

@@ -8,13 +8,16 @@ Ordering is by conditions: each job waits for a file the test writes."""
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.bed import (
@@ -27,7 +30,16 @@ from tests.integration.bed import (
 )
 from tests.integration.conftest import rest_settings
 from tests.integration.conftest_flux import flux_daemon_for
-from tests.integration.k8s_bridge import TRAINJOBS, apply, conditions, is_true, k8s_daemon, trainjob
+from tests.integration.k8s_bridge import (
+    KWOK_FAIL,
+    TRAINJOBS,
+    apply,
+    conditions,
+    is_true,
+    jobsets,
+    k8s_daemon,
+    trainjob,
+)
 from tests.integration.k8sbed import K8sBed
 from tests.integration.mqtt import free_port
 from tests.integration.test_k8s_trainjobs import release
@@ -244,3 +256,47 @@ def test_a_trainjob_routed_to_slurm_shows_its_progress_in_its_status(
     done = k8s.get_json("-n", ns, TRAINJOBS, "reports")["status"]["trainerStatus"]
     assert done["progressPercentage"] == 100
     assert done["metrics"] == [{"name": "loss", "value": "0.5"}]  # the last ones kept
+
+
+def test_a_trainjobs_pods_get_their_token_as_trainer_mounts_it(
+        k8s: K8sBed, k8s_namespace: str, cr_bridge: Daemon) -> None:
+    """On Kubernetes (kwok pods run no containers): the JobSet's pods mount a Secret with
+    the job's token and the CA at Trainer's path, with the three variables; a report
+    made with that token (as the pod would) is the TrainJob's status.trainerStatus; the
+    Secret belongs to the JobSet (gone with it)."""
+    ns = k8s_namespace
+    apply(k8s, ns, trainjob("pods-report", nodes=1, pod_labels={KWOK_FAIL: "true"},
+                            pod_annotations={f"{KWOK_FAIL}/exit-code": "0",
+                                             f"{KWOK_FAIL}/delay": "120s"}))
+    js = wait_for(lambda: next((j for j in jobsets(k8s, ns)
+                                if j["metadata"]["name"].startswith("pods-report")), None),
+                  60, "the JobSet")
+    name = js["metadata"]["name"]
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KUBEFLOW_TRAINER_STATUS_TOKEN"] == "/var/run/secrets/kubeflow/trainer/token"
+    assert env["KUBEFLOW_TRAINER_STATUS_CA_CERT"] == "/var/run/secrets/kubeflow/trainer/ca.crt"
+    url = env["KUBEFLOW_TRAINER_STATUS_URL"]
+    assert url.endswith(f"/namespaces/{ns}/trainjobs/pods-report/status"), url
+    assert {"name": "kubeflow-trainer", "mountPath": "/var/run/secrets/kubeflow/trainer",
+            "readOnly": True} in container["volumeMounts"]
+    secret = k8s.get_json("-n", ns, "secret", f"{name}-trainer-status")
+    assert wait_for(lambda: k8s.get_json("-n", ns, "secret", f"{name}-trainer-status")[
+        "metadata"].get("ownerReferences"), 60, "the Secret handed to its JobSet")[0][
+        "name"] == name
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    ca = cr_bridge.workdir / "pod-ca.pem"
+    ca.write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+    answer = httpx.post(url, json={"trainerStatus": {"progressPercentage": 12}},
+                        headers={"Authorization": f"Bearer {token}"},
+                        verify=ssl.create_default_context(cafile=str(ca)),
+                        timeout=30)
+    assert answer.status_code == 200, answer.text
+    wait_for(lambda: ((k8s.get_json("-n", ns, TRAINJOBS, "pods-report").get("status") or {})
+                      .get("trainerStatus") or {}).get("progressPercentage") == 12, 60,
+             "the pod's report in the TrainJob's status")
+    k8s.kubectl("-n", ns, "delete", TRAINJOBS, "pods-report", "--timeout=90s")
+    wait_for(lambda: k8s.kubectl("-n", ns, "get", "secret", f"{name}-trainer-status",
+                                 check=False).returncode != 0, 90,
+             "the Secret to go with its JobSet")

@@ -27,7 +27,8 @@ def restore(dump: str, path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("dump", ["v1-first.sql", "v1.sql", "v2.sql", "v3.sql", "v4.sql"])
+@pytest.mark.parametrize("dump", ["v1-first.sql", "v1.sql", "v2.sql", "v3.sql", "v4.sql",
+                                  "v5.sql"])
 def test_a_store_of_each_past_release_opens_and_migrates(dump: str, tmp_path: Path) -> None:
     store = Store.open(restore(dump, tmp_path / "s.sqlite"))
     version = store._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -52,6 +53,9 @@ def test_a_store_of_each_past_release_opens_and_migrates(dump: str, tmp_path: Pa
     assert again.name == "done" and again.id != done.id  # a finished job frees its name
     # Version 5: a job from before arrays is a plain job; an array's tasks can be added.
     assert (done.array_job_id, store.array_task_ids(done.id)) == (None, [])
+    # Version 6: a running job takes a progress report.
+    store.set_trainer_status(running.id, {"progressPercentage": 5}, 1.0)
+    assert store.trainer_statuses([running.id]) == {running.id: {"progressPercentage": 5}}
     store.close()
     # Opening the migrated store again changes nothing.
     reopened = Store.open(tmp_path / "s.sqlite")

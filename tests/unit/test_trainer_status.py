@@ -5,6 +5,7 @@ tests/integration/test_progress.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -27,6 +28,7 @@ from bridge.store_progress import JobEnded
 from bridge.trainer_status import (
     STATUS_PATH,
     ReportSettings,
+    check_token_dir,
     job_token,
     load_secret,
     parse_report,
@@ -34,11 +36,14 @@ from bridge.trainer_status import (
     write_token_file,
 )
 from bridge.views import list_view
+from k8s_adapter import trainer_status as k8s_status
 from tests.unit.builders import ALICE, BOB
 from tests.unit.builders import scheduled_trainjob as trainjob
 
 NOW = 1_764_000_000.0
 SECRET = b"s" * 32
+UID_A = "0b3f6a52-1111-4c2e-9d4e-2f1a7d0c9e01"
+UID_B = "0b3f6a52-2222-4c2e-9d4e-2f1a7d0c9e02"
 
 
 def report(**status: Any) -> bytes:
@@ -91,26 +96,26 @@ def test_each_job_has_its_own_token(tmp_path: Path) -> None:
 def test_the_token_file_is_the_owners_alone(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     owner = Owner(os.geteuid(), os.getegid(), "me")
-    path = write_token_file(tokens, "uid-a", owner, "secret-token")
+    path = write_token_file(tokens, UID_A, owner, "secret-token")
     assert stat.S_IMODE(tokens.stat().st_mode) == 0o711  # nobody lists it
     assert stat.S_IMODE(path.stat().st_mode) == 0o400
     assert path.read_text() == "secret-token"
-    assert write_token_file(tokens, "uid-a", owner, "again").read_text() == "again"
+    assert write_token_file(tokens, UID_A, owner, "again").read_text() == "again"
     os.chmod(tokens, 0o777)
     with pytest.raises(PermissionError):
-        write_token_file(tokens, "uid-b", owner, "x")
+        write_token_file(tokens, UID_B, owner, "x")
 
 
 def test_the_environment_names_the_jobs_own_endpoint(tmp_path: Path) -> None:
     settings = ReportSettings("https://head:8443/", tmp_path / "t", "/etc/ca.pem", SECRET)
-    env = settings.env_for("uid-a", "team", "train", Owner(os.geteuid(), os.getegid(), "me"))
+    env = settings.env_for(UID_A, "team", "train", Owner(os.geteuid(), os.getegid(), "me"))
     assert env == {
         "KUBEFLOW_TRAINER_STATUS_URL": "https://head:8443/apis/trainer.kubeflow.org/v1alpha1/"
                                        "namespaces/team/trainjobs/train/status",
-        "KUBEFLOW_TRAINER_STATUS_TOKEN": str(tmp_path / "t" / "uid-a.token"),
+        "KUBEFLOW_TRAINER_STATUS_TOKEN": str(tmp_path / "t" / f"{UID_A}.token"),
         "KUBEFLOW_TRAINER_STATUS_CA_CERT": "/etc/ca.pem",
     }
-    assert Path(env["KUBEFLOW_TRAINER_STATUS_TOKEN"]).read_text() == job_token(SECRET, "uid-a")
+    assert Path(env["KUBEFLOW_TRAINER_STATUS_TOKEN"]).read_text() == job_token(SECRET, UID_A)
 
 
 # --- the store, its event, and the views ---------------------------------------------
@@ -121,14 +126,22 @@ def store(tmp_path: Path) -> Store:
 
 
 def test_a_report_is_stored_with_its_event(store: Store) -> None:
+    """The event is everyone's (MQTT): the metrics stay with the stored status."""
     rec = store.add(trainjob(nodes=1), ALICE, "slurm")
-    status = {"progressPercentage": 5, "lastUpdatedTime": "2025-01-23T10:30:45Z"}
+    status = {"progressPercentage": 5, "metrics": [{"name": "loss", "value": "0.5"}],
+              "lastUpdatedTime": "2025-01-23T10:30:45Z"}
     store.set_trainer_status(rec.id, status, NOW)
     assert store.trainer_statuses([rec.id, 999]) == {rec.id: status}
     event = store.events_after(store.last_event_id() - 1)[0]
     published = event_payload(event)
     assert (published["type"], published["state"], published["trainerStatus"]) == (
-        "progress", "Pending", status)
+        "progress", "Pending", {"progressPercentage": 5,
+                                "lastUpdatedTime": "2025-01-23T10:30:45Z"})
+    seen: list[int] = []
+    store.update_listeners.append(seen.append)
+    last = store.last_event_id()
+    store.set_trainer_status(rec.id, {"progressPercentage": 6}, NOW, event=False)
+    assert store.last_event_id() == last and seen == [rec.id]  # the CR door still hears
     store.transition(rec.id, JobState.CANCELLED, "Cancelled")
     with pytest.raises(JobEnded):
         store.set_trainer_status(rec.id, status, NOW)
@@ -190,11 +203,13 @@ async def test_the_endpoint_refuses_what_is_not_the_jobs(endpoint: TestClient[An
     bobs = store.add(trainjob(nodes=1), BOB, "slurm")
     good = report(progressPercentage=1)
     assert (await post(endpoint, mine.namespace, mine.name, None, good))[0] == 401
-    assert (await post(endpoint, mine.namespace, "nosuch", "x", good))[0] == 404
+    assert (await post(endpoint, mine.namespace, "nosuch", "x", good))[0] == 403  # alike:
+    assert (await post(endpoint, mine.namespace, mine.name, "x", good))[0] == 403  # no names
+    assert (await post(endpoint, mine.namespace, mine.name, "tök", good))[0] == 403
     # bob's job's token does not report for alice's job
     code, answer = await post(endpoint, mine.namespace, mine.name,
                               job_token(SECRET, bobs.uid), good)
-    assert code == 403 and "not TrainJob" in answer["error"]
+    assert code == 403 and "not that of an unfinished TrainJob" in answer["error"]
     token = job_token(SECRET, mine.uid)
     code, answer = await post(endpoint, mine.namespace, mine.name, token,
                               report(progressPercentage=300))
@@ -210,7 +225,7 @@ async def test_the_endpoint_refuses_what_is_not_the_jobs(endpoint: TestClient[An
                        good))[0] == 200  # another job's bucket is its own
     store.transition(bobs.id, JobState.CANCELLED, "Cancelled")
     assert (await post(endpoint, bobs.namespace, bobs.name, job_token(SECRET, bobs.uid),
-                       good))[0] == 404  # ended: no unfinished job of that name
+                       good))[0] == 403  # ended: no unfinished job of that name
 
 
 def test_the_sweep_removes_ended_jobs_tokens_only(store: Store, tmp_path: Path) -> None:
@@ -219,8 +234,98 @@ def test_the_sweep_removes_ended_jobs_tokens_only(store: Store, tmp_path: Path) 
     live = store.add(trainjob(nodes=1), ALICE, "slurm")
     ended = store.add(trainjob(nodes=1), ALICE, "slurm")
     store.transition(ended.id, JobState.CANCELLED, "Cancelled")
-    for uid in (live.uid, ended.uid, "another-daemons-job"):
+    for uid in (live.uid, ended.uid, UID_B):  # UID_B: another daemon's job
         write_token_file(tokens, uid, owner, "t")
     assert sweep_tokens(store, tokens) == 1
     assert sorted(p.name for p in tokens.iterdir()) == sorted(
-        [f"{live.uid}.token", "another-daemons-job.token"])
+        [f"{live.uid}.token", f"{UID_B}.token"])
+
+
+# --- pods: a Secret mounted as Trainer mounts it -------------------------------------
+
+def test_pods_get_a_secret_and_the_variables_as_trainer_mounts_them(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    settings = ReportSettings("https://bridge.svc:8443", tmp_path / "t", str(ca), SECRET)
+    given = settings.secret_for("uid-a", "team", "train")
+    assert given == {"url": "https://bridge.svc:8443/apis/trainer.kubeflow.org/v1alpha1/"
+                            "namespaces/team/trainjobs/train/status",
+                     "token": job_token(SECRET, "uid-a"), "ca.crt": ca.read_text()}
+    assert not (tmp_path / "t").exists()  # no file on the daemon's host for a pod
+    body = {"spec": {"replicatedJobs": [{"template": {"spec": {"template": {"spec": {
+        "containers": [{"name": "node", "env": [
+            {"name": "KUBEFLOW_TRAINER_STATUS_URL", "value": "mine"}]},
+            {"name": "sidecar"}]}}}}}]}}
+    k8s_status.mount(body, "train-abc", given["url"])
+    k8s_status.mount(body, "train-abc", given["url"])  # twice: once
+    pod = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "kubeflow-trainer", "secret": {
+        "secretName": "train-abc-trainer-status", "defaultMode": 0o444}}]
+    node, sidecar = pod["containers"]
+    assert {e["name"]: e["value"] for e in node["env"]} == {
+        "KUBEFLOW_TRAINER_STATUS_URL": "mine",  # the job's own value kept
+        "KUBEFLOW_TRAINER_STATUS_TOKEN": "/var/run/secrets/kubeflow/trainer/token",
+        "KUBEFLOW_TRAINER_STATUS_CA_CERT": "/var/run/secrets/kubeflow/trainer/ca.crt"}
+    assert sidecar["volumeMounts"] == [{"name": "kubeflow-trainer", "readOnly": True,
+                                        "mountPath": "/var/run/secrets/kubeflow/trainer"}]
+    secret = k8s_status.secret("train-abc", "team", {"l": "v"}, "tok", "pem")
+    assert secret["metadata"]["name"] == "train-abc-trainer-status"
+    assert base64.b64decode(secret["data"]["token"]) == b"tok"
+
+
+def test_a_token_file_is_never_made_of_a_uid_that_is_not_one(tmp_path: Path) -> None:
+    owner = Owner(os.geteuid(), os.getegid(), "me")
+    with pytest.raises(ValueError, match="not a job uid"):
+        write_token_file(tmp_path / "t", "../../etc/x", owner, "t")
+
+
+async def test_a_body_in_pieces_is_read_whole_and_a_long_one_refused(
+        endpoint: TestClient[Any, Any], store: Store) -> None:
+    """Over TLS a body spans records: the endpoint reads it whole (no Content-Length
+    either), and one over the limit is a 413 however it comes."""
+    mine = store.add(trainjob(nodes=1), ALICE, "slurm")
+    body = report(progressPercentage=9, metrics=[{"name": "m", "value": "v" * 100}] * 5)
+    path = STATUS_PATH.format(namespace=mine.namespace, name=mine.name)
+    headers = {"Authorization": f"Bearer {job_token(SECRET, mine.uid)}"}
+
+    async def pieces(data: bytes) -> AsyncIterator[bytes]:
+        for i in range(0, len(data), 7):
+            yield data[i:i + 7]
+
+    async with endpoint.post(path, data=pieces(body), headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
+    async with endpoint.post(path, data=pieces(body * 10), headers=headers) as resp:
+        assert resp.status == 413
+
+
+async def test_one_users_jobs_share_a_bucket_and_events_are_spaced(store: Store) -> None:
+    client: TestClient[Any, Any] = TestClient(TestServer(make_status_app(
+        store, SECRET, rate=100, burst=100, user_rate=1, user_burst=2, event_interval=3600)))
+    await client.start_server()
+    try:
+        jobs = [store.add(trainjob(nodes=1), ALICE, "slurm") for _ in range(3)]
+        before = store.last_event_id()
+        codes = [(await post(client, j.namespace, j.name, job_token(SECRET, j.uid),
+                             report(progressPercentage=1)))[0] for j in jobs]
+        assert codes == [200, 200, 429]  # alice's burst of 2, whichever job
+        again = jobs[0]
+        assert (await post(client, again.namespace, again.name, job_token(SECRET, again.uid),
+                           report(progressPercentage=2)))[0] == 429
+        assert store.last_event_id() == before + 2  # one event per job per interval
+    finally:
+        await client.close()
+
+
+def test_the_token_dir_must_be_reachable_and_safe(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    check_token_dir(tmp_path / "tokens", state)  # fine: a private tmp_path's child
+    with pytest.raises(ValueError, match="inside the state directory"):
+        check_token_dir(state / "tokens", state)
+    with pytest.raises(ValueError, match="absolute"):
+        check_token_dir(Path("tokens"), state)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(ValueError, match="shared"):
+        check_token_dir(shared / "tokens", state)

@@ -1,0 +1,58 @@
+"""Progress reports from pods (bridge/trainer_status.py), as Kubeflow Trainer mounts
+them: a Secret ``<jobset>-trainer-status`` holding the job's bearer token (``token``)
+and the endpoint's CA certificate (``ca.crt``), mounted read-only in every container
+at ``/var/run/secrets/kubeflow/trainer`` (Trainer's path), and the three
+``KUBEFLOW_TRAINER_STATUS_*`` variables pointing there.
+
+Contract: :func:`secret` is the Secret (created before the JobSet, then handed to it
+as owner, as the MPI Secret is: k8s_adapter/backend.py); :func:`mount` adds the volume,
+mounts and variables to every pod template of a rendered JobSet, in place, keeping
+what the job itself set under those names.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["MOUNT_PATH", "mount", "secret", "secret_name"]
+
+SECRET_SUFFIX = "-trainer-status"  # noqa: S105 - a name, not a password
+VOLUME = "kubeflow-trainer"
+MOUNT_PATH = "/var/run/secrets/kubeflow/trainer"
+
+
+def secret_name(jobset: str) -> str:
+    return jobset + SECRET_SUFFIX
+
+
+def secret(jobset: str, namespace: str, labels: Mapping[str, str], token: str,
+           ca_pem: str) -> dict[str, Any]:
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": secret_name(jobset), "namespace": namespace,
+                         "labels": dict(labels)},
+            "data": {"token": b64(token), "ca.crt": b64(ca_pem)}}
+
+
+def mount(body: dict[str, Any], jobset: str, url: str) -> None:
+    """Mount the Secret and set the variables in every container of ``body``."""
+    env = {"KUBEFLOW_TRAINER_STATUS_URL": url,
+           "KUBEFLOW_TRAINER_STATUS_TOKEN": f"{MOUNT_PATH}/token",
+           "KUBEFLOW_TRAINER_STATUS_CA_CERT": f"{MOUNT_PATH}/ca.crt"}
+    for rjob in body["spec"]["replicatedJobs"]:
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        volumes = pod.setdefault("volumes", [])
+        if all(v.get("name") != VOLUME for v in volumes):
+            volumes.append({"name": VOLUME, "secret": {"secretName": secret_name(jobset),
+                                                       "defaultMode": 0o444}})
+        for container in pod.get("containers") or []:
+            have = {e.get("name") for e in container.setdefault("env", [])}
+            container["env"] += [{"name": k, "value": v} for k, v in env.items()
+                                 if k not in have]
+            mounts = container.setdefault("volumeMounts", [])
+            if all(m.get("name") != VOLUME for m in mounts):
+                mounts.append({"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True})

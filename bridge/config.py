@@ -145,7 +145,8 @@ class TrainerStatusSection(BaseModel):
     ca_cert: str = ""
     #: Where each job's token file goes (the daemon's, mode 0711; each file readable
     #: by its job's owner only): a directory the compute nodes see, outside
-    #: ``daemon.state_dir``, whose parents only root may change. Needed with ``listen``.
+    #: ``daemon.state_dir``, whose parents only root may change. Without it only pods
+    #: (the Kubernetes back end: a Secret each) can report; Slurm and Flux jobs cannot.
     token_dir: str = ""
     #: The tokens' secret (32 bytes or more, mode 0600): one file every replica of a
     #: leader election reads, so that a new leader takes the running jobs' tokens
@@ -173,9 +174,7 @@ class TrainerStatusSection(BaseModel):
             if not (self.tls_cert and self.tls_key):
                 raise ValueError("tls_cert and tls_key are needed with listen (the endpoint "
                                  "is HTTPS only)")
-            if not self.token_dir:
-                raise ValueError("token_dir is needed with listen: a directory the compute "
-                                 "nodes see, outside daemon.state_dir")
+
         return self
 
 

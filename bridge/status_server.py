@@ -159,8 +159,9 @@ def report_settings(section: TrainerStatusSection, state_dir: Path) -> ReportSet
     secret (made in ``state_dir`` on first use). :class:`ValueError` when unusable."""
     if not section.listen:
         return None
-    token_dir = Path(section.token_dir)
-    check_token_dir(token_dir, state_dir)
+    token_dir = Path(section.token_dir) if section.token_dir else None
+    if token_dir is not None:
+        check_token_dir(token_dir, state_dir)
     port = section.listen.rpartition(":")[2]
     return ReportSettings(base_url=section.url or f"https://{socket.getfqdn()}:{port}",
                           token_dir=token_dir, ca_cert=section.ca_cert or section.tls_cert,
@@ -192,6 +193,8 @@ class StatusEndpoint:
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.section.sweep_interval)
+            if self.reports.token_dir is None:
+                return
             try:
                 sweep_tokens(self.store, self.reports.token_dir)
             except Exception:

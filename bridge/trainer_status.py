@@ -249,12 +249,16 @@ class ReportSettings:
     """Where the daemon's jobs report (``[trainer_status]``), and its token secret."""
 
     base_url: str
-    token_dir: Path
+    #: None: no token files (only pods, which get a Secret, can report).
+    token_dir: Path | None
     ca_cert: str
     secret: bytes
 
     def env_for(self, uid: str, namespace: str, name: str, owner: Owner) -> dict[str, str]:
-        """The job's token file written (again), and its three variables."""
+        """The job's token file written (again), and its three variables; none without
+        a ``token_dir``."""
+        if self.token_dir is None:
+            return {}
         path = write_token_file(self.token_dir, uid, owner, job_token(self.secret, uid))
         return status_env(self.base_url, namespace, name, path, self.ca_cert)
 

@@ -125,13 +125,21 @@ def test_each_setup_lints_validates_strictly_and_renders_a_valid_config(
         assert ports["metrics"]["port"] == port and ports["metrics"]["targetPort"] == "metrics"
     else:
         assert "metrics" not in ports and "metrics" not in container_ports
+    if "trainer_status" in toml:  # progress reports: listener, ports and URL agree
+        port = int(toml["trainer_status"]["listen"].rpartition(":")[2])
+        assert container_ports["trainer-status"] == port
+        assert ports["trainer-status"]["port"] == port
+        assert toml["trainer_status"]["url"] == (
+            f"https://hpcb-hpc-bridge.hpc-bridge-system.svc:{port}")
+    else:
+        assert "trainer-status" not in ports
     assert "ServiceMonitor" not in kinds
     _files_are_mounted(toml, deploy)
 
 
 def _files_are_mounted(toml: dict[str, Any], deploy: dict[str, Any]) -> None:
-    """Each file ``[events.mqtt]`` names is an item of a Secret volume mounted where the
-    TOML looks; the password and client key with mode 0400."""
+    """Each file ``[events.mqtt]`` and ``[trainer_status]`` name is an item of a Secret
+    volume mounted where the TOML looks; the password and keys with mode 0400."""
     mqtt = toml.get("events", {}).get("mqtt", {})
     spec = deploy["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -144,6 +152,12 @@ def _files_are_mounted(toml: dict[str, Any], deploy: dict[str, Any]) -> None:
         if key in mqtt:
             secret, _ = mounted[mqtt[key]]
             if key in ("password_file", "key_file"):
+                assert secret["defaultMode"] == 0o400, (key, secret)
+    progress = toml.get("trainer_status", {})
+    for key in ("tls_cert", "tls_key", "ca_cert", "secret_file"):
+        if key in progress:
+            secret, _ = mounted[progress[key]]
+            if key in ("tls_key", "secret_file"):
                 assert secret["defaultMode"] == 0o400, (key, secret)
 
 
@@ -162,6 +176,8 @@ def test_values_the_schema_refuses(k8s: K8sBed) -> None:
                 ["--set", "events.mqtt.prefix=a/#"],
                 ["--set", "events.mqtt.prefix=a//b"],
                 ["--set", "events.mqtt.tls.caSecret=ca"],               # tls off
+                ["--set", "trainerStatus.enabled=true"],                # no Secrets
+                ["--set", "trainerStatus.url=http://x"],                # https only
                 ["--set", "events.mqtt.passwordSecret.name=Not_A_Name,events.mqtt.username=u"]):
         res = subprocess.run([helm, "template", "x", str(CHART), "--kube-version",
                               _kube_version(k8s), *bad], capture_output=True, text=True,

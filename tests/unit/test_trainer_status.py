@@ -329,3 +329,11 @@ def test_the_token_dir_must_be_reachable_and_safe(tmp_path: Path) -> None:
     os.chmod(shared, 0o777)
     with pytest.raises(ValueError, match="shared"):
         check_token_dir(shared / "tokens", state)
+
+
+def test_without_a_token_dir_only_pods_get_a_token(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("pem")
+    settings = ReportSettings("https://b:8443", None, str(ca), SECRET)
+    assert settings.env_for(UID_A, "team", "train", Owner(0, 0, "root")) == {}
+    assert settings.secret_for(UID_A, "team", "train")["token"] == job_token(SECRET, UID_A)

@@ -99,5 +99,13 @@ configmap.yaml. Paths are those the Deployment mounts.
 {{- if $v.metrics.enabled -}}
 {{- $_ := set $config "metrics" (dict "listen" (printf "0.0.0.0:%d" (int $v.metrics.port))) -}}
 {{- end -}}
+{{- with $v.trainerStatus -}}{{- if .enabled -}}
+{{- $url := .url | default (printf "https://%s.%s.svc:%d" (include "hpc-bridge.fullname" $) $.Release.Namespace (int .port)) -}}
+{{- $_ := set $config "trainer_status" (dict "listen" (printf "0.0.0.0:%d" (int .port)) "url" $url
+      "tls_cert" "/etc/hpc-bridge/trainer-status/tls/tls.crt"
+      "tls_key" "/etc/hpc-bridge/trainer-status/tls/tls.key"
+      "ca_cert" (ternary "/etc/hpc-bridge/trainer-status/ca/ca.crt" "/etc/hpc-bridge/trainer-status/tls/tls.crt" (ne .caSecret ""))
+      "secret_file" "/etc/hpc-bridge/trainer-status/key/key") -}}
+{{- end -}}{{- end -}}
 {{- toToml $config -}}
 {{- end -}}

@@ -12,6 +12,19 @@ Run with ``.venv/bin/python bench/events.py [--backlog 10000] [--samples 200] [-
   writes the time, and the ``Running`` event's arrival at a subscriber is compared with
   it (the job starts a little after Slurm marks it running: a slight underestimate).
   Goal: <= one poll interval + 50 ms.
+* **Kubernetes -> MQTT latency** (``--k8s N``): a real daemon on the real Kubernetes bed
+  (``testbed/k8s/k8s.sh up``: JobSet controller, kwok nodes), its back end mapping alice
+  to a fresh namespace (deleted afterwards), runs N ``tbatch --wrap true`` jobs one after
+  the other (kwok runs no containers: the pods go Running, then Succeeded at once). A
+  ``kubectl get jobsets --watch`` in this process stamps when each JobSet's status first
+  shows ``Completed``/``Failed``; the job's ``Succeeded`` event's arrival at a subscriber
+  is compared with it. The anchor, same run: watch saw the end -> the daemon's commit of
+  ``Succeeded`` (the event's ``time``, ms resolution), i.e. the bridge's own watch, vs
+  the rest (outbox -> MQTT). The anchor may be a few ms below zero: kubectl decodes and
+  prints each object before the bench reads it, so the bench's stamp lags the daemon's
+  own watch (the latency is then a slight underestimate). Goal: <= 100 ms
+  (informational: the exit status is 0).
+  ``--only-backends`` skips the store figures below (run only ``--slurm``/``--k8s``).
 * **Commit -> MQTT latency**: a state change committed to the store, to the event's
   arrival at a subscriber, p50/p95 over ``--samples`` changes made one at a time, each
   20-60 ms after the previous one arrived (the outbox feed looks every 20 ms). On a
@@ -24,15 +37,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import operator
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import aiomqtt
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -145,7 +165,6 @@ def _slurm_latency(jobs: int) -> tuple[list[float], list[float]]:
         shared_dir,
         wait_for,
     )
-    from tests.integration.mqtt import Subscriber, mqtt_toml
 
     bed = read_testbed_env()
     if bed is None:
@@ -153,13 +172,13 @@ def _slurm_latency(jobs: int) -> tuple[list[float], list[float]]:
     host, port = _broker()
     arrived: dict[int, float] = {}
     committed: dict[int, float] = {}
-    sub = Subscriber(host, port, "bench/slurm/jobs/+/events", f"bench-{time.time_ns()}")
-    sub.client.on_message = lambda _c, _u, msg: _arrival(arrived, committed, msg.payload)
+    sub = _subscribe(host, port, "bench/slurm/jobs/+/events",
+                     lambda payload: _arrival(arrived, committed, payload))
     workdir, outdir = fresh_daemon_dir("bench-events"), shared_dir("bench-events-out-")
     d = Daemon(workdir, {"rest_socket": bed["SLURMRESTD_SOCKET"],
                          "rest_version": bed.get("SLURM_REST_VERSION", "v0.0.38"),
                          "jwt_key": bed["SLURM_JWT_KEY"]},
-               extra_toml=mqtt_toml(host, port, "bench/slurm"))
+               extra_toml=_mqtt_toml(host, port, "bench/slurm"))
     d.start()
     latencies: list[float] = []
     published: list[float] = []
@@ -171,18 +190,47 @@ def _slurm_latency(jobs: int) -> tuple[list[float], list[float]]:
                               f"date +%s.%N > {stamp}\nsleep 3\n")
             res = d.cli("alice", "tbatch", "--parsable", str(script), cwd=outdir)
             job_id = int(res.stdout)
-            wait_for(lambda j=job_id: j in arrived, 60, f"job {job_id}'s Running event", 0.05)
-            started = float(wait_for(lambda s=stamp: s.exists() and s.read_text().strip(),
-                                     30, "the job's stamp", 0.05))
+            wait_for(partial(operator.contains, arrived, job_id), 60,
+                     f"job {job_id}'s Running event", 0.05)
+            started = float(wait_for(partial(_stamp, stamp), 30, "the job's stamp", 0.05))
             latencies.append(arrived[job_id] - started)
             published.append(arrived[job_id] - committed[job_id])
             d.wait_state(job_id, ["Succeeded", "Failed"])
     finally:
-        sub.close()
+        sub.loop_stop()
+        sub.disconnect()
         d.stop()
         cleanup(workdir)
         cleanup(outdir)
     return latencies, published
+
+
+def _stamp(path: Path) -> str:
+    return path.read_text().strip() if path.exists() else ""
+
+
+def _subscribe(host: str, port: int, topic: str,
+               on_payload: Callable[[bytes], None]) -> mqtt.Client:
+    """A paho client (what aiomqtt is built on; its thread calls ``on_payload`` as each
+    message arrives) subscribed to ``topic`` at QoS 1 when this returns."""
+    subscribed = threading.Event()
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-{time.time_ns()}")
+    client.on_connect = lambda c, *_: c.subscribe(topic, qos=1)
+    client.on_subscribe = lambda *_: subscribed.set()
+    client.on_message = lambda _c, _u, msg: on_payload(bytes(msg.payload))
+    client.connect(host, port, keepalive=10)
+    client.loop_start()
+    if not subscribed.wait(20):
+        client.loop_stop()
+        sys.exit(f"no MQTT subscription on {host}:{port}")
+    return client
+
+
+def _mqtt_toml(host: str, port: int, prefix: str) -> str:
+    """An ``[events.mqtt]`` table for the daemon (fast reconnects), as the tests'
+    ``tests.integration.mqtt.mqtt_toml`` writes it."""
+    return (f'[events.mqtt]\nhost = "{host}"\nport = {port}\nprefix = "{prefix}"\n'
+            "retry_base = 0.2\nretry_cap = 1.0\npublish_timeout = 3.0\n")
 
 
 def _arrival(arrived: dict[int, float], committed: dict[int, float], payload: bytes) -> None:
@@ -193,6 +241,141 @@ def _arrival(arrived: dict[int, float], committed: dict[int, float], payload: by
         committed.setdefault(int(event["jobId"]), stamp.replace(tzinfo=UTC).timestamp())
 
 
+class _JobSetWatch:
+    """``kubectl get jobsets -n NS --watch -o json`` in a thread: when each JobSet's
+    status first showed a true ``Completed`` or ``Failed`` condition (``time.time()``)."""
+
+    def __init__(self, kubectl: str, kubeconfig: str, namespace: str, resource: str) -> None:
+        self.ended: dict[str, float] = {}
+        self.watching = threading.Event()
+        # -v=6 logs each response: the one for ``watch=true`` says the watch is open.
+        self.proc = subprocess.Popen(
+            [kubectl, "--kubeconfig", kubeconfig, "-v=6", "-n", namespace, "get", resource,
+             "--watch", "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            text=True, bufsize=1)
+        self._threads = [threading.Thread(target=self._objects, daemon=True),
+                         threading.Thread(target=self._log, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _objects(self) -> None:
+        assert self.proc.stdout is not None
+        lines: list[str] = []
+        for line in self.proc.stdout:  # indented JSON objects, each ending in "}" alone
+            lines.append(line)
+            if line.rstrip("\n") != "}":
+                continue
+            seen = time.time()
+            try:
+                obj = json.loads("".join(lines))
+            except ValueError:
+                continue
+            lines = []
+            conds = (obj.get("status") or {}).get("conditions") or []
+            if any(c.get("type") in ("Completed", "Failed") and c.get("status") == "True"
+                   for c in conds):
+                self.ended.setdefault(obj["metadata"]["name"], seen)
+
+    def _log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if "watch=true" in line and "200 OK" in line:
+                self.watching.set()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for t in self._threads:
+            t.join(5)
+
+
+def _k8s_latency(jobs: int) -> tuple[list[float], list[float], list[str]]:
+    """A JobSet's end as a watch of our own sees it -> the job's terminal event at an MQTT
+    subscriber, and -> the daemon's commit of it (the event's ``time``); per job, in
+    order. Also the terminal states seen (all ``Succeeded`` when all went well)."""
+    from tests.integration.bed import cleanup, wait_for
+    from tests.integration.k8s_bridge import JOBSETS, k8s_daemon
+    from tests.integration.k8s_users import users_namespace
+    from tests.integration.k8sbed import K8S_ENV, K8sBed, read_k8s_env
+
+    env = read_k8s_env()
+    if env is None or "KUBECONFIG" not in env or "K8S_BIN_DIR" not in env:
+        sys.exit(f"the Kubernetes bed is not up ({K8S_ENV}): bash testbed/k8s/k8s.sh up")
+    bed = K8sBed.from_env(env)
+    if not bed.apiserver_ready():
+        sys.exit("the Kubernetes bed's apiserver is not ready: bash testbed/k8s/k8s.sh up")
+    host, port = _broker()
+    ended: dict[int, tuple[str, float, float]] = {}  # jobId -> backendId, arrival, commit
+    ns = bed.new_namespace("hpcb-bench-")
+    sub = _subscribe(host, port, "bench/k8s/jobs/+/events",
+                     lambda payload: _terminal(ended, payload))
+    watch: _JobSetWatch | None = None
+    d = None
+    latencies: list[float] = []
+    committed: list[float] = []
+    states: list[str] = []
+    try:
+        # What the k8s_alice fixture sets up (tests/integration/conftest_k8s.py).
+        users_namespace(bed, ns)
+        d = k8s_daemon(bed, ns)
+        d.backend_settings.update({"placement": "constraints",
+                                   "users.alice.namespace": ns,
+                                   "users.alice.service_account": "alice",
+                                   "default_image": "busybox:1.36"})
+        d.extra_toml += "\n" + _mqtt_toml(host, port, "bench/k8s")
+        d.start()
+        watch = _JobSetWatch(bed.kubectl_path, bed.kubeconfig, ns, JOBSETS)
+        if not watch.watching.wait(30):
+            raise AssertionError(f"kubectl's JobSet watch did not open (rc {watch.proc.poll()})")
+        for _ in range(jobs):
+            res = d.cli("alice", "tbatch", "--parsable", "--backend", "kubernetes",
+                        "--wrap", "true", cwd=d.workdir)
+            if res.returncode != 0:
+                raise AssertionError(f"tbatch failed: {res.stderr.strip()}")
+            job_id = int(res.stdout)
+            wait_for(partial(operator.contains, ended, job_id), 120,
+                     f"job {job_id}'s terminal event", 0.05)
+            backend_id, arrived, commit = ended[job_id]
+            name = backend_id.rsplit("/", 1)[-1]
+            wait_for(partial(operator.contains, watch.ended, name), 30,
+                     f"the watch to see JobSet {name} end", 0.05)
+            latencies.append(arrived - watch.ended[name])
+            committed.append(commit - watch.ended[name])
+            states.append(d.job(job_id)["state"])
+    finally:
+        sub.loop_stop()
+        sub.disconnect()
+        if watch is not None:
+            watch.stop()
+        if d is not None:
+            d.stop()
+            cleanup(d.workdir)
+        bed.delete_namespace(ns)
+    return latencies, committed, states
+
+
+def _terminal(ended: dict[int, tuple[str, float, float]], payload: bytes) -> None:
+    event = json.loads(payload)
+    if event.get("type") == "transition" and event.get("state") in ("Succeeded", "Failed"):
+        stamp = datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
+        ended.setdefault(int(event["jobId"]), (str(event.get("backendId")), time.time(),
+                                               stamp.replace(tzinfo=UTC).timestamp()))
+
+
+def _ms(values: list[float]) -> str:
+    """p50/p95/max in ms (p95 inclusive: within the samples, even for a few)."""
+    p95 = statistics.quantiles(values, n=20, method="inclusive")[18] if len(values) > 1 \
+        else values[0]
+    return (f"p50 {statistics.median(values) * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms, "
+            f"max {max(values) * 1e3:.0f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backlog", type=int, default=10_000)
@@ -200,6 +383,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500, help="the publisher's batch_size")
     parser.add_argument("--slurm", type=int, default=0, metavar="N",
                         help="also measure Slurm -> MQTT latency over N real jobs")
+    parser.add_argument("--k8s", type=int, default=0, metavar="N",
+                        help="also measure Kubernetes -> MQTT latency over N real jobs")
+    parser.add_argument("--only-backends", action="store_true",
+                        help="run only the --slurm/--k8s modes (skip the store figures)")
     args = parser.parse_args()
     if args.slurm:
         lat, pub = _slurm_latency(args.slurm)
@@ -208,6 +395,20 @@ def main() -> None:
               f"p95 {statistics.quantiles(lat, n=20)[18] * 1e3:.0f} ms; goal <= 1050 ms; "
               f"of which commit -> MQTT p50 {statistics.median(pub) * 1e3:.0f} ms, "
               f"p95 {statistics.quantiles(pub, n=20)[18] * 1e3:.0f} ms")
+    if args.k8s:
+        lat, commit, states = _k8s_latency(args.k8s)
+        p95 = statistics.quantiles(lat, n=20, method="inclusive")[18] if len(lat) > 1 \
+            else lat[0]
+        others = [s for s in states if s != "Succeeded"]
+        print(f"Kubernetes JobSet end (own watch) -> terminal event on MQTT over {len(lat)} "
+              f"jobs{f' ({len(others)} not Succeeded: {others})' if others else ''}: "
+              f"{_ms(lat)}")
+        print(f"  anchor, same jobs: watch saw the end -> the daemon's commit (event time, "
+              f"ms resolution): {_ms(commit)}; commit -> MQTT: "
+              f"{_ms([a - c for a, c in zip(lat, commit, strict=True)])}")
+        print(f"  goal p95 <= 100 ms: {'met' if p95 <= 0.1 else 'NOT met'}")
+    if args.only_backends:
+        return
     host, port = _broker()
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp) / "bench.sqlite")

@@ -29,12 +29,14 @@ import os
 import socket
 import ssl
 import time
+import uuid
 from contextlib import suppress
 from pathlib import Path
 
 import structlog
 from aiohttp import web
 
+from bridge.backend import Owner
 from bridge.config import TrainerStatusSection
 from bridge.limits import TokenBuckets
 from bridge.model import ValidationError
@@ -49,6 +51,7 @@ from bridge.trainer_status import (
     parse_report,
     remove_token_files,
     token_matches,
+    write_token_file,
 )
 
 __all__ = ["StatusEndpoint", "make_status_app", "report_settings", "serve_status",
@@ -155,13 +158,22 @@ def sweep_tokens(store: Store, token_dir: Path) -> int:
 
 def report_settings(section: TrainerStatusSection, state_dir: Path) -> ReportSettings | None:
     """Where jobs report, from ``[trainer_status]`` (None while it is off); checks
-    ``token_dir`` (:func:`bridge.trainer_status.check_token_dir`) and reads the token
-    secret (made in ``state_dir`` on first use). :class:`ValueError` when unusable."""
+    ``token_dir`` (:func:`bridge.trainer_status.check_token_dir`, and a probe file written
+    and removed) and reads the token secret (made in ``state_dir`` on first use).
+    :class:`ValueError` when unusable: the daemon does not start."""
     if not section.listen:
         return None
     token_dir = Path(section.token_dir) if section.token_dir else None
     if token_dir is not None:
         check_token_dir(token_dir, state_dir)
+        probe = str(uuid.uuid4())  # a root-squashed NFS shows here, not at each submission
+        try:
+            write_token_file(token_dir, probe, Owner(os.geteuid(), os.getegid(), "daemon"),
+                             "probe")
+            remove_token_files(token_dir, [probe])
+        except OSError as exc:
+            raise ValueError(f"trainer_status.token_dir {token_dir}: the daemon cannot write "
+                             f"token files there: {exc}") from None
     port = section.listen.rpartition(":")[2]
     return ReportSettings(base_url=section.url or f"https://{socket.getfqdn()}:{port}",
                           token_dir=token_dir, ca_cert=section.ca_cert or section.tls_cert,

@@ -12,7 +12,8 @@ through :func:`~mpi_launch.trainer_status.default_reporter` unless a reporter is
 none (no status URL) the callbacks do nothing. Every report carries progress, ETA and the
 numeric metrics seen so far (the newest value of each): a report is a whole ``trainerStatus``,
 so one with progress only would drop the metrics shown before. The final report (100 %, ETA 0)
-is flushed before training returns. The callbacks never raise into the training loop.
+is flushed before training returns; it is sent when training ends however it ends (early
+stopping too: the trainer is done). The callbacks never raise into the training loop.
 
 The arithmetic is in pure functions: :func:`progress_percent`, :func:`eta_seconds`,
 :func:`numeric_metrics`.

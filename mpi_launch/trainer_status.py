@@ -15,14 +15,19 @@ doubling to 60 s); a failed report is not retried (the next report is the next c
 ``report(block=True)`` sends in the caller's thread and says whether the server accepted it;
 ``flush()`` sends the queued report at once and waits for it (at the end of a script).
 
-``python -m mpi_launch.trainer_status [--progress P] [--eta S] [--metric NAME=VALUE]...
-[--all-ranks]`` sends one report synchronously: exit 0 when accepted (or this rank does not
-report), 1 when not or no usable endpoint is set (a message on stderr), 2 for usage errors.
+``python -m mpi_launch.trainer_status`` (or ``trainer-status``) ``[--progress P] [--eta S]
+[--metric NAME=VALUE]... [--all-ranks] [--strict]`` sends one report synchronously: exit 0
+when accepted, when this rank does not report, and (with a warning on stderr) when it was
+not accepted or no endpoint is set; with ``--strict`` 1 then; 2 for usage errors.
+
+Python 3.8 or newer (compute nodes' own pythons: this file can be copied into an image).
+A report still queued when the process exits is sent then (``atexit``, up to 5 s).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import http.client
 import json
@@ -36,7 +41,7 @@ import time
 import urllib.error
 import urllib.request as ureq
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from email.message import Message
 from typing import IO, Any
 
@@ -49,6 +54,9 @@ ENV_TOKEN = "KUBEFLOW_TRAINER_STATUS_TOKEN"  # noqa: S105 (a variable's name)
 ENV_CA_CERT = "KUBEFLOW_TRAINER_STATUS_CA_CERT"
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 MAX_METRICS, TIMEOUT, MIN_INTERVAL, MAX_BACKOFF = 64, 5.0, 1.0, 60.0
+#: The most the daemon stores of one report (its JSON, UTF-8; bridge/trainer_status.py).
+MAX_STORED = 8192
+_UTC = timezone.utc  # noqa: UP017 - datetime.UTC is 3.11+; compute nodes may run 3.8
 
 
 def rank_from_env(environ: Mapping[str, str] = os.environ) -> int:
@@ -98,9 +106,13 @@ def build_body(progress_percentage: float | None = None,
     entries = [{"name": str(name)[:128], "value": format_metric_value(value)[:256]}
                for name, value in (metrics or {}).items()
                if str(name).strip() and value is not None][:MAX_METRICS]
+    entries = [e for e in entries if e["value"]]  # the daemon refuses an empty value
+    # ... and a report over MAX_STORED bytes: the last metrics go first.
+    while entries and len(json.dumps(entries, ensure_ascii=False).encode()) > MAX_STORED - 256:
+        entries.pop()
     if entries:
         status["metrics"] = entries
-    stamp = (now or datetime.now(UTC)).astimezone(UTC)
+    stamp = (now or datetime.now(_UTC)).astimezone(_UTC)
     status["lastUpdatedTime"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"trainerStatus": status}
 
@@ -112,8 +124,9 @@ def _refusal(error: urllib.error.HTTPError) -> tuple[str, float]:
     with contextlib.suppress(Exception):
         text = error.read(64 * 1024).decode("utf-8", "replace")
         error.close()
-    with contextlib.suppress(ValueError, TypeError, KeyError):
-        text = str(json.loads(text)["message"])
+    with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+        answer = json.loads(text)  # a Kubernetes Status' message, or the bridge's error
+        text = str(answer.get("message") or answer["error"])
     with contextlib.suppress(TypeError, ValueError, AttributeError):
         retry = min(max(float(error.headers.get("Retry-After") or ""), 0.0), 300.0)
     return " ".join(text.split())[:300] or str(error.reason), retry if math.isfinite(retry) else 0
@@ -315,11 +328,14 @@ _default: tuple[Reporter | None] | None = None
 
 
 def default_reporter() -> Reporter | None:
-    """The process's reporter, made by :meth:`Reporter.from_env` on first use (None: no URL)."""
+    """The process's reporter, made by :meth:`Reporter.from_env` on first use (None: no URL);
+    the report still queued when the interpreter exits is sent then (up to 5 s)."""
     global _default
     with _default_lock:
         if _default is None:
             _default = (Reporter.from_env(),)
+            if _default[0] is not None:
+                atexit.register(_default[0].flush, 5.0)
         return _default[0]
 
 
@@ -355,6 +371,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
     parser.add_argument("--metric", type=_metric, action="append", default=[],
                         metavar="NAME=VALUE", help="repeatable; the value is sent as it is")
     parser.add_argument("--all-ranks", action="store_true", help="report on any rank, not 0 only")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when the report is not accepted (default: warn, exit 0, "
+                             "so that a `set -e` script goes on training)")
     args = parser.parse_args(argv)
     reporter = Reporter.from_env(environ, all_ranks=args.all_ranks)
     if reporter is not None and not reporter.active:
@@ -363,8 +382,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
                                                 block=True):
         return 0
     why = f"{ENV_URL} is not set" if reporter is None else "the report was not accepted"
-    print(f"{parser.prog}: error: {why}", file=sys.stderr)
-    return 1
+    print(f"{parser.prog}: {'error' if args.strict else 'warning'}: {why}", file=sys.stderr)
+    return 1 if args.strict else 0
 
 
 if __name__ == "__main__":

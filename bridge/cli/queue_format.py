@@ -174,10 +174,15 @@ def _progress(job: JobView, now: datetime) -> str:
 
 
 def _eta(job: JobView, now: datetime) -> str:
-    """The report's estimated remaining time as squeue writes times, else ``N/A``."""
+    """The report's estimated remaining time, counted down since the report (never
+    below 0), as squeue writes times; ``N/A`` without one."""
     status = job.get("trainerStatus") or {}
     value = status.get("estimatedRemainingSeconds")
-    return "N/A" if value is None else format_seconds(int(value))
+    if value is None:
+        return "N/A"
+    reported = parse_time(status.get("lastUpdatedTime"))
+    since = max(0.0, (now - reported).total_seconds()) if reported is not None else 0.0
+    return format_seconds(max(0, int(value) - int(since)))
 
 
 _ID = Field("JOBID", lambda j, now: display_id(j))

@@ -146,8 +146,8 @@ def _tqueue(argv: list[str]) -> int:
     if args.format is not None and args.fields is not None:
         raise UserError("-o/--format and -O/--Format cannot be used together")
     if args.progress and (args.format is not None or args.fields is not None):
-        raise UserError("--progress adds to the default columns; with -o/-O name "
-                        "progress and eta among them")
+        raise UserError("--progress adds to the default columns; to choose columns use "
+                        "-O, e.g. -O jobid,name,progress,eta (-o has no letters for them)")
     columns = (parse_format(args.format) if args.format is not None
                else parse_fields(args.fields) if args.fields is not None
                else parse_fields(PROGRESS_FIELDS) if args.progress else None)

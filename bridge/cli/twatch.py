@@ -4,7 +4,8 @@
 
     twatch [--since SEQ] [-j JOBID]... [--once] [--json]
 
-One line per event: ``SEQ TIME JOBID NAME USER FROM->STATE REASON MESSAGE`` (or the
+One line per event: ``SEQ TIME JOBID NAME USER FROM->STATE REASON MESSAGE``, or for a
+progress report ``SEQ TIME JOBID NAME USER STATE progress 45% eta 1:02:05`` (or the
 event's JSON with ``--json``, docs/events.md). A user sees the events of their own jobs;
 root sees every job's. Without ``--since`` it starts with the events from now on;
 ``--since 0`` replays the history first. ``--once`` prints what there is and exits.

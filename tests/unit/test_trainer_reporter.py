@@ -356,12 +356,15 @@ def test_the_command_sends_one_report(endpoint: Endpoint) -> None:
 
 
 def test_the_command_fails(endpoint: Endpoint) -> None:
+    """A refusal is a warning (a `set -e` script goes on training); --strict: exit 1."""
     endpoint.answer_with(403, "forbidden")
-    refused = run_cli("--progress", "50", env=endpoint.env())
+    refused = run_cli("--strict", "--progress", "50", env=endpoint.env())
     assert refused.returncode == 1 and "403 forbidden" in refused.stderr
     assert "error: the report was not accepted" in refused.stderr
-    unset = run_cli("--progress", "50", env={})
+    unset = run_cli("--strict", "--progress", "50", env={})
     assert unset.returncode == 1 and ENV_URL in unset.stderr
+    lenient = run_cli("--progress", "50", env={})
+    assert lenient.returncode == 0 and "warning:" in lenient.stderr and ENV_URL in lenient.stderr
     for bad in (["--metric", "loss"], ["--metric", "=1"], ["--progress", "half"], ["--nope"]):
         usage = run_cli(*bad, env=endpoint.env())
         assert usage.returncode == 2 and "usage:" in usage.stderr, bad
@@ -488,3 +491,27 @@ def test_the_lightning_callback(monkeypatch: pytest.MonkeyPatch) -> None:
                             (15.0, 16 / 30 * 170, {"val_loss": 0.25}),
                             (None, None, {"val_loss": 0.25}), (100, 0, {"val_loss": 0.25})]
     assert sink.flushes == 1
+
+
+def test_the_last_report_is_sent_when_the_script_exits(endpoint: Endpoint) -> None:
+    """A script that reports and exits at once: the newest report still goes (atexit)."""
+    script = ("from mpi_launch.trainer_status import report\n"
+              "for p in (10, 50, 100):\n    report(p)\n")
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO),
+            "LANG": "C.UTF-8"}
+    done = subprocess.run([sys.executable, "-c", script], env={**base, **endpoint.env()},
+                          cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    seen = [endpoint.next().status["progressPercentage"]]
+    while not endpoint.seen.empty():
+        seen.append(endpoint.next().status["progressPercentage"])
+    assert seen[-1] == 100, seen  # the earlier ones may coalesce away
+
+
+def test_metrics_the_daemon_would_refuse_are_left_out() -> None:
+    body = build_body(metrics={"empty": "", "ok": 1})
+    assert body["trainerStatus"]["metrics"] == [{"name": "ok", "value": "1"}]
+    many = build_body(metrics={f"m{i}": "v" * 250 for i in range(64)})
+    kept = many["trainerStatus"]["metrics"]
+    assert 0 < len(kept) < 64 and kept[0]["name"] == "m0"
+    assert len(json.dumps(many).encode()) <= 8192

@@ -10,6 +10,7 @@ import json
 import os
 import stat
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -156,9 +157,12 @@ def test_views_show_progress_and_only_the_owner_sees_metrics(store: Store) -> No
     assert listed["trainerStatus"] == {"progressPercentage": 45,
                                        "estimatedRemainingSeconds": 3725,
                                        "lastUpdatedTime": "2025-01-23T10:30:45Z"}
-    now = None
+    now = datetime(2025, 1, 23, 10, 30, 45, tzinfo=UTC)
     assert NAMES["progress"].value(listed, now) == "45%"  # type: ignore[arg-type]
     assert NAMES["eta"].value(listed, now) == "1:02:05"  # type: ignore[arg-type]
+    later = now + timedelta(seconds=65)  # counted down since the report
+    assert NAMES["eta"].value(listed, later) == "1:01:00"  # type: ignore[arg-type]
+    assert NAMES["eta"].value(listed, later + timedelta(days=1)) == "0:00"  # type: ignore[arg-type]
     assert NAMES["progress"].value(list_view(rec), now) == "N/A"  # type: ignore[arg-type]
     shown = format_show({**listed, "trainerStatus": status})  # type: ignore[typeddict-item]
     assert "Progress=45% EstimatedRemaining=1:02:05" in shown

@@ -184,11 +184,12 @@ def test_status_subresource_keeps_conditions(cluster: Cluster) -> None:
                                                                   "status": "Maybe"}]}}),
                            check=False)
     assert proc.returncode != 0 and "status.conditions[0].status" in proc.stderr
-    # The printer columns: the last condition's type, the runtime, the nodes, the age.
+    # The printer columns: the last condition's type, the runtime, the nodes, Trainer's
+    # progress (what the job reported: issue 15), the age.
     table = cluster.kubectl("get", cluster.resource("trainjobs"), "with-status", "-n",
                             NAMESPACE).stdout.split("\n")
-    assert table[0].split() == ["NAME", "STATE", "RUNTIME", "NODES", "AGE"]
-    assert table[1].split()[:4] == ["with-status", "Running", "plain", "1"]
+    assert table[0].split() == ["NAME", "STATE", "RUNTIME", "NODES", "PROGRESS", "%", "AGE"]
+    assert table[1].split()[:5] == ["with-status", "Running", "plain", "1", "10"]
 
 
 def test_runtimes_are_kept_whole(cluster: Cluster) -> None:

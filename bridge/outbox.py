@@ -2,7 +2,9 @@
 stream and the metrics use; :class:`bridge.store.Store` has them as a mixin.
 
 Contract: every query is one indexed statement, cheap enough to run on the event loop
-(the outbox feed asks :meth:`OutboxQueries.last_event_id` every 20 ms).
+(the outbox feed asks :meth:`OutboxQueries.last_event_id` every 20 ms);
+:meth:`OutboxQueries.prune_events` removes old events in bounded batches (the daemon's
+retention, bridge/eventtasks.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import json
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
+
+#: The most events :meth:`OutboxQueries.prune_events` removes at once.
+PRUNE_BATCH = 5000
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,19 @@ class OutboxQueries:
             args.append(upto)
         rows = self._db.execute(sql + " ORDER BY o.id LIMIT ?", [*args, limit]).fetchall()
         return [Event(r["id"], r["job_id"], json.loads(r["event"])) for r in rows]
+
+    def prune_events(self, before: float, *, published_only: bool,
+                     limit: int = PRUNE_BATCH) -> int:
+        """Remove at most ``limit`` of the oldest events written before ``before`` (only
+        published ones with ``published_only``); how many went. Oldest first by id, so
+        the scan stops at the first young row."""
+        sql = "SELECT id FROM outbox WHERE created_at < ?"
+        if published_only:
+            sql += " AND published_at IS NOT NULL"
+        # One statement: atomic on its own (the store runs in autocommit mode).
+        cur = self._db.execute(f"DELETE FROM outbox WHERE id IN ({sql} ORDER BY id LIMIT ?)",
+                               (before, limit))
+        return int(cur.rowcount)
 
     def last_event_id(self) -> int:
         """The newest outbox sequence number (0 when there is none)."""

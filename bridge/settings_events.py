@@ -83,6 +83,10 @@ class EventsSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mqtt: MqttSection | None = None
+    #: Events older than this (hours) are removed from the outbox, hourly, so that it
+    #: does not grow for ever; 0 keeps them. With ``[events.mqtt]`` an event not yet
+    #: published is kept whatever its age (the backlog drains first).
+    retention_hours: float = Field(default=168.0, ge=0)
 
 
 class MetricsSection(BaseModel):

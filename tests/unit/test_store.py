@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,26 @@ def test_add_transition_history_and_outbox(tmp_path: Path) -> None:
     assert events[-1].payload["backendId"] == "42"
     store.mark_published([e.id for e in events[:2]])
     assert [e.payload["to"] for e in store.pending_events()] == ["Running", "Succeeded"]
+
+
+def test_old_events_are_pruned_in_batches(tmp_path: Path) -> None:
+    """Retention (bridge/eventtasks.py): events written before the cut go, the oldest
+    first, at most ``limit`` at once; with ``published_only`` unpublished ones stay."""
+    store = Store.open(tmp_path / "s.sqlite")
+    rec = store.add(job(), ALICE, "slurm")
+    store.transition(rec.id, JobState.SUBMITTED, "Submitted", backend_id="42")
+    store.transition(rec.id, JobState.RUNNING, "Running")
+    ids = [e.id for e in store.events_after(0, 10)]
+    store.mark_published(ids[:1])
+    cut = time.time() + 1  # every event so far is older
+    assert store.prune_events(cut, published_only=True) == 1  # only the published one
+    assert [e.id for e in store.events_after(0, 10)] == ids[1:]
+    assert store.prune_events(cut, published_only=False, limit=1) == 1
+    assert store.prune_events(cut, published_only=False) == 1
+    assert store.events_after(0, 10) == []
+    store.transition(rec.id, JobState.SUCCEEDED, "Completed", exit_code=0)
+    assert store.prune_events(cut - 3600, published_only=False) == 0  # young: kept
+    assert len(store.events_after(0, 10)) == 1
 
 
 def test_illegal_transition_changes_nothing(tmp_path: Path) -> None:

@@ -82,9 +82,9 @@ async def prune_forever(store: Store, keep_seconds: float, *, published_only: bo
     while True:
         try:
             removed = 0
+            boundary = store.event_boundary(time.time() - keep_seconds)
             while True:
-                batch = store.prune_events(time.time() - keep_seconds,
-                                           published_only=published_only)
+                batch = store.prune_events(boundary, published_only=published_only)
                 removed += batch
                 if batch < PRUNE_BATCH:
                     break

@@ -49,17 +49,25 @@ class OutboxQueries:
         rows = self._db.execute(sql + " ORDER BY o.id LIMIT ?", [*args, limit]).fetchall()
         return [Event(r["id"], r["job_id"], json.loads(r["event"])) for r in rows]
 
-    def prune_events(self, before: float, *, published_only: bool,
+    def event_boundary(self, before: float) -> int:
+        """The id of the first event written since ``before`` (the newest id + 1 when
+        there is none): found from the oldest end, so the scan stops there (ids grow
+        with time)."""
+        row = self._db.execute("SELECT id FROM outbox WHERE created_at >= ? ORDER BY id "
+                               "LIMIT 1", (before,)).fetchone()
+        return int(row[0]) if row is not None else self.last_event_id() + 1
+
+    def prune_events(self, boundary: int, *, published_only: bool,
                      limit: int = PRUNE_BATCH) -> int:
-        """Remove at most ``limit`` of the oldest events written before ``before`` (only
-        published ones with ``published_only``); how many went. Oldest first by id, so
-        the scan stops at the first young row."""
-        sql = "SELECT id FROM outbox WHERE created_at < ?"
+        """Remove at most ``limit`` of the oldest events below id ``boundary``
+        (:meth:`event_boundary`; only published ones with ``published_only``); how many
+        went."""
+        sql = "SELECT id FROM outbox WHERE id < ?"
         if published_only:
             sql += " AND published_at IS NOT NULL"
         # One statement: atomic on its own (the store runs in autocommit mode).
         cur = self._db.execute(f"DELETE FROM outbox WHERE id IN ({sql} ORDER BY id LIMIT ?)",
-                               (before, limit))
+                               (boundary, limit))
         return int(cur.rowcount)
 
     def last_event_id(self) -> int:

@@ -17,9 +17,9 @@ Contract, in the order checked (nothing is stored unless every check passes):
   ``event_interval`` seconds per job an outbox event (MQTT, ``/v1/events``), so that a
   fast reporter does not grow the event stream.
 
-Handlers are short and never wait on a back end: a report costs one indexed query, an
-HMAC per job of that name, and one small write. :func:`sweep_tokens` removes the token
-files of jobs that have ended.
+Handlers are short and never wait on a back end: a report costs one lookup by the uid
+the token carries (``UID.MAC``), one HMAC and one small write. :func:`sweep_tokens`
+removes the token files of jobs that have ended.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from bridge.backend import Owner
 from bridge.config import TrainerStatusSection
 from bridge.limits import TokenBuckets
 from bridge.model import ValidationError
-from bridge.states import TERMINAL
+from bridge.states import TERMINAL, JobState
 from bridge.store import Store
 from bridge.store_progress import JobEnded
 from bridge.trainer_status import (
@@ -51,6 +51,7 @@ from bridge.trainer_status import (
     parse_report,
     remove_token_files,
     token_matches,
+    token_uid,
     write_token_file,
 )
 
@@ -58,6 +59,8 @@ __all__ = ["StatusEndpoint", "make_status_app", "report_settings", "serve_status
            "sweep_tokens"]
 
 log = structlog.get_logger("hpc_bridge.trainer_status")
+
+_LIVE = [state for state in JobState if state not in TERMINAL]
 
 
 def _error(status: int, message: str, **headers: str) -> web.Response:
@@ -85,15 +88,17 @@ def make_status_app(store: Store, secret: bytes, *, rate: float = 1.0, burst: in
         if scheme.lower() != "bearer" or not token:
             return refused(401, "a bearer token is needed (the file named by "
                            "KUBEFLOW_TRAINER_STATUS_TOKEN)", **{"WWW-Authenticate": "Bearer"})
-        # No unfinished job of that name and a token that is not its job's read alike:
-        # the endpoint tells no one which names are live.
-        match = next(((job_id, owner) for job_id, uid, owner
-                      in store.live_by_name(namespace, name)
-                      if token_matches(secret, uid, token)), None)
-        if match is None:
+        # The token names its job (by uid: one indexed row, however many jobs share the
+        # name). No such job, another job's token, a made-up one and a job that ended
+        # read alike: the endpoint tells no one which names are live.
+        uid = token_uid(token)
+        found = store.by_uids([uid], list(_LIVE)) if uid is not None else []
+        rec = found[0] if found else None
+        if (rec is None or (rec.namespace, rec.name) != (namespace, name)
+                or not token_matches(secret, rec.uid, token)):
             return refused(403, f"the token is not that of an unfinished TrainJob "
                            f"{namespace}/{name}")
-        job_id, owner = match
+        job_id, owner = rec.id, rec.owner.uid
         wait = max(buckets.take(job_id), users.take(owner))
         if wait > 0:
             return refused(429, f"too many reports for job {job_id} (at most {rate:g} a "
@@ -108,7 +113,10 @@ def make_status_app(store: Store, secret: bytes, *, rate: float = 1.0, burst: in
         except ValidationError as exc:
             return refused(400, str(exc))
         now = time.monotonic()
-        event = now - evented.get(job_id, -event_interval) >= event_interval
+        # The last word of a run (100 %) is always an event: it must not be lost inside
+        # an interval.
+        event = (now - evented.get(job_id, -event_interval) >= event_interval
+                 or status.get("progressPercentage") == 100)
         try:
             store.set_trainer_status(job_id, status, time.time(), event=event)
         except JobEnded:

@@ -70,14 +70,6 @@ class ProgressQueries:
         if not event:
             self._updated(job_id)
 
-    def live_by_name(self, namespace: str, name: str) -> list[tuple[int, str, int]]:
-        """``(id, uid, owner uid)`` of the unfinished jobs named ``namespace/name``
-        (several users may each have one): the jobs a report to that name may be for."""
-        rows = self._db.execute(
-            "SELECT id, uid, owner_uid FROM jobs WHERE name=? AND namespace=? AND state NOT IN "
-            "('Succeeded', 'Failed', 'Cancelled') ORDER BY id LIMIT 64", (name, namespace))
-        return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
-
     def trainer_statuses(self, job_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """The latest report of each of ``job_ids`` that has one."""
         found: dict[int, dict[str, Any]] = {}

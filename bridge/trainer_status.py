@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable
 from contextlib import suppress
@@ -45,7 +46,7 @@ from bridge.filemodes import check_secret_file, untrusted_component
 from bridge.model import ValidationError, is_job_uid
 
 __all__ = ["STATUS_PATH", "ReportSettings", "check_token_dir", "job_token", "load_secret",
-           "parse_report", "remove_token_files", "status_env", "token_matches",
+           "parse_report", "remove_token_files", "status_env", "token_matches", "token_uid",
            "write_token_file"]
 
 #: The endpoint's path, as Trainer serves it (``{namespace}``, ``{name}``: the job's).
@@ -124,25 +125,34 @@ def load_secret(state_dir: Path, secret_file: str = "") -> bytes:
             raise ValueError(f"trainer_status.secret_file {shared}: under 32 bytes")
         return data
     path = state_dir / "trainer-status.key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        data = path.read_bytes()
-        if len(data) >= 32:
-            return data
-        raise ValueError(f"{path}: too short to be a key; remove it to make a new one") from None
-    key = secrets.token_bytes(32)
-    try:
-        os.write(fd, key)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return key
+    if not path.exists():  # made whole beside it, then linked: a crash leaves no half key
+        tmp = state_dir / f".trainer-status.key.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, secrets.token_bytes(32))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with suppress(FileExistsError):  # another start made it first: theirs stands
+            os.link(tmp, path)
+        tmp.unlink()
+    data = path.read_bytes()
+    if len(data) < 32:
+        raise ValueError(f"{path}: too short to be a key; remove it to make a new one")
+    return data
 
 
 def job_token(secret: bytes, uid: str) -> str:
-    """Job ``uid``'s bearer token."""
-    return hmac.new(secret, f"trainer-status:{uid}".encode(), hashlib.sha256).hexdigest()
+    """Job ``uid``'s bearer token: ``UID.MAC``, the uid (so that the endpoint finds the
+    job by its unique key, whatever else bears its name) and an HMAC of it."""
+    mac = hmac.new(secret, f"trainer-status:{uid}".encode(), hashlib.sha256).hexdigest()
+    return f"{uid}.{mac}"
+
+
+def token_uid(token: str) -> str | None:
+    """The job uid a token names (not yet checked), or None for one of no such form."""
+    uid, dot, _ = token.partition(".")
+    return uid if dot and is_job_uid(uid) else None
 
 
 def token_matches(secret: bytes, uid: str, token: str) -> bool:
@@ -203,12 +213,17 @@ def write_token_file(token_dir: Path, uid: str, owner: Owner, token: str) -> Pat
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400,
                      dir_fd=dir_fd)
         try:
-            os.write(fd, token.encode())
-            if os.geteuid() == 0:
-                os.fchown(fd, owner.uid, owner.gid)
-        finally:
-            os.close(fd)
-        os.replace(tmp, f"{uid}.token", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            try:
+                os.write(fd, token.encode())
+                if os.geteuid() == 0:
+                    os.fchown(fd, owner.uid, owner.gid)
+            finally:
+                os.close(fd)
+            os.replace(tmp, f"{uid}.token", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
     finally:
         os.close(dir_fd)
     return token_path(token_dir, uid)
@@ -267,4 +282,14 @@ class ReportSettings:
         endpoint, its token and the CA certificate's text."""
         url = status_env(self.base_url, namespace, name, Path(), "")
         return {"url": url["KUBEFLOW_TRAINER_STATUS_URL"], "token": job_token(self.secret, uid),
-                "ca.crt": Path(self.ca_cert).read_text(encoding="ascii")}
+                "ca.crt": certificates_of(Path(self.ca_cert))}
+
+
+def certificates_of(path: Path) -> str:
+    """The CERTIFICATE blocks of a PEM file, and nothing else (a combined certificate
+    and key must never reach a pod); :class:`ValueError` without one."""
+    blocks = re.findall(r"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICATE-----",
+                        path.read_text(encoding="ascii"), re.S)
+    if not blocks:
+        raise ValueError(f"{path}: no certificate in it")
+    return "\n".join(blocks) + "\n"

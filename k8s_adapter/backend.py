@@ -222,20 +222,28 @@ class KubernetesBackend:
                 ("Secret", kube.core.create_namespaced_secret,
                  kube.core.patch_namespaced_secret, secret)]
         report = request.status_secret
+        status_secret: dict[str, Any] | None = None
         if report:  # progress reports (k8s_adapter/trainer_status.py)
-            trainer_status.mount(body, name, report["url"])
+            try:
+                trainer_status.mount(body, name, report["url"])
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise BackendRejected(f"the JobSet cannot be laid out: {exc}") from None
+            status_secret = trainer_status.secret(name, namespace, {UID_LABEL: request.job_uid},
+                                                  report["token"], report["ca.crt"])
             dependents.append(("Secret", kube.core.create_namespaced_secret,
-                               kube.core.patch_namespaced_secret,
-                               trainer_status.secret(name, namespace,
-                                                     {UID_LABEL: request.job_uid},
-                                                     report["token"], report["ca.crt"])))
-        for kind, create_fn, _, obj in dependents:
+                               kube.core.patch_namespaced_secret, status_secret))
+        for kind, create_fn, patch_fn, obj in dependents:
             try:
                 await kube.call(f"create {kind} {namespace}/{obj['metadata']['name']}",
                                 create_fn, namespace, obj)
             except BackendRejected as exc:
                 if not is_status(exc, 409):  # made by an earlier attempt: keep it
                     raise
+                if obj is status_secret:  # whoever made it, it holds this job's token now
+                    await kube.call(f"update Secret {namespace}/{obj['metadata']['name']}",
+                                    patch_fn, obj["metadata"]["name"], namespace,
+                                    {"metadata": {"labels": obj["metadata"]["labels"]},
+                                     "data": obj["data"]})
         try:
             created = await kube.call(
                 f"create JobSet {namespace}/{name}", kube.custom.create_namespaced_custom_object,

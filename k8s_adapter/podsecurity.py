@@ -197,15 +197,42 @@ def _dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
+#: Secrets the bridge makes for a job (its MPI SSH key, its progress token): no user's
+#: patch may mount one, another job's included (a namespace may be shared by users).
+BRIDGE_SECRET_SUFFIXES = ("-mpi-ssh-auth", "-trainer-status")
+
+
+def bridge_secrets_in(pod_spec: Any, where: str = "") -> Iterator[str]:
+    """The paths of ``pod_spec``'s volumes that name a Secret the bridge makes."""
+    volumes = pod_spec.get("volumes") if isinstance(pod_spec, Mapping) else None
+    for i, vol in enumerate(volumes if isinstance(volumes, list) else []):
+        if not isinstance(vol, Mapping):
+            continue
+        names = [(vol.get("secret") or {}).get("secretName") if isinstance(
+            vol.get("secret"), Mapping) else None]
+        projected = vol.get("projected")
+        sources = projected.get("sources") if isinstance(projected, Mapping) else None
+        for source in sources if isinstance(sources, list) else []:
+            if isinstance(source, Mapping) and isinstance(source.get("secret"), Mapping):
+                names.append(source["secret"].get("name"))
+        if any(isinstance(n, str) and n.endswith(BRIDGE_SECRET_SUFFIXES) for n in names):
+            yield f"{where}volumes[{i}]"
+
+
 def check_patches(patches: Any, allowed: Collection[str], setting: str,
                   field: str = "spec.runtimePatches") -> None:
     """Raise :class:`Forbidden` for the first privilege in ``patches`` not in
-    ``allowed``; ``setting`` names the allow-list in the message, ``field`` the
-    patches (:func:`patch_pod_specs`)."""
+    ``allowed``, or for a volume of a Secret the bridge makes (whatever is allowed);
+    ``setting`` names the allow-list in the message, ``field`` the patches
+    (:func:`patch_pod_specs`)."""
     for where, template in patch_pod_specs(patches, field):
         check_template(template, allowed, setting, where)
         spec = template.get("spec") if isinstance(template, Mapping) else None
         _refuse_first(scheduling_privileges_in(spec, f"{where}spec."), allowed, setting)
+        for path in bridge_secrets_in(spec, f"{where}spec."):
+            raise Forbidden(f"{path}: not allowed: it mounts a Secret the bridge makes for "
+                            f"a job (an SSH key or a progress token: "
+                            f"*{'/*'.join(BRIDGE_SECRET_SUFFIXES)})")
 
 
 def check_template(template: Any, allowed: Collection[str], setting: str,

@@ -38,21 +38,34 @@ def secret(jobset: str, namespace: str, labels: Mapping[str, str], token: str,
             "data": {"token": b64(token), "ca.crt": b64(ca_pem)}}
 
 
+def _list(owner: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = owner.get(key)
+    if value is None:
+        value = owner[key] = []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"{where}.{key} is not a list of objects")
+    return value
+
+
 def mount(body: dict[str, Any], jobset: str, url: str) -> None:
-    """Mount the Secret and set the variables in every container of ``body``."""
+    """Mount the Secret and set the variables in every container of ``body``;
+    :class:`ValueError` for a pod a runtime patch left in a shape that cannot take them
+    (the back end refuses the job, naming the field)."""
     env = {"KUBEFLOW_TRAINER_STATUS_URL": url,
            "KUBEFLOW_TRAINER_STATUS_TOKEN": f"{MOUNT_PATH}/token",
            "KUBEFLOW_TRAINER_STATUS_CA_CERT": f"{MOUNT_PATH}/ca.crt"}
-    for rjob in body["spec"]["replicatedJobs"]:
+    for i, rjob in enumerate(body["spec"]["replicatedJobs"]):
         pod = rjob["template"]["spec"]["template"]["spec"]
-        volumes = pod.setdefault("volumes", [])
+        where = f"replicatedJobs[{i}].template.spec.template.spec"
+        volumes = _list(pod, "volumes", where)
         if all(v.get("name") != VOLUME for v in volumes):
             volumes.append({"name": VOLUME, "secret": {"secretName": secret_name(jobset),
                                                        "defaultMode": 0o444}})
-        for container in pod.get("containers") or []:
-            have = {e.get("name") for e in container.setdefault("env", [])}
-            container["env"] += [{"name": k, "value": v} for k, v in env.items()
-                                 if k not in have]
-            mounts = container.setdefault("volumeMounts", [])
+        for j, container in enumerate(_list(pod, "containers", where)):
+            at = f"{where}.containers[{j}]"
+            variables = _list(container, "env", at)
+            have = {e.get("name") for e in variables}
+            variables += [{"name": k, "value": v} for k, v in env.items() if k not in have]
+            mounts = _list(container, "volumeMounts", at)
             if all(m.get("name") != VOLUME for m in mounts):
                 mounts.append({"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True})

@@ -37,8 +37,10 @@ def tbatch(d: Daemon, *args: str, cwd: Path, user: str = "alice") -> int:
 
 
 def gated(outdir: Path, name: str) -> str:
-    """A command that waits until the test creates ``outdir/name``, then says so."""
-    return f"while [ ! -e {outdir}/{name} ]; do sleep 0.2; done; echo {name} > {outdir}/{name}.done"
+    """A command that waits until the test creates ``outdir/name``, then says so (or
+    until ``outdir`` is gone: a failed test leaves no job running)."""
+    return (f"while [ -d {outdir} ] && [ ! -e {outdir}/{name} ]; do sleep 0.2; done; "
+            f"echo {name} > {outdir}/{name}.done")
 
 
 def with_reason(d: Daemon, ref: int, reason: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ reporter of mpi_launch/trainer_status.py, and the report shows in tqueue, tshow 
 /v1/events, and for a TrainJob CR routed to Slurm in its status.trainerStatus.
 Another user's job cannot read the token or report for it (run as bob).
 
-Ordering is by conditions: each job waits for a file the test writes."""
+Ordering is by conditions: each job waits for a file the test writes (or for its
+directory to go: a failed test must not leave a job running on the shared cluster)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,12 @@ TERMINAL = ["Succeeded", "Failed", "Cancelled"]
 REPORT = f"env PYTHONPATH={REPO} python3 -m mpi_launch.trainer_status"
 #: The venv's interpreter (torch, and mpi_launch installed in it).
 PYTHON = sys.executable
+
+
+def wait_for_gate(gate: Path) -> str:
+    """Shell that waits for ``gate``, or for its directory to go (a failed test must not
+    leave a job running on the shared cluster)."""
+    return f"while [ -d {gate.parent} ] && [ ! -e {gate} ]; do sleep 0.2; done"
 
 
 def make_cert(workdir: Path) -> tuple[Path, Path]:
@@ -111,7 +118,7 @@ def reported(d: Daemon, ref: int) -> dict[str, Any] | None:
 def test_a_job_on_slurm_reports_its_progress(daemon: Daemon, outdir: Path) -> None:
     gate = outdir / "gate"
     script = (f"{REPORT} --progress 45 --eta 3725 --metric loss=0.25 --metric epoch=2 && "
-              f"while [ ! -e {gate} ]; do sleep 0.2; done")
+              f"{wait_for_gate(gate)}")
     job = tbatch(daemon, "alice", script, outdir)
     status = wait_for(lambda: reported(daemon, job), 120, "the job's report")
     assert status["progressPercentage"] == 45
@@ -188,7 +195,7 @@ def test_a_torch_job_on_slurm_reports_with_the_reporter(daemon: Daemon, outdir: 
 def test_a_job_on_flux_reports_its_progress(flux_daemon: Daemon, outdir: Path) -> None:
     gate = outdir / "flux-gate"
     job = tbatch(flux_daemon, "alice", f"{REPORT} --progress 60 --metric step=12 && "
-                 f"while [ ! -e {gate} ]; do sleep 0.2; done", outdir)
+                 f"{wait_for_gate(gate)}", outdir)
     status = wait_for(lambda: reported(flux_daemon, job), 120, "the Flux job's report")
     assert (status["progressPercentage"], status["metrics"]) == (
         60, [{"name": "step", "value": "12"}])
@@ -203,7 +210,7 @@ def test_another_users_job_cannot_report_for_it(daemon: Daemon, outdir: Path) ->
     gate = outdir / "gate2"
     alices = tbatch(daemon, "alice",
                     f"echo $KUBEFLOW_TRAINER_STATUS_URL $KUBEFLOW_TRAINER_STATUS_TOKEN "
-                    f"> {outdir}/alice.env; while [ ! -e {gate} ]; do sleep 0.2; done",
+                    f"> {outdir}/alice.env; {wait_for_gate(gate)}",
                     outdir)
     env_file = outdir / "alice.env"
     url, token = wait_for(lambda: env_file.exists() and env_file.read_text().split(), 120,
@@ -241,8 +248,7 @@ def test_a_trainjob_routed_to_slurm_shows_its_progress_in_its_status(
     ns, gate = k8s_namespace, outdir / "cr-gate"
     apply(k8s, ns, trainjob("reports", runtime="plain", nodes=1, image=None, backend="slurm",
                             command=["sh", "-c", f"{REPORT} --progress 45 --eta 30 "
-                                     f"--metric loss=0.5 && while [ ! -e {gate} ]; "
-                                     f"do sleep 0.2; done"]))
+                                     f"--metric loss=0.5 && {wait_for_gate(gate)}"]))
 
     def trainer_status() -> dict[str, Any] | None:
         status = k8s.get_json("-n", ns, TRAINJOBS, "reports").get("status") or {}

@@ -46,14 +46,17 @@ def test_old_events_are_pruned_in_batches(tmp_path: Path) -> None:
     store.transition(rec.id, JobState.RUNNING, "Running")
     ids = [e.id for e in store.events_after(0, 10)]
     store.mark_published(ids[:1])
-    cut = time.time() + 1  # every event so far is older
+    cut = store.event_boundary(time.time() + 1)  # every event so far is older
+    assert cut == ids[-1] + 1
     assert store.prune_events(cut, published_only=True) == 1  # only the published one
     assert [e.id for e in store.events_after(0, 10)] == ids[1:]
     assert store.prune_events(cut, published_only=False, limit=1) == 1
     assert store.prune_events(cut, published_only=False) == 1
     assert store.events_after(0, 10) == []
     store.transition(rec.id, JobState.SUCCEEDED, "Completed", exit_code=0)
-    assert store.prune_events(cut - 3600, published_only=False) == 0  # young: kept
+    young = store.event_boundary(time.time() - 3600)
+    assert young == store.last_event_id()  # the new event is the first young one
+    assert store.prune_events(young, published_only=False) == 0  # young: kept
     assert len(store.events_after(0, 10)) == 1
 
 

@@ -34,10 +34,12 @@ from bridge.trainer_status import (
     load_secret,
     parse_report,
     token_matches,
+    token_uid,
     write_token_file,
 )
 from bridge.views import list_view
 from k8s_adapter import trainer_status as k8s_status
+from k8s_adapter.podsecurity import PRIVILEGES, Forbidden, check_patches
 from tests.unit.builders import ALICE, BOB
 from tests.unit.builders import scheduled_trainjob as trainjob
 
@@ -337,7 +339,71 @@ def test_the_token_dir_must_be_reachable_and_safe(tmp_path: Path) -> None:
 
 def test_without_a_token_dir_only_pods_get_a_token(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
-    ca.write_text("pem")
+    ca.write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
     settings = ReportSettings("https://b:8443", None, str(ca), SECRET)
     assert settings.env_for(UID_A, "team", "train", Owner(0, 0, "root")) == {}
     assert settings.secret_for(UID_A, "team", "train")["token"] == job_token(SECRET, UID_A)
+
+
+def test_a_pod_gets_the_certificates_never_a_key(tmp_path: Path) -> None:
+    both = tmp_path / "both.pem"
+    both.write_text("-----BEGIN PRIVATE KEY-----\nsecret\n-----END PRIVATE KEY-----\n"
+                    "-----BEGIN CERTIFICATE-----\nc1\n-----END CERTIFICATE-----\n"
+                    "-----BEGIN CERTIFICATE-----\nc2\n-----END CERTIFICATE-----\n")
+    got = ReportSettings("https://b:1", None, str(both), SECRET).secret_for(UID_A, "n", "j")
+    assert "PRIVATE" not in got["ca.crt"] and got["ca.crt"].count("BEGIN CERTIFICATE") == 2
+    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(ValueError, match="no certificate"):
+        ReportSettings("https://b:1", None, str(tmp_path / "key.pem"), SECRET).secret_for(
+            UID_A, "n", "j")
+
+
+def test_a_token_names_its_job_and_reads_whole(store: Store) -> None:
+    """UID.MAC: the endpoint finds the job by uid (one row, whatever shares its name)."""
+    token = job_token(SECRET, UID_A)
+    assert token.startswith(UID_A + ".") and token_uid(token) == UID_A
+    assert token_uid("nonsense") is None and token_uid("../x.y") is None
+
+
+async def test_many_jobs_of_one_name_each_report(endpoint: TestClient[Any, Any],
+                                                 store: Store) -> None:
+    """Users' jobs share names (job.sh): each job's token finds its own."""
+    jobs = []
+    for i in range(70):
+        doc = trainjob(nodes=1)
+        doc.metadata.name = "job.sh"
+        jobs.append(store.add(doc, Owner(2000 + i, 2000 + i, f"u{i}"), "slurm"))
+    last = jobs[-1]
+    code, _ = await post(endpoint, last.namespace, "job.sh", job_token(SECRET, last.uid),
+                         report(progressPercentage=3))
+    assert code == 200
+    code, _ = await post(endpoint, last.namespace, "job.sh", job_token(SECRET, jobs[0].uid)
+                         .replace(jobs[0].uid, last.uid), report(progressPercentage=3))
+    assert code == 403  # another job's MAC under this job's uid
+
+
+@pytest.mark.parametrize("pod", [{"containers": [{"name": "n", "env": ["x"]}]},
+                                 {"containers": [{"name": "n"}], "volumes": "v"},
+                                 {"containers": "c"}])
+def test_a_pod_that_cannot_take_the_mount_is_a_clear_refusal(pod: dict[str, Any]) -> None:
+    body = {"spec": {"replicatedJobs": [{"template": {"spec": {"template": {"spec": pod}}}}]}}
+    with pytest.raises(ValueError, match="is not a list of objects"):
+        k8s_status.mount(body, "j", "https://b")
+
+
+@pytest.mark.parametrize("volume", [
+    {"name": "x", "secret": {"secretName": "other-job-trainer-status"}},
+    {"name": "x", "secret": {"secretName": "mpi-job-mpi-ssh-auth"}},
+    {"name": "x", "projected": {"sources": [{"secret": {"name": "j-trainer-status"}}]}},
+])
+def test_no_patch_mounts_a_secret_the_bridge_makes(volume: dict[str, Any]) -> None:
+    """A namespace may be shared: another job's token or SSH key is never a user's."""
+    def patches(vol: dict[str, Any]) -> list[dict[str, Any]]:
+        pod = {"spec": {"volumes": [vol]}}
+        return [{"manager": "u", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}}}]
+
+    with pytest.raises(Forbidden, match="a Secret the bridge makes"):
+        check_patches(patches(volume), PRIVILEGES, "allow_privileges")
+    check_patches(patches({"name": "x", "secret": {"secretName": "my-own-secret"}}),
+                  PRIVILEGES, "allow_privileges")

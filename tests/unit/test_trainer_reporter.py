@@ -42,6 +42,7 @@ from mpi_launch.trainer_status import (
     format_metric_value,
     rank_from_env,
 )
+from tests.requirements import require
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/job/status"
@@ -114,8 +115,7 @@ class Endpoint:
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The server's certificate and key (``server``, ``server-key``), and ``other``, a CA
     that did not sign it."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
+    require(shutil.which("openssl") is not None, "needs the openssl command")
     where = tmp_path_factory.mktemp("tls")
 
     def make(name: str, *key: str) -> None:

@@ -12,14 +12,18 @@
 # after testbed/install.sh (which installs debootstrap). Per suite:
 #   * a root file system made once by `debootstrap --variant=minbase` and cached
 #     in /var/cache/hpc-bridge-testbed/chroots/SUITE (later runs: seconds);
-#   * its own munged (own key and socket inside the chroot), one slurmctld and
-#     four slurmd (SUITE1..SUITE4), each slurmd in its own UTS + mount
+#   * its own authentication: trixie a munged (own key and socket inside the
+#     chroot); sid auth/slurm (24.05+: /etc/slurm/slurm.key, no munge; clients
+#     that cannot read the key sign through the daemons' sack.socket);
+#   * one slurmctld and four slurmd (SUITE1..SUITE4), each slurmd in its own UTS + mount
 #     namespace as in testbed/slurm.sh (hostname SUITEn, private /run/pmix);
 #   * slurmrestd as the chroot's slurm user on a UNIX socket, JWT auth;
 #   * the host's /home and /tmp bind-mounted (a cluster's shared file system:
 #     job output paths are the same inside and outside);
 #   * /usr/local/bin/mpi-launch in the chroot runs this checkout's mpi_launch
 #     with the chroot's python3.
+# sid also has topology.yaml (25.05+): the switch tree as the cluster default and
+# a topology/block topology for the partition "blocks".
 # The host's munge cannot talk to a chroot's: run clients inside the chroot
 # (`chroot DIR squeue --json`) or use REST. `up` writes
 # /run/hpc-bridge-testbed/slurm-SUITE.env (KEY=VALUE) for the tests.
@@ -37,6 +41,7 @@ CACHE_DIR=/var/cache/hpc-bridge-testbed/chroots
 ALL_SUITES=(trixie sid)
 TEST_USERS="alice bob"
 PARTITION=debug
+BLOCK_PARTITION=blocks # sid only: the partition whose topology is topology/block
 UP_TIMEOUT=${TESTBED_UP_TIMEOUT:-60}
 # Inside each chroot:
 IN_REST_SOCKET=/run/slurmrestd/rest.sock
@@ -55,8 +60,8 @@ unset SLURM_JWT SLURM_CONF
 select_suite() { # SUITE
   SUITE=$1
   case $SUITE in
-    trixie) CLUSTER=bridge2411 CTLD_PORT=18817 ;;
-    sid) CLUSTER=bridge2605 CTLD_PORT=19817 ;;
+    trixie) CLUSTER=bridge2411 CTLD_PORT=18817 AUTH=munge ;;
+    sid) CLUSTER=bridge2605 CTLD_PORT=19817 AUTH=slurm ;;
     *) die "unknown suite '$SUITE' (known: ${ALL_SUITES[*]})" ;;
   esac
   NODE_BASE_PORT=$((CTLD_PORT + 1))
@@ -169,7 +174,8 @@ SlurmctldHost=localhost
 SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
-AuthType=auth/munge
+AuthType=auth/$AUTH
+CredType=cred/$AUTH
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=$IN_JWT_KEY
 StateSaveLocation=/var/lib/hpc-bridge/slurmctld
@@ -204,6 +210,9 @@ Waittime=0
 NodeName=$NODE_RANGE NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$NODE_BASE_PORT-$((NODE_BASE_PORT + 3))] CPUs=2 RealMemory=2000 State=UNKNOWN
 PartitionName=$PARTITION Nodes=$NODE_RANGE Default=YES MaxTime=INFINITE State=UP
 EOF
+  if [[ $SUITE == sid ]]; then
+    echo "PartitionName=$BLOCK_PARTITION Nodes=$NODE_RANGE MaxTime=INFINITE State=UP Topology=blocks"
+  fi
 }
 
 topology_conf() {
@@ -212,6 +221,40 @@ topology_conf() {
 SwitchName=leaf1 Nodes=${SUITE}[1-2]
 SwitchName=leaf2 Nodes=${SUITE}[3-4]
 SwitchName=spine Switches=leaf[1-2]
+EOF
+}
+
+# 25.05+ (sid): topology.yaml, which topology.conf gives way to. Two topologies:
+# the same switch tree as the cluster default, and topology/block for the
+# partition $BLOCK_PARTITION: one node per base block, aggregated by 2 and 4, in
+# an order that pairs other nodes than the leaf switches do (b1+b2 = SUITE1+SUITE3),
+# so that a test tells which topology placed a job.
+topology_yaml() {
+  cat <<EOF
+# Written by hpc-bridge testbed/slurm-versions.sh
+- topology: tree
+  cluster_default: true
+  tree:
+    switches:
+      - switch: spine
+        children: leaf[1-2]
+      - switch: leaf1
+        nodes: ${SUITE}[1-2]
+      - switch: leaf2
+        nodes: ${SUITE}[3-4]
+- topology: blocks
+  cluster_default: false
+  block:
+    block_sizes: [1, 2, 4]
+    blocks:
+      - block: b1
+        nodes: ${SUITE}1
+      - block: b2
+        nodes: ${SUITE}3
+      - block: b3
+        nodes: ${SUITE}2
+      - block: b4
+        nodes: ${SUITE}4
 EOF
 }
 
@@ -241,6 +284,12 @@ configure_chroot() {
   write_if_changed "$DIR/etc/hosts" "$(chroot_hosts)" && changed=0
   write_if_changed "$DIR/etc/slurm/slurm.conf" "$(slurm_conf)" && changed=0
   write_if_changed "$DIR/etc/slurm/topology.conf" "$(topology_conf)" && changed=0
+  if [[ $SUITE == sid ]]; then
+    write_if_changed "$DIR/etc/slurm/topology.yaml" "$(topology_yaml)" && changed=0
+  elif [[ -e $DIR/etc/slurm/topology.yaml ]]; then
+    rm -f "$DIR/etc/slurm/topology.yaml"
+    changed=0
+  fi
   write_if_changed "$DIR/etc/slurm/cgroup.conf" "CgroupPlugin=disabled" && changed=0
   write_if_changed "$DIR/etc/slurm/mpi.conf" "PMIxCliTmpDirBase=/run/pmix" && changed=0
   # The four "hosts" share one network namespace: Open MPI 5 must use loopback
@@ -251,9 +300,17 @@ configure_chroot() {
     (umask 077 && head -c 32 /dev/urandom >"$DIR$IN_JWT_KEY")
   fi
   chmod 0600 "$DIR$IN_JWT_KEY"
-  if [[ ! -s $DIR/etc/munge/munge.key ]]; then in_chroot mungekey --create --keyfile=/etc/munge/munge.key; fi
-  in_chroot chown munge:munge /etc/munge/munge.key
-  chmod 0600 "$DIR/etc/munge/munge.key"
+  if [[ $AUTH == munge ]]; then
+    if [[ ! -s $DIR/etc/munge/munge.key ]]; then in_chroot mungekey --create --keyfile=/etc/munge/munge.key; fi
+    in_chroot chown munge:munge /etc/munge/munge.key
+    chmod 0600 "$DIR/etc/munge/munge.key"
+  else
+    # auth/slurm (24.05+): one shared key for every daemon, the SlurmUser's only.
+    if [[ ! -s $DIR/etc/slurm/slurm.key ]]; then
+      (umask 077 && head -c 1024 /dev/urandom >"$DIR/etc/slurm/slurm.key")
+    fi
+    chmod 0600 "$DIR/etc/slurm/slurm.key"
+  fi
   # This checkout's mpi_launch (stdlib only) for the chroot's python3.
   rm -rf "$DIR/opt/hpc-bridge"
   install -d "$DIR/opt/hpc-bridge"
@@ -279,6 +336,7 @@ munge_works() { in_chroot sh -c 'munge -n | unmunge' >/dev/null 2>&1; }
 ctld_answers() { in_chroot scontrol ping 2>/dev/null | grep -q 'is UP'; }
 
 start_munge() {
+  [[ $AUTH == munge ]] || return 0
   munge_works && return 0
   log "$SUITE: starting munged"
   local uid gid i
@@ -422,6 +480,8 @@ SLURM_REST_VERSIONS="$versions"
 SLURM_JWT_KEY=$DIR$IN_JWT_KEY
 SLURM_CLUSTER_NAME=$CLUSTER
 SLURM_PARTITION=$PARTITION
+SLURM_BLOCK_PARTITION=$([[ $SUITE == sid ]] && echo "$BLOCK_PARTITION")
+SLURM_AUTH=auth/$AUTH
 SLURM_NODES="${NODES[*]}"
 SLURMCTLD_PORT=$CTLD_PORT
 SLURM_MPI_LAUNCH=$IN_MPI_LAUNCH
@@ -497,7 +557,9 @@ cmd_down() {
 cmd_status() {
   local ok=0 name comm pid
   printf '== %s (%s)\n' "$SUITE" "$DIR"
-  for name in munged slurmctld "${NODES[@]/#/slurmd.}" slurmrestd; do
+  local names=(slurmctld "${NODES[@]/#/slurmd.}" slurmrestd)
+  [[ $AUTH != munge ]] || names=(munged "${names[@]}")
+  for name in "${names[@]}"; do
     comm=${name%%.*}
     if pid=$(pid_of "$name" "$comm"); then printf '%-16s running (pid %s)\n' "$name" "$pid"; else
       printf '%-16s NOT running\n' "$name"

@@ -32,6 +32,7 @@ from bridge.model import TrainJob
 # Re-exported: the seam's users keep importing them from here.
 from bridge.nodes import Inventory as Inventory
 from bridge.nodes import NodeInfo as NodeInfo
+from bridge.nodes import Units as Units
 from bridge.placement import Placement
 from bridge.runtimes import LaunchPlan
 from bridge.scheduling import SchedulingOptions

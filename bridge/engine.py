@@ -75,9 +75,14 @@ from bridge.model import (
     TrainJob,
     ValidationError,
 )
-from bridge.placement_decision import DEFAULT_PLACEMENT_MODE, PlacementDecision, plan_placement
+from bridge.placement_decision import (
+    DEFAULT_PLACEMENT_MODE,
+    PlacementDecision,
+    booked_in,
+    plan_placement,
+)
 from bridge.runtimes import RuntimeCatalog
-from bridge.scheduling import scheduling_of
+from bridge.scheduling import partition_of, scheduling_of
 from bridge.shape import JobShape, resolve_shape
 from bridge.states import JobState
 from bridge.store import DuplicateJob, JobRecord, Store
@@ -321,8 +326,11 @@ class Engine:
                     self._retry_later(rec, exc)
                 records = [r for r in records if r.attempts == 0]
         mode = self.settings.placement.get(name, DEFAULT_PLACEMENT_MODE)
-        topology: Topology | None = None
-        topology_read = False
+        # By partition: a Slurm partition may have a topology of its own (25.05+).
+        # The hosts this pass placed jobs on are booked in each (booked), so the next
+        # job is not placed on them whichever partition's topology it reads.
+        topologies: dict[str | None, Topology | None] = {}
+        booked: list[PlacementDecision] = []
         for rec in records:
             bj = self._own(name, rec, found.get(rec.uid, ()))
             if bj is not None:
@@ -352,18 +360,18 @@ class Engine:
                 continue
             decision: PlacementDecision | None = None
             if mode != "none":
-                if not topology_read:
-                    topology = await self._inventories.fresh_topology(name, backend)
-                    topology_read = True
-                decision = self._decide(name, rec, mode, topology)
+                partition = partition_of(rec.job)
+                if partition not in topologies:
+                    topologies[partition] = booked_in(await self._inventories.fresh_topology(
+                        name, backend, partition), booked)
+                decision = self._decide(name, rec, mode, topologies[partition])
                 if decision is not None and decision.wait:
                     self._wait_for_topology(rec, decision)
                     continue
-                if (topology is not None and decision is not None
-                        and decision.placement is not None and decision.placement.fits
-                        and decision.request is not None):
-                    # The next job of this pass must not be placed on these hosts.
-                    topology = decision.placement.apply(topology, decision.request)
+                if (decision is not None and decision.placement is not None
+                        and decision.placement.fits and decision.request is not None):
+                    booked.append(decision)
+                    topologies = {k: booked_in(t, [decision]) for k, t in topologies.items()}
             self._inflight_owner[rec.id] = rec.owner.uid
             self._load[rec.owner.uid] += 1
             self._inflight[rec.id] = asyncio.create_task(

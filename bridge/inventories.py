@@ -5,7 +5,7 @@ it is older than ``max_age`` seconds or was marked stale (after a submission cha
 the world: :meth:`Inventories.mark_stale`); a background task per back end
 (:meth:`Inventories.refresh_forever`) keeps it from growing old while nothing is placed
 (every 60 s; every 5 s until the first read succeeds). The topology is built once per
-inventory read, not once per placement. A back end that cannot answer keeps its last
+inventory read and partition, not once per placement. A back end that cannot answer keeps its last
 inventory (or none): placement then lets the back end choose.
 """
 
@@ -36,7 +36,8 @@ class Inventories:
         self.max_age = max_age
         self._inventory: dict[str, Inventory] = {}
         self._read_at: dict[str, float] = {}
-        self._topology: dict[str, tuple[Inventory, Topology]] = {}
+        #: back end -> (the inventory, its topologies by the partition named)
+        self._topology: dict[str, tuple[Inventory, dict[str | None, Topology]]] = {}
 
     def get(self, name: str) -> Inventory | None:
         """The last inventory read from back end ``name`` (None before the first)."""
@@ -55,9 +56,11 @@ class Inventories:
         BackendUnavailable or TimeoutError if it cannot."""
         self.set(name, await asyncio.wait_for(backend.inventory(), READ_TIMEOUT))
 
-    async def fresh_topology(self, name: str, backend: Backend) -> Topology | None:
-        """The topology of ``name``'s inventory, read again first when it is older than
-        ``max_age`` (or stale after a submission). None without inventory."""
+    async def fresh_topology(self, name: str, backend: Backend,
+                             partition: str | None = None) -> Topology | None:
+        """The topology of ``name``'s inventory as a job in ``partition`` sees it
+        (:func:`bridge.topology.topology_from_inventory`), read again first when it is
+        older than ``max_age`` (or stale after a submission). None without inventory."""
         age = time.monotonic() - self._read_at.get(name, STALE)
         if name not in self._inventory or age > self.max_age:
             try:
@@ -71,10 +74,13 @@ class Inventories:
         if inventory is None:
             return None
         cached = self._topology.get(name)
-        if cached is not None and cached[0] is inventory:
-            return cached[1]
-        topology = topology_from_inventory(inventory)
-        self._topology[name] = (inventory, topology)
+        if cached is None or cached[0] is not inventory:
+            cached = (inventory, {})
+            self._topology[name] = cached
+        topology = cached[1].get(partition)
+        if topology is None:
+            topology = topology_from_inventory(inventory, partition)
+            cached[1][partition] = topology
         return topology
 
     async def refresh_forever(self, name: str, backend: Backend,

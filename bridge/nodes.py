@@ -30,10 +30,30 @@ class NodeInfo:
     features: tuple[str, ...] = ()
 
 
+#: unit name -> (child units, nodes directly under it): a switch tree, or blocks
+Units = Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
+
+
 @dataclass(frozen=True)
 class Inventory:
-    """Nodes and the switch tree above them (leaf switch -> nodes, parent -> children)."""
+    """Nodes and the topology above them (leaf unit -> nodes, parent -> children).
+
+    ``switches`` is the cluster's default topology. Where a partition has a topology
+    of its own (Slurm 25.05+ ``Topology=``), ``partition_switches`` holds it, and
+    ``default_partition`` names the partition a job without one lands in.
+    """
 
     nodes: tuple[NodeInfo, ...]
-    #: switch name -> (child switches, nodes directly under it)
-    switches: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    #: switch (or block) name -> (child switches, nodes directly under it)
+    switches: Units = field(default_factory=dict)
+    #: partition -> its own topology, where it is not the default one
+    partition_switches: Mapping[str, Units] = field(default_factory=dict)
+    default_partition: str | None = None
+
+    def switches_for(self, partition: str | None) -> Units:
+        """The topology a job in ``partition`` is placed in (None: the default
+        partition). Of a list (``-p a,b``) the first partition counts."""
+        name = partition.split(",", 1)[0].strip() if partition else self.default_partition
+        if name is None:
+            return self.switches
+        return self.partition_switches.get(name, self.switches)

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_PLACEMENT_MODE",
     "DEFAULT_SWITCH_WAIT_SECONDS",
     "PlacementDecision",
+    "booked_in",
     "plan_placement",
 ]
 
@@ -67,6 +68,17 @@ class PlacementDecision:
         data.update({"mode": self.mode, "pinned": self.pin, "waiting": self.wait,
                      "relaxed": self.relaxed, "note": self.note, "at": _utc(at)})
         return data
+
+
+def booked_in(topology: Topology | None,
+              decisions: list[PlacementDecision]) -> Topology | None:
+    """``topology`` with the units of these decisions' fitting placements taken (the
+    jobs placed earlier in one pass, whatever topology placed them: hosts are shared)."""
+    for d in decisions:
+        if (topology is not None and d.placement is not None and d.placement.fits
+                and d.request is not None):
+            topology = d.placement.apply(topology, d.request)
+    return topology
 
 
 def plan_placement(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions, mode: str,

@@ -191,6 +191,15 @@ def scheduling_of(job: TrainJob) -> SchedulingOptions:
         ) from None
 
 
+def partition_of(job: TrainJob) -> str | None:
+    """The job's partition option (None when it has none or its options are invalid:
+    the submission refuses those, naming the field)."""
+    try:
+        return scheduling_of(job).partition
+    except ValidationError:
+        return None
+
+
 def set_scheduling(job: TrainJob, options: SchedulingOptions) -> None:
     """Store ``options`` on the job (only the fields that differ from the defaults)."""
     job.metadata.annotations[ANN_SCHEDULING] = options.model_dump_json(exclude_defaults=True)

@@ -17,7 +17,9 @@ Everything here is a pure function of its arguments and every value is frozen.
 Builders:
 
 * :func:`topology_from_inventory` — a back end's :class:`bridge.nodes.Inventory`
-  (Slurm: switch tree from ``scontrol show topology`` + node free capacity);
+  (Slurm: switch tree or blocks from ``scontrol show topology`` — the partition's
+  own topology where it has one — + node free capacity; an aggregated block is the
+  parent of the blocks it joins, so ``leaf`` is a base block there);
 * :func:`topology_from_node_labels` — Kubernetes nodes and the label keys of the
   levels, as a Kueue ``Topology`` names them (``cloud.provider.com/topology-block``,
   ``cloud.provider.com/topology-rack``, ``kubernetes.io/hostname``), with
@@ -271,17 +273,18 @@ def _level_name(height: int) -> str:
     return "leaf" if height == 0 else f"level{height}"
 
 
-def topology_from_inventory(inventory: Inventory) -> Topology:
-    """The topology of a back end's inventory (see the module docstring).
+def topology_from_inventory(inventory: Inventory, partition: str | None = None) -> Topology:
+    """The topology of a back end's inventory (see the module docstring), as a job in
+    ``partition`` sees it (:meth:`bridge.nodes.Inventory.switches_for`).
 
-    ``inventory.switches`` maps switch -> (child switches, nodes directly under it), in
+    The units map switch -> (child switches, nodes directly under it), in
     the order ``topology.conf`` lists them. A switch with both child switches and nodes
     gets its nodes in a synthetic leaf ``<switch>/nodes``; a child named but not
     defined is ignored, and so is a cycle. Leaf switches are at level ``leaf``, their
     parents at ``level1``, ``level2`` … (Slurm's switch ``Level``).
     """
     hosts = {n.name: host_from_node(n) for n in inventory.nodes}
-    switches = inventory.switches
+    switches = inventory.switches_for(partition)
     if not switches:
         root = Domain(FLAT_ROOT, "leaf", 0, (FLAT_ROOT,), (), tuple(hosts))
         return Topology(roots=(root,), hosts=MappingProxyType(hosts), levels=("leaf",),

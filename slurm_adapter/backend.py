@@ -46,6 +46,7 @@ from bridge.backend import (
     Owner,
     StatusBatch,
     SubmitRequest,
+    Units,
 )
 from bridge.batchscript import is_utf8
 from bridge.output import read_owned
@@ -73,7 +74,7 @@ from slurm_adapter.script import (
     sbatch_args,
 )
 from slurm_adapter.settings import SlurmSettings
-from slurm_adapter.topology import parse_topology
+from slurm_adapter.topology import parse_partitions, parse_topology
 
 __all__ = ["SlurmBackend", "backend_state", "create", "gpu_count", "job_from_slurm",
            "node_from_slurm"]
@@ -319,8 +320,10 @@ class SlurmBackend:
     # --- inventory --------------------------------------------------------------------
 
     async def inventory(self) -> Inventory:
-        """Nodes (slurmrestd ``/nodes`` or ``sinfo --json``) and the switch tree
-        (``scontrol show topology``)."""
+        """Nodes (slurmrestd ``/nodes`` or ``sinfo --json``), the default topology
+        (``scontrol show topology``: switches or blocks) and the topologies of
+        partitions that have their own (``scontrol show partition -o``: 25.05+
+        ``Topology=``)."""
         if self.rest is not None:
             rest = await self._rest_client()
             data = await rest.nodes(self.rest_user)
@@ -333,13 +336,27 @@ class SlurmBackend:
             if isinstance(raw, dict) and raw.get("name"):
                 info = node_from_slurm(raw, dialect)
                 nodes.setdefault(info.name, info)
-        switches: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        if self.cli.has("scontrol"):
-            try:
-                switches = parse_topology(await self.cli.topology())
-            except hostlist.HostlistError as exc:
-                log.warning("slurm back end %s: unreadable topology: %s", self.name, exc)
-        return Inventory(nodes=tuple(nodes.values()), switches=switches)
+        if not self.cli.has("scontrol"):
+            return Inventory(nodes=tuple(nodes.values()))
+        switches = await self._topology(None)
+        partitions = parse_partitions(await self.cli.partitions())
+        own: dict[str, Units] = {}
+        read: dict[str, Units] = {}
+        for partition, topology in partitions.topology.items():
+            if topology not in read:
+                read[topology] = await self._topology(topology)
+            own[partition] = read[topology]
+        return Inventory(nodes=tuple(nodes.values()), switches=switches,
+                         partition_switches=own, default_partition=partitions.default)
+
+    async def _topology(self, name: str | None) -> Units:
+        """One topology of the cluster (None: the default), {} if unreadable."""
+        try:
+            return parse_topology(await self.cli.topology(name))
+        except hostlist.HostlistError as exc:
+            log.warning("slurm back end %s: unreadable topology %s: %s", self.name,
+                        name or "(default)", exc)
+            return {}
 
     # --- output -----------------------------------------------------------------------
 

@@ -340,15 +340,26 @@ class SlurmCli:
             raise BackendUnavailable(f"scancel {job_id}: {message}")
         raise BackendRejected(f"scancel {job_id}: {message}")
 
-    async def topology(self) -> str:
-        """``scontrol show topology`` text ("" when the cluster has none).
+    async def topology(self, name: str | None = None) -> str:
+        """``scontrol show topology [NAME]`` text ("" when the cluster has none).
 
-        It exits 0 even when the controller is down; the error is on stderr.
+        ``name`` is one of the cluster's topologies (Slurm 25.05+, topology.yaml); an
+        older ``scontrol`` would read it as a switch name, so only names a partition's
+        ``Topology=`` gave are passed. It exits 0 even when the controller is down;
+        the error is on stderr.
         """
-        done = await self.run(["scontrol", "show", "topology"])
+        return await self._show(["topology"] if name is None else ["topology", name])
+
+    async def partitions(self) -> str:
+        """``scontrol show partition -o`` text (one partition a line; "" on error)."""
+        return await self._show(["partition", "-o"])
+
+    async def _show(self, what: list[str]) -> str:
+        argv = ["scontrol", "show", *what]
+        done = await self.run(argv)
         message = done.message
         if message and is_transient_message(message):
-            raise BackendUnavailable(f"scontrol show topology: {message}")
+            raise BackendUnavailable(f"{' '.join(argv)}: {message}")
         if done.returncode != 0 or message:
-            log.info("scontrol show topology: %s", message or f"exit {done.returncode}")
+            log.info("%s: %s", " ".join(argv), message or f"exit {done.returncode}")
         return done.stdout.decode(errors="replace") if done.returncode == 0 else ""

@@ -206,11 +206,22 @@ async def test_rest_with_tokens_from_scontrol(slurm_bed: dict[str, str], alice: 
 async def test_inventory(slurm_backend: SlurmBackend, slurm_cluster: Cluster) -> None:
     inv = await slurm_backend.inventory()
     assert sorted(n.name for n in inv.nodes) == slurm_cluster.nodes
+    blocks = slurm_cluster.facts.get("SLURM_BLOCK_PARTITION")  # 26.05: topology/block
+    partitions = ("debug", blocks) if blocks else ("debug",)
     for node in inv.nodes:
-        assert node.cpus == 2 and node.memory_mb == 2000 and node.partitions == ("debug",)
+        assert node.cpus == 2 and node.memory_mb == 2000 and node.partitions == partitions
     leaf1, leaf2 = slurm_cluster.leaves
     assert inv.switches == {"leaf1": ((), leaf1), "leaf2": ((), leaf2),
                             "spine": (("leaf1", "leaf2"), ())}
+    assert inv.default_partition == "debug"
+    if not blocks:
+        assert inv.partition_switches == {}
+        return
+    n1, n2, n3, n4 = slurm_cluster.nodes
+    assert inv.partition_switches == {blocks: {
+        "b1": ((), (n1,)), "b2": ((), (n3,)), "b3": ((), (n2,)), "b4": ((), (n4,)),
+        "b[1-2]": (("b1", "b2"), ()), "b[3-4]": (("b3", "b4"), ()),
+        "b[1-4]": (("b[1-2]", "b[3-4]"), ())}}
 
 
 async def test_unreachable_slurm_is_unavailable(slurm_bed: dict[str, str], alice: Owner,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +236,22 @@ async def test_one_jobs_failing_placement_does_not_stop_the_pass(
     assert {r.job_uid for r in backend.submitted} == {bad.uid, good.uid}
     assert backend.submitted[0].placement is None  # the bad one: the back end chooses
     assert e.store.get(good.id).state is JobState.SUBMITTED
+
+
+async def test_a_partition_with_its_own_topology_is_placed_in_it(tmp_path: Path) -> None:
+    """Slurm 25.05+: the partition ``blocks`` has a block topology that pairs other
+    nodes than the switch tree does; each job is placed in its partition's topology,
+    and a pass books the hosts one takes for every other."""
+    blocks = {"b1": ((), ("node1", "node3")), "b2": ((), ("node2", "node4")),
+              "b[1-2]": (("b1", "b2"), ())}
+    both = tuple(replace(n, partitions=("debug", "blocks")) for n in inventory().nodes)
+    inv = replace(inventory(), nodes=both, partition_switches={"blocks": blocks},
+                  default_partition="debug")
+    backend = FakeBackend(inv)
+    e = engine(tmp_path, backend, "nodelist")
+    in_blocks = e.admit(trainjob(cpus_per_task=2, partition="blocks"), ALICE)
+    e.admit(trainjob(cpus_per_task=2), ALICE)
+    await settle(e)
+    pins = [r.placement.hosts if r.placement else None for r in backend.submitted]
+    assert pins == [("node1", "node3"), ("node2", "node4")]
+    assert e.store.get(in_blocks.id).placement["levels"][0]["domains"] == ["b1"]  # type: ignore[index]

@@ -197,17 +197,18 @@ async def test_a_hold_while_the_pass_reads_the_topology_stands(api_client: ApiCl
     entered, go = asyncio.Event(), asyncio.Event()
     real = engine._inventories.fresh_topology
 
-    async def slow(name: str, backend: object) -> object:
+    async def slow(name: str, backend: object, partition: str | None = None) -> object:
         entered.set()
         await go.wait()
-        return await real(name, backend)  # type: ignore[arg-type]
+        return await real(name, backend, partition)  # type: ignore[arg-type]
 
     engine._inventories.fresh_topology = slow  # type: ignore[method-assign]
     engine._decide = lambda *a: SimpleNamespace(  # type: ignore[method-assign]
         wait=True, note="waiting for switches", record=lambda t: {"note": "x"})
     engine.settings.placement["slurm"] = "constraints"
     pass_ = asyncio.create_task(engine.reconcile_once())
-    await entered.wait()
+    # A pass that fails before it reads (a wrong signature) must fail the test, not hang it.
+    await asyncio.wait_for(entered.wait(), 30)
     assert (await api_client.call("POST", f"/v1/jobs/{job}/hold")).status == 202
     go.set()
     await pass_

@@ -38,6 +38,8 @@ class FakeCli:
         self.jobs_answers = list(jobs or [])
         self.submitted: list[tuple[str, list[str], dict[str, str], Owner]] = []
         self.installed = {"sbatch", "scontrol"}
+        self.topologies_read: list[str | None] = []
+        self.partition_text = "PartitionName=debug Default=YES Nodes=node[1-4] State=UP\n"
 
     def has(self, name: str) -> bool:
         return name in self.installed
@@ -53,8 +55,16 @@ class FakeCli:
         self.submitted.append((script, args, env, owner))
         return "100"
 
-    async def topology(self) -> str:
+    async def topology(self, name: str | None = None) -> str:
+        self.topologies_read.append(name)
+        if name == "blocks":  # as 26.05 prints a topology/block topology
+            return ("BlockName=b1 BlockIndex=0 Nodes=node[1,3] BlockSize=2\n"
+                    "BlockName=b2 BlockIndex=1 Nodes=node[2,4] BlockSize=2\n"
+                    "AggregatedBlock=b[1-2] BlockIndex=2 Nodes=node[1-4] BlockSize=4\n")
         return (FIXTURES / "scontrol_show_topology.txt").read_text()
+
+    async def partitions(self) -> str:
+        return self.partition_text
 
     async def nodes(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((FIXTURES / "sinfo_22.05_nodes.json").read_text())
@@ -151,6 +161,21 @@ async def test_inventory() -> None:
     inv = await backend(FakeCli()).inventory()
     assert [n.name for n in inv.nodes] == ["node1", "node2", "node3", "node4"]
     assert inv.switches["spine"] == (("leaf1", "leaf2"), ())
+    assert (inv.partition_switches, inv.default_partition) == ({}, "debug")
+
+
+async def test_inventory_reads_each_partitions_own_topology_once() -> None:
+    cli = FakeCli()
+    cli.partition_text = (
+        "PartitionName=debug Default=YES Nodes=node[1-4] State=UP\n"
+        "PartitionName=blocks Default=NO Nodes=node[1-4] Topology=blocks State=UP\n"
+        "PartitionName=more Default=NO Nodes=node[1-4] Topology=blocks State=UP\n")
+    inv = await backend(cli).inventory()
+    blocks = {"b1": ((), ("node1", "node3")), "b2": ((), ("node2", "node4")),
+              "b[1-2]": (("b1", "b2"), ())}
+    assert inv.partition_switches == {"blocks": blocks, "more": blocks}
+    assert inv.switches["spine"] == (("leaf1", "leaf2"), ())
+    assert cli.topologies_read == [None, "blocks"]
 
 
 def job(path: str | None, backend_id: str = "66") -> BackendJob:

@@ -72,6 +72,7 @@ from slurm_adapter.script import (
     render_script,
     rest_job,
     sbatch_args,
+    sbatch_output_env,
 )
 from slurm_adapter.settings import SlurmSettings
 from slurm_adapter.topology import parse_partitions, parse_topology
@@ -205,6 +206,7 @@ class SlurmBackend:
         # sbatch's: the directory it ran in (tbatch's, else the job's own), and its host
         # (the daemon's: tbatch reaches it through a local socket). slurmrestd sets
         # neither; sbatch would set "/" (where the daemon runs it) but for this.
+        env.update(sbatch_output_env(spec))
         env["SLURM_SUBMIT_DIR"] = request.options.submit_dir or spec.chdir
         env["SLURM_SUBMIT_HOST"] = socket.gethostname()
         # With --export-file, slurmd 22.05 expands %x in --output from the job's

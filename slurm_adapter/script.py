@@ -54,6 +54,7 @@ __all__ = [
     "render_script",
     "rest_job",
     "sbatch_args",
+    "sbatch_output_env",
 ]
 
 #: ``comment`` of every job the bridge submits: ``hpc-bridge:<TrainJob uid>``.
@@ -191,6 +192,27 @@ def job_environment(request: SubmitRequest) -> dict[str, str]:
     env.setdefault("PATH", DEFAULT_PATH)
     env.update(identity_env(request.job_id, request.job_uid, request.array))
     env.update(request.status_env)
+    return env
+
+
+def sbatch_output_env(spec: JobSpec) -> dict[str, str]:
+    """The variables sbatch itself puts into the batch script's environment from its
+    options (sbatch(1) OUTPUT ENVIRONMENT VARIABLES), which slurmrestd does not: without
+    SLURM_NTASKS a plain ``srun`` in the script starts one task per node instead of
+    every task the job asked for. The same values as sbatch's, so the sbatch path may
+    carry them too (sbatch sets them again)."""
+    env: dict[str, str] = {}
+    ntasks = spec.ntasks
+    if ntasks is None and spec.ntasks_per_node is not None:
+        ntasks = spec.nodes * spec.ntasks_per_node  # sbatch: the least nodes x per node
+    if ntasks is not None:
+        env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = str(ntasks)
+    if spec.ntasks_per_node is not None:
+        env["SLURM_NTASKS_PER_NODE"] = str(spec.ntasks_per_node)
+    if spec.cpus_per_task is not None:
+        env["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
+    if spec.mem_per_node_mb is not None:
+        env["SLURM_MEM_PER_NODE"] = str(spec.mem_per_node_mb)
     return env
 
 

@@ -47,9 +47,11 @@ UP_TIMEOUT=${TESTBED_UP_TIMEOUT:-60}
 IN_REST_SOCKET=/run/slurmrestd/rest.sock
 IN_JWT_KEY=/etc/slurm/jwt.key
 IN_MPI_LAUNCH=/usr/local/bin/mpi-launch
+# python3-torch: Debian's own CPU build (2.6 in trixie, 2.14 in sid), ~120-145 MB
+# to fetch: the chroots' Python (3.13, 3.14) is not the host venv's.
 CHROOT_PACKAGES=(
   slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge
-  openmpi-bin libpmix-dev python3 python3-mpi4py procps
+  openmpi-bin libpmix-dev python3 python3-mpi4py procps python3-torch
 )
 
 unset SLURM_JWT SLURM_CONF
@@ -436,6 +438,26 @@ start_rest() {
   die "$SUITE: slurmrestd does not answer"
 }
 
+# A chroot cached before a package joined CHROOT_PACKAGES gets it now.
+ensure_packages() {
+  local missing=() p
+  for p in "${CHROOT_PACKAGES[@]}"; do
+    in_chroot dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+      missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  log "$SUITE: installing ${missing[*]} into the cached chroot"
+  {
+    in_chroot apt-get -q -o Acquire::Check-Valid-Until=false update &&
+      DEBIAN_FRONTEND=noninteractive in_chroot apt-get install -y -q \
+        --no-install-recommends "${missing[@]}" &&
+      in_chroot apt-get clean
+  } >"$TESTBED_LOG_DIR/chroot-install-$SUITE.log" 2>&1 || {
+    show_logs "$TESTBED_LOG_DIR/chroot-install-$SUITE.log"
+    die "$SUITE: installing ${missing[*]} failed"
+  }
+}
+
 stop_all() {
   local name comm pid
   for name in slurmrestd "${NODES[@]/#/slurmd.}" slurmctld munged; do
@@ -531,6 +553,7 @@ cmd_up() {
   local start=$SECONDS
   build_chroot
   mount_chroot "$DIR" full
+  ensure_packages
   if configure_chroot && pid_of slurmctld slurmctld >/dev/null; then
     log "$SUITE: configuration changed: restarting the daemons"
     stop_all

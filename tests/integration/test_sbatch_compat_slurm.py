@@ -283,3 +283,28 @@ def test_submit_dir_and_host_are_sbatchs(fixture: str, request: pytest.FixtureRe
     wait_for(lambda: (outdir / "theirs.out").exists(), 30, "sbatch's output")
     ref = (outdir / "theirs.out").read_text()
     assert (outdir / "ours.out").read_text() == ref == f"{sub} {socket.gethostname()}\n"
+
+
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon"])
+def test_a_plain_srun_starts_every_task_as_under_sbatch(
+        fixture: str, request: pytest.FixtureRequest, outdir: Path) -> None:
+    """sbatch puts ``SLURM_NTASKS``/``SLURM_NPROCS``, ``SLURM_NTASKS_PER_NODE`` and
+    ``SLURM_CPUS_PER_TASK`` into the batch environment from its options; slurmrestd does
+    not, and a plain ``srun`` then started one task per node (2 of 4)."""
+    d: Daemon = request.getfixturevalue(fixture)
+    script = outdir / "tasks.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2 -c 1\n"
+                      "env | grep -E '^SLURM_(NTASKS|NPROCS|CPUS_PER_TASK)' | sort\n"
+                      "srun hostname | wc -l\n")
+    theirs = subprocess.run(["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--wait",
+                             "-o", f"{outdir}/theirs.out", str(script)], cwd=outdir,
+                            capture_output=True, text=True, check=False, timeout=120)
+    assert theirs.returncode == 0, theirs.stderr
+    res = d.cli("alice", "tbatch", "--parsable", "-o", f"{outdir}/ours.out", str(script),
+                cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    assert d.wait_state(res.stdout.strip(), ["Succeeded", "Failed"])["state"] == "Succeeded"
+    ref = (outdir / "theirs.out").read_text()
+    assert ref == ("SLURM_CPUS_PER_TASK=1\nSLURM_NPROCS=4\nSLURM_NTASKS=4\n"
+                   "SLURM_NTASKS_PER_NODE=2\n4\n"), ref
+    assert (outdir / "ours.out").read_text() == ref

@@ -1,4 +1,4 @@
-"""Several Slurm clusters behind one daemon, and MPI on the newer releases.
+"""Several Slurm clusters behind one daemon, and MPI and torch on the newer releases.
 
 One daemon holds two back ends of kind slurm at once: ``slurm`` (Slurm 22.05 on the
 host, REST v0.0.38) and ``slurm2411`` (Slurm 24.11 in its chroot, REST version
@@ -18,6 +18,7 @@ import pytest
 from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, trainjob_doc
 from tests.integration.conftest import rest_settings
 from tests.integration.conftest_slurm import Cluster, cluster_for
+from tests.integration.test_runtimes_on_slurm import DDP
 
 pytestmark = pytest.mark.integration
 
@@ -117,6 +118,44 @@ def test_mpi_allreduce_on_a_newer_release(release: str, testbed: dict[str, str],
              if line.startswith("rank=")]
     assert sorted(int(r["rank"]) for r in ranks) == [0, 1, 2, 3], lines
     assert {r["size"] for r in ranks} == {"4"} and {r["sum"] for r in ranks} == {"6"}
+    hosts = Counter(r["host"] for r in ranks)
+    assert sorted(hosts.values()) == [2, 2] and set(hosts) == set(done["nodes"]), hosts
+    assert set(hosts) <= set(cluster.nodes)
+
+
+@pytest.mark.parametrize("release", ["24.11", "26.05"])
+def test_torch_gloo_on_a_newer_release(release: str, testbed: dict[str, str],
+                                       outdir: Path) -> None:
+    """2 nodes x 2 ranks of torch.distributed (gloo) with the chroot's own torch
+    (Debian's CPU build: 2.6 on trixie, 2.14 on sid), each rank started by
+    ``srun mpi-launch --runtime torch --direct`` from an ordinary batch script.
+
+    Not through torchrun: Debian builds torch without libuv, and torchrun's
+    rendezvous store asks for libuv whatever USE_LIBUV says (testbed/README.md);
+    ``init_process_group`` reads USE_LIBUV=0 and takes the plain TCP store."""
+    cluster = cluster_for(release)
+    workdir = fresh_daemon_dir(f"torch-{release}")
+    d = Daemon(workdir, cluster.settings("rest"))
+    d.start()
+    try:
+        (outdir / "ddp.py").write_text(DDP)
+        script = outdir / "ddp.sh"
+        script.write_text("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2\n"
+                          "#SBATCH -o ddp-%j.out\nexport USE_LIBUV=0\n"
+                          f"srun {cluster.facts['SLURM_MPI_LAUNCH']} --runtime torch --direct "
+                          "-- python3 ddp.py\n")
+        job_id = tbatch(d, outdir, str(script))
+        done = d.wait_state(job_id, ["Succeeded", "Failed", "Cancelled"], timeout=120)
+        lines = d.cli("alice", "tlog", str(job_id)).stdout.splitlines()
+        assert done["state"] == "Succeeded", "\n".join(lines)
+    finally:
+        d.stop()
+        cleanup(workdir)
+    ranks = [dict(kv.split("=") for kv in line.split()) for line in lines
+             if re.match(r"rank=\d", line)]
+    assert sorted(int(r["rank"]) for r in ranks) == [0, 1, 2, 3], "\n".join(lines)
+    assert {r["world"] for r in ranks} == {"4"} and {r["sum"] for r in ranks} == {"6"}
+    assert sorted(r["local"] for r in ranks) == ["0", "0", "1", "1"]
     hosts = Counter(r["host"] for r in ranks)
     assert sorted(hosts.values()) == [2, 2] and set(hosts) == set(done["nodes"]), hosts
     assert set(hosts) <= set(cluster.nodes)

@@ -8,6 +8,7 @@ the diff.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from slurm_adapter.dialects import V0_0_38, V0_0_41, UnsupportedOption
 from slurm_adapter.script import (
+    JobSpec,
     expand_output_pattern,
     job_environment,
     job_spec,
@@ -29,6 +31,7 @@ from slurm_adapter.script import (
     render_script,
     rest_job,
     sbatch_args,
+    sbatch_output_env,
 )
 from tests.unit import golden_files
 from tests.unit.builders import HOSTILE, UID, trainjob
@@ -415,3 +418,17 @@ def test_a_native_dependency_goes_to_sbatch_and_to_each_rest_version() -> None:
     assert "--kill-on-invalid-dep=no" in sbatch_args(keep)  # a site may kill by default
     assert rest_job(keep, {}, V0_0_41)["flags"] == ["NO_KILL_INVALID_DEPENDENCY"]
     assert rest_job(keep, {}, V0_0_38)["kill_on_invalid_dependency"] is False
+
+
+def test_sbatch_output_env_is_what_sbatch_sets_from_its_options() -> None:
+    """As sbatch 24.11 set them for -N2 --ntasks-per-node=2 -c 1 (checked on the bed)."""
+    base = JobSpec(name="j", comment="c", nodes=2, chdir="/tmp", output="o")
+    assert sbatch_output_env(base) == {}
+    spec = replace(base, ntasks_per_node=2, cpus_per_task=1, mem_per_node_mb=500)
+    assert sbatch_output_env(spec) == {
+        "SLURM_NTASKS": "4", "SLURM_NPROCS": "4", "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_CPUS_PER_TASK": "1", "SLURM_MEM_PER_NODE": "500"}
+    # -n wins over nodes x per node; a node range counts its least.
+    assert sbatch_output_env(replace(base, ntasks=3, max_nodes=4))["SLURM_NTASKS"] == "3"
+    assert sbatch_output_env(replace(base, ntasks_per_node=3, max_nodes=4))[
+        "SLURM_NPROCS"] == "6"

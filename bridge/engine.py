@@ -69,18 +69,13 @@ from bridge.engine_signals import Signals
 from bridge.engine_status import StatusTracker
 from bridge.errors import Conflict, InvalidRequest, PermissionDenied
 from bridge.errors import EngineError as EngineError
-from bridge.inventories import Inventories
+from bridge.inventories import Inventories, PassTopologies
 from bridge.model import (
     ANN_ADOPT_ONLY,
     TrainJob,
     ValidationError,
 )
-from bridge.placement_decision import (
-    DEFAULT_PLACEMENT_MODE,
-    PlacementDecision,
-    booked_in,
-    plan_placement,
-)
+from bridge.placement_decision import DEFAULT_PLACEMENT_MODE, PlacementDecision, plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import partition_of, scheduling_of
 from bridge.shape import JobShape, resolve_shape
@@ -327,10 +322,7 @@ class Engine:
                 records = [r for r in records if r.attempts == 0]
         mode = self.settings.placement.get(name, DEFAULT_PLACEMENT_MODE)
         # By partition: a Slurm partition may have a topology of its own (25.05+).
-        # The hosts this pass placed jobs on are booked in each (booked), so the next
-        # job is not placed on them whichever partition's topology it reads.
-        topologies: dict[str | None, Topology | None] = {}
-        booked: list[PlacementDecision] = []
+        topologies = PassTopologies(self._inventories, name, backend)
         for rec in records:
             bj = self._own(name, rec, found.get(rec.uid, ()))
             if bj is not None:
@@ -360,18 +352,13 @@ class Engine:
                 continue
             decision: PlacementDecision | None = None
             if mode != "none":
-                partition = partition_of(rec.job)
-                if partition not in topologies:
-                    topologies[partition] = booked_in(await self._inventories.fresh_topology(
-                        name, backend, partition), booked)
-                decision = self._decide(name, rec, mode, topologies[partition])
+                topology = await topologies.for_partition(partition_of(rec.job))
+                decision = self._decide(name, rec, mode, topology)
                 if decision is not None and decision.wait:
                     self._wait_for_topology(rec, decision)
                     continue
-                if (decision is not None and decision.placement is not None
-                        and decision.placement.fits and decision.request is not None):
-                    booked.append(decision)
-                    topologies = {k: booked_in(t, [decision]) for k, t in topologies.items()}
+                if decision is not None:
+                    topologies.book(decision)  # the next job not on these hosts
             self._inflight_owner[rec.id] = rec.owner.uid
             self._load[rec.owner.uid] += 1
             self._inflight[rec.id] = asyncio.create_task(

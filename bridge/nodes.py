@@ -46,13 +46,15 @@ class Inventory:
     nodes: tuple[NodeInfo, ...]
     #: switch (or block) name -> (child switches, nodes directly under it)
     switches: Units = field(default_factory=dict)
-    #: partition -> its own topology, where it is not the default one
-    partition_switches: Mapping[str, Units] = field(default_factory=dict)
+    #: partition -> its own topology, where it is not the default one; None where it
+    #: could not be read (its jobs are not placed by the bridge: the back end chooses)
+    partition_switches: Mapping[str, Units | None] = field(default_factory=dict)
     default_partition: str | None = None
 
-    def switches_for(self, partition: str | None) -> Units:
+    def switches_for(self, partition: str | None) -> Units | None:
         """The topology a job in ``partition`` is placed in (None: the default
-        partition). Of a list (``-p a,b``) the first partition counts."""
+        partition), or None when that partition's own topology could not be read. Of
+        a list (``-p a,b``) the first partition counts."""
         name = partition.split(",", 1)[0].strip() if partition else self.default_partition
         if name is None:
             return self.switches

@@ -77,7 +77,12 @@ def booked_in(topology: Topology | None,
     for d in decisions:
         if (topology is not None and d.placement is not None and d.placement.fits
                 and d.request is not None):
-            topology = d.placement.apply(topology, d.request)
+            hosts = topology.hosts
+            request = d.request
+            topology = topology.with_hosts(  # a host this topology lacks: nothing to take
+                request.allocate(hosts[h], n)
+                for h, n in zip(d.placement.hosts, d.placement.units, strict=True)
+                if h in hosts)
     return topology
 
 

@@ -275,7 +275,8 @@ def _level_name(height: int) -> str:
 
 def topology_from_inventory(inventory: Inventory, partition: str | None = None) -> Topology:
     """The topology of a back end's inventory (see the module docstring), as a job in
-    ``partition`` sees it (:meth:`bridge.nodes.Inventory.switches_for`).
+    ``partition`` sees it (:meth:`bridge.nodes.Inventory.switches_for`; ValueError when
+    that partition's own topology could not be read).
 
     The units map switch -> (child switches, nodes directly under it), in
     the order ``topology.conf`` lists them. A switch with both child switches and nodes
@@ -285,6 +286,8 @@ def topology_from_inventory(inventory: Inventory, partition: str | None = None) 
     """
     hosts = {n.name: host_from_node(n) for n in inventory.nodes}
     switches = inventory.switches_for(partition)
+    if switches is None:
+        raise ValueError(f"the topology of partition {partition!r} could not be read")
     if not switches:
         root = Domain(FLAT_ROOT, "leaf", 0, (FLAT_ROOT,), (), tuple(hosts))
         return Topology(roots=(root,), hosts=MappingProxyType(hosts), levels=("leaf",),

@@ -340,25 +340,34 @@ class SlurmBackend:
                 nodes.setdefault(info.name, info)
         if not self.cli.has("scontrol"):
             return Inventory(nodes=tuple(nodes.values()))
-        switches = await self._topology(None)
+        switches = await self._topology(None) or {}
         partitions = parse_partitions(await self.cli.partitions())
-        own: dict[str, Units] = {}
-        read: dict[str, Units] = {}
+        own: dict[str, Units | None] = {}
+        read: dict[str, Units | None] = {}
         for partition, topology in partitions.topology.items():
             if topology not in read:
                 read[topology] = await self._topology(topology)
             own[partition] = read[topology]
+        # Where a job without -p goes: this back end's own default, else Slurm's.
+        default = self.default_partition or partitions.default
         return Inventory(nodes=tuple(nodes.values()), switches=switches,
-                         partition_switches=own, default_partition=partitions.default)
+                         partition_switches=own, default_partition=default)
 
-    async def _topology(self, name: str | None) -> Units:
-        """One topology of the cluster (None: the default), {} if unreadable."""
+    async def _topology(self, name: str | None) -> Units | None:
+        """One topology of the cluster (None: the default; a cluster without one reads
+        as {}), or None when it cannot be read: a named topology always has units,
+        so an empty answer for one is a failure, and its partition's jobs are not
+        placed by the bridge rather than placed in a wrong topology."""
         try:
-            return parse_topology(await self.cli.topology(name))
+            units = parse_topology(await self.cli.topology(name))
         except hostlist.HostlistError as exc:
             log.warning("slurm back end %s: unreadable topology %s: %s", self.name,
                         name or "(default)", exc)
-            return {}
+            return None
+        if name is not None and not units:
+            log.warning("slurm back end %s: topology %s read as empty", self.name, name)
+            return None
+        return units
 
     # --- output -----------------------------------------------------------------------
 

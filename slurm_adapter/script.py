@@ -203,8 +203,10 @@ def sbatch_output_env(spec: JobSpec) -> dict[str, str]:
     carry them too (sbatch sets them again)."""
     env: dict[str, str] = {}
     ntasks = spec.ntasks
-    if ntasks is None and spec.ntasks_per_node is not None:
-        ntasks = spec.nodes * spec.ntasks_per_node  # sbatch: the least nodes x per node
+    if (ntasks is None and spec.ntasks_per_node is not None
+            and spec.max_nodes in (None, spec.nodes)):
+        # sbatch works the count out only for a fixed node count (a range: left unset)
+        ntasks = spec.nodes * spec.ntasks_per_node
     if ntasks is not None:
         env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = str(ntasks)
     if spec.ntasks_per_node is not None:

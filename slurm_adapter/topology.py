@@ -60,7 +60,7 @@ def parse_topology(text: str) -> Tree:
     """Unit name -> (child unit names, node names directly under it): switches of a
     tree, or the base and aggregated blocks of a block topology."""
     lines = _lines(text)
-    if any("blockname" in f or "aggregatedblock" in f for f in lines):
+    if any(f.get("blockname") or f.get("aggregatedblock") for f in lines):
         return _blocks(lines)
     raw: dict[str, tuple[list[str], list[str]]] = {}
     for fields in lines:

@@ -140,12 +140,15 @@ def test_torch_gloo_on_a_newer_release(release: str, testbed: dict[str, str],
     try:
         (outdir / "ddp.py").write_text(DDP)
         script = outdir / "ddp.sh"
-        script.write_text("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2\n"
+        script.write_text("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2 -t 5\n"
                           "#SBATCH -o ddp-%j.out\nexport USE_LIBUV=0\n"
                           f"srun {cluster.facts['SLURM_MPI_LAUNCH']} --runtime torch --direct "
                           "-- python3 ddp.py\n")
         job_id = tbatch(d, outdir, str(script))
-        done = d.wait_state(job_id, ["Succeeded", "Failed", "Cancelled"], timeout=120)
+        try:
+            done = d.wait_state(job_id, ["Succeeded", "Failed", "Cancelled"], timeout=120)
+        finally:  # a job stuck in rendezvous must not hold two nodes for other tests
+            d.cli("alice", "tcancel", str(job_id))
         lines = d.cli("alice", "tlog", str(job_id)).stdout.splitlines()
         assert done["state"] == "Succeeded", "\n".join(lines)
     finally:

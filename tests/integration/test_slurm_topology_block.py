@@ -45,11 +45,13 @@ def test_each_partition_is_placed_in_its_own_topology(on_2605: tuple[Daemon, Clu
                                                       outdir: Path) -> None:
     d, _ = on_2605
     go = outdir / "go"
-    busy = tbatch(d, outdir, "-w", "sid1", "-c", "2", "--wrap",
+    busy = tbatch(d, outdir, "-w", "sid1", "-c", "2", "-t", "5", "--wrap",
                   f"while [ ! -e {go} ]; do sleep 0.2; done")
+    ids = [busy]
     try:
         assert d.wait_state(busy, ["Running"])["nodes"] == ["sid1"]
         blocks = tbatch(d, outdir, "-p", "blocks", "-N", "2", "--wrap", "hostname")
+        ids.append(blocks)
         done = d.wait_state(blocks, FINISHED)
         assert done["state"] == "Succeeded", done
         assert sorted(done["nodes"]) == ["sid2", "sid4"], done  # Slurm's own choice
@@ -59,11 +61,14 @@ def test_each_partition_is_placed_in_its_own_topology(on_2605: tuple[Daemon, Clu
         assert placed["levels"][1]["domains"] == ["b[3-4]"], placed
 
         tree = tbatch(d, outdir, "-N", "2", "--wrap", "hostname")
+        ids.append(tree)
         done = d.wait_state(tree, FINISHED)
         assert done["state"] == "Succeeded", done
         assert sorted(done["nodes"]) == ["sid3", "sid4"], done
         assert sorted(done["placement"]["hosts"]) == ["sid3", "sid4"], done["placement"]
         assert done["placement"]["levels"][0]["domains"] == ["leaf2"], done["placement"]
-    finally:
         go.touch()
-    assert d.wait_state(busy, FINISHED)["state"] == "Succeeded"
+        assert d.wait_state(busy, FINISHED)["state"] == "Succeeded"
+    finally:  # a failed test leaves no job behind to hold the next test's nodes
+        go.touch()
+        d.cli("alice", "tcancel", *map(str, ids))

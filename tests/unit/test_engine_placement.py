@@ -11,7 +11,8 @@ import pytest
 
 from bridge.engine import Engine, EngineSettings
 from bridge.model import ANN_BACKEND, ANN_SCHEDULING, TrainJob
-from bridge.placement_decision import plan_placement
+from bridge.nodes import Inventory
+from bridge.placement_decision import booked_in, plan_placement
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from bridge.states import JobState
@@ -255,3 +256,36 @@ async def test_a_partition_with_its_own_topology_is_placed_in_it(tmp_path: Path)
     pins = [r.placement.hosts if r.placement else None for r in backend.submitted]
     assert pins == [("node1", "node3"), ("node2", "node4")]
     assert e.store.get(in_blocks.id).placement["levels"][0]["domains"] == ["b1"]  # type: ignore[index]
+
+
+async def test_a_pass_reads_the_inventory_once_whatever_partitions_its_jobs_name(
+        tmp_path: Path) -> None:
+    """A user's many partition spellings cost no extra inventory reads, even when the
+    back end cannot answer (each read would wait for it)."""
+    backend = FakeBackend(inventory())
+    reads = 0
+    real = backend.inventory
+
+    async def counted() -> Inventory:
+        nonlocal reads
+        reads += 1
+        return await real()
+
+    backend.inventory = counted  # type: ignore[method-assign]
+    e = engine(tmp_path, backend, "nodelist")
+    for i in range(6):
+        e.admit(trainjob(nodes=1, partition=f"debug,x{i}"), ALICE)
+    await e.reconcile_once()
+    assert reads == 1
+
+
+async def test_booking_skips_a_host_another_topology_lacks(tmp_path: Path) -> None:
+    """booked_in: a placed host missing from a topology (it left between two reads)
+    takes nothing there instead of failing the pass."""
+    topo = topology_from_inventory(inventory())
+    short = topology_from_inventory(replace(inventory(), nodes=inventory().nodes[1:]))
+    decision = decide(trainjob(cpus_per_task=2), "nodelist", topo)
+    assert decision.placement.hosts == ("node1", "node2")
+    after = booked_in(short, [decision])
+    assert after is not None and "node1" not in after.hosts
+    assert after.hosts["node2"].free_cpu_millis == 0

@@ -195,14 +195,14 @@ async def test_a_hold_while_the_pass_reads_the_topology_stands(api_client: ApiCl
     engine = api_client.engine
     job = await submit(api_client)
     entered, go = asyncio.Event(), asyncio.Event()
-    real = engine._inventories.fresh_topology
+    real = engine._inventories.fresh
 
-    async def slow(name: str, backend: object, partition: str | None = None) -> object:
+    async def slow(name: str, backend: object) -> object:
         entered.set()
         await go.wait()
-        return await real(name, backend, partition)  # type: ignore[arg-type]
+        return await real(name, backend)  # type: ignore[arg-type]
 
-    engine._inventories.fresh_topology = slow  # type: ignore[method-assign]
+    engine._inventories.fresh = slow  # type: ignore[method-assign]
     engine._decide = lambda *a: SimpleNamespace(  # type: ignore[method-assign]
         wait=True, note="waiting for switches", record=lambda t: {"note": "x"})
     engine.settings.placement["slurm"] = "constraints"

@@ -61,6 +61,8 @@ class FakeCli:
             return ("BlockName=b1 BlockIndex=0 Nodes=node[1,3] BlockSize=2\n"
                     "BlockName=b2 BlockIndex=1 Nodes=node[2,4] BlockSize=2\n"
                     "AggregatedBlock=b[1-2] BlockIndex=2 Nodes=node[1-4] BlockSize=4\n")
+        if name is not None:  # scontrol failed: SlurmCli.topology answers ""
+            return ""
         return (FIXTURES / "scontrol_show_topology.txt").read_text()
 
     async def partitions(self) -> str:
@@ -176,6 +178,22 @@ async def test_inventory_reads_each_partitions_own_topology_once() -> None:
     assert inv.partition_switches == {"blocks": blocks, "more": blocks}
     assert inv.switches["spine"] == (("leaf1", "leaf2"), ())
     assert cli.topologies_read == [None, "blocks"]
+
+
+
+async def test_a_partition_topology_that_cannot_be_read_is_none_not_flat() -> None:
+    """An empty answer for a named topology (scontrol failed) must not read as a flat
+    cluster: the partition's jobs are then left to Slurm. The back end's configured
+    default partition is where a job without -p goes."""
+    cli = FakeCli()
+    cli.partition_text = ("PartitionName=debug Default=YES Nodes=node[1-4]\n"
+                          "PartitionName=other Nodes=node[1-4] Topology=gone\n")
+    b = backend(cli)
+    b.default_partition = "other"
+    inv = await b.inventory()
+    assert inv.partition_switches == {"other": None}
+    assert inv.default_partition == "other" and inv.switches_for(None) is None
+    assert inv.switches_for("debug") is inv.switches
 
 
 def job(path: str | None, backend_id: str = "66") -> BackendJob:

@@ -428,7 +428,10 @@ def test_sbatch_output_env_is_what_sbatch_sets_from_its_options() -> None:
     assert sbatch_output_env(spec) == {
         "SLURM_NTASKS": "4", "SLURM_NPROCS": "4", "SLURM_NTASKS_PER_NODE": "2",
         "SLURM_CPUS_PER_TASK": "1", "SLURM_MEM_PER_NODE": "500"}
-    # -n wins over nodes x per node; a node range counts its least.
+    # -n wins over nodes x per node; for a node range sbatch leaves the count unset
+    # (the allocation decides it), as with -N2-4 --ntasks-per-node=3.
     assert sbatch_output_env(replace(base, ntasks=3, max_nodes=4))["SLURM_NTASKS"] == "3"
-    assert sbatch_output_env(replace(base, ntasks_per_node=3, max_nodes=4))[
+    ranged = sbatch_output_env(replace(base, ntasks_per_node=3, max_nodes=4))
+    assert ranged == {"SLURM_NTASKS_PER_NODE": "3"}
+    assert sbatch_output_env(replace(base, ntasks_per_node=3, max_nodes=2))[
         "SLURM_NPROCS"] == "6"

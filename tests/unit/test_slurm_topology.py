@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from bridge.nodes import Inventory
 from bridge.placement import PlacementRequest, tree_best_fit
 from bridge.topology import topology_from_inventory
@@ -86,3 +88,15 @@ def test_a_job_sees_its_partitions_topology() -> None:
     assert replace(inv, default_partition="blocks").switches_for(None) is blocks
     assert [r.name for r in topology_from_inventory(inv, "blocks").roots] == ["b[1-4]"]
     assert [r.name for r in topology_from_inventory(inv).roots] == ["spine"]
+
+
+def test_an_empty_block_name_does_not_hide_a_switch_tree() -> None:
+    text = "SwitchName=s1 Nodes=node[1-2]\nBlockName= Nodes=\n"
+    assert parse_topology(text) == {"s1": ((), ("node1", "node2"))}
+
+
+def test_an_unreadable_partition_topology_is_refused_not_flat() -> None:
+    inv = replace(inventory(), partition_switches={"gone": None})
+    assert inv.switches_for("gone") is None
+    with pytest.raises(ValueError, match="gone"):
+        topology_from_inventory(inv, "gone")

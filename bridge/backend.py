@@ -225,11 +225,12 @@ class Backend(Protocol):
 @runtime_checkable
 class Suspendable(Protocol):
     """A back end that can suspend and resume a job it runs (Kubernetes: the JobSet's
-    ``spec.suspend``). The engine suspends jobs of other back ends only before they
-    are submitted."""
+    ``spec.suspend``; Slurm: requeue held, or hold, and release). The engine suspends
+    jobs of other back ends only before they are submitted."""
 
-    async def set_suspended(self, backend_id: str, suspend: bool) -> None:
-        """Suspend (``True``) or resume the job; idempotent."""
+    async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
+        """Suspend (``True``) or resume the job of ``owner`` (as whom the back end
+        acts where its world checks the user); idempotent."""
 
 
 @runtime_checkable

@@ -88,7 +88,7 @@ class Signals:
             if sent == want or rec.cancel_requested:
                 continue
             try:
-                await backend.set_suspended(rec.backend_id, want)
+                await backend.set_suspended(rec.backend_id, want, rec.owner)
             except (BackendUnavailable, BackendRejected) as exc:
                 log.warning("suspend/resume failed; will retry", job_id=rec.id,
                             error=str(exc))

@@ -331,8 +331,9 @@ class KubernetesBackend:
             if not is_status(exc, 404):
                 raise
 
-    async def set_suspended(self, backend_id: str, suspend: bool) -> None:
-        """Suspend (pods deleted, Jobs kept) or resume the JobSet through ``spec.suspend``."""
+    async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
+        """Suspend (pods deleted, Jobs kept) or resume the JobSet through ``spec.suspend``
+        (as the namespace's identity, whoever ``owner`` is: admission checked them)."""
         namespace, name = split_id(backend_id)
         kube = await self._jobset_client(namespace, name)
         await kube.call(

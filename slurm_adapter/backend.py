@@ -319,6 +319,20 @@ class SlurmBackend:
         else:
             await self.cli.cancel(backend_id, owner)
 
+    async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
+        """Suspend: the job leaves its nodes and waits held (:meth:`SlurmCli.hold`:
+        requeued and held if it runs, held if it waits); resume: released. As
+        ``owner``, through ``scontrol`` on either path (slurmrestd has no requeue).
+        Slurm's own ``scontrol suspend`` (SIGSTOP, the nodes kept) is for operators and
+        would let one user keep nodes nobody else can use."""
+        if not self.cli.has("scontrol"):
+            raise BackendRejected("suspending a Slurm job needs scontrol on the daemon's "
+                                  "host")
+        if suspend:
+            await self.cli.hold(backend_id, owner)
+        else:
+            await self.cli.release(backend_id, owner)
+
     # --- inventory --------------------------------------------------------------------
 
     async def inventory(self) -> Inventory:

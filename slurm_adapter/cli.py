@@ -340,6 +340,35 @@ class SlurmCli:
             raise BackendUnavailable(f"scancel {job_id}: {message}")
         raise BackendRejected(f"scancel {job_id}: {message}")
 
+    async def hold(self, job_id: str, owner: Owner) -> None:
+        """Take the job off its nodes until released, as ``owner`` (Slurm checks that
+        they may): ``scontrol requeuehold`` for a running job (it is requeued, held,
+        and starts again from the beginning when released: Kubernetes' suspend), and
+        ``scontrol hold`` for one still pending. A finished job is an error."""
+        if not job_id.isdigit():
+            raise BackendRejected(f"not a Slurm job id: {job_id!r}")
+        done = await self.run(["scontrol", "requeuehold", job_id], owner=owner)
+        if done.returncode != 0 and "pending execution" in done.message.lower():
+            done = await self.run(["scontrol", "hold", job_id], owner=owner)
+        self._check(done, f"scontrol hold {job_id}")
+
+    async def release(self, job_id: str, owner: Owner) -> None:
+        """``scontrol release`` as ``owner``: the held job may start again (a job that
+        Slurm requeued waits for its EligibleTime first)."""
+        if not job_id.isdigit():
+            raise BackendRejected(f"not a Slurm job id: {job_id!r}")
+        self._check(await self.run(["scontrol", "release", job_id], owner=owner),
+                    f"scontrol release {job_id}")
+
+    @staticmethod
+    def _check(done: Completed, what: str) -> None:
+        if done.returncode == 0:
+            return
+        message = done.message or f"exit {done.returncode}"
+        if is_transient_message(message):
+            raise BackendUnavailable(f"{what}: {message}")
+        raise BackendRejected(f"{what}: {message}")
+
     async def topology(self, name: str | None = None) -> str:
         """``scontrol show topology [NAME]`` text ("" when the cluster has none).
 

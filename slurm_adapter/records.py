@@ -73,6 +73,11 @@ _FLAG_STATES: tuple[tuple[str, BackendState], ...] = (
     ("RECONFIG_FAIL", BackendState.FAILED),
     ("SIGNALING", BackendState.RUNNING),
 )
+#: The reason of a pending job its owner holds (``scontrol hold``/``requeuehold``, as
+#: the bridge suspends a job in Slurm): it is suspended, as a Kubernetes JobSet with
+#: ``spec.suspend`` (bridge/outcome.py). An operator's hold (``JobHeldAdmin``) stays a
+#: pending reason: the bridge, acting as the owner, could not release it anyway.
+HELD_REASONS = frozenset({"JobHeldUser"})
 #: Node states/flags under which a node takes no new work (its free capacity is 0).
 _UNUSABLE_NODE = frozenset({
     "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "UNKNOWN",
@@ -110,6 +115,8 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         return None
     names = dialect.states(raw.get("job_state"))
     state = backend_state(names)
+    if state is BackendState.PENDING and _text(raw.get("state_reason")) in HELD_REASONS:
+        state = BackendState.SUSPENDED  # held (scontrol hold/requeuehold): not waiting
     completing = "COMPLETING" in names
     ended = state.finished or completing
 

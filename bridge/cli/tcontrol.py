@@ -4,8 +4,9 @@
 
     tcontrol hold JOB[,JOB...] [JOB...]      # a pending job waits (JobHeldUser)
     tcontrol release JOB...                  # ... until released (tbatch --hold too)
-    tcontrol suspend JOB...                  # a running job is paused in its back end
-    tcontrol resume JOB...
+    tcontrol suspend JOB...                  # a job leaves its back end's nodes
+    tcontrol resume JOB...                   # (Kubernetes: pods deleted; Slurm:
+                                             #  requeued and held, then released)
 
 ``JOB`` is a job id, TrainJob uid or name; several may be given, comma- or space-
 separated, as scontrol takes them. ``hold`` works on a job that has not reached its back

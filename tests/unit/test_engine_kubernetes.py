@@ -15,6 +15,7 @@ from bridge.backend import (
     BackendState,
     Inventory,
     NodeInfo,
+    Owner,
     StatusBatch,
     Suspendable,
 )
@@ -48,7 +49,7 @@ class PodBackend(FakeBackend):
         super().__init__(inv)
         self.suspends: list[tuple[str, bool]] = []
 
-    async def set_suspended(self, backend_id: str, suspend: bool) -> None:
+    async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
         self.suspends.append((backend_id, suspend))
 
 

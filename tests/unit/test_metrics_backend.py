@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bridge.backend import BackendUnavailable, ReportsJobsStatus, StatusBatch, Suspendable
+from bridge.backend import BackendUnavailable, Owner, ReportsJobsStatus, StatusBatch, Suspendable
 from bridge.metrics_backend import instrument
 
 
@@ -28,7 +28,7 @@ class _Plain:
 
 
 class _Suspending(_Plain):
-    async def set_suspended(self, backend_id: str, suspend: bool) -> None:
+    async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
         return None
 
 

@@ -213,3 +213,28 @@ async def test_runs_as_the_owner_when_root(bindir: Path) -> None:
     uid, groups = out.read_text().splitlines()
     assert int(uid) == alice.pw_uid
     assert set(map(int, groups.split())) == set(os.getgrouplist("alice", alice.pw_gid))
+
+
+async def test_hold_requeues_a_running_job_and_holds_a_pending_one(bindir: Path) -> None:
+    """``scontrol requeuehold`` first; Slurm's "pending execution" answer means the job
+    has not started: ``scontrol hold`` then. Any other refusal is the caller's error."""
+    calls = bindir / "calls"
+    fake_sh(bindir, "scontrol", f'echo "$*" >> {calls}\n'
+            'case "$1" in\n'
+            '  requeuehold) [ "$2" = 7 ] && exit 0;'
+            ' echo "Job is pending execution for job $2" >&2; exit 1;;\n'
+            '  hold|release) [ "$2" = 9 ] && { echo "Invalid user id for job 9" >&2; exit 1; };'
+            ' exit 0;;\n'
+            'esac\n')
+    cli = SlurmCli(path=str(bindir))
+    await cli.hold("7", ME)
+    await cli.hold("8", ME)
+    await cli.release("8", ME)
+    assert calls.read_text().splitlines() == ["requeuehold 7", "requeuehold 8", "hold 8",
+                                              "release 8"]
+    with pytest.raises(BackendRejected, match="Invalid user id"):
+        await cli.hold("9", ME)
+    with pytest.raises(BackendRejected, match="Invalid user id"):
+        await cli.release("9", ME)
+    with pytest.raises(BackendRejected):
+        await cli.hold("9 --all", ME)

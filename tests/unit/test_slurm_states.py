@@ -220,3 +220,15 @@ SwitchName=top Switches=s[0-1] Nodes=n[1-5]   # n5 hangs off the top switch
 """
     assert parse_topology(text) == {
         "s0": ((), ("n1", "n2")), "s1": ((), ("n3", "n4")), "top": (("s0", "s1"), ("n5",))}
+
+
+@pytest.mark.parametrize(("reason", "state"), [
+    ("JobHeldUser", BackendState.SUSPENDED),  # scontrol hold / requeuehold by its owner
+    ("JobHeldAdmin", BackendState.PENDING),   # an operator's: not the bridge's to undo
+    ("Priority", BackendState.PENDING),
+])
+def test_a_job_its_owner_holds_reads_as_suspended(reason: str, state: BackendState) -> None:
+    raw = {"comment": "hpc-bridge:u1", "job_id": 5, "job_state": "PENDING",
+           "state_reason": reason}
+    job = job_from_slurm(raw, V0_0_38)
+    assert job is not None and job.state is state and job.reason == reason

@@ -51,8 +51,12 @@ IN_MPI_LAUNCH=/usr/local/bin/mpi-launch
 # to fetch: the chroots' Python (3.13, 3.14) is not the host venv's.
 CHROOT_PACKAGES=(
   slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge
-  openmpi-bin libpmix-dev python3 python3-mpi4py procps python3-torch
+  openmpi-bin libpmix-dev python3 python3-mpi4py procps python3-torch python3-venv
 )
+# sid: MPICH from PyPI's wheels in /opt/mpich (Debian's Open MPI 6.0.0rc2 finds no
+# route between two nodes sharing 127.0.0.1). The same pins as scripts/setup-python.sh.
+MPICH_WHEELS=('mpich==5.0.2' 'mpi4py==4.1.2')
+IN_MPICH=/opt/mpich
 
 unset SLURM_JWT SLURM_CONF
 
@@ -458,6 +462,31 @@ ensure_packages() {
   }
 }
 
+# sid: /opt/mpich, a venv with MPICH and mpi4py. The wheels are fetched by the host's
+# pip (this checkout's .venv, which scripts/setup-python.sh made; the chroot cannot
+# verify the package index's certificate) for the chroot's Python, and installed
+# offline in the chroot.
+ensure_mpich() {
+  [[ $SUITE == sid ]] || return 0
+  [[ -x $DIR$IN_MPICH/bin/mpiexec ]] && return 0
+  local pip=$REPO/.venv/bin/pip pyver wheels=$DIR/var/cache/hpc-bridge-wheels
+  [[ -x $pip ]] || die "$SUITE: no $pip to fetch MPICH with: run scripts/setup-python.sh first"
+  pyver=$(in_chroot python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  log "$SUITE: MPICH into $IN_MPICH (${MPICH_WHEELS[*]}, Python $pyver)"
+  install -d "$wheels"
+  {
+    "$pip" download --quiet --no-deps --only-binary=:all: --python-version "$pyver" \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_5_x86_64 \
+      --platform manylinux1_x86_64 -d "$wheels" "${MPICH_WHEELS[@]}" &&
+      in_chroot python3 -m venv "$IN_MPICH" &&
+      in_chroot "$IN_MPICH/bin/pip" install --quiet --no-index \
+        --find-links /var/cache/hpc-bridge-wheels "${MPICH_WHEELS[@]}"
+  } >"$TESTBED_LOG_DIR/chroot-mpich-$SUITE.log" 2>&1 || {
+    show_logs "$TESTBED_LOG_DIR/chroot-mpich-$SUITE.log"
+    die "$SUITE: installing MPICH failed"
+  }
+}
+
 stop_all() {
   local name comm pid
   for name in slurmrestd "${NODES[@]/#/slurmd.}" slurmctld munged; do
@@ -504,6 +533,7 @@ SLURM_CLUSTER_NAME=$CLUSTER
 SLURM_PARTITION=$PARTITION
 SLURM_BLOCK_PARTITION=$([[ $SUITE == sid ]] && echo "$BLOCK_PARTITION")
 SLURM_AUTH=auth/$AUTH
+SLURM_MPICH_PYTHON=$([[ $SUITE == sid ]] && echo "$IN_MPICH/bin/python")
 SLURM_NODES="${NODES[*]}"
 SLURMCTLD_PORT=$CTLD_PORT
 SLURM_MPI_LAUNCH=$IN_MPI_LAUNCH
@@ -554,6 +584,7 @@ cmd_up() {
   build_chroot
   mount_chroot "$DIR" full
   ensure_packages
+  ensure_mpich
   if configure_chroot && pid_of slurmctld slurmctld >/dev/null; then
     log "$SUITE: configuration changed: restarting the daemons"
     stop_all

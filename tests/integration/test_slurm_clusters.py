@@ -95,8 +95,9 @@ def test_an_unknown_cluster_is_refused(two_clusters: tuple[Daemon, Cluster],
 def test_mpi_allreduce_on_a_newer_release(release: str, testbed: dict[str, str],
                                           outdir: Path) -> None:
     """2 nodes x 2 ranks of mpi4py through mpi-launch and Open MPI 5 in the chroot.
-    (26.05 is left out: its Debian Slurm has no mpi/pmix plugin and Open MPI 6.0.0rc2
-    finds no TCP route between two hosts sharing 127.0.0.1; see testbed/README.md.)"""
+    (26.05 runs MPI with MPICH, test_mpich_allreduce_on_2605: its Debian Slurm has no
+    mpi/pmix plugin and Open MPI 6.0.0rc2 finds no TCP route between two hosts sharing
+    127.0.0.1; see testbed/README.md.)"""
     cluster = cluster_for(release)
     workdir = fresh_daemon_dir(f"mpi-{release}")
     d = Daemon(workdir, cluster.settings("rest"))
@@ -160,5 +161,45 @@ def test_torch_gloo_on_a_newer_release(release: str, testbed: dict[str, str],
     assert {r["world"] for r in ranks} == {"4"} and {r["sum"] for r in ranks} == {"6"}
     assert sorted(r["local"] for r in ranks) == ["0", "0", "1", "1"]
     hosts = Counter(r["host"] for r in ranks)
+    assert sorted(hosts.values()) == [2, 2] and set(hosts) == set(done["nodes"]), hosts
+    assert set(hosts) <= set(cluster.nodes)
+
+
+def test_mpich_allreduce_on_2605(testbed: dict[str, str], outdir: Path) -> None:
+    """2 nodes x 2 ranks of mpi4py with MPICH (PyPI's wheels in the chroot's
+    /opt/mpich, testbed/slurm-versions.sh) through the mpich-distributed runtime: on
+    26.05 Debian's Open MPI (6.0.0rc2) finds no route between two nodes that share
+    127.0.0.1 and its Slurm has no mpi/pmix (testbed/README.md)."""
+    from tests.integration.bed import REPO
+
+    cluster = cluster_for("26.05")
+    mpich_python = cluster.facts.get("SLURM_MPICH_PYTHON", "")
+    assert mpich_python, f"the 26.05 bed has no MPICH: {cluster.facts}"
+    workdir = fresh_daemon_dir("mpich-2605")
+    runtime = REPO / "examples" / "runtimes" / "mpich-distributed.yaml"
+    d = Daemon(workdir, cluster.settings("rest"), runtime_paths=[str(runtime)])
+    d.start()
+    try:
+        prog = outdir / "allreduce.py"
+        prog.write_text(ALLREDUCE.replace(
+            'os.write(1, f"rank=',
+            'os.write(1, (MPI.Get_library_version().split()[0] + " ").encode() + f"rank='))
+        path = outdir / "mpich.json"
+        path.write_text(json.dumps(trainjob_doc(outdir, "mpich-2605", "mpich-distributed",
+                                                [mpich_python, str(prog)], nodes=2, procs=2)))
+        job_id = tbatch(d, outdir, "-f", str(path))
+        try:
+            done = d.wait_state(job_id, ["Succeeded", "Failed", "Cancelled"], timeout=120)
+        finally:
+            d.cli("alice", "tcancel", str(job_id))
+        lines = d.cli("alice", "tlog", str(job_id)).stdout.splitlines()
+        assert done["state"] == "Succeeded", "\n".join(lines)
+    finally:
+        d.stop()
+        cleanup(workdir)
+    ranks = [line for line in lines if line.startswith("MPICH rank=")]
+    assert len(ranks) == 4, lines
+    assert all("size=4 sum=6" in line for line in ranks), lines
+    hosts = Counter(line.rsplit("host=", 1)[1] for line in ranks)
     assert sorted(hosts.values()) == [2, 2] and set(hosts) == set(done["nodes"]), hosts
     assert set(hosts) <= set(cluster.nodes)

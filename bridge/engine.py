@@ -228,6 +228,7 @@ class Engine:
         has not reached its back end is given (default ``Suspended``/``Resumed``).
         """
         updated, wake = set_suspend(self.store, self.backends, record, suspend, caller, reason)
+        self._signals.asked(record.id)  # a new request: a refused one may be tried again
         if wake:
             self._wake.set()
         return updated

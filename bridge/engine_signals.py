@@ -9,25 +9,35 @@ Contract (one :class:`Signals` per engine, called once per pass):
   in line with each active job's ``spec.suspend``: only the jobs that ask for a suspend,
   show one, or were sent one are read (most active jobs need nothing; reading them all
   every pass cost tenths of a second at thousands of jobs).
+  A refusal (:class:`~bridge.backend.BackendRejected`: Slurm will not requeue the job,
+  or it has finished) is final for that request in this process: the job's reason
+  says so (``SuspendRefused``) and it is not asked again until a user asks again
+  (:meth:`Signals.asked`); an unreachable back end is asked again next pass. At most
+  :data:`SUSPENDS_PER_USER` requests per user go out in one pass (one user's
+  thousands of tasks cannot hold up the pass); the rest wait for the next.
 * :meth:`Signals.forget` drops what is kept about a finished job.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import structlog
 
 from bridge.backend import Backend, BackendRejected, BackendUnavailable, Suspendable
+from bridge.outcome import SUSPEND_REFUSED
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
 
-__all__ = ["CANCEL_RESEND", "Signals"]
+__all__ = ["CANCEL_RESEND", "SUSPENDS_PER_USER", "Signals"]
 
 log = structlog.get_logger("hpc_bridge.engine")
 
 #: A cancel not yet seen through is sent again after this many seconds.
 CANCEL_RESEND = 30.0
+#: Suspend/resume requests sent for one user's jobs in one pass, at most.
+SUSPENDS_PER_USER = 8
 _ACTIVE = [JobState.SUBMITTED, JobState.RUNNING]
 
 
@@ -41,10 +51,18 @@ class Signals:
         self._cancel_sent: dict[int, float] = {}
         #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
         self._suspend_sent: dict[int, bool] = {}
+        #: The request a back end refused, per job: not sent again while it stands.
+        self._suspend_refused: dict[int, bool] = {}
+
+    def asked(self, job_id: int) -> None:
+        """A user asked to suspend or resume the job again: a refusal no longer
+        stands in the way of sending it."""
+        self._suspend_refused.pop(job_id, None)
 
     def forget(self, job_id: int) -> None:
         self._cancel_sent.pop(job_id, None)
         self._suspend_sent.pop(job_id, None)
+        self._suspend_refused.pop(job_id, None)
 
     async def send_cancels(self, now: float) -> None:
         for rec in self.store.list_jobs(_ACTIVE, cancel_requested=True):
@@ -77,6 +95,7 @@ class Signals:
             await self._suspend(sorted(candidates.values(), key=lambda r: r.id))
 
     async def _suspend(self, active: list[JobRecord]) -> None:
+        sent_for: Counter[int] = Counter()
         for rec in active:
             backend = self.backends.get(rec.backend)
             if not isinstance(backend, Suspendable) or rec.backend_id is None:
@@ -87,12 +106,25 @@ class Signals:
                 sent = rec.reason in ("Suspended", "BackendSuspended")
             if sent == want or rec.cancel_requested:
                 continue
+            if self._suspend_refused.get(rec.id) is want:
+                continue  # refused, and not asked for otherwise since
+            if sent_for[rec.owner.uid] >= SUSPENDS_PER_USER:
+                continue  # this user's turn is over for this pass
+            sent_for[rec.owner.uid] += 1
+            verb = "suspend" if want else "resume"
             try:
                 await backend.set_suspended(rec.backend_id, want, rec.owner)
-            except (BackendUnavailable, BackendRejected) as exc:
+            except BackendUnavailable as exc:
                 log.warning("suspend/resume failed; will retry", job_id=rec.id,
                             error=str(exc))
                 continue
+            except BackendRejected as exc:
+                self._suspend_refused[rec.id] = want
+                log.warning("suspend/resume refused", job_id=rec.id, error=str(exc))
+                self.store.transition(rec.id, rec.state, SUSPEND_REFUSED,
+                                      f"{rec.backend} refused to {verb} it: {exc}")
+                continue
+            self._suspend_refused.pop(rec.id, None)
             self._suspend_sent[rec.id] = want
             self.store.transition(rec.id, rec.state, "Suspended" if want else "Resumed",
                                   f"{'suspended' if want else 'resumed'} in {rec.backend}")

@@ -8,7 +8,8 @@ exit code), or None when nothing changed. The engine writes it with
 * ``PENDING`` after the job ran (a requeue): the job keeps its state; the back end's
   reason (``Queued`` when it gives none) is recorded.
 * ``RUNNING``/``SUSPENDED``/``UNKNOWN``: ``Running`` (reason ``BackendSuspended`` while
-  the back end holds it).
+  the back end holds it); a job suspended before it ever started stays ``Submitted``
+  (reason ``BackendSuspended``); a running job keeps the reason ``SuspendRefused``.
 * finished: ``Succeeded`` (exit code 0), ``Cancelled`` (``Cancelled`` when the bridge
   asked, ``DependencyNeverSatisfied`` when Slurm ended it for its dependency, else
   ``CancelledInBackend``), ``Failed`` with ``DeadlineExceeded``,
@@ -24,6 +25,10 @@ from typing import Any
 from bridge.backend import BackendJob, BackendState
 from bridge.states import JobState
 from bridge.store import JobRecord
+
+#: The reason of a running job whose back end refused to suspend it
+#: (bridge/engine_signals.py); a report that it still runs keeps it.
+SUSPEND_REFUSED = "SuspendRefused"
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,17 @@ def outcome(rec: JobRecord, bj: BackendJob) -> Outcome | None:
         if rec.reason != reason or fields:
             return Outcome(rec.state, reason, bj.native_state, fields)
         return None
+    if (state is BackendState.SUSPENDED and rec.state is JobState.SUBMITTED
+            and rec.started_at is None and not bj.start_time):
+        # Held in the back end before it ever ran: still waiting, not running.
+        if rec.reason != "BackendSuspended" or fields:
+            return Outcome(JobState.SUBMITTED, "BackendSuspended", bj.native_state, fields)
+        return None
+    if (state is BackendState.RUNNING and rec.state is JobState.RUNNING
+            and rec.reason == SUSPEND_REFUSED):
+        # Still running because the back end refused to suspend it: the reason says
+        # so until the job changes (or a new request is sent).
+        return Outcome(rec.state, rec.reason, rec.message, fields) if fields else None
     if state in (BackendState.RUNNING, BackendState.SUSPENDED, BackendState.UNKNOWN):
         reason = "BackendSuspended" if state is BackendState.SUSPENDED else "Running"
         if rec.state != JobState.RUNNING or rec.reason != reason or fields:

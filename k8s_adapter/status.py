@@ -67,9 +67,13 @@ def desired_conditions(rec: JobRecord) -> list[dict[str, Any]]:
     if state == JobState.SUBMITTED:
         conds.append(_cond("Running", False, rec.reason or "Submitted", rec.message,
                            rec.updated_at))
+        if rec.reason == "BackendSuspended":  # held in its back end before it started
+            conds.append(_cond("Suspended", True, "Suspended", rec.message, rec.updated_at))
         return conds
     if state == JobState.RUNNING:
-        held = rec.suspend_requested or rec.reason in ("Suspended", "BackendSuspended")
+        # A suspend the back end refused leaves the job running: not Suspended.
+        held = ((rec.suspend_requested and rec.reason != "SuspendRefused")
+                or rec.reason in ("Suspended", "BackendSuspended"))
         running_since = rec.started_at or rec.updated_at
         if held:
             conds.append(_cond("Running", False, "Suspended", rec.message, rec.updated_at))
@@ -91,8 +95,10 @@ def desired_conditions(rec: JobRecord) -> list[dict[str, Any]]:
 def synthetic_jobs_status(rec: JobRecord) -> list[dict[str, Any]]:
     """One ``node`` entry counting the back end's one job, for batch back ends."""
     state = rec.state
-    suspended = state == JobState.SUSPENDED or (state == JobState.RUNNING
-                                                and rec.suspend_requested)
+    in_backend = state in (JobState.SUBMITTED, JobState.RUNNING)
+    suspended = state == JobState.SUSPENDED or (in_backend and (
+        rec.reason == "BackendSuspended"
+        or (rec.suspend_requested and rec.reason != "SuspendRefused")))
     return [{"name": "node",
              "active": int(state in (JobState.SUBMITTED, JobState.RUNNING) and not suspended),
              "ready": int(state == JobState.RUNNING and not suspended),

@@ -60,6 +60,8 @@ log = structlog.get_logger(__name__)
 #: PATH of the Slurm commands themselves.
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: scancel / REST messages that make a cancellation a no-op.
+#: squeue states of a job on its nodes (``requeuehold`` takes it off them).
+_RUNNING_STATES = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "STOPPED"})
 _CANCEL_NOOP = ("invalid job id specified", "already completing or completed")
 
 
@@ -344,13 +346,33 @@ class SlurmCli:
         """Take the job off its nodes until released, as ``owner`` (Slurm checks that
         they may): ``scontrol requeuehold`` for a running job (it is requeued, held,
         and starts again from the beginning when released: Kubernetes' suspend), and
-        ``scontrol hold`` for one still pending. A finished job is an error."""
+        ``scontrol hold`` for one still pending. Slurm would requeue a finished job
+        too (and run it again): a job that is neither running nor pending now is
+        refused (BackendRejected), as is one Slurm will not requeue (``--no-requeue``)."""
         if not job_id.isdigit():
             raise BackendRejected(f"not a Slurm job id: {job_id!r}")
-        done = await self.run(["scontrol", "requeuehold", job_id], owner=owner)
-        if done.returncode != 0 and "pending execution" in done.message.lower():
-            done = await self.run(["scontrol", "hold", job_id], owner=owner)
-        self._check(done, f"scontrol hold {job_id}")
+        state = await self.job_state(job_id)
+        if state in _RUNNING_STATES:
+            self._check(await self.run(["scontrol", "requeuehold", job_id], owner=owner),
+                        f"scontrol requeuehold {job_id}")
+        elif state == "PENDING":
+            self._check(await self.run(["scontrol", "hold", job_id], owner=owner),
+                        f"scontrol hold {job_id}")
+        else:
+            raise BackendRejected(f"job {job_id} is {state or 'not known to Slurm'}: "
+                                  f"nothing to suspend")
+
+    async def job_state(self, job_id: str) -> str:
+        """The job's state as ``squeue --states=all -j JOB -o %T`` prints it ("" when
+        Slurm does not know it)."""
+        done = await self.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T"])
+        if done.returncode != 0:
+            message = done.message or f"exit {done.returncode}"
+            if "invalid job id" in message.lower():
+                return ""
+            self._check(done, f"squeue -j {job_id}")
+        lines = done.stdout.decode(errors="replace").split()
+        return lines[0] if lines else ""
 
     async def release(self, job_id: str, owner: Owner) -> None:
         """``scontrol release`` as ``owner``: the held job may start again (a job that

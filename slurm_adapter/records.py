@@ -78,6 +78,10 @@ _FLAG_STATES: tuple[tuple[str, BackendState], ...] = (
 #: ``spec.suspend`` (bridge/outcome.py). An operator's hold (``JobHeldAdmin``) stays a
 #: pending reason: the bridge, acting as the owner, could not release it anyway.
 HELD_REASONS = frozenset({"JobHeldUser"})
+#: ... with no description (``scontrol hold``) or the one ``requeuehold`` gives: Slurm
+#: sets JobHeldUser itself too ("launch failed requeued held", RequeueExitHold), and
+#: those are Slurm's reasons to keep, not a suspension for the bridge to undo.
+HELD_DESCRIPTIONS = frozenset({"", "None", "job requeued in held state"})
 #: Node states/flags under which a node takes no new work (its free capacity is 0).
 _UNUSABLE_NODE = frozenset({
     "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "UNKNOWN",
@@ -115,8 +119,10 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         return None
     names = dialect.states(raw.get("job_state"))
     state = backend_state(names)
-    if state is BackendState.PENDING and _text(raw.get("state_reason")) in HELD_REASONS:
-        state = BackendState.SUSPENDED  # held (scontrol hold/requeuehold): not waiting
+    held = (state is BackendState.PENDING and _text(raw.get("state_reason")) in HELD_REASONS
+            and _text(raw.get("state_description")) in HELD_DESCRIPTIONS)
+    if held:
+        state = BackendState.SUSPENDED  # its owner's hold (scontrol hold/requeuehold)
     completing = "COMPLETING" in names
     ended = state.finished or completing
 
@@ -166,7 +172,9 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         signal=signal,
         reason=reason if reason and reason != "None" else None,
         nodes=nodes,
-        start_time=float(start) if start and state is not BackendState.PENDING else None,
+        # A pending (or held) job's start_time is Slurm's expectation, not a start.
+        start_time=(float(start) if start and state is not BackendState.PENDING and not held
+                    else None),
         end_time=float(end) if end and ended else None,
         stdout_path=stdout,
         stderr_path=stderr,

@@ -64,3 +64,44 @@ def test_a_running_job_is_suspended_off_its_nodes_and_resumed(
         go.touch()
         d.cli("alice", "tcancel", job)
     assert d.wait_state(job, ["Cancelled", "Succeeded"])["state"] in ("Cancelled", "Succeeded")
+
+
+def test_a_waiting_job_is_held_and_a_job_slurm_will_not_requeue_is_refused(
+        daemon: Daemon, outdir: Path) -> None:
+    """Still pending in Slurm: ``scontrol hold`` (it stays Submitted, never Running);
+    ``--no-requeue``: Slurm refuses, the job keeps running and its reason says why."""
+    d = daemon
+    later = d.cli("alice", "tbatch", "--parsable", "--begin=now+3600", "-o", "/dev/null",
+                  "--wrap", "true", cwd=outdir)
+    go = outdir / "go"
+    fixed = d.cli("alice", "tbatch", "--parsable", "--no-requeue", "-t", "5", "-o",
+                  "/dev/null", "--wrap", f"while [ ! -e {go} ]; do sleep 0.2; done",
+                  cwd=outdir)
+    assert later.returncode == 0 and fixed.returncode == 0, (later.stderr, fixed.stderr)
+    waiting, running = later.stdout.strip(), fixed.stdout.strip()
+    try:
+        backend_id = d.wait_state(waiting, ["Submitted"])["backendId"]
+        d.wait_state(running, ["Running"])
+        for job in (waiting, running):
+            res = d.cli("alice", "tcontrol", "suspend", job)
+            assert res.returncode == 0, res.stderr
+        wait_for(lambda: d.job(waiting)["reason"] == "BackendSuspended", 60,
+                 "the waiting job to show held")
+        shown = d.job(waiting)
+        assert shown["state"] == "Submitted" and shown["startTime"] is None, shown
+        assert slurm_view("22.05", backend_id) == "PENDING JobHeldUser"
+        wait_for(lambda: d.job(running)["reason"] == "SuspendRefused", 60,
+                 "the refusal to show")
+        shown = d.job(running)
+        assert shown["state"] == "Running", shown
+        assert "presently disabled" in shown["message"], shown
+        res = d.cli("alice", "tcontrol", "resume", waiting)
+        assert res.returncode == 0, res.stderr
+        wait_for(lambda: "JobHeld" not in slurm_view("22.05", backend_id), 60,
+                 "Slurm to release the waiting job")
+        wait_for(lambda: d.job(waiting)["reason"] != "BackendSuspended", 60,
+                 "the bridge to show it waiting again")
+        assert d.job(waiting)["state"] == "Submitted"
+    finally:
+        go.touch()
+        d.cli("alice", "tcancel", waiting, running)

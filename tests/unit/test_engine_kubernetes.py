@@ -12,6 +12,7 @@ import pytest
 
 from bridge.backend import (
     BackendJob,
+    BackendRejected,
     BackendState,
     Inventory,
     NodeInfo,
@@ -20,6 +21,7 @@ from bridge.backend import (
     Suspendable,
 )
 from bridge.engine import Engine, EngineError, EngineSettings
+from bridge.engine_signals import SUSPENDS_PER_USER
 from bridge.model import ValidationError
 from bridge.placement_decision import plan_placement
 from bridge.runtimes import RuntimeCatalog
@@ -173,3 +175,46 @@ async def test_an_adopted_job_takes_the_state_the_lookup_found(tmp_path: Path) -
     after = e.store.get(rec.id)
     assert after.state is JobState.SUCCEEDED and after.backend_id == "ns/j"
     assert backend.submitted == []
+
+
+class RefusingBackend(PodBackend):
+    """Refuses every suspend (Slurm: a --no-requeue job, or one that has finished)."""
+
+    async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
+        self.suspends.append((backend_id, suspend))
+        raise BackendRejected("Requested operation is presently disabled")
+
+
+async def test_a_refused_suspend_is_final_until_asked_again(tmp_path: Path) -> None:
+    """A refusal is not retried every pass: the job's reason says so; a new request
+    (resume, then suspend) is tried once more."""
+    backend = RefusingBackend(pods_inventory())
+    e = _engine(tmp_path, backend)
+    rec = e.admit(trainjob(nodes=1), ALICE)
+    await settle(e)
+    e.set_suspend(e.store.get(rec.id), True, ALICE)
+    for _ in range(3):
+        await e.reconcile_once()
+    assert len(backend.suspends) == 1
+    shown = e.store.get(rec.id)
+    assert shown.reason == "SuspendRefused" and "presently disabled" in shown.message
+    e.set_suspend(e.store.get(rec.id), False, ALICE)
+    e.set_suspend(e.store.get(rec.id), True, ALICE)
+    await e.reconcile_once()
+    assert len(backend.suspends) == 2
+
+
+async def test_one_user_gets_a_few_suspends_a_pass(tmp_path: Path) -> None:
+    """One user's many suspends go out SUSPENDS_PER_USER a pass, not all in one."""
+    backend = PodBackend(pods_inventory())
+    e = _engine(tmp_path, backend)
+    recs = [e.admit(trainjob(nodes=1), ALICE) for _ in range(SUSPENDS_PER_USER + 3)]
+    for _ in range(3):  # submitted in turns too (max_parallel_submits)
+        await settle(e)
+    assert all(e.store.get(r.id).state is JobState.SUBMITTED for r in recs)
+    for rec in recs:
+        e.set_suspend(e.store.get(rec.id), True, ALICE)
+    await e.reconcile_once()
+    assert len(backend.suspends) == SUSPENDS_PER_USER
+    await e.reconcile_once()
+    assert len(backend.suspends) == SUSPENDS_PER_USER + 3

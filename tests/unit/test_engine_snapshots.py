@@ -113,3 +113,37 @@ async def test_suspend_candidates_are_those_asked_shown_or_sent(engine: Engine) 
     assert [r.id for r in engine.store.suspend_candidates(active, "slurm")] == [
         asked.id, shown.id]
     assert plain.id not in [r.id for r in engine.store.suspend_candidates(active, "other")]
+
+
+async def test_a_job_held_in_its_back_end_before_it_ran_is_not_running(engine: Engine) -> None:
+    """Suspended in the back end before it ever started (Slurm: held while pending):
+    it stays Submitted (reason BackendSuspended), with no start time; one that ran
+    and was suspended shows Running/BackendSuspended."""
+    from bridge.outcome import outcome
+
+    waiting, ran = await submitted(engine, 2)
+    held = BackendJob(backend_id=str(waiting.backend_id), job_uid=waiting.uid,
+                      state=BackendState.SUSPENDED, native_state="PENDING")
+    move = outcome(engine.store.get(waiting.id), held)
+    assert move is not None and (move.state, move.reason) == (JobState.SUBMITTED,
+                                                              "BackendSuspended")
+    assert "started_at" not in move.fields
+    engine.store.update(ran.id, started_at=time.time())
+    move = outcome(engine.store.get(ran.id), held)
+    assert move is not None and (move.state, move.reason) == (JobState.RUNNING,
+                                                              "BackendSuspended")
+
+
+async def test_a_refused_suspend_stays_the_reason_while_the_job_runs(engine: Engine) -> None:
+    from bridge.outcome import SUSPEND_REFUSED, outcome
+
+    [rec] = await submitted(engine, 1)
+    engine.store.update(rec.id, state=JobState.RUNNING, reason=SUSPEND_REFUSED,
+                        started_at=time.time())
+    runs = BackendJob(backend_id=str(rec.backend_id), job_uid=rec.uid,
+                      state=BackendState.RUNNING, native_state="RUNNING")
+    assert outcome(engine.store.get(rec.id), runs) is None
+    ended = BackendJob(backend_id=str(rec.backend_id), job_uid=rec.uid,
+                       state=BackendState.COMPLETED, native_state="COMPLETED", exit_code=0)
+    move = outcome(engine.store.get(rec.id), ended)
+    assert move is not None and move.state is JobState.SUCCEEDED

@@ -216,25 +216,25 @@ async def test_runs_as_the_owner_when_root(bindir: Path) -> None:
 
 
 async def test_hold_requeues_a_running_job_and_holds_a_pending_one(bindir: Path) -> None:
-    """``scontrol requeuehold`` first; Slurm's "pending execution" answer means the job
-    has not started: ``scontrol hold`` then. Any other refusal is the caller's error."""
+    """The job's state decides: running -> ``scontrol requeuehold``, pending ->
+    ``scontrol hold``; a finished or unknown job is refused, never requeued (Slurm
+    would run a finished job again); Slurm's own refusal is the caller's error."""
     calls = bindir / "calls"
+    fake_sh(bindir, "squeue", 'case "$4" in 7) echo RUNNING;; 8) echo PENDING;;'
+            ' 5) echo COMPLETED;; 6) ;; 9) echo RUNNING;; esac\n')
     fake_sh(bindir, "scontrol", f'echo "$*" >> {calls}\n'
-            'case "$1" in\n'
-            '  requeuehold) [ "$2" = 7 ] && exit 0;'
-            ' echo "Job is pending execution for job $2" >&2; exit 1;;\n'
-            '  hold|release) [ "$2" = 9 ] && { echo "Invalid user id for job 9" >&2; exit 1; };'
-            ' exit 0;;\n'
-            'esac\n')
+            '[ "$2" = 9 ] && { echo "Requested operation is presently disabled for job 9"'
+            ' >&2; exit 1; }\nexit 0\n')
     cli = SlurmCli(path=str(bindir))
     await cli.hold("7", ME)
     await cli.hold("8", ME)
     await cli.release("8", ME)
-    assert calls.read_text().splitlines() == ["requeuehold 7", "requeuehold 8", "hold 8",
-                                              "release 8"]
-    with pytest.raises(BackendRejected, match="Invalid user id"):
-        await cli.hold("9", ME)
-    with pytest.raises(BackendRejected, match="Invalid user id"):
-        await cli.release("9", ME)
+    assert calls.read_text().splitlines() == ["requeuehold 7", "hold 8", "release 8"]
+    for finished in ("5", "6"):
+        with pytest.raises(BackendRejected, match="nothing to suspend"):
+            await cli.hold(finished, ME)
+    with pytest.raises(BackendRejected, match="presently disabled"):
+        await cli.hold("9", ME)  # --no-requeue
+    assert calls.read_text().splitlines()[-1] == "requeuehold 9"
     with pytest.raises(BackendRejected):
         await cli.hold("9 --all", ME)

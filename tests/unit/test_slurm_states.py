@@ -222,13 +222,18 @@ SwitchName=top Switches=s[0-1] Nodes=n[1-5]   # n5 hangs off the top switch
         "s0": ((), ("n1", "n2")), "s1": ((), ("n3", "n4")), "top": (("s0", "s1"), ("n5",))}
 
 
-@pytest.mark.parametrize(("reason", "state"), [
-    ("JobHeldUser", BackendState.SUSPENDED),  # scontrol hold / requeuehold by its owner
-    ("JobHeldAdmin", BackendState.PENDING),   # an operator's: not the bridge's to undo
-    ("Priority", BackendState.PENDING),
+@pytest.mark.parametrize(("reason", "description", "state"), [
+    ("JobHeldUser", "", BackendState.SUSPENDED),  # scontrol hold by its owner
+    ("JobHeldUser", "job requeued in held state", BackendState.SUSPENDED),  # requeuehold
+    # Slurm's own holds with that reason stay Slurm's (the bridge must not release them)
+    ("JobHeldUser", "launch failed requeued held", BackendState.PENDING),
+    ("JobHeldAdmin", "", BackendState.PENDING),   # an operator's: not the bridge's to undo
+    ("Priority", "", BackendState.PENDING),
 ])
-def test_a_job_its_owner_holds_reads_as_suspended(reason: str, state: BackendState) -> None:
+def test_a_job_its_owner_holds_reads_as_suspended(reason: str, description: str,
+                                                  state: BackendState) -> None:
     raw = {"comment": "hpc-bridge:u1", "job_id": 5, "job_state": "PENDING",
-           "state_reason": reason}
+           "state_reason": reason, "state_description": description,
+           "start_time": 1_900_000_000}  # Slurm's expected start, not a start
     job = job_from_slurm(raw, V0_0_38)
-    assert job is not None and job.state is state and job.reason == reason
+    assert job is not None and job.state is state and job.start_time is None

@@ -119,12 +119,16 @@ class Signals:
                             error=str(exc))
                 continue
             except BackendRejected as exc:
-                self._suspend_refused[rec.id] = want
                 log.warning("suspend/resume refused", job_id=rec.id, error=str(exc))
-                self.store.transition(rec.id, rec.state, SUSPEND_REFUSED,
-                                      f"{rec.backend} refused to {verb} it: {exc}")
+                # Only while the job is as read: it may have ended meanwhile (then
+                # forget() has run, and nothing is kept about it).
+                if self.store.transition_from(rec.id, rec.state, rec.state, SUSPEND_REFUSED,
+                                              f"{rec.backend} refused to {verb} it: "
+                                              f"{exc}") is not None:
+                    self._suspend_refused[rec.id] = want
                 continue
             self._suspend_refused.pop(rec.id, None)
-            self._suspend_sent[rec.id] = want
-            self.store.transition(rec.id, rec.state, "Suspended" if want else "Resumed",
-                                  f"{'suspended' if want else 'resumed'} in {rec.backend}")
+            if self.store.transition_from(
+                    rec.id, rec.state, rec.state, "Suspended" if want else "Resumed",
+                    f"{'suspended' if want else 'resumed'} in {rec.backend}") is not None:
+                self._suspend_sent[rec.id] = want

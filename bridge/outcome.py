@@ -86,7 +86,7 @@ def outcome(rec: JobRecord, bj: BackendJob) -> Outcome | None:
             return Outcome(JobState.SUBMITTED, "BackendSuspended", bj.native_state, fields)
         return None
     if (state is BackendState.RUNNING and rec.state is JobState.RUNNING
-            and rec.reason == SUSPEND_REFUSED):
+            and rec.reason == SUSPEND_REFUSED and rec.suspend_requested):
         # Still running because the back end refused to suspend it: the reason says
         # so until the job changes (or a new request is sent).
         return Outcome(rec.state, rec.reason, rec.message, fields) if fields else None

@@ -67,13 +67,13 @@ def desired_conditions(rec: JobRecord) -> list[dict[str, Any]]:
     if state == JobState.SUBMITTED:
         conds.append(_cond("Running", False, rec.reason or "Submitted", rec.message,
                            rec.updated_at))
-        if rec.reason == "BackendSuspended":  # held in its back end before it started
+        if rec.reason in ("Suspended", "BackendSuspended"):  # held before it started
             conds.append(_cond("Suspended", True, "Suspended", rec.message, rec.updated_at))
         return conds
     if state == JobState.RUNNING:
-        # A suspend the back end refused leaves the job running: not Suspended.
-        held = ((rec.suspend_requested and rec.reason != "SuspendRefused")
-                or rec.reason in ("Suspended", "BackendSuspended"))
+        # What the world shows, not what was asked: a suspend not yet sent, or one the
+        # back end refused, leaves the job running.
+        held = rec.reason in ("Suspended", "BackendSuspended")
         running_since = rec.started_at or rec.updated_at
         if held:
             conds.append(_cond("Running", False, "Suspended", rec.message, rec.updated_at))
@@ -96,9 +96,8 @@ def synthetic_jobs_status(rec: JobRecord) -> list[dict[str, Any]]:
     """One ``node`` entry counting the back end's one job, for batch back ends."""
     state = rec.state
     in_backend = state in (JobState.SUBMITTED, JobState.RUNNING)
-    suspended = state == JobState.SUSPENDED or (in_backend and (
-        rec.reason == "BackendSuspended"
-        or (rec.suspend_requested and rec.reason != "SuspendRefused")))
+    suspended = state == JobState.SUSPENDED or (
+        in_backend and rec.reason in ("Suspended", "BackendSuspended"))
     return [{"name": "node",
              "active": int(state in (JobState.SUBMITTED, JobState.RUNNING) and not suspended),
              "ready": int(state == JobState.RUNNING and not suspended),

@@ -59,9 +59,13 @@ log = structlog.get_logger(__name__)
 
 #: PATH of the Slurm commands themselves.
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: squeue states (``%T``: a flag state where one is set) of a job on its nodes
+#: (``requeuehold`` takes it off them) and of one waiting (``hold`` keeps it there).
+_RUNNING_STATES = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "STOPPED", "SIGNALING",
+                             "RESIZING"})
+_WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+                             "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 #: scancel / REST messages that make a cancellation a no-op.
-#: squeue states of a job on its nodes (``requeuehold`` takes it off them).
-_RUNNING_STATES = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "STOPPED"})
 _CANCEL_NOOP = ("invalid job id specified", "already completing or completed")
 
 
@@ -346,21 +350,28 @@ class SlurmCli:
         """Take the job off its nodes until released, as ``owner`` (Slurm checks that
         they may): ``scontrol requeuehold`` for a running job (it is requeued, held,
         and starts again from the beginning when released: Kubernetes' suspend), and
-        ``scontrol hold`` for one still pending. Slurm would requeue a finished job
-        too (and run it again): a job that is neither running nor pending now is
-        refused (BackendRejected), as is one Slurm will not requeue (``--no-requeue``)."""
+        ``scontrol hold`` for one still waiting. Slurm would requeue a finished job too
+        (and run it again): a job neither running nor waiting is refused
+        (BackendRejected), as is one Slurm will not requeue (``--no-requeue``). A job
+        that starts (or is requeued) between the look and the command gets the other
+        command; a job that ends in that instant could still be requeued by Slurm."""
         if not job_id.isdigit():
             raise BackendRejected(f"not a Slurm job id: {job_id!r}")
         state = await self.job_state(job_id)
         if state in _RUNNING_STATES:
-            self._check(await self.run(["scontrol", "requeuehold", job_id], owner=owner),
-                        f"scontrol requeuehold {job_id}")
-        elif state == "PENDING":
-            self._check(await self.run(["scontrol", "hold", job_id], owner=owner),
-                        f"scontrol hold {job_id}")
+            order = ("requeuehold", "hold")
+        elif state in _WAITING_STATES:
+            order = ("hold", "requeuehold")
         else:
             raise BackendRejected(f"job {job_id} is {state or 'not known to Slurm'}: "
                                   f"nothing to suspend")
+        done = await self.run(["scontrol", order[0], job_id], owner=owner)
+        verb = order[0]
+        # "Job is pending execution" / "is no longer pending execution": it moved.
+        if done.returncode != 0 and "pending execution" in done.message.lower():
+            done = await self.run(["scontrol", order[1], job_id], owner=owner)
+            verb = order[1]
+        self._check(done, f"scontrol {verb} {job_id}")
 
     async def job_state(self, job_id: str) -> str:
         """The job's state as ``squeue --states=all -j JOB -o %T`` prints it ("" when

@@ -218,3 +218,32 @@ async def test_one_user_gets_a_few_suspends_a_pass(tmp_path: Path) -> None:
     assert len(backend.suspends) == SUSPENDS_PER_USER
     await e.reconcile_once()
     assert len(backend.suspends) == SUSPENDS_PER_USER + 3
+
+
+class EndingBackend(PodBackend):
+    """The job ends (the tracker records it) while the refusal is on its way."""
+
+    def __init__(self, inv: Inventory, engine_ref: list[Engine]) -> None:
+        super().__init__(inv)
+        self.engine_ref = engine_ref
+
+    async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
+        e = self.engine_ref[0]
+        rec = next(r for r in e.store.list_jobs() if r.backend_id == backend_id)
+        e.store.transition(rec.id, JobState.SUCCEEDED, "Completed", "exit code 0")
+        e._forget(rec.id)
+        raise BackendRejected(f"job {backend_id} is COMPLETED: nothing to suspend")
+
+
+async def test_a_job_that_ends_while_its_suspend_is_refused_stops_nothing(
+        tmp_path: Path) -> None:
+    ref: list[Engine] = []
+    backend = EndingBackend(pods_inventory(), ref)
+    e = _engine(tmp_path, backend)
+    ref.append(e)
+    rec = e.admit(trainjob(nodes=1), ALICE)
+    await settle(e)
+    e.set_suspend(e.store.get(rec.id), True, ALICE)
+    await e.reconcile_once()  # no IllegalTransition out of the pass
+    assert e.store.get(rec.id).state is JobState.SUCCEEDED
+    assert rec.id not in e._signals._suspend_refused

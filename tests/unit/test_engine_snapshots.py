@@ -138,6 +138,9 @@ async def test_a_refused_suspend_stays_the_reason_while_the_job_runs(engine: Eng
     from bridge.outcome import SUSPEND_REFUSED, outcome
 
     [rec] = await submitted(engine, 1)
+    job = engine.store.get(rec.id).job
+    job.spec.suspend = True  # asked for, and refused
+    engine.store.save_document(rec.id, job)
     engine.store.update(rec.id, state=JobState.RUNNING, reason=SUSPEND_REFUSED,
                         started_at=time.time())
     runs = BackendJob(backend_id=str(rec.backend_id), job_uid=rec.uid,
@@ -147,3 +150,7 @@ async def test_a_refused_suspend_stays_the_reason_while_the_job_runs(engine: Eng
                        state=BackendState.COMPLETED, native_state="COMPLETED", exit_code=0)
     move = outcome(engine.store.get(rec.id), ended)
     assert move is not None and move.state is JobState.SUCCEEDED
+    job.spec.suspend = False  # resumed: the refusal is past, the next report says Running
+    engine.store.save_document(rec.id, job)
+    move = outcome(engine.store.get(rec.id), runs)
+    assert move is not None and move.reason == "Running"

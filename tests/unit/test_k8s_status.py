@@ -150,7 +150,14 @@ def test_finished_reasons_and_messages(store: Store) -> None:
 
 
 def test_running_but_held_is_suspended(store: Store) -> None:
-    rec = in_state(store, JobState.RUNNING, suspend=True)
+    """What the world shows: asked for but not yet sent (or refused) is still running;
+    sent (reason Suspended) or shown by the back end (BackendSuspended) is suspended."""
+    asked = in_state(store, JobState.RUNNING, suspend=True)
+    assert [c["type"] for c in desired_conditions(asked)][-1] == "Running"
+    assert synthetic_jobs_status(asked)[0]["suspended"] == 0
+    refused = store.transition(asked.id, JobState.RUNNING, "SuspendRefused", "refused")
+    assert synthetic_jobs_status(refused)[0]["ready"] == 1
+    rec = store.transition(asked.id, JobState.RUNNING, "Suspended", "suspended in slurm")
     conds = desired_conditions(rec)
     assert conds[-1]["type"] == "Suspended" and conds[-1]["status"] == "True"
     running = next(c for c in conds if c["type"] == "Running")

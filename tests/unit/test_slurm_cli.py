@@ -238,3 +238,21 @@ async def test_hold_requeues_a_running_job_and_holds_a_pending_one(bindir: Path)
     assert calls.read_text().splitlines()[-1] == "requeuehold 9"
     with pytest.raises(BackendRejected):
         await cli.hold("9 --all", ME)
+
+
+async def test_hold_follows_a_job_that_starts_between_the_look_and_the_command(
+        bindir: Path) -> None:
+    """squeue said PENDING, the job started: ``hold`` answers "no longer pending
+    execution" and ``requeuehold`` is tried (and the other way round)."""
+    calls = bindir / "calls"
+    fake_sh(bindir, "squeue", 'case "$4" in 4) echo PENDING;; 3) echo RUNNING;; esac\n')
+    fake_sh(bindir, "scontrol", f'echo "$*" >> {calls}\n'
+            'case "$1 $2" in\n'
+            '  "hold 4") echo "Job is no longer pending execution for job 4" >&2; exit 1;;\n'
+            '  "requeuehold 3") echo "Job is pending execution for job 3" >&2; exit 1;;\n'
+            'esac\nexit 0\n')
+    cli = SlurmCli(path=str(bindir))
+    await cli.hold("4", ME)
+    await cli.hold("3", ME)
+    assert calls.read_text().splitlines() == ["hold 4", "requeuehold 4", "requeuehold 3",
+                                              "hold 3"]

@@ -5,6 +5,11 @@ which framework launches the ranks (torch, MPI, JAX, XGBoost, or none for a plai
 batch job) and gives defaults (``numNodes``, ``numProcPerNode``) that the TrainJob
 may override, exactly as Kubeflow Trainer merges them.
 
+Each runtime also carries a JobSet template shaped as Trainer's own (``spec.template``:
+replicated jobs, the one labelled ``trainer.kubeflow.org/trainjob-ancestor-step:
+trainer`` holding the trainer container ``node``), so the Kubeflow SDK reads the
+bridge's runtimes as it reads Trainer's.
+
 Contract: :meth:`RuntimeCatalog.resolve` returns a :class:`LaunchPlan` or raises
 :class:`bridge.model.ValidationError` naming ``spec.runtimeRef.name`` (unknown
 runtime) or the field that makes the job impossible.
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -72,19 +78,77 @@ class MpiImplementation(StrEnum):
         raise ValidationError([(where, f"unknown MPI implementation {value!r}; known: {known}")])
 
 
+#: Trainer's label marking the replicated job that runs the trainer (value ``trainer``).
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_STEP = "trainer"
+#: The trainer container's name, in every replicated job (Trainer's and the SDK's).
+NODE = "node"
+LAUNCHER = "launcher"
+#: Where a runtime's trainer container is (what an admission error names).
+TRAINER_CONTAINER_FIELD = (
+    f"spec.template.spec.replicatedJobs[{ANCESTOR_LABEL}={TRAINER_STEP}].containers[{NODE}]")
+
+#: The image of each built-in runtime's trainer container: the one table. A TrainJob
+#: without ``spec.trainer.image`` runs in it on Kubernetes (it is also what the Kubeflow
+#: SDK shows as the runtime's image). Public images, the ones upstream Trainer's own
+#: runtimes name, with pinned tags (Python's slim image for ``plain``, which Trainer
+#: lacks; the two MPI runtimes share Trainer's DeepSpeed image, which has Open MPI and
+#: sshd). Slurm and
+#: Flux run on the nodes' own software and never use it. To use other images (a
+#: mirror, an offline cluster), add a runtime of the same name (``[runtimes] paths``):
+#: it replaces the built-in one.
+BUILTIN_IMAGES: dict[str, str] = {
+    "plain": "python:3.12-slim",
+    "torch-distributed": "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
+    "mpi-distributed": "ghcr.io/kubeflow/trainer/deepspeed-runtime:v2.2.0",
+    "deepspeed-distributed": "ghcr.io/kubeflow/trainer/deepspeed-runtime:v2.2.0",
+    "jax-distributed": "nvcr.io/nvidia/jax:25.10-py3",
+    "xgboost-distributed": "ghcr.io/kubeflow/trainer/xgboost-runtime:v2.2.5",
+}
+
+
+def _replicated_job(name: str, image: str, *, trainer: bool) -> dict[str, Any]:
+    """One replicated job of a runtime template: one Job whose pods have the container
+    ``node`` in ``image``; ``trainer`` marks it as the one running the trainer."""
+    template: dict[str, Any] = {}
+    if trainer:
+        template["metadata"] = {"labels": {ANCESTOR_LABEL: TRAINER_STEP}}
+    template["spec"] = {"template": {"spec": {"containers": [{"name": NODE, "image": image}]}}}
+    return {"name": name, "replicas": 1, "template": template}
+
+
+def _template(framework: Framework, image: str) -> dict[str, Any]:
+    """The JobSet template of a built-in runtime, laid out as the bridge's JobSets are
+    (k8s_adapter/jobset.py) and as Trainer's runtimes are: MPI has a ``launcher`` (the
+    trainer: it runs the command) and ``node`` (the other ranks); the rest one ``node``.
+    It carries no command: a TrainJob brings its own (or is refused)."""
+    if framework is Framework.MPI:
+        jobs = [_replicated_job(LAUNCHER, image, trainer=True),
+                _replicated_job(NODE, image, trainer=False)]
+    else:
+        jobs = [_replicated_job(NODE, image, trainer=True)]
+    return {"spec": {"replicatedJobs": jobs}}
+
+
 def _runtime(name: str, framework: Framework, policy: dict[str, Any],
              num_nodes: int = 1) -> ClusterTrainingRuntime:
+    """A runtime ``name``; its template is there when :data:`BUILTIN_IMAGES` has an
+    image for it (``template: {}`` otherwise: a runtime without trainer container)."""
     ml: dict[str, Any] = {"numNodes": num_nodes}
     if framework is not Framework.PLAIN:
         ml[framework.value] = policy
+    image = BUILTIN_IMAGES.get(name)
     return ClusterTrainingRuntime(
         metadata=ObjectMeta(name=name, labels={FRAMEWORK_LABEL: framework.value}),
-        spec=TrainingRuntimeSpec(ml_policy=MLPolicy.model_validate(ml)),
+        spec=TrainingRuntimeSpec(ml_policy=MLPolicy.model_validate(ml),
+                                 template=_template(framework, image) if image else {}),
     )
 
 
 def builtin_runtimes() -> list[ClusterTrainingRuntime]:
-    """The runtimes every bridge knows, named as Kubeflow Trainer names its own."""
+    """The runtimes every bridge knows, named as Kubeflow Trainer names its own, each
+    with a Trainer-shaped template (images: :data:`BUILTIN_IMAGES`). The one source of
+    both the in-process catalogue and the chart's YAML (:func:`runtimes_yaml`)."""
     return [
         _runtime("plain", Framework.PLAIN, {}),
         _runtime("torch-distributed", Framework.TORCH, {"numProcPerNode": "auto"}),
@@ -99,6 +163,31 @@ def builtin_runtimes() -> list[ClusterTrainingRuntime]:
         _runtime("jax-distributed", Framework.JAX, {"numProcPerNode": 1}),
         _runtime("xgboost-distributed", Framework.XGBOOST, {"numProcPerNode": 1}),
     ]
+
+
+def _mapping(value: object, key: str) -> Mapping[str, Any]:
+    """``value[key]`` when both are mappings, else an empty mapping."""
+    found = value.get(key) if isinstance(value, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def trainer_container(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The trainer container of a runtime's JobSet template, found as Trainer and the
+    Kubeflow SDK find it: the container named ``node`` in the first replicated job
+    whose template is labelled ``trainer.kubeflow.org/trainjob-ancestor-step:
+    trainer``. ``None`` when there is none (also for a template of another shape)."""
+    jobs = _mapping(template, "spec").get("replicatedJobs")
+    for rjob in jobs if isinstance(jobs, list) else []:
+        job_template = _mapping(rjob, "template")
+        if _mapping(_mapping(job_template, "metadata"), "labels").get(
+                ANCESTOR_LABEL) != TRAINER_STEP:
+            continue
+        pod_spec = _mapping(_mapping(_mapping(job_template, "spec"), "template"), "spec")
+        containers = pod_spec.get("containers")
+        for container in containers if isinstance(containers, list) else []:
+            if isinstance(container, Mapping) and container.get("name") == NODE:
+                return container
+    return None
 
 
 def runtimes_yaml() -> str:
@@ -253,3 +342,4 @@ class RuntimeCatalog:
             batch_script=script,
             mpi_implementation=mpi,
         )
+

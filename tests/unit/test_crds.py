@@ -330,6 +330,18 @@ def test_examples_are_accepted_and_kept_whole(path: Path) -> None:
     assert load_document(stored).to_dict() == load_document(doc).to_dict()
 
 
+def test_the_charts_runtimes_are_accepted_and_kept_whole() -> None:
+    docs = [d for d in yaml.safe_load_all(
+        (REPO / "charts/hpc-bridge/files/runtimes.yaml").read_text()) if d]
+    assert docs
+    for doc in docs:
+        assert model_accepts(doc)
+        stored, errors, pruned = check(doc["kind"], doc)
+        assert errors == [] and pruned == [], doc["metadata"]["name"]
+        assert stored["spec"]["template"] == doc["spec"]["template"]  # Trainer's shape, kept
+        assert load_document(stored).to_dict() == load_document(doc).to_dict()
+
+
 def test_numnodes_zero_is_refused_by_both() -> None:
     doc = yaml.safe_load((REPO / "examples/trainjob-plain.yaml").read_text())
     doc["spec"]["trainer"]["numNodes"] = 0

@@ -1,0 +1,116 @@
+"""The built-in runtimes read as Kubeflow Trainer's do (bridge/runtimes.py).
+
+:func:`sdk_problems` mirrors what the Kubeflow Python SDK (``kubeflow`` 0.5.0,
+``TrainerClient.list_runtimes`` / ``get_runtime``) needs of a ClusterTrainingRuntime:
+the framework label, ``spec.mlPolicy``, ``spec.template.spec.replicatedJobs`` each with
+a pod spec, and a replicated job labelled ``trainjob-ancestor-step: trainer`` whose pod
+template has a container ``node`` with an image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bridge.model import ClusterTrainingRuntime, load_document
+from bridge.runtimes import (
+    ANCESTOR_LABEL,
+    BUILTIN_IMAGES,
+    FRAMEWORK_LABEL,
+    builtin_runtimes,
+    trainer_container,
+)
+
+CHART_RUNTIMES = Path(__file__).resolve().parents[2] / "charts/hpc-bridge/files/runtimes.yaml"
+
+
+def sdk_problems(doc: dict[str, Any]) -> list[str]:
+    """Why the Kubeflow SDK could not read ``doc`` as a runtime (empty: it can)."""
+    problems = []
+    if not doc.get("metadata", {}).get("labels", {}).get(FRAMEWORK_LABEL):
+        problems.append(f"no label {FRAMEWORK_LABEL}")
+    spec = doc.get("spec", {})
+    if not isinstance(spec.get("mlPolicy"), dict):
+        problems.append("no spec.mlPolicy")
+    jobs = spec.get("template", {}).get("spec", {}).get("replicatedJobs")
+    if not (isinstance(jobs, list) and jobs):
+        return [*problems, "no spec.template.spec.replicatedJobs"]
+    images = []
+    for rjob in jobs:
+        template = rjob.get("template", {})
+        pod = template.get("spec", {}).get("template", {}).get("spec")
+        if not (rjob.get("name") and isinstance(pod, dict)):
+            problems.append(f"replicated job {rjob.get('name')!r}: no name or pod spec")
+            continue
+        if template.get("metadata", {}).get("labels", {}).get(ANCESTOR_LABEL) != "trainer":
+            continue
+        images += [c.get("image") for c in pod.get("containers", []) if c.get("name") == "node"]
+    if not any(isinstance(i, str) and i for i in images):
+        problems.append("no trainer container: a container 'node' with an image in a "
+                        f"replicated job labelled {ANCESTOR_LABEL}=trainer")
+    return problems
+
+
+def chart_documents() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(CHART_RUNTIMES.read_text()) if d]
+
+
+# --------------------------------------------------------------------------- shape
+
+
+def test_the_sdk_checker_refuses_what_the_sdk_refuses() -> None:
+    doc = builtin_runtimes()[0].to_dict()
+    assert sdk_problems(doc) == []
+    assert any("trainer container" in p for p in sdk_problems(
+        {**doc, "spec": {**doc["spec"], "template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": {
+                "containers": [{"name": "node", "image": "x"}]}}}}}]}}}}))  # no label
+    assert "no spec.template.spec.replicatedJobs" in sdk_problems(
+        {**doc, "spec": {"mlPolicy": {}, "template": {}}})
+
+
+@pytest.mark.parametrize("doc", chart_documents(), ids=lambda d: d["metadata"]["name"])
+def test_the_charts_runtimes_are_readable_by_the_sdk(doc: dict[str, Any]) -> None:
+    assert sdk_problems(doc) == []
+    # The model keeps the template whole (what the daemon loads from such a file).
+    loaded = load_document(doc)
+    assert isinstance(loaded, ClusterTrainingRuntime)
+    assert loaded.spec.template == doc["spec"]["template"]
+
+
+def test_every_built_in_runtime_has_its_image_from_the_one_table() -> None:
+    runtimes = builtin_runtimes()
+    assert [r.metadata.name for r in runtimes] == list(BUILTIN_IMAGES)
+    for runtime in runtimes:
+        assert sdk_problems(runtime.to_dict()) == [], runtime.metadata.name
+        container = trainer_container(runtime.spec.template)
+        assert container is not None
+        assert container["image"] == BUILTIN_IMAGES[runtime.metadata.name]
+        assert "command" not in container  # a job brings its own command, or is refused
+
+
+@pytest.mark.parametrize("name", ["mpi-distributed", "deepspeed-distributed"])
+def test_mpi_runtimes_have_a_launcher_that_is_the_trainer_and_nodes(name: str) -> None:
+    runtime = next(r for r in builtin_runtimes() if r.metadata.name == name)
+    jobs = runtime.spec.template["spec"]["replicatedJobs"]
+    assert [j["name"] for j in jobs] == ["launcher", "node"]
+    launcher, node = jobs
+    assert launcher["replicas"] == 1
+    assert launcher["template"]["metadata"]["labels"] == {ANCESTOR_LABEL: "trainer"}
+    assert "metadata" not in node["template"]
+
+
+@pytest.mark.parametrize("template", [
+    {}, {"spec": []}, {"spec": {"replicatedJobs": {}}}, {"spec": {"replicatedJobs": [1]}},
+    {"spec": {"replicatedJobs": [{"template": {"metadata": {"labels": [1]}}}]}},
+    {"spec": {"replicatedJobs": [{"template": {
+        "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+        "spec": {"template": {"spec": {"containers": [1, {"name": "other"}]}}}}}]}},
+    {"spec": {"replicatedJobs": [{"template": {  # a node container, but not the trainer's
+        "metadata": {"labels": {ANCESTOR_LABEL: "dataset-initializer"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "x"}]}}}}}]}},
+])
+def test_a_template_of_another_shape_has_no_trainer_container(template: Any) -> None:
+    assert trainer_container(template) is None

@@ -8,11 +8,13 @@ may override, exactly as Kubeflow Trainer merges them.
 Each runtime also carries a JobSet template shaped as Trainer's own (``spec.template``:
 replicated jobs, the one labelled ``trainer.kubeflow.org/trainjob-ancestor-step:
 trainer`` holding the trainer container ``node``), so the Kubeflow SDK reads the
-bridge's runtimes as it reads Trainer's.
+bridge's runtimes as it reads Trainer's. The trainer container gives the job's image
+and, when the TrainJob has none, its command (see :meth:`RuntimeCatalog.resolve`).
 
 Contract: :meth:`RuntimeCatalog.resolve` returns a :class:`LaunchPlan` or raises
 :class:`bridge.model.ValidationError` naming ``spec.runtimeRef.name`` (unknown
-runtime) or the field that makes the job impossible.
+runtime, or a trainer container whose image/command has the wrong type) or the field
+that makes the job impossible.
 """
 
 from __future__ import annotations
@@ -295,6 +297,20 @@ class RuntimeCatalog:
         return found
 
     def resolve(self, job: TrainJob) -> LaunchPlan:
+        """``job`` merged with its runtime, as Kubeflow Trainer merges them.
+
+        The runtime's ``mlPolicy`` gives ``numNodes`` and ``numProcPerNode`` where the
+        TrainJob has none. Its trainer container (:func:`trainer_container`) fills
+        what the TrainJob leaves out, and only that: the image when
+        ``spec.trainer.image`` is unset; the command (with the container's args, unless
+        ``spec.trainer.args`` is set) when the job has neither ``spec.trainer.command``
+        nor a batch script. A job with its own command never gets the runtime's args
+        (Trainer would keep them; appending them to a user's command is never what
+        was meant). On every back end the runtime's command is the job's command: on
+        Slurm and Flux it runs through ``mpi-launch`` as a TrainJob's own would; the
+        image is used by the Kubernetes back end only. No command from either side
+        (and no script) raises :class:`ValidationError` naming ``spec.trainer.command``.
+        """
         runtime = self.get(job)
         policy = runtime.spec.ml_policy or MLPolicy()
         framework = Framework(
@@ -316,11 +332,18 @@ class RuntimeCatalog:
         )
         procs: int | None = None if raw_procs in ("auto", "cpu", "gpu", None) else int(raw_procs)
         script = script_of(job)
+        container = _RuntimeContainer.of(runtime)
         command = tuple(trainer.command or ()) if trainer else ()
+        args = tuple(trainer.args or ()) if trainer else ()
+        if not script and not command:
+            command = container.command
+            if not (trainer and trainer.args is not None):
+                args = container.args
         if not script and not command:
             raise ValidationError([(
                 "spec.trainer.command",
-                "required: the job needs a command (or a batch script from tbatch)",
+                "required: the job needs a command (or a batch script from tbatch); "
+                f"runtime {runtime.metadata.name!r} gives none",
             )])
         env = tuple(
             (e.name, e.value or "") for e in (trainer.env or []) if e.value_from is None
@@ -335,11 +358,42 @@ class RuntimeCatalog:
             framework=framework,
             num_nodes=num_nodes,
             proc_per_node=procs,
-            image=trainer.image if trainer else None,
+            image=(trainer.image if trainer else None) or container.image,
             command=command,
-            args=tuple(trainer.args or ()) if trainer else (),
+            args=args,
             env=env,
             batch_script=script,
             mpi_implementation=mpi,
         )
 
+
+@dataclass(frozen=True)
+class _RuntimeContainer:
+    """What a runtime's trainer container offers a job: image, command, args."""
+
+    image: str | None = None
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, runtime: ClusterTrainingRuntime | TrainingRuntime) -> _RuntimeContainer:
+        """The trainer container of ``runtime`` (empty when it has none). Raises
+        :class:`ValidationError` naming the runtime for an image that is not a
+        non-empty string or a command/args that is not a list of strings."""
+        container = trainer_container(runtime.spec.template)
+        if container is None:
+            return cls()
+        where = f"spec.runtimeRef.name: runtime {runtime.metadata.name!r} {TRAINER_CONTAINER_FIELD}"
+        image = container.get("image")
+        if image is not None and not (isinstance(image, str) and image):
+            raise ValidationError([(f"{where}.image", "must be a non-empty string")])
+
+        def strings(key: str) -> tuple[str, ...]:
+            value = container.get(key)
+            if value is None:
+                return ()
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise ValidationError([(f"{where}.{key}", "must be a list of strings")])
+            return tuple(value)
+
+        return cls(image=image, command=strings("command"), args=strings("args"))

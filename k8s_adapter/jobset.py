@@ -279,14 +279,17 @@ def _replicated_job(rjob: str, count: int, pod: dict[str, Any],
 
 def render_jobset(request: SubmitRequest, options: JobSetOptions,
                   owner_reference: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The JobSet for ``request``. Raises :class:`BackendRejected` for a job that
-    cannot run on Kubernetes (no image, a runtime patch that is not a mapping)."""
+    """The JobSet for ``request``. The image is the plan's (the TrainJob's, else its
+    runtime's trainer container's: :meth:`bridge.runtimes.RuntimeCatalog.resolve`), else
+    ``options.default_image``. Raises :class:`BackendRejected` for a job that cannot run
+    on Kubernetes (no image from any of them, a runtime patch that is not a mapping)."""
     job = request.job
     plan = request.plan
     image = plan.image or options.default_image
     if not image:
         raise BackendRejected("spec.trainer.image: required by the Kubernetes back end "
-                              "(the job names no image and the back end has no default_image)")
+                              "(neither the job nor its runtime names an image and the "
+                              "back end has no default_image)")
     name = jobset_name(request)
     labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, UID_LABEL: request.job_uid,
               JOB_ID_LABEL: str(request.job_id), TRAINJOB_NAME_LABEL: job.metadata.name}

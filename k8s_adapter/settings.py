@@ -29,6 +29,8 @@ class KubernetesSettings(KubeConnection):
     ``allow_privileges`` are read by :func:`k8s_adapter.access.access_policy`, which
     checks them and names the key."""
 
+    #: The image of a job whose TrainJob and runtime name none (every built-in runtime
+    #: names one).
     default_image: str | None = None
     service_account: str | None = None
     scheduler_name: str | None = None

@@ -5,7 +5,7 @@ Imported by tests/integration/conftest.py, so every integration test may ask for
 namespace ``hpcb-<6 hex>``, deleted afterwards without waiting) and ``k8s_alice`` (a
 started daemon whose Kubernetes back end maps alice to that namespace as its service
 account ``alice``, lets the scheduler place pods and runs ``busybox:1.36`` for jobs that
-name no image: what tbatch over the socket needs). As in
+name no image and whose runtime names none: the built-in runtimes name one). As in
 conftest_slurm.py, each fixture function is named ``*_fixture`` and registered
 under the short name. Under ``CI=true`` a missing bed FAILS the tests; elsewhere
 they skip with the reason. The helpers live in ``tests/integration/k8sbed.py``.

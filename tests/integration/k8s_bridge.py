@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.integration.bed import Daemon, fresh_daemon_dir
+from tests.integration.bed import REPO, Daemon, fresh_daemon_dir
 from tests.integration.k8sbed import MANAGED_BY, K8sBed
 
 TRAINJOBS = "trainjobs.trainer.kubeflow.org"
 JOBSETS = "jobsets.jobset.x-k8s.io"
 KWOK_FAIL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+#: An admin's runtime with no trainer container (no image): ``mpich-distributed``.
+IMAGELESS_RUNTIME = REPO / "examples" / "runtimes" / "mpich-distributed.yaml"
 
 
 def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
@@ -41,6 +43,7 @@ def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
                   {"kubeconfig": kubeconfig, "placement": "nodelist",
                    "topology_labels": labels},
                   backend_name="kubernetes", backend_kind="kubernetes",
+                  runtime_paths=[str(IMAGELESS_RUNTIME)],
                   engine_settings={"max_parallel_submits": parallel_submits},
                   extra_toml="\n".join(extra) + "\n")
 

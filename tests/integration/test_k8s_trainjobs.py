@@ -162,7 +162,7 @@ def test_malformed_trainjobs_fail_with_a_readable_message_and_nothing_crashes(
     apply(k8s, ns,
           trainjob("unknown-runtime", runtime="no-such-runtime"),
           trainjob("zero-nodes", nodes=0),
-          trainjob("no-image", image=None),
+          trainjob("no-image", image=None, runtime="mpich-distributed"),  # nor the runtime
           trainjob("not-allowed", backend="flux"),
           trainjob("hostile", command=["sh", "-c", "echo $(id) `uname`; rm -rf / ;'\"\\"]))
 

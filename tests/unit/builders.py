@@ -17,6 +17,7 @@ from bridge.model import (
     ANN_SCHEDULING,
     TrainJob,
     ensure_identity,
+    load_document,
     load_trainjob,
 )
 from bridge.placement import Placement
@@ -37,6 +38,21 @@ IMAGE = "registry.example/train:1"
 #: A string every quoting layer must carry through unchanged.
 HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `touch /tmp/pwned` ${HOME} ; rm -rf / # é✓"
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
+
+
+# --------------------------------------------------------------------------- runtimes
+
+
+def bare_catalog(name: str = "torch-bare", framework: str = "torch") -> RuntimeCatalog:
+    """The built-in catalogue plus the ClusterTrainingRuntime ``name`` of ``framework``
+    with ``template: {}``: a runtime with no trainer container (no image, no command)."""
+    policy = {"numNodes": 1} | ({} if framework == "plain" else {framework: {}})
+    runtime = load_document({
+        "apiVersion": API_VERSION, "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": framework}},
+        "spec": {"mlPolicy": policy}})
+    assert not isinstance(runtime, TrainJob)
+    return RuntimeCatalog([runtime])
 
 
 # --------------------------------------------------------------------------- TrainJobs

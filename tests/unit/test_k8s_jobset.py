@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from bridge.backend import BackendRejected, BackendState, SubmitRequest
 from bridge.model import ANN_SCHEDULING, TrainJob, load_document
 from bridge.placement import Placement
-from bridge.runtimes import RuntimeCatalog
+from bridge.runtimes import BUILTIN_IMAGES, RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from k8s_adapter.jobset import (
     COMPLETION_INDEX,
@@ -327,14 +327,24 @@ def test_batch_script_is_one_bash_argument() -> None:
 
 
 def test_missing_image_is_refused_naming_the_field() -> None:
-    job = trainjob(image=None)
+    bare = builders.bare_catalog()  # a runtime without trainer container: no image
+    job = trainjob("torch-bare", image=None)
     with pytest.raises(BackendRejected, match=r"spec\.trainer\.image"):
-        render_jobset(request(job), OPTS)
-    body = render_jobset(request(job), JobSetOptions(default_image="default:1"))
+        render_jobset(request(job, catalog=bare), OPTS)
+    body = render_jobset(request(job, catalog=bare), JobSetOptions(default_image="default:1"))
     assert container(body)["image"] == "default:1"
     # The job's own image wins over the default.
     body = render_jobset(request(trainjob()), JobSetOptions(default_image="default:1"))
     assert container(body)["image"] == IMAGE
+
+
+@pytest.mark.parametrize("runtime", ["torch-distributed", "mpi-distributed", "plain"])
+def test_the_runtimes_image_is_used_when_the_job_names_none(runtime: str) -> None:
+    body = render_jobset(request(trainjob(runtime, image=None)),
+                         JobSetOptions(default_image="default:1"))
+    rjob = "launcher" if runtime.startswith("mpi") else "node"
+    assert container(body, rjob)["image"] == BUILTIN_IMAGES[runtime]
+    assert container(body, rjob)["command"] == ["torchrun", "train.py"]  # the job's
 
 
 # --------------------------------------------------------------------------- names

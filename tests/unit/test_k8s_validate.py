@@ -11,25 +11,26 @@ import pytest
 
 from bridge.backend import BackendRejected, Owner, SubmitRequest, Validating
 from bridge.model import ensure_identity, load_trainjob
-from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import scheduling_of
 from k8s_adapter.backend import create as create_k8s
+from tests.unit.builders import bare_catalog
 
 ALICE = Owner(uid=1001, gid=1001, user="alice")
 
 
-def request(patch: Any | None = None, image: str | None = "img:1") -> SubmitRequest:
+def request(patch: Any | None = None, image: str | None = "img:1",
+            runtime: str = "torch-distributed") -> SubmitRequest:
     trainer: dict[str, Any] = {"numNodes": 2, "command": ["true"]}
     if image:
         trainer["image"] = image
-    spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer}
+    spec: dict[str, Any] = {"runtimeRef": {"name": runtime}, "trainer": trainer}
     if patch is not None:
         spec["runtimePatches"] = [patch]
     job = ensure_identity(load_trainjob({"apiVersion": "trainer.kubeflow.org/v1alpha1",
                                          "kind": "TrainJob", "metadata": {"name": "x"},
                                          "spec": spec}))
     return SubmitRequest(job_uid=job.metadata.uid or "", job_id=0, job=job,
-                         plan=RuntimeCatalog().resolve(job), options=scheduling_of(job),
+                         plan=bare_catalog().resolve(job), options=scheduling_of(job),
                          owner=ALICE)
 
 
@@ -52,8 +53,9 @@ def test_a_patch_of_the_wrong_shape_is_refused_at_admission(patch: Any) -> None:
 def test_no_image_and_no_default_is_refused_at_admission() -> None:
     backend = create_k8s("kubernetes", {"kubeconfig": "/nonexistent"})
     with pytest.raises(BackendRejected, match=r"spec\.trainer\.image: required"):
-        backend.validate(request(image=None))
+        backend.validate(request(image=None, runtime="torch-bare"))  # nor the runtime
     backend.validate(request())  # a good job passes
+    backend.validate(request(image=None))  # the built-in runtime gives the image
     with_default = create_k8s("kubernetes", {"kubeconfig": "/nonexistent",
                                              "default_image": "busybox:1.36"})
-    with_default.validate(request(image=None))
+    with_default.validate(request(image=None, runtime="torch-bare"))

@@ -1,4 +1,5 @@
-"""The built-in runtimes read as Kubeflow Trainer's do (bridge/runtimes.py).
+"""The built-in runtimes read as Kubeflow Trainer's do, and their trainer container
+fills what a TrainJob leaves out (bridge/runtimes.py).
 
 :func:`sdk_problems` mirrors what the Kubeflow Python SDK (``kubeflow`` 0.5.0,
 ``TrainerClient.list_runtimes`` / ``get_runtime``) needs of a ClusterTrainingRuntime:
@@ -14,14 +15,17 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge.model import ClusterTrainingRuntime, load_document
+from bridge.model import ClusterTrainingRuntime, TrainJob, load_document
 from bridge.runtimes import (
     ANCESTOR_LABEL,
     BUILTIN_IMAGES,
     FRAMEWORK_LABEL,
+    Framework,
+    RuntimeCatalog,
     builtin_runtimes,
     trainer_container,
 )
+from tests.unit.builders import bare_catalog, trainjob
 
 CHART_RUNTIMES = Path(__file__).resolve().parents[2] / "charts/hpc-bridge/files/runtimes.yaml"
 
@@ -114,3 +118,80 @@ def test_mpi_runtimes_have_a_launcher_that_is_the_trainer_and_nodes(name: str) -
 ])
 def test_a_template_of_another_shape_has_no_trainer_container(template: Any) -> None:
     assert trainer_container(template) is None
+
+
+# --------------------------------------------------------------------------- resolve
+
+
+def runtime_with(name: str, container: dict[str, Any]) -> RuntimeCatalog:
+    """The built-in catalogue plus torch runtime ``name`` whose trainer container is
+    ``container`` (name ``node`` added)."""
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+           "metadata": {"name": name, "labels": {FRAMEWORK_LABEL: "torch"}},
+           "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
+               "replicatedJobs": [{"name": "node", "template": {
+                   "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+                   "spec": {"template": {"spec": {"containers": [
+                       {"name": "node", **container}]}}}}}]}}}}
+    runtime = load_document(doc)
+    assert not isinstance(runtime, TrainJob)
+    return RuntimeCatalog([runtime])
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_IMAGES))
+def test_the_image_comes_from_the_runtime_unless_the_job_names_one(name: str) -> None:
+    catalog = RuntimeCatalog()
+    assert catalog.resolve(trainjob(name, command=["true"])).image == BUILTIN_IMAGES[name]
+    assert catalog.resolve(trainjob(name, command=["true"], image="mine:1")).image == "mine:1"
+
+
+def test_a_runtime_without_trainer_container_gives_no_image() -> None:
+    plan = bare_catalog().resolve(trainjob("torch-bare", command=["true"]))
+    assert plan.image is None and plan.framework is Framework.TORCH
+
+
+def test_the_command_comes_from_the_runtime_only_when_the_job_has_none() -> None:
+    catalog = runtime_with("demo", {"image": "demo:1", "command": ["python", "demo.py"],
+                                    "args": ["--epochs", "1"]})
+    plan = catalog.resolve(trainjob("demo"))
+    assert (plan.image, plan.command, plan.args) == (
+        "demo:1", ("python", "demo.py"), ("--epochs", "1"))
+    # The job's args replace the runtime's; the runtime's command stays.
+    plan = catalog.resolve(trainjob("demo", args=["--epochs", "9"]))
+    assert (plan.command, plan.args) == (("python", "demo.py"), ("--epochs", "9"))
+    # A job with its own command gets neither the runtime's command nor its args.
+    plan = catalog.resolve(trainjob("demo", command=["torchrun", "mine.py"], image="mine:1"))
+    assert (plan.image, plan.command, plan.args) == ("mine:1", ("torchrun", "mine.py"), ())
+    # A batch script is what runs: the runtime's command does not come with it.
+    plan = catalog.resolve(trainjob("demo", script="#!/bin/sh\necho hi\n"))
+    assert plan.batch_script == "#!/bin/sh\necho hi\n" and plan.command == ()
+    assert plan.image == "demo:1"
+
+
+@pytest.mark.parametrize("runtime", ["plain", "torch-distributed", "mpi-distributed"])
+def test_no_command_anywhere_is_still_refused_naming_the_field(runtime: str) -> None:
+    with pytest.raises(ValueError, match=r"spec\.trainer\.command: required.*"
+                                         rf"runtime '{runtime}' gives none"):
+        RuntimeCatalog().resolve(trainjob(runtime, image="x:1"))
+    with pytest.raises(ValueError, match=r"spec\.trainer\.command: required"):
+        runtime_with("imageonly", {"image": "x:1"}).resolve(trainjob("imageonly", args=["a"]))
+
+
+@pytest.mark.parametrize(("container", "field"), [
+    ({"image": 5}, "image"), ({"image": ""}, "image"),
+    ({"image": "x", "command": "python t.py"}, "command"),
+    ({"image": "x", "command": ["python"], "args": [1]}, "args"),
+])
+def test_a_malformed_trainer_container_is_refused_naming_the_runtime(
+        container: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=rf"spec\.runtimeRef\.name: runtime 'bad' .*"
+                                         rf"containers\[node\]\.{field}: must be"):
+        runtime_with("bad", container).resolve(trainjob("bad", command=["true"]))
+
+
+def test_a_job_from_the_sdk_gets_the_runtimes_image() -> None:
+    """The SDK's TrainJob names the runtime and a command, and no image."""
+    job = trainjob("torch-distributed", nodes=2, command=["bash", "-c", "torchrun t.py"])
+    plan = RuntimeCatalog().resolve(job)
+    assert plan.image == BUILTIN_IMAGES["torch-distributed"]
+    assert plan.command == ("bash", "-c", "torchrun t.py") and plan.num_nodes == 2

@@ -96,9 +96,9 @@ TRAINER_CONTAINER_FIELD = (
 #: runtimes name, with pinned tags (Python's slim image for ``plain``, which Trainer
 #: lacks; the two MPI runtimes share Trainer's DeepSpeed image, which has Open MPI and
 #: sshd). Slurm and
-#: Flux run on the nodes' own software and never use it. To use other images (a
-#: mirror, an offline cluster), add a runtime of the same name (``[runtimes] paths``):
-#: it replaces the built-in one.
+#: Flux run on the nodes' own software and never use it. A back end's own
+#: ``default_image`` (a mirror, an offline cluster) goes before these
+#: (``LaunchPlan.builtin_image``); an admin's runtime of the same name replaces one.
 BUILTIN_IMAGES: dict[str, str] = {
     "plain": "python:3.12-slim",
     "torch-distributed": "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
@@ -225,6 +225,9 @@ class LaunchPlan:
     #: The MPI implementation (MPI runtimes; ``None`` for the others).
     mpi_implementation: MpiImplementation | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The image is a built-in runtime's (:data:`BUILTIN_IMAGES`), not one the job or
+    #: an admin's runtime chose: a back end's own default image goes first.
+    builtin_image: bool = False
 
 
 def load_runtime_files(patterns: list[str]) -> list[ClusterTrainingRuntime | TrainingRuntime]:
@@ -267,6 +270,8 @@ class RuntimeCatalog:
         self._cluster: dict[str, ClusterTrainingRuntime] = {
             r.metadata.name: r for r in builtin_runtimes()
         }
+        #: The built-in runtimes themselves (one an admin replaces is no longer one).
+        self._builtin = set(map(id, self._cluster.values()))
         self._namespaced: dict[tuple[str, str], TrainingRuntime] = {}
         for r in extra or []:
             self.add(r)
@@ -359,6 +364,11 @@ class RuntimeCatalog:
             num_nodes=num_nodes,
             proc_per_node=procs,
             image=(trainer.image if trainer else None) or container.image,
+            builtin_image=not (trainer and trainer.image) and bool(container.image)
+            and id(runtime) in self._builtin,
+            # The runtime's JobSet template: what the Kubernetes back end keeps of it
+            # (restart policy, backoff: k8s_adapter/trainer_layout.py).
+            extra={"template": runtime.spec.template} if runtime.spec.template else {},
             command=command,
             args=args,
             env=env,

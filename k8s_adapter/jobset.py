@@ -281,11 +281,14 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
                   owner_reference: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JobSet for ``request``. The image is the plan's (the TrainJob's, else its
     runtime's trainer container's: :meth:`bridge.runtimes.RuntimeCatalog.resolve`), else
-    ``options.default_image``. Raises :class:`BackendRejected` for a job that cannot run
-    on Kubernetes (no image from any of them, a runtime patch that is not a mapping)."""
+    ``options.default_image``; the site's ``default_image`` goes before a built-in
+    runtime's image (``plan.builtin_image``: a mirror for an offline cluster). Raises
+    :class:`BackendRejected` for a job that cannot run on Kubernetes (no image from any
+    of them, a runtime patch that is not a mapping)."""
     job = request.job
     plan = request.plan
-    image = plan.image or options.default_image
+    image = ((options.default_image or plan.image) if plan.builtin_image
+             else plan.image or options.default_image)
     if not image:
         raise BackendRejected("spec.trainer.image: required by the Kubernetes back end "
                               "(neither the job nor its runtime names an image and the "

@@ -340,11 +340,18 @@ def test_missing_image_is_refused_naming_the_field() -> None:
 
 @pytest.mark.parametrize("runtime", ["torch-distributed", "mpi-distributed", "plain"])
 def test_the_runtimes_image_is_used_when_the_job_names_none(runtime: str) -> None:
-    body = render_jobset(request(trainjob(runtime, image=None)),
-                         JobSetOptions(default_image="default:1"))
+    """A built-in runtime's image, unless the site set ``default_image`` (a mirror for
+    an offline cluster): that goes first; the job's own image goes before both."""
     rjob = "launcher" if runtime.startswith("mpi") else "node"
+    body = render_jobset(request(trainjob(runtime, image=None)), JobSetOptions())
     assert container(body, rjob)["image"] == BUILTIN_IMAGES[runtime]
     assert container(body, rjob)["command"] == ["torchrun", "train.py"]  # the job's
+    site = render_jobset(request(trainjob(runtime, image=None)),
+                         JobSetOptions(default_image="mirror.site/trainer:1"))
+    assert container(site, rjob)["image"] == "mirror.site/trainer:1"
+    own = render_jobset(request(trainjob(runtime, image="mine:2")),
+                        JobSetOptions(default_image="mirror.site/trainer:1"))
+    assert container(own, rjob)["image"] == "mine:2"
 
 
 # --------------------------------------------------------------------------- names

@@ -145,6 +145,20 @@ def test_the_image_comes_from_the_runtime_unless_the_job_names_one(name: str) ->
     assert catalog.resolve(trainjob(name, command=["true"], image="mine:1")).image == "mine:1"
 
 
+def test_only_a_built_in_runtimes_image_yields_to_the_sites_default() -> None:
+    """``builtin_image``: the image is this project's default (a back end's
+    ``default_image`` goes first), not the job's nor an admin's runtime's."""
+    catalog = RuntimeCatalog()
+    plan = catalog.resolve(trainjob("torch-distributed", command=["true"]))
+    assert plan.builtin_image and plan.extra["template"]["spec"]["replicatedJobs"]
+    assert not catalog.resolve(trainjob("torch-distributed", command=["true"],
+                                        image="mine:1")).builtin_image
+    # An admin's runtime of the same name replaces the built-in one: its image stands.
+    admins = runtime_with("torch-distributed", {"image": "site/torch:1"})
+    plan = admins.resolve(trainjob("torch-distributed", command=["true"]))
+    assert (plan.image, plan.builtin_image) == ("site/torch:1", False)
+
+
 def test_a_runtime_without_trainer_container_gives_no_image() -> None:
     plan = bare_catalog().resolve(trainjob("torch-bare", command=["true"]))
     assert plan.image is None and plan.framework is Framework.TORCH

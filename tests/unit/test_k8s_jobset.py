@@ -35,6 +35,7 @@ from k8s_adapter.jobset import (
     UID_LABEL,
     JobSetOptions,
     backend_job_from_jobset,
+    container_failure,
     failure_message,
     hostfile_configmap,
     hostfile_configmap_name,
@@ -828,3 +829,17 @@ def test_failure_message() -> None:
                                                           "message": "boom"}}}]}}]
     assert failure_message(pods) == "pod p1: container node Error, exit code 3: boom"
     assert failure_message(pods[:1]) is None
+
+
+def test_a_container_restarted_in_its_pod_is_a_failure() -> None:
+    """restartPolicy OnFailure: the pod stays Running; its last termination says why."""
+    restarted = {"metadata": {"name": "p0"}, "status": {"phase": "Running", "containerStatuses": [
+        {"name": "node", "restartCount": 1, "state": {"running": {}},
+         "lastState": {"terminated": {"exitCode": 7, "reason": "Error"}}}]}}
+    assert container_failure(restarted) == (7, "container node Error, exit code 7")
+    clean = copy.deepcopy(restarted)
+    clean["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] = 0
+    assert container_failure(clean) is None
+    done = copy.deepcopy(restarted)
+    done["status"]["phase"] = "Succeeded"
+    assert container_failure(done) is None

@@ -144,9 +144,12 @@ class JobCache:
         if node:
             pods.nodes[name] = str(node)
         status = obj.get("status") or {}
+        failure = container_failure(obj)
         if status.get("phase") == "Failed":
-            pods.failed[name] = container_failure(obj) or (
+            pods.failed[name] = failure or (
                 None, status.get("reason") or status.get("message") or "pod failed")
+        elif failure is not None:  # a container restarted in place (OnFailure)
+            pods.failed[name] = failure
         index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
         rjob = (meta.get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name")
         if index == "0" and (pods.first is None or rjob == "launcher"):

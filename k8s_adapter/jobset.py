@@ -1,25 +1,41 @@
 """TrainJob → JobSet, as Kubeflow Trainer lays it out (pure functions).
 
-Layout (``jobset.x-k8s.io/v1alpha2``), one JobSet per TrainJob, named like it:
+Layout (``jobset.x-k8s.io/v1alpha2``), one JobSet per TrainJob, named like it; what
+Trainer's controller decides is in :mod:`k8s_adapter.trainer_layout` (and checked
+against a fixture derived from Trainer's source: tests/unit/test_trainer_layout.py):
 
 * replicatedJob ``node`` (1 Job, ``parallelism = completions = numNodes``,
-  ``completionMode: Indexed``, ``backoffLimit: 0``), container ``node``;
+  ``completionMode: Indexed``), container ``node``; the pod ``restartPolicy`` and the
+  Job's ``backoffLimit`` are the runtime template's, else what Trainer's JobSets get
+  (``OnFailure``; ``backoffLimit`` unset, so Kubernetes' 6); no JobSet
+  ``failurePolicy`` unless the runtime's template has one (the first failed Job fails
+  the JobSet: a failing job ends Failed once its Job's backoff is spent, or at its
+  ``activeDeadlineSeconds``);
 * ``network.subdomain`` = the JobSet name with ``enableDNSHostnames`` and
   ``publishNotReadyAddresses``, so pod ``i`` is ``<name>-node-0-<i>.<name>`` — the
   names :func:`mpi_launch.allocation.jobset_allocation` gives, so every rank sees the
-  same hosts in the same order as on Slurm or Flux;
-* the rank environment Trainer sets (``PET_NNODES``, ``PET_NPROC_PER_NODE``,
-  ``PET_NODE_RANK`` from the pod's completion index, ``PET_MASTER_ADDR``,
-  ``PET_MASTER_PORT``; ``JAX_*`` / ``DMLC_*`` for those runtimes) plus the
-  ``JOBSET_*`` variables ``mpi-launch`` reads inside a pod;
+  same hosts in the same order as on Slurm or Flux (Trainer gets the same from
+  JobSet's defaults; the bridge writes them out, and also ``restartPolicy`` and
+  ``completionMode``, which JobSet would default to the same values);
+* the rank environment Trainer sets (``PET_NNODES``, ``PET_NPROC_PER_NODE`` resolved
+  as Trainer resolves it, ``PET_NODE_RANK`` from the pod's completion index,
+  ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` = 29500, the torch container's
+  ``containerPort``; ``JAX_*`` / ``DMLC_*`` for those runtimes) plus the ``JOBSET_*``
+  variables ``mpi-launch`` reads inside a pod. An explicit ``--ntasks-per-node`` /
+  ``--ntasks`` (the bridge's scheduling options) is written as the number instead;
 * MPI runtimes: replicatedJob ``launcher`` (1 pod, runs the command: ``mpirun …``)
   before ``node`` (the other pods run ``sshd``, Trainer's image convention); the
   hostfile (from :mod:`mpi_launch.hostfile`) is a ConfigMap ``<name>-mpi-hostfile``
-  mounted at ``/etc/mpi`` and named by the launcher's variables; the SSH keys are the
-  Secret ``<name>-mpi-ssh-auth`` at ``/root/.ssh`` (:mod:`k8s_adapter.sshauth`);
+  mounted at ``/etc/mpi`` and named by the launcher's variables (plus Trainer's
+  ``OMPI_MCA_orte_set_default_slots`` and ``OMPI_MCA_plm_rsh_args`` for OpenMPI); the
+  SSH keys are the Secret ``<name>-mpi-ssh-auth`` at ``/root/.ssh``
+  (:mod:`k8s_adapter.sshauth`). Unlike Trainer, which mounts the hostfile on the
+  launcher only, the bridge mounts it (and sets the variables) on every pod, so that
+  ``mpi-launch`` finds the same hosts in any pod;
 * ``spec.podSpecOverrides`` (Trainer's, written as patches: k8s_adapter/overrides.py)
   and then ``spec.runtimePatches`` (Trainer ≥ 2.3) are merged last: maps merge, lists of
-  named items (replicatedJobs, containers, env, volumes …) merge by ``name``.
+  named items (replicatedJobs, containers, env, volumes …) merge by ``name`` (so a job
+  may set its own ``restartPolicy`` / ``backoffLimit``).
 
 Labels ``app.kubernetes.io/managed-by=hpc-bridge`` and ``hpc-bridge.io/job-uid``
 (the idempotency key) are on the JobSet and on every pod.
@@ -40,7 +56,7 @@ from bridge.model import ValidationError
 from bridge.runtimes import Framework, MpiImplementation
 from bridge.scheduling import scheduling_of
 from bridge.shape import GPU_RESOURCE
-from k8s_adapter import sshauth
+from k8s_adapter import sshauth, trainer_layout
 from k8s_adapter.affinity import keep_affinity, node_affinity
 from k8s_adapter.overrides import as_runtime_patches
 from mpi_launch.allocation import Host, jobset_allocation
@@ -62,10 +78,10 @@ COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-ind
 
 NODE = "node"
 LAUNCHER = "launcher"
-#: Trainer's torch rendezvous port (each pod has its own IP, so one fixed port serves).
-TORCH_PORT = 29400
+#: Trainer's torch master port (each pod has its own IP, so one fixed port serves).
+TORCH_PORT = trainer_layout.TRAINER_PORT
 #: Coordinator / tracker port of JAX and XGBoost pods.
-COORDINATOR_PORT = 29500
+COORDINATOR_PORT = trainer_layout.TRAINER_PORT
 HOSTFILE_DIR = "/etc/mpi"
 HOSTFILE_KEY = "hostfile"
 SSHD_COMMAND = ("/usr/sbin/sshd", "-De")
@@ -184,7 +200,7 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
     fw = plan.framework
     if fw is Framework.TORCH:
         env += _env({"PET_NNODES": str(nodes),
-                     "PET_NPROC_PER_NODE": str(procs) if procs else "auto",
+                     "PET_NPROC_PER_NODE": torch_nproc_per_node(request),
                      "PET_MASTER_ADDR": hosts[0], "PET_MASTER_PORT": str(TORCH_PORT)})
         env.append(_index_env("PET_NODE_RANK"))
     elif fw is Framework.JAX:
@@ -200,7 +216,37 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
         path = f"{HOSTFILE_DIR}/{HOSTFILE_KEY}"
         env += _env(hostfile_env(_mpi_flavour(request), path,
                                  [Host(h, procs or 1) for h in hosts]))
+        if _mpi_flavour(request) == "openmpi":
+            own = {k for k, _ in plan.env}  # the job's own value of one of these stays
+            env += _env({k: v for k, v in trainer_layout.openmpi_env(procs or 1).items()
+                         if k not in own})
     return env
+
+
+def torch_nproc_per_node(request: SubmitRequest) -> str:
+    """``PET_NPROC_PER_NODE``: an explicit ``--ntasks-per-node`` / ``--ntasks`` as the
+    number; else the TrainJob's ``numProcPerNode`` (else the runtime's, else ``auto``)
+    resolved against ``resourcesPerNode`` as Trainer does
+    (:func:`k8s_adapter.trainer_layout.torch_nproc_per_node`), with the resources the
+    container gets. Raises BackendRejected for a malformed CPU quantity."""
+    options = request.options
+    if options.ntasks_per_node is not None or options.ntasks is not None:
+        return str(request.job_shape.ranks_per_node or 1)
+    trainer = request.job.spec.trainer
+    value: int | str = "auto"
+    if trainer is not None and trainer.num_proc_per_node is not None:
+        value = trainer.num_proc_per_node
+    elif request.plan.proc_per_node is not None:
+        value = request.plan.proc_per_node
+    given = trainer.resources_per_node if trainer else None
+    resources = container_resources(request)
+    requests = resources.get("requests", {} if given and given.requests is not None else None)
+    limits = resources.get("limits", {} if given and given.limits is not None else None)
+    try:
+        return trainer_layout.torch_nproc_per_node(
+            value, requests, limits, has_resources=given is not None or bool(resources))
+    except ValueError as exc:
+        raise BackendRejected(str(exc)) from None
 
 
 def _command(request: SubmitRequest) -> tuple[list[str], list[str]]:
@@ -211,8 +257,8 @@ def _command(request: SubmitRequest) -> tuple[list[str], list[str]]:
     return list(plan.command), list(plan.args)
 
 
-def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, labels: dict[str, str],
-                  image: str, command: list[str], args: list[str],
+def _pod_template(name: str, rjob: str, request: SubmitRequest, options: JobSetOptions,
+                  labels: dict[str, str], image: str, command: list[str], args: list[str],
                   env: list[dict[str, Any]], mpi: bool) -> dict[str, Any]:
     container: dict[str, Any] = {"name": NODE, "image": image, "env": env}
     if command:
@@ -223,8 +269,9 @@ def _pod_template(name: str, request: SubmitRequest, options: JobSetOptions, lab
     if resources:
         container["resources"] = resources
     if request.plan.framework is Framework.TORCH:
-        container["ports"] = [{"containerPort": TORCH_PORT, "name": "rendezvous"}]
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        container["ports"] = [{"containerPort": TORCH_PORT}]
+    spec: dict[str, Any] = {"restartPolicy": trainer_layout.restart_policy(
+        request.plan.extra.get(trainer_layout.TEMPLATE_KEY), rjob), "containers": [container]}
     if mpi:
         container["volumeMounts"] = [{"name": "mpi-hostfile", "mountPath": HOSTFILE_DIR},
                                      sshauth.volume_mount()]
@@ -265,10 +312,11 @@ def _keep_deadline(job_spec: dict[str, Any], deadline: int | None) -> None:
         job_spec["activeDeadlineSeconds"] = deadline
 
 
-def _replicated_job(rjob: str, count: int, pod: dict[str, Any],
-                    deadline: int | None) -> dict[str, Any]:
+def _replicated_job(rjob: str, count: int, pod: dict[str, Any], deadline: int | None,
+                    template: Any) -> dict[str, Any]:
     job_spec: dict[str, Any] = {"parallelism": count, "completions": count,
-                                "completionMode": "Indexed", "backoffLimit": 0,
+                                "completionMode": "Indexed",
+                                **trainer_layout.job_spec_defaults(template, rjob),
                                 "template": pod}
     if deadline:
         job_spec["activeDeadlineSeconds"] = deadline
@@ -302,19 +350,21 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
     deadline = active_deadline(request)
     replicated: list[dict[str, Any]] = []
     target = NODE
+    template = plan.extra.get(trainer_layout.TEMPLATE_KEY)
     if mpi:
-        launcher_pod = _pod_template(name, request, options, labels, image, command, args,
-                                     env, mpi=True)
-        replicated.append(_replicated_job(LAUNCHER, 1, launcher_pod, deadline))
+        launcher_pod = _pod_template(name, LAUNCHER, request, options, labels, image,
+                                     command, args, env, mpi=True)
+        replicated.append(_replicated_job(LAUNCHER, 1, launcher_pod, deadline, template))
         if plan.num_nodes > 1:
-            node_pod = _pod_template(name, request, options, labels, image,
+            node_pod = _pod_template(name, NODE, request, options, labels, image,
                                      list(SSHD_COMMAND), [], env, mpi=True)
-            replicated.append(_replicated_job(NODE, plan.num_nodes - 1, node_pod, deadline))
+            replicated.append(_replicated_job(NODE, plan.num_nodes - 1, node_pod, deadline,
+                                              template))
         target = LAUNCHER
     else:
-        pod = _pod_template(name, request, options, labels, image, command, args, env,
+        pod = _pod_template(name, NODE, request, options, labels, image, command, args, env,
                             mpi=False)
-        replicated.append(_replicated_job(NODE, plan.num_nodes, pod, deadline))
+        replicated.append(_replicated_job(NODE, plan.num_nodes, pod, deadline, template))
     metadata: dict[str, Any] = {"name": name, "namespace": job.metadata.namespace,
                                 "labels": dict(labels),
                                 "annotations": {UID_LABEL: request.job_uid}}
@@ -327,7 +377,7 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             "network": {"enableDNSHostnames": True, "subdomain": name,
                         "publishNotReadyAddresses": True},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [target]},
-            "failurePolicy": {"maxRestarts": 0},
+            **trainer_layout.jobset_spec_defaults(template),
             "replicatedJobs": replicated,
         },
     }
@@ -520,12 +570,18 @@ def split_id(backend_id: str) -> tuple[str, str]:
 
 def container_failure(pod: Mapping[str, Any]) -> tuple[int | None, str] | None:
     """(exit code, "container NAME REASON, exit code N[: message]") of a Failed pod's
-    first terminated container; None for a pod that did not fail that way."""
+    first terminated container, or of a container that failed and was restarted in
+    its pod (``restartPolicy: OnFailure``: such a pod is not Failed until its Job gives
+    up, and then may be deleted before it is); None for a pod that did not fail so."""
     status = pod.get("status") or {}
-    if status.get("phase") != "Failed":
+    phase = status.get("phase")
+    if phase == "Succeeded":
         return None
     for cs in status.get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated") or {}
+        if phase != "Failed" or not term:
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            term = last if last.get("exitCode") not in (None, 0) else {}
         if term:
             code = term.get("exitCode")
             why = f"container {cs.get('name')} {term.get('reason') or 'Error'}, exit code {code}"

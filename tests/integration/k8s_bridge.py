@@ -54,9 +54,11 @@ def trainjob(name: str, *, runtime: str = "torch-distributed", nodes: int = 2,
              pod_labels: dict[str, str] | None = None,
              pod_annotations: dict[str, str] | None = None,
              node_selector: dict[str, str] | None = None,
-             suspend: bool | None = None) -> dict[str, Any]:
+             suspend: bool | None = None, no_retries: bool = False) -> dict[str, Any]:
     """A TrainJob manifest as a user writes it (Trainer v2.3 ``runtimePatches`` for the
-    pod labels / node selector)."""
+    pod labels / node selector; ``no_retries``: ``backoffLimit: 0`` and
+    ``restartPolicy: Never``, so the first failed pod fails the job, where Trainer's
+    defaults would restart it for minutes)."""
     trainer: dict[str, Any] = {"numNodes": nodes, "command": command or ["torchrun", "t.py"],
                                "resourcesPerNode": {"requests": {"cpu": cpu}}}
     if image is not None:
@@ -76,10 +78,14 @@ def trainjob(name: str, *, runtime: str = "torch-distributed", nodes: int = 2,
         pod["metadata"] = {"labels": pod_labels or {}, "annotations": pod_annotations or {}}
     if node_selector:
         pod["spec"] = {"nodeSelector": node_selector}
+    job_spec: dict[str, Any] = {}
+    if no_retries:
+        pod.setdefault("spec", {})["restartPolicy"] = "Never"
+        job_spec["backoffLimit"] = 0
     if pod:
         doc["spec"]["runtimePatches"] = [{"manager": "tests.hpc-bridge.io", "trainingRuntimeSpec": {
             "template": {"spec": {"replicatedJobs": [
-                {"name": "node", "template": {"spec": {"template": pod}}}]}}}}]
+                {"name": "node", "template": {"spec": {**job_spec, "template": pod}}}]}}}}]
     return doc
 
 

@@ -35,6 +35,7 @@ from k8s_adapter.jobset import (
     UID_LABEL,
     JobSetOptions,
     backend_job_from_jobset,
+    container_failure,
     failure_message,
     hostfile_configmap,
     hostfile_configmap_name,
@@ -116,8 +117,11 @@ def test_trainer_layout(nodes: int) -> None:
     assert rj["replicas"] == 1
     job = rj["template"]["spec"]
     assert job["parallelism"] == job["completions"] == nodes
-    assert job["completionMode"] == "Indexed" and job["backoffLimit"] == 0
-    assert job["template"]["spec"]["restartPolicy"] == "Never"
+    # Trainer's JobSets: restartPolicy and backoffLimit as the runtime's template says,
+    # else JobSet's OnFailure and Kubernetes' backoffLimit (unset: 6); no failurePolicy.
+    assert job["completionMode"] == "Indexed" and "backoffLimit" not in job
+    assert job["template"]["spec"]["restartPolicy"] == "OnFailure"
+    assert "failurePolicy" not in body["spec"]
     assert container(body)["image"] == IMAGE
     assert body["spec"]["network"] == {"enableDNSHostnames": True, "subdomain": "train",
                                        "publishNotReadyAddresses": True}
@@ -156,9 +160,64 @@ def test_torch_env(nodes: int, procs: int | str | None, nproc: str) -> None:
     assert env["PET_MASTER_ADDR"] == master
     assert env["PET_NNODES"] == str(nodes)
     assert env["PET_NPROC_PER_NODE"] == nproc
-    assert env["PET_MASTER_PORT"] == "29400"
+    assert env["PET_MASTER_PORT"] == "29500"  # Trainer's ContainerTrainerPort
     assert env["PET_NODE_RANK"] == INDEX_REF
-    assert {"containerPort": 29400, "name": "rendezvous"} in container(body)["ports"]
+    assert container(body)["ports"] == [{"containerPort": 29500}]
+
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.mark.parametrize(("procs", "resources", "nproc"), [
+    # no resourcesPerNode: written as it is
+    (None, None, "auto"), ("gpu", None, "gpu"), ("cpu", None, "cpu"), (3, None, "3"),
+    # auto: CPUs of a list without a GPU (limits first), auto with a GPU
+    (None, {"requests": {"cpu": "2"}}, "2"),
+    ("auto", {"limits": {"cpu": "4"}, "requests": {"cpu": "2"}}, "4"),
+    ("auto", {"requests": {"cpu": "500m"}}, "1"),
+    ("auto", {"requests": {"memory": "1Gi"}}, "1"),
+    ("auto", {"requests": {"cpu": "8", GPU: "2"}, "limits": {GPU: "2"}}, "auto"),
+    ("auto", {"requests": {"amd.com/GPU": "1"}}, "auto"),
+    # Trainer's reading: limits alone that do not decide leave an absent requests: 1
+    ("auto", {"limits": {GPU: "2"}}, "1"),
+    # cpu: the cpu entry, else 1
+    ("cpu", {"requests": {"cpu": "6", GPU: "1"}}, "6"),
+    ("cpu", {"requests": {GPU: "1"}}, "1"),
+    # a number or gpu: kept
+    (4, {"requests": {"cpu": "8"}}, "4"), ("gpu", {"requests": {GPU: "4"}}, "gpu"),
+])
+def test_torch_nproc_per_node_as_trainer_resolves_it(
+        procs: int | str | None, resources: dict[str, Any] | None, nproc: str) -> None:
+    env = env_of(render(trainjob(procs=procs, resources=resources)))
+    assert env["PET_NPROC_PER_NODE"] == nproc
+
+
+def test_an_explicit_ntasks_per_node_is_the_nproc_per_node() -> None:
+    job = trainjob(resources={"requests": {GPU: "8"}})
+    env = env_of(render_jobset(request(job, SchedulingOptions(ntasks_per_node=2)), OPTS))
+    assert env["PET_NPROC_PER_NODE"] == "2"
+
+
+def test_restart_policy_and_backoff_come_from_the_runtime_template() -> None:
+    job = trainjob()
+    req = request(job)
+    template = {"spec": {"failurePolicy": {"maxRestarts": 2},
+                         "replicatedJobs": [{"name": "node", "template": {"spec": {
+                             "backoffLimit": 1,
+                             "template": {"spec": {"restartPolicy": "Never"}}}}}]}}
+    req.plan.extra["template"] = template
+    body = render_jobset(req, OPTS)
+    spec = rjobs(body)["node"]["template"]["spec"]
+    assert spec["backoffLimit"] == 1 and spec["template"]["spec"]["restartPolicy"] == "Never"
+    assert body["spec"]["failurePolicy"] == {"maxRestarts": 2}
+
+
+def test_a_job_patch_may_set_its_own_restart_policy_and_backoff() -> None:
+    patch = {"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {
+            "backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never"}}}}}]}}}}
+    spec = rjobs(render(trainjob(patches=[patch])))["node"]["template"]["spec"]
+    assert spec["backoffLimit"] == 0 and spec["template"]["spec"]["restartPolicy"] == "Never"
 
 
 @pytest.mark.parametrize("runtime", ["torch-distributed", "jax-distributed",
@@ -433,7 +492,7 @@ def test_runtime_patch_pod_fields() -> None:
     assert p["metadata"]["annotations"] == {"note": HOSTILE}
     assert p["spec"]["nodeSelector"] == {"topology.hpc-bridge.io/rack": "rack-1"}
     assert p["spec"]["tolerations"] == [toleration]
-    assert p["spec"]["restartPolicy"] == "Never"  # the rest of the pod is kept
+    assert p["spec"]["restartPolicy"] == "OnFailure"  # the rest of the pod is kept
     assert container(body)["image"] == IMAGE
     assert body["metadata"]["labels"]["js"] == "yes"
     assert body["metadata"]["annotations"]["js-note"] == "1"
@@ -787,3 +846,17 @@ def test_failure_message() -> None:
                                                           "message": "boom"}}}]}}]
     assert failure_message(pods) == "pod p1: container node Error, exit code 3: boom"
     assert failure_message(pods[:1]) is None
+
+
+def test_a_container_restarted_in_its_pod_is_a_failure() -> None:
+    """restartPolicy OnFailure: the pod stays Running; its last termination says why."""
+    restarted = {"metadata": {"name": "p0"}, "status": {"phase": "Running", "containerStatuses": [
+        {"name": "node", "restartCount": 1, "state": {"running": {}},
+         "lastState": {"terminated": {"exitCode": 7, "reason": "Error"}}}]}}
+    assert container_failure(restarted) == (7, "container node Error, exit code 7")
+    clean = copy.deepcopy(restarted)
+    clean["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] = 0
+    assert container_failure(clean) is None
+    done = copy.deepcopy(restarted)
+    done["status"]["phase"] = "Succeeded"
+    assert container_failure(done) is None

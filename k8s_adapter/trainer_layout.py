@@ -1,0 +1,137 @@
+"""The parts of a JobSet's layout that Kubeflow Trainer's controller decides (pure).
+
+Facts from Trainer's source (v2.3 line, ``pkg/constants/constants.go``,
+``pkg/runtime/framework/plugins/{torch,mpi,jobset}``) and JobSet's defaulting webhook
+(``sigs.k8s.io/jobset`` ``pkg/webhooks/jobset_webhook.go``), restated, not copied:
+
+* the trainer port is 29500 (``ContainerTrainerPort``): ``PET_MASTER_PORT`` and the
+  ``node`` container's only declared port (``containerPort: 29500``, no name);
+* ``PET_NPROC_PER_NODE`` is resolved by :func:`torch_nproc_per_node`;
+* Trainer's JobSet plugin sets no pod ``restartPolicy``, no Job ``backoffLimit`` and
+  no JobSet ``failurePolicy``: what the runtime's template says stands, else JobSet
+  defaults ``restartPolicy`` to ``OnFailure``, Kubernetes defaults ``backoffLimit``
+  to 6, and with no ``failurePolicy`` the first failed Job fails the JobSet (no
+  restarts of the whole set) -- :func:`restart_policy` / :func:`job_spec_defaults`;
+* for OpenMPI the launcher gets ``OMPI_MCA_orte_set_default_slots`` (the slots per
+  node) and ``OMPI_MCA_plm_rsh_args=-o ConnectionAttempts=10``
+  (:func:`openmpi_env`) besides the hostfile variables :mod:`mpi_launch.hostfile` gives.
+
+The runtime's JobSet template reaches the renderer as ``LaunchPlan.extra["template"]``
+(:data:`TEMPLATE_KEY`: the runtime's ``spec.template``, Trainer's
+``JobSetTemplateSpec``); a plan without one gets the defaults above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bridge.topology import cpu_millis
+
+#: Trainer's ``ContainerTrainerPort``: torch master port and the node container's port.
+TRAINER_PORT = 29500
+#: Where a :class:`bridge.runtimes.LaunchPlan` carries its runtime's ``spec.template``.
+TEMPLATE_KEY = "template"
+#: JobSet's webhook default for a pod template that names no ``restartPolicy``.
+DEFAULT_RESTART_POLICY = "OnFailure"
+#: What Trainer sets in ``OMPI_MCA_plm_rsh_args``.
+OPENMPI_RSH_ARGS = "-o ConnectionAttempts=10"
+
+
+def _cpu_count(value: Any, where: str) -> int:
+    """A CPU quantity as Kubernetes' ``Quantity.Value()`` reads it: whole CPUs, rounded
+    up (``500m`` is 1). Raises ValueError naming ``where`` for a malformed one."""
+    try:
+        millis = cpu_millis(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where}: not a CPU quantity: {value!r}") from exc
+    return -(-int(millis) // 1000)
+
+
+def torch_nproc_per_node(value: int | str, requests: Mapping[str, Any] | None,
+                         limits: Mapping[str, Any] | None, *, has_resources: bool) -> str:
+    """``PET_NPROC_PER_NODE`` as Trainer's torch plugin resolves it.
+
+    ``value`` is the TrainJob's ``numProcPerNode``, else the runtime's, else ``auto``.
+    Without ``spec.trainer.resourcesPerNode`` (``has_resources`` False) it is written
+    as it is. With it, ``limits`` is looked at first, then ``requests``:
+
+    * ``auto``: a resource list with no resource whose name contains ``gpu`` gives its
+      CPU count (at least 1; ``auto`` stays for torchrun to count the GPUs otherwise);
+    * ``cpu``: a list with a ``cpu`` entry gives that count (at least 1), else 1;
+    * a number or ``gpu``: kept;
+
+    and a list that is absent (``None``, not merely empty) gives 1 -- so, as in
+    Trainer, a job whose ``resourcesPerNode`` has ``limits`` but no ``requests`` and
+    whose limits do not decide gets 1. Raises ValueError for a malformed CPU quantity.
+    """
+    mode = str(value)
+    if not has_resources:
+        return mode
+
+    def use_cpu(resources: Mapping[str, Any]) -> bool:
+        if mode == "auto":
+            return not any("gpu" in str(name).lower() for name in resources)
+        if mode == "cpu":
+            return "cpu" in resources
+        return False
+
+    fallback = "1" if mode == "cpu" else mode
+
+    def decide(resources: Mapping[str, Any] | None, where: str) -> tuple[str, bool]:
+        if resources is None:
+            return "1", False
+        if use_cpu(resources):
+            cpus = resources.get("cpu", 0)
+            return str(max(1, _cpu_count(cpus, f"{where}[cpu]"))), True
+        return fallback, False
+
+    chosen, used_cpu = decide(limits, "spec.trainer.resourcesPerNode.limits")
+    if not used_cpu:
+        chosen, _ = decide(requests, "spec.trainer.resourcesPerNode.requests")
+    return chosen
+
+
+def replicated_job_template(template: Mapping[str, Any] | None,
+                            name: str) -> Mapping[str, Any]:
+    """The Job template (``replicatedJobs[name].template``) of a runtime's ``spec.template``
+    (empty when the runtime has none or no such replicated job)."""
+    spec = (template or {}).get("spec") if isinstance(template, Mapping) else None
+    for rj in (spec or {}).get("replicatedJobs") or [] if isinstance(spec, Mapping) else []:
+        if isinstance(rj, Mapping) and rj.get("name") == name:
+            found = rj.get("template")
+            return found if isinstance(found, Mapping) else {}
+    return {}
+
+
+def restart_policy(template: Mapping[str, Any] | None, name: str) -> str:
+    """The pod ``restartPolicy`` of replicated job ``name``: the runtime template's,
+    else JobSet's default (``OnFailure``)."""
+    pod_spec = ((replicated_job_template(template, name).get("spec") or {})
+                .get("template") or {}).get("spec") or {}
+    value = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
+    return str(value) if isinstance(value, str) and value else DEFAULT_RESTART_POLICY
+
+
+def job_spec_defaults(template: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
+    """Job-level fields of replicated job ``name`` the runtime template sets and Trainer
+    keeps (``backoffLimit``, ``backoffLimitPerIndex``, ``maxFailedIndexes``,
+    ``podFailurePolicy``); none when it sets none (Kubernetes' ``backoffLimit`` 6)."""
+    spec = replicated_job_template(template, name).get("spec") or {}
+    keys = ("backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
+    return {k: spec[k] for k in keys if isinstance(spec, Mapping) and spec.get(k) is not None}
+
+
+def jobset_spec_defaults(template: Mapping[str, Any] | None) -> dict[str, Any]:
+    """JobSet-level fields the runtime template sets and Trainer keeps as they are
+    (``failurePolicy``); none when it sets none (no restarts of the set)."""
+    spec = (template or {}).get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(spec, Mapping) or spec.get("failurePolicy") is None:
+        return {}
+    return {"failurePolicy": spec["failurePolicy"]}
+
+
+def openmpi_env(slots: int) -> dict[str, str]:
+    """The OpenMPI variables Trainer's MPI plugin adds beyond the hostfile's."""
+    return {"OMPI_MCA_orte_set_default_slots": str(slots),
+            "OMPI_MCA_plm_rsh_args": OPENMPI_RSH_ARGS}

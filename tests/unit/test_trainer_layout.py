@@ -1,0 +1,122 @@
+"""Golden test: the bridge's JobSet has the layout Kubeflow Trainer v2.3 gives the same
+TrainJob (tests/fixtures/trainer-v2.3-jobsets/, derived from Trainer's source: see
+the README there and each file's header).
+
+Both sides first get JobSet's webhook defaults (what a cluster's JobSet would hold),
+then the layout fields are compared: replicated jobs (by name), replicas,
+parallelism, completions, completionMode, backoffLimit, restartPolicy, container
+names and ports, every environment variable Trainer sets (and no other ``PET_*``),
+the MPI volumes with their sources and mount paths, the hostfile, the success and
+failure policies. What the bridge adds on purpose (``JOBSET_*`` variables, the
+hostfile on every MPI pod, labels, DNS settings written out) is allowed beside them.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bridge.model import load_trainjob
+from k8s_adapter.jobset import JobSetOptions, hostfile_text, jobset_name, render_jobset
+from tests.unit.builders import UID
+from tests.unit.builders import submit_request as request
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "trainer-v2.3-jobsets"
+CASES = sorted(p.name for p in FIXTURES.glob("*.yaml"))
+#: Kubernetes' default ``backoffLimit`` of a Job that sets none.
+JOB_BACKOFF_LIMIT = 6
+
+
+def jobset_defaults(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` as JobSet's defaulting webhook and Kubernetes' Job defaults leave it."""
+    out = copy.deepcopy(spec)
+    network = out.setdefault("network", {})
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    success = out.setdefault("successPolicy", {"operator": "All"})
+    if not success.get("targetReplicatedJobs"):
+        success["targetReplicatedJobs"] = [rj["name"] for rj in out["replicatedJobs"]]
+    for rj in out["replicatedJobs"]:
+        job = rj["template"]["spec"]
+        job.setdefault("completionMode", "Indexed")
+        job.setdefault("backoffLimit", JOB_BACKOFF_LIMIT)
+        job["template"]["spec"].setdefault("restartPolicy", "OnFailure")
+    return out
+
+
+def load_case(name: str) -> dict[str, Any]:
+    case: dict[str, Any] = yaml.safe_load((FIXTURES / name).read_text())
+    return case
+
+
+def bridge_jobset(case: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    doc = copy.deepcopy(case["trainJob"])
+    doc.update(apiVersion="trainer.kubeflow.org/v1alpha1", kind="TrainJob")
+    doc["metadata"]["uid"] = UID
+    req = request(load_trainjob(doc))
+    return render_jobset(req, JobSetOptions()), req
+
+
+def by_name(items: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    return {i["name"]: i for i in items or []}
+
+
+@pytest.mark.parametrize("case_name", CASES)
+def test_the_bridge_lays_out_the_jobset_as_trainer_does(case_name: str) -> None:
+    case = load_case(case_name)
+    body, req = bridge_jobset(case)
+    ours = jobset_defaults(body["spec"])
+    theirs = jobset_defaults(case["jobSet"]["spec"])
+    assert body["metadata"]["name"] == case["trainJob"]["metadata"]["name"]
+
+    assert ours.get("failurePolicy") == theirs.get("failurePolicy")
+    assert ours["successPolicy"] == theirs["successPolicy"]
+    for key in ("enableDNSHostnames", "publishNotReadyAddresses"):
+        assert ours["network"][key] == theirs["network"][key]
+
+    our_rjobs, their_rjobs = by_name(ours["replicatedJobs"]), by_name(theirs["replicatedJobs"])
+    assert set(our_rjobs) == set(their_rjobs)
+    for name, their_rj in their_rjobs.items():
+        our_rj = our_rjobs[name]
+        assert our_rj["replicas"] == their_rj["replicas"], name
+        their_labels = (their_rj["template"].get("metadata") or {}).get("labels") or {}
+        assert their_labels.items() <= our_rj["template"]["metadata"]["labels"].items()
+        our_job, their_job = our_rj["template"]["spec"], their_rj["template"]["spec"]
+        for key in ("parallelism", "completions", "completionMode", "backoffLimit"):
+            assert our_job[key] == their_job[key], (name, key)
+        our_pod, their_pod = our_job["template"]["spec"], their_job["template"]["spec"]
+        assert our_pod["restartPolicy"] == their_pod["restartPolicy"], name
+        our_vols = by_name(our_pod.get("volumes"))
+        for vol_name, vol in by_name(their_pod.get("volumes")).items():
+            assert vol_name in our_vols, (name, vol_name)
+            for kind, source in vol.items():
+                if kind != "name":
+                    assert source.items() <= our_vols[vol_name][kind].items(), (name, vol_name)
+        our_containers = by_name(our_pod["containers"])
+        assert set(our_containers) == {c["name"] for c in their_pod["containers"]}
+        for their_c in their_pod["containers"]:
+            our_c = our_containers[their_c["name"]]
+            assert our_c.get("ports") == their_c.get("ports"), name
+            mounts = {(m["name"], m["mountPath"]) for m in our_c.get("volumeMounts") or []}
+            assert {(m["name"], m["mountPath"])
+                    for m in their_c.get("volumeMounts") or []} <= mounts, name
+            our_env = by_name(our_c.get("env"))
+            their_env = by_name(their_c.get("env"))
+            for env_name, item in their_env.items():
+                assert our_env.get(env_name) == item, (name, env_name)
+            assert ({n for n in our_env if n.startswith("PET_")}
+                    == {n for n in their_env if n.startswith("PET_")}), name
+
+    if "hostfile" in case:
+        assert hostfile_text(jobset_name(req), req) == case["hostfile"]
+
+
+def test_the_fixtures_say_where_they_come_from() -> None:
+    assert {"torch-distributed.yaml", "mpi-distributed.yaml"} <= set(CASES)
+    for name in CASES:
+        head = (FIXTURES / name).read_text().split("\ntrainJob:")[0]
+        assert "DERIVED FROM TRAINER'S SOURCE" in head and "kubeflow/trainer" in head

@@ -95,6 +95,26 @@ def is_true(conds: dict[str, dict[str, Any]], ctype: str) -> bool:
     return conds.get(ctype, {}).get("status") == "True"
 
 
+def events(k8s: K8sBed, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The Events on TrainJob ``name``, oldest first (as ``kubectl events`` lists them)."""
+    items: list[dict[str, Any]] = k8s.get_json(
+        "-n", namespace, "events", "--field-selector",
+        f"involvedObject.kind=TrainJob,involvedObject.name={name}").get("items") or []
+    return sorted(items, key=lambda e: (e.get("firstTimestamp") or "",
+                                        e["metadata"].get("creationTimestamp") or ""))
+
+
+def event_reasons(k8s: K8sBed, namespace: str, name: str) -> list[str]:
+    return [e.get("reason") or "" for e in events(k8s, namespace, name)]
+
+
+def node_ready(k8s: K8sBed, namespace: str, name: str) -> bool:
+    """Whether the TrainJob's jobsStatus shows its job ready (running), as Trainer's
+    readers see a running batch job."""
+    status = k8s.get_json("-n", namespace, TRAINJOBS, name).get("status") or {}
+    return any(j.get("ready") for j in status.get("jobsStatus") or [])
+
+
 def all_trainjobs(k8s: K8sBed, namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = k8s.get_json("-n", namespace, TRAINJOBS).get("items") or []
     return items

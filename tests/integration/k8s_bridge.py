@@ -18,6 +18,8 @@ from tests.integration.k8sbed import MANAGED_BY, K8sBed
 TRAINJOBS = "trainjobs.trainer.kubeflow.org"
 JOBSETS = "jobsets.jobset.x-k8s.io"
 KWOK_FAIL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+#: kwok never completes a pod with this label (testbed/k8s/k8s.sh, kwok_config).
+KWOK_STAY_RUNNING = "stay-running.test.hpc-bridge.io"
 
 
 def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,

@@ -273,7 +273,7 @@ class _JobSetWatch:
                 continue
             lines = []
             conds = (obj.get("status") or {}).get("conditions") or []
-            if any(c.get("type") in ("Completed", "Failed") and c.get("status") == "True"
+            if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
                    for c in conds):
                 self.ended.setdefault(obj["metadata"]["name"], seen)
 

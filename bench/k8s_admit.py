@@ -154,7 +154,7 @@ class Watcher:
         self.namespace = namespace
         self.jobsets: dict[str, float] = {}
         self.trainjobs: dict[str, float] = {}
-        self.conditions: dict[str, float] = {}
+        self.statuses: dict[str, float] = {}
         #: TrainJob uid -> name (to read the daemon's log, which names uids).
         self.uids: dict[str, str] = {}
         self._synced = 0
@@ -197,8 +197,8 @@ class Watcher:
         name = obj["metadata"]["name"]
         self.trainjobs.setdefault(name, now)
         self.uids[str(obj["metadata"].get("uid"))] = name
-        if (obj.get("status") or {}).get("conditions"):
-            self.conditions.setdefault(name, now)
+        if "jobsStatus" in (obj.get("status") or {}):  # the bridge wrote a status
+            self.statuses.setdefault(name, now)
 
     async def until(self, predicate: Callable[[], bool], limit: float, what: str) -> None:
         deadline = time.perf_counter() + limit
@@ -378,9 +378,9 @@ class Bench:
                            start=start, seen=dict(watcher.jobsets))
             if bridge:
                 result.lags = [watcher.jobsets[m] - watcher.trainjobs[m] for m in names]
-                await watcher.until(lambda: len(watcher.conditions) >= self.n, 600,
+                await watcher.until(lambda: len(watcher.statuses) >= self.n, 600,
                                     f"a status on {self.n} TrainJobs in {ns}")
-                result.status_s = max(watcher.conditions.values()) - start
+                result.status_s = max(watcher.statuses.values()) - start
                 result.trainjobs = dict(watcher.trainjobs)
                 result.uids = dict(watcher.uids)
             if pid:

@@ -24,6 +24,9 @@ For each of its TrainJobs:
 6. Status is written back (``/status`` subresource, merge patch) whenever the job
    changes (:mod:`k8s_adapter.status`), driven by the service's change feed: see
    :meth:`TrainJobFrontDoor._status_loop`.
+7. Each change of the job's state or reason is recorded as a Kubernetes Event on the
+   TrainJob (:mod:`k8s_adapter.trainjob_events`), once: a change made before this
+   door started is taken as recorded by the door that saw it.
 
 The door reaches jobs only through :class:`bridge.service.JobService`.
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import pwd
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,6 +60,7 @@ from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
 from k8s_adapter.kube import Kube, KubeSettings
 from k8s_adapter.settings import TrainJobDoorSettings
 from k8s_adapter.status import desired_status, failed_status, same_status
+from k8s_adapter.trainjob_events import event_body, event_key
 from k8s_adapter.trainjobs import ANN_REFUSED, FINALIZER, PLURAL, TrainJobCalls
 from k8s_adapter.trainjobs import document as _document
 from k8s_adapter.trainjobs import finished as _finished
@@ -117,6 +122,10 @@ class TrainJobFrontDoor:
         #: uid -> the ``metadata.generation`` whose spec was handled (admitted, suspend
         #: followed): later events of that generation are echoes of status writes.
         self._handled: dict[str, Any] = {}
+        #: uid -> the event key last recorded (k8s_adapter/trainjob_events.py).
+        self._evented: dict[str, tuple[str, str]] = {}
+        self._started = time.time()
+        self._instance = f"{name}@{socket.gethostname()}"
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
         self._wake = asyncio.Event()
         self._service: JobService | None = None
@@ -228,6 +237,7 @@ class TrainJobFrontDoor:
             self._objects.pop(uid, None)
             self._written.pop(uid, None)
             self._handled.pop(uid, None)
+            self._evented.pop(uid, None)
             rec = self._service.get_by_uid(uid)
             if rec is not None and not rec.state.terminal and not rec.cancel_requested:
                 # Deleted without our finalizer (removed by hand): still stop the job.
@@ -430,8 +440,26 @@ class TrainJobFrontDoor:
         if not same_status(status, previous) and not same_status(status, obj.get("status")):
             await self.calls.patch_status(obj, status)
             self._written[uid] = status
+        await self._record_event(obj, rec)
         if meta.get("deletionTimestamp") and rec.state.terminal:
             await self.calls.remove_finalizer(obj)
+
+    async def _record_event(self, obj: dict[str, Any], rec: JobRecord) -> None:
+        """An Event for the job's state and reason unless recorded (module docstring,
+        item 7); a failed write is logged, not retried (events are best effort)."""
+        key = event_key(rec)
+        last = self._evented.get(rec.uid)
+        if last == key:
+            return
+        self._evented[rec.uid] = key
+        if last is None and rec.updated_at < self._started:
+            return  # changed before this door started: the door then recorded it
+        body = event_body(rec, obj, self._instance, time.time())
+        try:
+            await self.calls.record_event(body)
+        except (BackendUnavailable, BackendRejected) as exc:
+            log.warning("TrainJob %s: event %s not recorded: %s", _ref(obj), body["reason"],
+                        exc)
 
 KNOWN_SETTINGS = frozenset(TrainJobDoorSettings.model_fields)
 

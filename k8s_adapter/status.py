@@ -1,23 +1,35 @@
 """A stored job → the ``status`` of its TrainJob CR (pure functions).
 
-Conditions (a list-map keyed by ``type``; the current one is last, so the ``State``
-column of ``kubectl get trainjobs`` — ``.status.conditions[-1:].type`` — reads right):
+Conditions follow Kubeflow Trainer v2.3 exactly, so that the Kubeflow SDK, ``kubectl``
+and dashboards read a bridge's TrainJob as they read Trainer's. Trainer knows three
+condition types, and so does the bridge:
 
-=============  ===========================================================
-job state      conditions
-=============  ===========================================================
-Pending        Created=True (reason: why it waits, e.g. BackendUnavailable)
-Suspended      Created=True, Suspended=True
-Submitted      Created=True, Running=False (reason: Submitted / queued)
-Running        Created=True, Running=True  (held: Running=False, Suspended=True)
-Succeeded      Created=True, Running=False, Complete=True
-Failed         Created=True, Running=False, Failed=True (reason, message)
-Cancelled      Created=True, Running=False, Failed=True (reason Cancelled)
-=============  ===========================================================
+=============  ==============================================================
+type           when (``status``, ``reason``, ``message``)
+=============  ==============================================================
+Suspended      held: ``True``, ``Suspended``, "TrainJob is suspended";
+               resumed after a hold: ``False``, ``Resumed``, "TrainJob is resumed"
+Complete       succeeded: ``True``, the back end's reason (``Completed`` …), message
+Failed         failed or cancelled: ``True``, the reason (``NonZeroExitCode``,
+               ``Cancelled``, ``DeadlineExceeded`` …) and the message
+=============  ==============================================================
 
-Upstream Trainer has no ``Running`` condition; the bridge adds it with a reason,
-because "why is my job not running" is the question users ask. A condition keeps its
-``lastTransitionTime`` while its status does not change.
+A waiting or running job has no condition (or only ``Suspended=False``), as under
+Trainer: the SDK then derives ``Running`` from the pods (``jobset.sigs.k8s.io/
+jobset-name`` = the TrainJob's name, replicated job ``node``), which the Kubernetes back
+end's JobSets have. Conditions keep Trainer's order: one keeps its place once added,
+so ``.status.conditions[-1:].type`` (the ``State`` column) is the newest; one keeps its
+``lastTransitionTime`` while its status does not change; a condition of another type
+(the ``Created``/``Running`` an older bridge wrote) is dropped.
+
+*Held* is what the world shows, not what was asked: a suspend not yet sent, or one the
+back end refused (``SuspendRefused``), leaves the job unheld.
+
+The bridge's richer account — why a job waits (``BackendUnavailable``, ``Priority``,
+``Dependency`` …), where it was submitted, on which nodes it runs — is written as
+Kubernetes Events on the TrainJob (:mod:`k8s_adapter.trainjob_events`), where Trainer's
+readers do not look and ``kubectl describe`` shows it; reasons of ``Complete`` and
+``Failed`` are the bridge's own (Trainer's readers read only their type and status).
 
 ``jobsStatus`` is the JobSet's ``replicatedJobsStatus`` for the Kubernetes back end,
 and one entry ``node`` (the one batch job) elsewhere. ``trainerStatus`` follows
@@ -36,7 +48,17 @@ from bridge.states import JobState
 if TYPE_CHECKING:
     from bridge.service import JobRecord
 
+__all__ = ["CONDITION_TYPES", "desired_conditions", "desired_status", "failed_status",
+           "is_held", "same_status", "synthetic_jobs_status"]
+
 FAILED_STATES = (JobState.FAILED, JobState.CANCELLED)
+#: Trainer v2.3's condition types, the only ones written.
+CONDITION_TYPES = ("Suspended", "Complete", "Failed")
+#: Trainer's messages of the ``Suspended`` condition (pkg/constants).
+SUSPENDED_MESSAGE = "TrainJob is suspended"
+RESUMED_MESSAGE = "TrainJob is resumed"
+#: Reasons under which a job in the back end is held there (sent or shown).
+HELD_REASONS = ("Suspended", "BackendSuspended")
 
 
 def _ts(at: float | None) -> str:
@@ -50,54 +72,44 @@ def _cond(ctype: str, status: bool, reason: str, message: str, at: float) -> dic
             "lastTransitionTime": _ts(at)}
 
 
-def desired_conditions(rec: JobRecord) -> list[dict[str, Any]]:
-    """The conditions of ``rec`` (module docstring), times from the record."""
+def is_held(rec: JobRecord) -> bool:
+    """Whether ``rec`` is suspended as the world shows it (module docstring)."""
+    return rec.state == JobState.SUSPENDED or (
+        rec.state in (JobState.SUBMITTED, JobState.RUNNING) and rec.reason in HELD_REASONS)
+
+
+def desired_conditions(rec: JobRecord, previous: Sequence[Mapping[str, Any]] | None = None,
+                       ) -> list[dict[str, Any]]:
+    """The conditions of ``rec`` (module docstring), times from the record; ``previous``
+    (the TrainJob's conditions now) gives their order and whether a hold was lifted."""
+    prior = {c.get("type"): c for c in previous or [] if c.get("type") in CONDITION_TYPES}
     state = rec.state
-    created_at = rec.created_at
-    conds = [_cond("Created", True, "Admitted" if state != JobState.PENDING else rec.reason,
-                   f"admitted by hpc-bridge to back end {rec.backend}"
-                   if state != JobState.PENDING else rec.message or "waiting to be submitted",
-                   created_at)]
-    if state == JobState.PENDING:
-        return conds
-    if state == JobState.SUSPENDED:
-        conds.append(_cond("Suspended", True, "Suspended", rec.message or "suspended",
-                           rec.updated_at))
-        return conds
-    if state == JobState.SUBMITTED:
-        conds.append(_cond("Running", False, rec.reason or "Submitted", rec.message,
-                           rec.updated_at))
-        if rec.reason in ("Suspended", "BackendSuspended"):  # held before it started
-            conds.append(_cond("Suspended", True, "Suspended", rec.message, rec.updated_at))
-        return conds
-    if state == JobState.RUNNING:
-        # What the world shows, not what was asked: a suspend not yet sent, or one the
-        # back end refused, leaves the job running.
-        held = rec.reason in ("Suspended", "BackendSuspended")
-        running_since = rec.started_at or rec.updated_at
-        if held:
-            conds.append(_cond("Running", False, "Suspended", rec.message, rec.updated_at))
-            conds.append(_cond("Suspended", True, "Suspended", rec.message, rec.updated_at))
+    want: dict[str, dict[str, Any]] = {}
+    if is_held(rec):
+        want["Suspended"] = _cond("Suspended", True, "Suspended", SUSPENDED_MESSAGE,
+                                  rec.updated_at)
+    elif "Suspended" in prior:
+        if state.terminal:  # ended while held, or after: the hold's record stands
+            want["Suspended"] = dict(prior["Suspended"])
         else:
-            conds.append(_cond("Running", True, "Running", rec.message, running_since))
-        return conds
+            want["Suspended"] = _cond("Suspended", False, "Resumed", RESUMED_MESSAGE,
+                                      rec.updated_at)
     end = rec.finished_at or rec.updated_at
-    conds.append(_cond("Running", False, rec.reason, "the job has finished", end))
     if state == JobState.SUCCEEDED:
-        conds.append(_cond("Complete", True, rec.reason or "Completed",
-                           rec.message or "completed", end))
-    else:
-        conds.append(_cond("Failed", True, rec.reason or "Failed",
-                           rec.message or str(state), end))
-    return conds
+        want["Complete"] = _cond("Complete", True, rec.reason or "Completed",
+                                 rec.message or "completed", end)
+    elif state in FAILED_STATES:
+        want["Failed"] = _cond("Failed", True, rec.reason or "Failed",
+                               rec.message or str(state), end)
+    order = [t for t in prior if t in want] + [t for t in CONDITION_TYPES
+                                               if t in want and t not in prior]
+    return [want[t] for t in order]
 
 
 def synthetic_jobs_status(rec: JobRecord) -> list[dict[str, Any]]:
     """One ``node`` entry counting the back end's one job, for batch back ends."""
     state = rec.state
-    in_backend = state in (JobState.SUBMITTED, JobState.RUNNING)
-    suspended = state == JobState.SUSPENDED or (
-        in_backend and rec.reason in ("Suspended", "BackendSuspended"))
+    suspended = is_held(rec)
     return [{"name": "node",
              "active": int(state in (JobState.SUBMITTED, JobState.RUNNING) and not suspended),
              "ready": int(state == JobState.RUNNING and not suspended),
@@ -113,9 +125,10 @@ def desired_status(rec: JobRecord, jobs_status: Sequence[Mapping[str, Any]] | No
     ``lastTransitionTime`` when their status is unchanged; ``trainerStatus`` is what the
     job ``reported`` from inside (bridge/trainer_status.py, on any back end), and
     100 % once it succeeded (its last metrics kept)."""
-    old = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
+    before = (previous or {}).get("conditions") or []
+    old = {c.get("type"): c for c in before}
     conditions = []
-    for c in desired_conditions(rec):
+    for c in desired_conditions(rec, before):
         prior = old.get(c["type"])
         if prior is not None and prior.get("status") == c["status"] and prior.get(
                 "lastTransitionTime"):

@@ -1,6 +1,6 @@
 """The TrainJob objects the CR front door (:mod:`k8s_adapter.frontdoor`) writes to:
-its finalizer, its ``/status`` subresource, the refusal annotation, and pure helpers
-on the objects.
+its finalizer, its ``/status`` subresource, the refusal annotation, the Events on it,
+and pure helpers on the objects.
 
 Contract: every call goes through :meth:`k8s_adapter.kube.Kube.call` (errors are
 :class:`bridge.backend.BackendUnavailable` / :class:`bridge.backend.BackendRejected`);
@@ -109,6 +109,15 @@ class TrainJobCalls:
         except BackendRejected as exc:
             if not is_status(exc, 404):
                 raise
+
+
+    async def record_event(self, body: dict[str, Any]) -> None:
+        """Create the core/v1 Event ``body`` (k8s_adapter/trainjob_events.py) in its
+        namespace."""
+        await self.kube.call(
+            f"record event {body.get('reason')} on TrainJob "
+            f"{body['metadata'].get('namespace')}/{body['involvedObject'].get('name')}",
+            self.kube.core.create_namespaced_event, body["metadata"].get("namespace"), body)
 
 
 def ref(obj: Mapping[str, Any]) -> str:

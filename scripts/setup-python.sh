@@ -36,3 +36,13 @@ if [[ ! -x .venv-mpich/bin/mpiexec ]]; then
   "$PYTHON" -m venv .venv-mpich
   .venv-mpich/bin/pip install --quiet 'mpich==5.0.2' 'mpi4py==4.1.2'
 fi
+
+# The Kubeflow Python SDK, pinned, in an environment of its own as a Kubeflow user has
+# it (tests/integration/test_kubeflow_sdk.py drives it against the bridge; its
+# dependencies, the synchronous kubernetes client among them, stay out of .venv).
+KUBEFLOW_SDK=0.5.0
+if [[ $(.venv-kubeflow/bin/python -c 'import importlib.metadata as m; print(m.version("kubeflow"))' \
+  2>/dev/null) != "$KUBEFLOW_SDK" ]]; then
+  [[ -x .venv-kubeflow/bin/python ]] || "$PYTHON" -m venv .venv-kubeflow
+  .venv-kubeflow/bin/pip install --quiet "kubeflow==$KUBEFLOW_SDK"
+fi

@@ -313,9 +313,12 @@ module_dir() { # MODULE VERSION: its directory in the Go module cache
 # kwok's pod Stages: its default "fast" set (Running at once; Succeeded when
 # owned by a Job; finalizers removed on delete) plus the chaos stage that fails
 # the containers of pods labelled pod-container-running-failed.stage.kwok.x-k8s.io=true
-# (exit code, reason, message from that stage's annotations). No node stages
+# (exit code, reason, message from that stage's annotations). A pod labelled
+# $KWOK_STAY_RUNNING=true is never completed (a test that needs a job to stay
+# Running, e.g. for the Kubeflow SDK's Running, deletes it). No node stages
 # are given, so kwok keeps its default ones (heartbeat with leases). The
 # explicit --config also keeps a ~/.kwok/kwok.yaml out of the test bed.
+KWOK_STAY_RUNNING=stay-running.test.hpc-bridge.io
 kwok_config() {
   local src f
   src=$(module_dir sigs.k8s.io/kwok "$KWOK_VERSION")/kustomize/stage/pod
@@ -323,12 +326,30 @@ kwok_config() {
   for f in fast/pod-ready.yaml fast/pod-complete.yaml fast/pod-delete.yaml \
     chaos/pod-container-running-failed.yaml; do
     echo "---"
-    cat "$src/$f"
+    if [[ $f == fast/pod-complete.yaml ]]; then
+      # One more selector term (first under matchExpressions): not for pods that
+      # must stay running.
+      awk -v label="$KWOK_STAY_RUNNING" '
+        { print }
+        /^    matchExpressions:$/ && !done {
+          printf "    - key: %c.metadata.labels[\"%s\"]%c\n", 39, label, 39
+          print "      operator: DoesNotExist"
+          done = 1
+        }
+        END { exit !done }' "$src/$f" || die "kwok's pod-complete stage has no matchExpressions"
+    else
+      cat "$src/$f"
+    fi
   done
 }
 
 start_kwok() {
-  write_if_changed "$STATE/kwok.yaml" "$(kwok_config)" || true
+  local pid
+  if write_if_changed "$STATE/kwok.yaml" "$(kwok_config)" && pid=$(running_pid kwok); then
+    log "kwok's stages changed: restarting kwok"
+    stop_pid "$pid" "$(comm_of kwok)" 20
+    rm -f "$(pidfile kwok)"
+  fi
   start_daemon kwok kwok_ok "$BIN/kwok" \
     --config="$STATE/kwok.yaml" \
     --kubeconfig="$KUBECONFIG_ADMIN" \

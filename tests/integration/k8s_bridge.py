@@ -20,6 +20,8 @@ JOBSETS = "jobsets.jobset.x-k8s.io"
 KWOK_FAIL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 #: An admin's runtime with no trainer container (no image): ``mpich-distributed``.
 IMAGELESS_RUNTIME = REPO / "examples" / "runtimes" / "mpich-distributed.yaml"
+#: kwok never completes a pod with this label (testbed/k8s/k8s.sh, kwok_config).
+KWOK_STAY_RUNNING = "stay-running.test.hpc-bridge.io"
 
 
 def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
@@ -102,6 +104,26 @@ def conditions(k8s: K8sBed, namespace: str, name: str) -> dict[str, dict[str, An
 
 def is_true(conds: dict[str, dict[str, Any]], ctype: str) -> bool:
     return conds.get(ctype, {}).get("status") == "True"
+
+
+def events(k8s: K8sBed, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The Events on TrainJob ``name``, oldest first (as ``kubectl events`` lists them)."""
+    items: list[dict[str, Any]] = k8s.get_json(
+        "-n", namespace, "events", "--field-selector",
+        f"involvedObject.kind=TrainJob,involvedObject.name={name}").get("items") or []
+    return sorted(items, key=lambda e: (e.get("firstTimestamp") or "",
+                                        e["metadata"].get("creationTimestamp") or ""))
+
+
+def event_reasons(k8s: K8sBed, namespace: str, name: str) -> list[str]:
+    return [e.get("reason") or "" for e in events(k8s, namespace, name)]
+
+
+def node_ready(k8s: K8sBed, namespace: str, name: str) -> bool:
+    """Whether the TrainJob's jobsStatus shows its job ready (running), as Trainer's
+    readers see a running batch job."""
+    status = k8s.get_json("-n", namespace, TRAINJOBS, name).get("status") or {}
+    return any(j.get("ready") for j in status.get("jobsStatus") or [])
 
 
 def all_trainjobs(k8s: K8sBed, namespace: str) -> list[dict[str, Any]]:

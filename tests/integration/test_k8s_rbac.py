@@ -18,6 +18,7 @@ from tests.integration.k8s_bridge import (
     all_trainjobs,
     apply,
     conditions,
+    events,
     is_true,
     jobsets,
     k8s_daemon,
@@ -126,9 +127,9 @@ def test_a_missing_permission_makes_jobs_wait_not_fail_until_an_admin_grants_it(
                             command=["mpirun", "a"]))
 
     def waiting() -> bool:
-        created = conditions(k8s, ns, "mpi-waits").get("Created", {})
-        return created.get("reason") == "BackendUnavailable" and "RBAC" in created.get(
-            "message", "")
+        return any(e.get("reason") == "BackendUnavailable" and e.get("type") == "Warning"
+                   and "RBAC" in (e.get("message") or "")
+                   for e in events(k8s, ns, "mpi-waits"))
     k8s.wait_for(waiting, 60, "the TrainJob to wait, saying the bridge's RBAC refused")
     assert not is_true(conditions(k8s, ns, "mpi-waits"), "Failed")
     assert not jobsets(k8s, ns)  # the Secret comes first: no JobSet without its keys

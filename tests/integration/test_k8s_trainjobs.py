@@ -21,9 +21,12 @@ from tests.integration.k8s_bridge import (
     all_trainjobs,
     apply,
     conditions,
+    event_reasons,
+    events,
     is_true,
     jobsets,
     k8s_daemon,
+    node_ready,
     pods,
     trainjob,
 )
@@ -155,6 +158,10 @@ def test_suspend_and_resume_through_spec_suspend(
     k8s.wait_for(lambda: len(pods(k8s, ns, selector)) == 2, 60, "the pods to come back")
     k8s.wait_for(lambda: not is_true(conditions(k8s, ns, "hold"), "Suspended"), 30,
                  "condition Suspended to clear")
+    resumed = conditions(k8s, ns, "hold")["Suspended"]  # as Trainer writes it
+    assert (resumed["status"], resumed["reason"]) == ("False", "Resumed")
+    reasons = event_reasons(k8s, ns, "hold")
+    assert "Suspended" in reasons and reasons.index("Suspended") < len(reasons) - 1, reasons
 
 
 def test_malformed_trainjobs_fail_with_a_readable_message_and_nothing_crashes(
@@ -198,10 +205,11 @@ def test_a_trainjob_routed_to_slurm_runs_there_and_reports_running_then_complete
     ns = k8s_namespace
     apply(k8s, ns, trainjob("on-slurm", runtime="plain", nodes=2, image=None, backend="slurm",
                             command=["sh", "-c", "sleep 4; hostname"]))
-    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "on-slurm"), "Running"), 60,
-                 "TrainJob on-slurm to be Running")
+    k8s.wait_for(lambda: node_ready(k8s, ns, "on-slurm"), 60,
+                 "TrainJob on-slurm to be running (jobsStatus ready)")
     running = k8s.get_json("-n", ns, TRAINJOBS, "on-slurm")["status"]
     assert running["jobsStatus"][0]["active"] == 1
+    assert not running.get("conditions")  # Trainer's convention: none while it runs
     k8s.wait_for(lambda: is_true(conditions(k8s, ns, "on-slurm"), "Complete"), 90,
                  "TrainJob on-slurm to be Complete")
     uid = k8s.get_json("-n", ns, TRAINJOBS, "on-slurm")["metadata"]["uid"]
@@ -210,10 +218,16 @@ def test_a_trainjob_routed_to_slurm_runs_there_and_reports_running_then_complete
     assert record["backendId"].isdigit()
     assert len(record["nodes"]) == 2
     assert not jobsets(k8s, ns)
-    # The condition history: Running went True, then False with the reason.
-    conds = conditions(k8s, ns, "on-slurm")
-    assert conds["Running"]["status"] == "False"
-    assert conds["Running"]["reason"] == "Completed"
+    # The history is in the events: running on two Slurm nodes, then complete.
+    k8s.wait_for(lambda: "Completed" in event_reasons(k8s, ns, "on-slurm"), 30,
+                 "the Completed event")
+    history = events(k8s, ns, "on-slurm")
+    reasons = [e["reason"] for e in history]
+    assert reasons.index("Running") < reasons.index("Completed"), reasons
+    running_event = history[reasons.index("Running")]
+    assert all(n in running_event["message"] for n in record["nodes"]), running_event
+    assert running_event["source"]["component"] == "hpc-bridge"
+    assert running_event["involvedObject"]["uid"] == uid
 
 
 def test_placement_pins_a_four_pod_trainjob_into_one_rack(
@@ -249,8 +263,7 @@ def test_deleting_a_trainjob_that_runs_on_slurm_cancels_the_slurm_job(
     ns = k8s_namespace
     apply(k8s, ns, trainjob("long-on-slurm", runtime="plain", nodes=1, image=None,
                             backend="slurm", command=["sleep", "300"]))
-    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "long-on-slurm"), "Running"), 60,
-                 "the Slurm job to run")
+    k8s.wait_for(lambda: node_ready(k8s, ns, "long-on-slurm"), 60, "the Slurm job to run")
     uid = k8s.get_json("-n", ns, TRAINJOBS, "long-on-slurm")["metadata"]["uid"]
     slurm_id = bridge.job(uid)["backendId"]
 

@@ -46,6 +46,7 @@ class RecordedCalls:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
         self.patched = asyncio.Event()
+        self.evented = asyncio.Event()
         self.fail_next_patch = False
 
     async def add_finalizer(self, o: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
@@ -65,13 +66,32 @@ class RecordedCalls:
         self.calls.append(("patch_status", o["metadata"]["uid"], status))
         self.patched.set()
 
+    async def record_event(self, body: dict[str, Any]) -> None:
+        self.calls.append(("record_event", body["involvedObject"]["uid"], body))
+        self.evented.set()
+
     def statuses(self, job_uid: str) -> list[dict[str, Any]]:
         return [s for c, u, s in self.calls if c == "patch_status" and u == job_uid]
 
+    def events(self, job_uid: str) -> list[tuple[str, str, str]]:
+        """(reason, type, message) of each event recorded on ``job_uid``."""
+        return [(b["reason"], b["type"], b["message"]) for c, u, b in self.calls
+                if c == "record_event" and u == job_uid]
 
-def last_condition(status: Mapping[str, Any]) -> tuple[str, str, str]:
+
+def last_condition(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The newest condition (the State column), None without any (Trainer's waiting or
+    running job)."""
+    if not status["conditions"]:
+        return None
     cond = status["conditions"][-1]
     return cond["type"], cond["status"], cond["reason"]
+
+
+def node_counts(status: Mapping[str, Any]) -> tuple[int, int]:
+    """(active, ready) of the one ``node`` entry of a batch job's jobsStatus."""
+    [entry] = status["jobsStatus"]
+    return entry["active"], entry["ready"]
 
 
 @dataclass
@@ -88,6 +108,14 @@ class Bed:
                 self.calls.patched.clear()
                 await self.calls.patched.wait()
         return self.calls.statuses(job_uid)[-1]
+
+    async def evented(self, job_uid: str, count: int) -> tuple[str, str, str]:
+        """Wait until ``count`` events were recorded on ``job_uid``; the last."""
+        async with asyncio.timeout(30):
+            while len(self.calls.events(job_uid)) < count:
+                self.calls.evented.clear()
+                await self.calls.evented.wait()
+        return self.calls.events(job_uid)[-1]
 
 
 def make_door(service: JobService) -> tuple[frontdoor.TrainJobFrontDoor, RecordedCalls]:
@@ -131,7 +159,7 @@ def admit_for(bed: Bed, job_uid: str, origin: str = "kubernetes") -> int:
 def test_finished_reads_complete_or_failed_conditions() -> None:
     assert not finished({})
     assert not finished({"status": {"conditions": [{"type": "Complete", "status": "False"}]}})
-    assert finished({"status": {"conditions": [{"type": "Created", "status": "True"},
+    assert finished({"status": {"conditions": [{"type": "Suspended", "status": "False"},
                                                {"type": "Failed", "status": "True"}]}})
     assert ref(obj("u")) == "team-a/train"
 
@@ -160,34 +188,45 @@ async def test_a_bad_trainjob_is_refused_with_a_failed_status(bed: Bed) -> None:
     assert bed.service.get_by_uid(uid(3)) is None
     assert [c[0] for c in bed.calls.calls] == ["add_finalizer", "patch_status",
                                                "mark_refused", "remove_finalizer"]
-    assert last_condition(bed.calls.statuses(uid(3))[0])[:2] == ("Failed", "True")
+    assert last_condition(bed.calls.statuses(uid(3))[0]) == ("Failed", "True",
+                                                             "InvalidTrainJob")
 
 
 # -- status write-back --------------------------------------------------------------
 
 
 async def test_status_follows_changes_updates_and_skips_other_jobs(bed: Bed) -> None:
+    """Trainer's conditions say nothing while the job waits or runs; jobsStatus counts
+    the back end's job, and each change of state or reason is one event."""
     job_id = admit_for(bed, uid(4))
     bed.door._objects[uid(4)] = obj(uid(4))
     loop = await run_status_loop(bed.door)
     try:
         # Known at start: synced once though nothing changed since.
-        assert last_condition(await bed.written(uid(4), 1)) == ("Created", "True", "Created")
+        status = await bed.written(uid(4), 1)
+        assert last_condition(status) is None and node_counts(status) == (0, 0)
+        reason, kind, message = await bed.evented(uid(4), 1)
+        assert (reason, kind) == ("Admitted", "Normal") and f"job {job_id}" in message
         # A state change (an outbox event).
         bed.engine.store.transition(job_id, JobState.SUBMITTED, "Submitted", "queued",
                                     backend_id="7", attempts=1)
-        assert last_condition(await bed.written(uid(4), 2)) == ("Running", "False",
-                                                               "Submitted")
-        # A change within the state (no event): still written.
+        assert node_counts(await bed.written(uid(4), 2)) == (1, 0)
+        assert (await bed.evented(uid(4), 2))[:2] == ("Submitted", "Normal")
+        # A change within the state (no outbox event): the status says the same (not
+        # written again), the event says why.
         bed.engine.store.transition(job_id, JobState.SUBMITTED, "Priority", "waits")
-        assert last_condition(await bed.written(uid(4), 3)) == ("Running", "False", "Priority")
+        assert await bed.evented(uid(4), 3) == ("Priority", "Normal", "waits (slurm job 7)")
         # Another origin's job with a TrainJob-like uid is not the door's.
         other = admit_for(bed, uid(5), origin="api")
         bed.door._objects[uid(5)] = obj(uid(5), name="other")
         bed.service.cancel(bed.service.get(other), ROOT)
-        bed.engine.store.transition(job_id, JobState.RUNNING, "Running", "on node1")
-        assert last_condition(await bed.written(uid(4), 4)) == ("Running", "True", "Running")
-        assert bed.calls.statuses(uid(5)) == []
+        bed.engine.store.transition(job_id, JobState.RUNNING, "Running", "running",
+                                    nodes=["node1"])
+        status = await bed.written(uid(4), 3)
+        assert last_condition(status) is None and node_counts(status) == (1, 1)
+        assert await bed.evented(uid(4), 4) == ("Running", "Normal", "running on node1")
+        assert bed.calls.statuses(uid(5)) == [] and bed.calls.events(uid(5)) == []
+        assert len(bed.calls.statuses(uid(4))) == 3
     finally:
         await stop(loop)
 
@@ -198,9 +237,9 @@ async def test_a_failed_status_write_is_tried_again(bed: Bed) -> None:
     bed.calls.fail_next_patch = True
     loop = await run_status_loop(bed.door)
     try:
-        assert last_condition(await bed.written(uid(6), 1))[0] == "Created"
+        assert last_condition(await bed.written(uid(6), 1)) is None
         bed.service.cancel(bed.service.get(job_id), ROOT)
-        assert last_condition(await bed.written(uid(6), 2))[:2] == ("Failed", "True")
+        assert last_condition(await bed.written(uid(6), 2)) == ("Failed", "True", "Cancelled")
     finally:
         await stop(loop)
 
@@ -215,7 +254,9 @@ async def test_a_restarted_door_converges_on_what_changed_while_it_was_away(bed:
     loop = await run_status_loop(door)
     try:
         status = await bed.written(uid(7), 1)
-        assert last_condition(status)[:3] == ("Failed", "True", "Cancelled")
+        assert last_condition(status) == ("Failed", "True", "Cancelled")
+        # Cancelled before this door started: the door that saw it recorded the event.
+        assert calls.events(uid(7)) == []
     finally:
         await stop(loop)
 
@@ -227,6 +268,6 @@ async def test_a_trainjob_the_watch_delivers_later_is_synced(bed: Bed) -> None:
         bed.door._objects[uid(8)] = obj(uid(8))  # what _handle does for a watch event
         bed.door._dirty.add(uid(8))
         bed.door._wake.set()
-        assert last_condition(await bed.written(uid(8), 1))[0] == "Created"
+        assert node_counts(await bed.written(uid(8), 1)) == (0, 0)
     finally:
         await stop(loop)

@@ -90,15 +90,15 @@ def shape(conds: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(c["type"], c["status"]) for c in conds]
 
 
-# The table of the module docstring.
+# The table of the module docstring: Trainer v2.3's conditions only.
 TABLE = {
-    JobState.PENDING: [("Created", "True")],
-    JobState.SUSPENDED: [("Created", "True"), ("Suspended", "True")],
-    JobState.SUBMITTED: [("Created", "True"), ("Running", "False")],
-    JobState.RUNNING: [("Created", "True"), ("Running", "True")],
-    JobState.SUCCEEDED: [("Created", "True"), ("Running", "False"), ("Complete", "True")],
-    JobState.FAILED: [("Created", "True"), ("Running", "False"), ("Failed", "True")],
-    JobState.CANCELLED: [("Created", "True"), ("Running", "False"), ("Failed", "True")],
+    JobState.PENDING: [],
+    JobState.SUSPENDED: [("Suspended", "True")],
+    JobState.SUBMITTED: [],
+    JobState.RUNNING: [],
+    JobState.SUCCEEDED: [("Complete", "True")],
+    JobState.FAILED: [("Failed", "True")],
+    JobState.CANCELLED: [("Failed", "True")],
 }
 
 
@@ -113,25 +113,67 @@ def test_conditions_per_state(store: Store, state: JobState) -> None:
         assert isinstance(c["message"], str)
     # Every status the door writes is one the TrainJob model accepts.
     TrainJobStatus.model_validate(desired_status(rec, None, None))
-    assert conds[0]["lastTransitionTime"] == ts(rec.created_at)
 
 
-def test_pending_says_why_it_waits(store: Store) -> None:
-    rec = add(store)
-    rec = store.transition(rec.id, JobState.PENDING, "BackendUnavailable", "apiserver down")
-    [created] = desired_conditions(rec)
-    assert (created["reason"], created["message"]) == ("BackendUnavailable", "apiserver down")
-    rec = store.transition(rec.id, JobState.SUBMITTED, "Submitted", "JobSet created")
-    created = desired_conditions(rec)[0]
-    assert created["reason"] == "Admitted" and "kubernetes" in created["message"]
+def sdk_status(conditions: list[dict[str, Any]], nodes_running: bool) -> str:
+    """What the Kubeflow SDK (kubeflow 0.5.0, TrainerClient) reports for a TrainJob
+    (its KubernetesBackend: Complete/Failed from conditions; Running only without any
+    condition, from the pods)."""
+    status = "Created"
+    if conditions:
+        for c in conditions:
+            if c["type"] in ("Complete", "Failed") and c["status"] == "True":
+                status = c["type"]
+    elif nodes_running:
+        status = "Running"
+    return status
 
 
-def test_current_condition_is_last(store: Store) -> None:
-    expected = {JobState.SUSPENDED: "Suspended", JobState.SUBMITTED: "Running",
-                JobState.RUNNING: "Running", JobState.SUCCEEDED: "Complete",
-                JobState.FAILED: "Failed", JobState.CANCELLED: "Failed"}
-    for state, ctype in expected.items():
-        assert desired_conditions(in_state(store, state))[-1]["type"] == ctype
+@pytest.mark.parametrize("state", list(JobState))
+def test_the_kubeflow_sdk_reads_each_state(store: Store, state: JobState) -> None:
+    rec = in_state(store, state)
+    expected = {JobState.RUNNING: "Running", JobState.SUCCEEDED: "Complete",
+                JobState.FAILED: "Failed", JobState.CANCELLED: "Failed"}.get(state, "Created")
+    running_pods = state is JobState.RUNNING
+    assert sdk_status(desired_status(rec, None, None)["conditions"], running_pods) == expected
+
+
+def test_suspend_then_resume_as_trainer_writes_it(store: Store) -> None:
+    rec = in_state(store, JobState.SUSPENDED)
+    held = desired_status(rec, None, None)
+    [cond] = held["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
+        "Suspended", "True", "Suspended", "TrainJob is suspended")
+    rec = store.transition(rec.id, JobState.PENDING, "Created", "resumed")
+    resumed = desired_status(rec, None, held)
+    [cond] = resumed["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
+        "Suspended", "False", "Resumed", "TrainJob is resumed")
+    # Resumed stays; the end comes after it, and the State column reads the end.
+    store.update(rec.id, attempts=1)
+    rec = store.transition(rec.id, JobState.SUBMITTED, "Submitted", "queued")
+    assert shape(desired_status(rec, None, resumed)["conditions"]) == [("Suspended", "False")]
+    rec = store.transition(rec.id, JobState.SUCCEEDED, "Completed", "exit code 0")
+    done = desired_status(rec, None, resumed)["conditions"]
+    assert shape(done) == [("Suspended", "False"), ("Complete", "True")]
+    # Held again in the back end, then cancelled while held: the hold's record stands.
+    again = in_state(store, JobState.RUNNING, suspend=True)
+    again = store.transition(again.id, JobState.RUNNING, "Suspended", "held in slurm")
+    held = desired_status(again, None, None)
+    again = store.transition(again.id, JobState.CANCELLED, "Cancelled", "tcancel")
+    conds = desired_status(again, None, held)["conditions"]
+    assert shape(conds) == [("Suspended", "True"), ("Failed", "True")]
+
+
+def test_an_older_bridges_conditions_are_dropped(store: Store) -> None:
+    rec = in_state(store, JobState.RUNNING)
+    old = {"conditions": [
+        {"type": "Created", "status": "True", "reason": "Admitted", "message": "",
+         "lastTransitionTime": OLD},
+        {"type": "Running", "status": "True", "reason": "Running", "message": "",
+         "lastTransitionTime": OLD}]}
+    status = desired_status(rec, None, old)
+    assert status["conditions"] == [] and not same_status(status, old)
 
 
 def test_finished_reasons_and_messages(store: Store) -> None:
@@ -153,39 +195,36 @@ def test_running_but_held_is_suspended(store: Store) -> None:
     """What the world shows: asked for but not yet sent (or refused) is still running;
     sent (reason Suspended) or shown by the back end (BackendSuspended) is suspended."""
     asked = in_state(store, JobState.RUNNING, suspend=True)
-    assert [c["type"] for c in desired_conditions(asked)][-1] == "Running"
+    assert desired_conditions(asked) == []
     assert synthetic_jobs_status(asked)[0]["suspended"] == 0
     refused = store.transition(asked.id, JobState.RUNNING, "SuspendRefused", "refused")
     assert synthetic_jobs_status(refused)[0]["ready"] == 1
+    assert desired_conditions(refused) == []
     rec = store.transition(asked.id, JobState.RUNNING, "Suspended", "suspended in slurm")
-    conds = desired_conditions(rec)
-    assert conds[-1]["type"] == "Suspended" and conds[-1]["status"] == "True"
-    running = next(c for c in conds if c["type"] == "Running")
-    assert running["status"] == "False" and running["reason"] == "Suspended"
+    [cond] = desired_conditions(rec)
+    assert (cond["type"], cond["status"]) == ("Suspended", "True")
     [entry] = synthetic_jobs_status(rec)
     assert entry["suspended"] == 1 and entry["active"] == 0 and entry["ready"] == 0
 
 
 def test_transition_time_kept_while_status_unchanged(store: Store) -> None:
-    rec = add(store)
-    rec = store.transition(rec.id, JobState.SUBMITTED, "Submitted", "JobSet created")
+    rec = in_state(store, JobState.SUSPENDED)
     previous = desired_status(rec, None, None)
     for c in previous["conditions"]:
         c["lastTransitionTime"] = OLD
-    rec = store.transition(rec.id, JobState.RUNNING, "Running", "on kwok-node-1",
-                           started_at=rec.updated_at + 5)
+    rec = store.transition(rec.id, JobState.SUSPENDED, "Suspended", "still held")
     status = desired_status(rec, None, previous)
-    by = {c["type"]: c for c in status["conditions"]}
-    assert by["Created"]["lastTransitionTime"] == OLD  # True → True: kept
-    assert rec.started_at is not None
-    assert by["Running"]["lastTransitionTime"] == ts(rec.started_at)  # False → True: new
+    assert status["conditions"][0]["lastTransitionTime"] == OLD  # True → True: kept
+    rec = store.transition(rec.id, JobState.PENDING, "Created", "resumed")
+    resumed = desired_status(rec, None, status)
+    assert resumed["conditions"][0]["lastTransitionTime"] == ts(rec.updated_at)  # → False
     # Written again unchanged: nothing moves.
-    again = desired_status(rec, None, status)
-    assert again == status and same_status(again, status)
+    again = desired_status(rec, None, resumed)
+    assert again == resumed and same_status(again, resumed)
 
 
 def test_same_status_ignores_transition_times(store: Store) -> None:
-    rec = in_state(store, JobState.RUNNING)
+    rec = in_state(store, JobState.FAILED)
     a = desired_status(rec, None, None)
     b = desired_status(rec, None, None)
     for c in b["conditions"]:
@@ -204,6 +243,8 @@ def test_same_status_ignores_transition_times(store: Store) -> None:
     assert not same_status(a, None) and same_status(None, {})
     done = desired_status(in_state(store, JobState.SUCCEEDED), None, None)
     assert not same_status(a, done)
+    running = desired_status(in_state(store, JobState.RUNNING), None, None)
+    assert not same_status(a, running)
 
 
 @pytest.mark.parametrize("state", list(JobState))

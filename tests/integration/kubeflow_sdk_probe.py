@@ -1,0 +1,69 @@
+"""What a Kubeflow SDK user does, as a script for tests/integration/test_kubeflow_sdk.py.
+
+Runs under ``.venv-kubeflow/bin/python`` (scripts/setup-python.sh: the pinned
+``kubeflow`` SDK in an environment of its own, as a user has it; never imported by the
+test suite itself). One action per run, its result as JSON on stdout::
+
+    kubeflow_sdk_probe.py --kubeconfig K --namespace NS list
+    kubeflow_sdk_probe.py ... get NAME
+    kubeflow_sdk_probe.py ... wait NAME STATUS[,STATUS] TIMEOUT
+    kubeflow_sdk_probe.py ... events NAME
+    kubeflow_sdk_probe.py ... delete NAME
+    kubeflow_sdk_probe.py ... runtimes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from kubeflow.common.types import KubernetesBackendConfig
+from kubeflow.trainer import TrainerClient
+
+
+def job_view(job: Any) -> dict[str, Any]:
+    return {"name": job.name, "status": job.status, "num_nodes": job.num_nodes,
+            "runtime": job.runtime.name,
+            "steps": [{"name": s.name, "status": s.status, "pod": s.pod_name}
+                      for s in job.steps]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("action")
+    parser.add_argument("args", nargs="*")
+    opts = parser.parse_args()
+    client = TrainerClient(backend_config=KubernetesBackendConfig(
+        namespace=opts.namespace, config_file=opts.kubeconfig))
+    result: Any
+    if opts.action == "list":
+        result = [job_view(j) for j in client.list_jobs()]
+    elif opts.action == "get":
+        result = job_view(client.get_job(opts.args[0]))
+    elif opts.action == "wait":
+        name, wanted, timeout = opts.args
+        result = job_view(client.wait_for_job_status(
+            name, status=set(wanted.split(",")), timeout=int(timeout), polling_interval=1))
+    elif opts.action == "events":
+        result = [{"kind": e.involved_object_kind, "name": e.involved_object_name,
+                   "reason": e.reason, "message": e.message}
+                  for e in client.get_job_events(opts.args[0])]
+    elif opts.action == "delete":
+        client.delete_job(opts.args[0])
+        result = {"deleted": opts.args[0]}
+    elif opts.action == "runtimes":
+        result = [{"name": r.name, "framework": r.trainer.framework,
+                   "image": r.trainer.image, "num_nodes": r.trainer.num_nodes}
+                  for r in client.list_runtimes()]
+    else:
+        parser.error(f"unknown action {opts.action!r}")
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

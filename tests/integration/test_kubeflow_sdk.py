@@ -1,0 +1,117 @@
+"""The Kubeflow Python SDK (``kubeflow`` 0.5.0, ``TrainerClient``: pinned in
+scripts/setup-python.sh) against the bridge on the real control plane, as a Kubeflow
+user runs it: list, get, wait for ``Running`` and ``Complete``, events, delete — on a
+TrainJob the bridge runs as a JobSet (kwok's pods go Running; one labelled to stay so)
+and on one it routes to the real Slurm.
+
+The SDK runs in its own environment (``.venv-kubeflow``) through
+tests/integration/kubeflow_sdk_probe.py, and reads the runtimes the chart installs
+(charts/hpc-bridge/files/runtimes.yaml).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.bed import Daemon
+from tests.integration.k8s_bridge import (
+    KWOK_STAY_RUNNING,
+    TRAINJOBS,
+    all_trainjobs,
+    apply,
+    k8s_daemon,
+    node_ready,
+    trainjob,
+)
+from tests.integration.k8sbed import K8sBed
+from tests.integration.test_k8s_trainjobs import release
+from tests.requirements import require
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SDK_PYTHON = REPO / ".venv-kubeflow" / "bin" / "python"
+PROBE = Path(__file__).with_name("kubeflow_sdk_probe.py")
+RUNTIMES = REPO / "charts" / "hpc-bridge" / "files" / "runtimes.yaml"
+
+
+def sdk(k8s: K8sBed, namespace: str, *args: str, timeout: float = 150) -> Any:
+    """One SDK action (kubeflow_sdk_probe.py), its JSON result."""
+    proc = subprocess.run([str(SDK_PYTHON), str(PROBE), "--kubeconfig", k8s.kubeconfig,
+                           "--namespace", namespace, *args],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"SDK {args}: rc {proc.returncode}\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def bridge(k8s: K8sBed, k8s_namespace: str, testbed: dict[str, str]) -> Iterator[Daemon]:
+    require(SDK_PYTHON.exists(), f"{SDK_PYTHON} is missing: scripts/setup-python.sh makes "
+                                 f"it (the pinned Kubeflow SDK)")
+    k8s.kubectl("apply", "-f", str(RUNTIMES))  # what the Helm chart installs
+    daemon = k8s_daemon(k8s, k8s_namespace, slurm=testbed)
+    daemon.start()
+    yield daemon
+    release(k8s, k8s_namespace, daemon)
+
+
+def test_the_sdk_reads_the_runtimes_the_chart_installs(k8s: K8sBed, k8s_namespace: str,
+                                                       bridge: Daemon) -> None:
+    runtimes = {r["name"]: r for r in sdk(k8s, k8s_namespace, "runtimes")}
+    assert {"plain", "torch-distributed", "mpi-distributed", "deepspeed-distributed",
+            "jax-distributed", "xgboost-distributed"} <= set(runtimes)
+    assert runtimes["torch-distributed"]["framework"] == "torch"
+    assert all(r["image"] for r in runtimes.values())
+
+
+def test_the_sdk_follows_a_trainjob_run_as_a_jobset(k8s: K8sBed, k8s_namespace: str,
+                                                    bridge: Daemon) -> None:
+    ns = k8s_namespace
+    apply(k8s, ns, trainjob("sdk-runs", pod_labels={KWOK_STAY_RUNNING: "true"}),
+          trainjob("sdk-done"))
+
+    done = sdk(k8s, ns, "wait", "sdk-done", "Complete", "120")
+    assert (done["status"], done["num_nodes"], done["runtime"]) == (
+        "Complete", 2, "torch-distributed")
+    running = sdk(k8s, ns, "wait", "sdk-runs", "Running", "120")
+    assert running["status"] == "Running"
+    assert sorted(s["name"] for s in running["steps"]) == ["node-0", "node-1"]
+    assert {s["status"] for s in running["steps"]} == {"Running"}
+
+    listed = {j["name"]: j["status"] for j in sdk(k8s, ns, "list")}
+    assert listed == {"sdk-runs": "Running", "sdk-done": "Complete"}
+    events = sdk(k8s, ns, "events", "sdk-done")
+    reasons = [e["reason"] for e in events if e["kind"] == "TrainJob"]
+    assert "Completed" in reasons, events
+    assert all(e["name"] == "sdk-done" for e in events if e["kind"] == "TrainJob")
+
+    assert sdk(k8s, ns, "delete", "sdk-runs") == {"deleted": "sdk-runs"}
+    k8s.wait_for(lambda: "sdk-runs" not in {o["metadata"]["name"]
+                                            for o in all_trainjobs(k8s, ns)}, 90,
+                 "the bridge to stop the JobSet and let the TrainJob go")
+    assert [j["name"] for j in sdk(k8s, ns, "list")] == ["sdk-done"]
+
+
+def test_the_sdk_follows_a_trainjob_routed_to_slurm(k8s: K8sBed, k8s_namespace: str,
+                                                   bridge: Daemon) -> None:
+    """A job on Slurm has no pods: the SDK (which derives Running from pods) shows it
+    ``Created`` while it runs, as documented (docs/kubernetes.md); its jobsStatus and
+    events say it runs; Complete is Complete."""
+    ns = k8s_namespace
+    apply(k8s, ns, trainjob("sdk-slurm", runtime="plain", nodes=2, image=None,
+                            backend="slurm", command=["sh", "-c", "sleep 4; hostname"]))
+    k8s.wait_for(lambda: node_ready(k8s, ns, "sdk-slurm"), 60, "the Slurm job to run")
+    assert sdk(k8s, ns, "get", "sdk-slurm")["status"] in ("Created", "Complete")
+    done = sdk(k8s, ns, "wait", "sdk-slurm", "Complete", "120")
+    assert (done["status"], done["runtime"], done["steps"]) == ("Complete", "plain", [])
+    reasons = [e["reason"] for e in sdk(k8s, ns, "events", "sdk-slurm")]
+    assert reasons.index("Running") < reasons.index("Completed"), reasons
+    assert sdk(k8s, ns, "delete", "sdk-slurm") == {"deleted": "sdk-slurm"}
+    k8s.wait_for(lambda: not k8s.kubectl("-n", ns, "get", TRAINJOBS, "-o", "name").strip(),
+                 60, "the TrainJob to go")

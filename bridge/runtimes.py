@@ -153,7 +153,7 @@ def builtin_runtimes() -> list[ClusterTrainingRuntime]:
     both the in-process catalogue and the chart's YAML (:func:`runtimes_yaml`)."""
     return [
         _runtime("plain", Framework.PLAIN, {}),
-        _runtime("torch-distributed", Framework.TORCH, {"numProcPerNode": "auto"}),
+        _runtime("torch-distributed", Framework.TORCH, {}),
         _runtime(
             "mpi-distributed",
             Framework.MPI,
@@ -162,8 +162,11 @@ def builtin_runtimes() -> list[ClusterTrainingRuntime]:
         _runtime("deepspeed-distributed", Framework.MPI,
                  {"numProcPerNode": 1, "mpiImplementation": "OpenMPI",
                   "runLauncherAsNode": True}),
-        _runtime("jax-distributed", Framework.JAX, {"numProcPerNode": 1}),
-        _runtime("xgboost-distributed", Framework.XGBOOST, {"numProcPerNode": 1}),
+        # Trainer v2.3's torch, jax and xgboost policies carry no numProcPerNode
+        # (upstream's CRD refuses it; it is the TrainJob's): torch defaults to
+        # ``auto`` as Trainer's plugin does, the others to one process per node.
+        _runtime("jax-distributed", Framework.JAX, {}),
+        _runtime("xgboost-distributed", Framework.XGBOOST, {}),
     ]
 
 
@@ -271,7 +274,7 @@ class RuntimeCatalog:
             r.metadata.name: r for r in builtin_runtimes()
         }
         #: The built-in runtimes themselves (one an admin replaces is no longer one).
-        self._builtin = set(map(id, self._cluster.values()))
+        self._builtin: dict[str, ClusterTrainingRuntime] = dict(self._cluster)
         self._namespaced: dict[tuple[str, str], TrainingRuntime] = {}
         for r in extra or []:
             self.add(r)
@@ -333,14 +336,15 @@ class RuntimeCatalog:
         )
         raw_procs: int | str | None = (
             trainer.num_proc_per_node if trainer and trainer.num_proc_per_node is not None
-            else fw_policy.get("numProcPerNode", 1)
+            else fw_policy.get("numProcPerNode",
+                               "auto" if framework is Framework.TORCH else 1)
         )
         procs: int | None = None if raw_procs in ("auto", "cpu", "gpu", None) else int(raw_procs)
         script = script_of(job)
         container = _RuntimeContainer.of(runtime)
         command = tuple(trainer.command or ()) if trainer else ()
         args = tuple(trainer.args or ()) if trainer else ()
-        if not script and not command:
+        if script is None and not command:
             command = container.command
             if not (trainer and trainer.args is not None):
                 args = container.args
@@ -365,7 +369,7 @@ class RuntimeCatalog:
             proc_per_node=procs,
             image=(trainer.image if trainer else None) or container.image,
             builtin_image=not (trainer and trainer.image) and bool(container.image)
-            and id(runtime) in self._builtin,
+            and runtime is self._builtin.get(runtime.metadata.name),
             # The runtime's JobSet template: what the Kubernetes back end keeps of it
             # (restart policy, backoff: k8s_adapter/trainer_layout.py).
             extra={"template": runtime.spec.template} if runtime.spec.template else {},

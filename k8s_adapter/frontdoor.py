@@ -25,8 +25,12 @@ For each of its TrainJobs:
    changes (:mod:`k8s_adapter.status`), driven by the service's change feed: see
    :meth:`TrainJobFrontDoor._status_loop`.
 7. Each change of the job's state or reason is recorded as a Kubernetes Event on the
-   TrainJob (:mod:`k8s_adapter.trainjob_events`), once: a change made before this
-   door started is taken as recorded by the door that saw it.
+   TrainJob (:mod:`k8s_adapter.trainjob_events`), once: what each job showed when the
+   door started is taken as recorded (by the door that saw it). A change of state is
+   always recorded; a change of reason within a state (a queue's reason flipping) only
+   while the job's allowance lasts: ``EVENT_BURST``, then one per
+   ``EVENT_REFILL_SECONDS`` (as client-go's event spam filter), so no job floods the
+   apiserver.
 
 The door reaches jobs only through :class:`bridge.service.JobService`.
 
@@ -83,6 +87,10 @@ RETRY_SECONDS = 2.0
 HANDLE_CONCURRENCY = 16
 #: Events of the change feed the status loop reads at once.
 STATUS_BATCH = 1000
+#: Events a job may record for changes of reason within a state, at once (module
+#: docstring, item 7), and the seconds that earn one more.
+EVENT_BURST = 5
+EVENT_REFILL_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -122,9 +130,10 @@ class TrainJobFrontDoor:
         #: uid -> the ``metadata.generation`` whose spec was handled (admitted, suspend
         #: followed): later events of that generation are echoes of status writes.
         self._handled: dict[str, Any] = {}
-        #: uid -> the event key last recorded (k8s_adapter/trainjob_events.py).
+        #: uid -> the event key last recorded (k8s_adapter/trainjob_events.py), and
+        #: uid -> (allowance left, when it was counted) for changes of reason.
         self._evented: dict[str, tuple[str, str]] = {}
-        self._started = time.time()
+        self._allowance: dict[str, tuple[float, float]] = {}
         self._instance = f"{name}@{socket.gethostname()}"
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
         self._wake = asyncio.Event()
@@ -238,6 +247,7 @@ class TrainJobFrontDoor:
             self._written.pop(uid, None)
             self._handled.pop(uid, None)
             self._evented.pop(uid, None)
+            self._allowance.pop(uid, None)
             rec = self._service.get_by_uid(uid)
             if rec is not None and not rec.state.terminal and not rec.cancel_requested:
                 # Deleted without our finalizer (removed by hand): still stop the job.
@@ -359,6 +369,8 @@ class TrainJobFrontDoor:
         cursor = service.cursor()
         updates = service.updates(self._wake)
         self._dirty.update(self._objects)
+        for known in service.list_jobs(origin=ORIGIN).items:  # recorded before
+            self._evented.setdefault(known.uid, event_key(known))
         try:
             while True:
                 self._wake.clear()
@@ -451,15 +463,26 @@ class TrainJobFrontDoor:
         last = self._evented.get(rec.uid)
         if last == key:
             return
+        if last is not None and last[0] == key[0] and not self._allowed(rec.uid):
+            return  # only the reason changed, and the job has had its say lately
         self._evented[rec.uid] = key
-        if last is None and rec.updated_at < self._started:
-            return  # changed before this door started: the door then recorded it
         body = event_body(rec, obj, self._instance, time.time())
         try:
             await self.calls.record_event(body)
         except (BackendUnavailable, BackendRejected) as exc:
             log.warning("TrainJob %s: event %s not recorded: %s", _ref(obj), body["reason"],
                         exc)
+
+    def _allowed(self, uid: str) -> bool:
+        """Take one of the job's allowance for a change of reason, if it has one."""
+        now = time.monotonic()
+        left, at = self._allowance.get(uid, (float(EVENT_BURST), now))
+        left = min(float(EVENT_BURST), left + (now - at) / EVENT_REFILL_SECONDS)
+        if left < 1.0:
+            self._allowance[uid] = (left, now)
+            return False
+        self._allowance[uid] = (left - 1.0, now)
+        return True
 
 KNOWN_SETTINGS = frozenset(TrainJobDoorSettings.model_fields)
 

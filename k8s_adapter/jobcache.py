@@ -145,7 +145,11 @@ class JobCache:
             pods.nodes[name] = str(node)
         status = obj.get("status") or {}
         failure = container_failure(obj)
-        if status.get("phase") == "Failed":
+        if status.get("phase") == "Succeeded":
+            pods.failed.pop(name, None)  # it recovered: an earlier restart explains nothing
+        elif name in pods.failed and meta.get("deletionTimestamp"):
+            pass  # killed while going (a Job out of retries): the first failure says why
+        elif status.get("phase") == "Failed":
             pods.failed[name] = failure or (
                 None, status.get("reason") or status.get("message") or "pod failed")
         elif failure is not None:  # a container restarted in place (OnFailure)

@@ -271,7 +271,8 @@ def _pod_template(name: str, rjob: str, request: SubmitRequest, options: JobSetO
     if request.plan.framework is Framework.TORCH:
         container["ports"] = [{"containerPort": TORCH_PORT}]
     spec: dict[str, Any] = {"restartPolicy": trainer_layout.restart_policy(
-        request.plan.extra.get(trainer_layout.TEMPLATE_KEY), rjob), "containers": [container]}
+        request.plan.extra.get(trainer_layout.TEMPLATE_KEY), rjob,
+        batch=request.plan.batch_script is not None), "containers": [container]}
     if mpi:
         container["volumeMounts"] = [{"name": "mpi-hostfile", "mountPath": HOSTFILE_DIR},
                                      sshauth.volume_mount()]
@@ -313,10 +314,10 @@ def _keep_deadline(job_spec: dict[str, Any], deadline: int | None) -> None:
 
 
 def _replicated_job(rjob: str, count: int, pod: dict[str, Any], deadline: int | None,
-                    template: Any) -> dict[str, Any]:
+                    template: Any, batch: bool = False) -> dict[str, Any]:
     job_spec: dict[str, Any] = {"parallelism": count, "completions": count,
                                 "completionMode": "Indexed",
-                                **trainer_layout.job_spec_defaults(template, rjob),
+                                **trainer_layout.job_spec_defaults(template, rjob, batch),
                                 "template": pod}
     if deadline:
         job_spec["activeDeadlineSeconds"] = deadline
@@ -351,20 +352,23 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
     replicated: list[dict[str, Any]] = []
     target = NODE
     template = plan.extra.get(trainer_layout.TEMPLATE_KEY)
+    batch = plan.batch_script is not None  # sbatch's semantics: no retries
     if mpi:
         launcher_pod = _pod_template(name, LAUNCHER, request, options, labels, image,
                                      command, args, env, mpi=True)
-        replicated.append(_replicated_job(LAUNCHER, 1, launcher_pod, deadline, template))
+        replicated.append(_replicated_job(LAUNCHER, 1, launcher_pod, deadline, template,
+                                          batch))
         if plan.num_nodes > 1:
             node_pod = _pod_template(name, NODE, request, options, labels, image,
                                      list(SSHD_COMMAND), [], env, mpi=True)
             replicated.append(_replicated_job(NODE, plan.num_nodes - 1, node_pod, deadline,
-                                              template))
+                                              template, batch))
         target = LAUNCHER
     else:
         pod = _pod_template(name, NODE, request, options, labels, image, command, args, env,
                             mpi=False)
-        replicated.append(_replicated_job(NODE, plan.num_nodes, pod, deadline, template))
+        replicated.append(_replicated_job(NODE, plan.num_nodes, pod, deadline, template,
+                                          batch))
     metadata: dict[str, Any] = {"name": name, "namespace": job.metadata.namespace,
                                 "labels": dict(labels),
                                 "annotations": {UID_LABEL: request.job_uid}}

@@ -89,9 +89,9 @@ def desired_conditions(rec: JobRecord, previous: Sequence[Mapping[str, Any]] | N
         want["Suspended"] = _cond("Suspended", True, "Suspended", SUSPENDED_MESSAGE,
                                   rec.updated_at)
     elif "Suspended" in prior:
-        if state.terminal:  # ended while held, or after: the hold's record stands
+        if state.terminal and rec.suspend_requested:  # ended (cancelled) while held
             want["Suspended"] = dict(prior["Suspended"])
-        else:
+        else:  # resumed (and maybe ended since: it ran, so it was resumed)
             want["Suspended"] = _cond("Suspended", False, "Resumed", RESUMED_MESSAGE,
                                       rec.updated_at)
     end = rec.finished_at or rec.updated_at

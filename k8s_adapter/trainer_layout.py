@@ -104,19 +104,27 @@ def replicated_job_template(template: Mapping[str, Any] | None,
     return {}
 
 
-def restart_policy(template: Mapping[str, Any] | None, name: str) -> str:
-    """The pod ``restartPolicy`` of replicated job ``name``: the runtime template's,
-    else JobSet's default (``OnFailure``)."""
+def restart_policy(template: Mapping[str, Any] | None, name: str,
+                   batch: bool = False) -> str:
+    """The pod ``restartPolicy`` of replicated job ``name``: ``Never`` for a batch
+    script (``batch``: sbatch's semantics, a failed script is not run again), else the
+    runtime template's, else JobSet's default (``OnFailure``)."""
+    if batch:
+        return "Never"
     pod_spec = ((replicated_job_template(template, name).get("spec") or {})
                 .get("template") or {}).get("spec") or {}
     value = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
     return str(value) if isinstance(value, str) and value else DEFAULT_RESTART_POLICY
 
 
-def job_spec_defaults(template: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
+def job_spec_defaults(template: Mapping[str, Any] | None, name: str,
+                      batch: bool = False) -> dict[str, Any]:
     """Job-level fields of replicated job ``name`` the runtime template sets and Trainer
     keeps (``backoffLimit``, ``backoffLimitPerIndex``, ``maxFailedIndexes``,
-    ``podFailurePolicy``); none when it sets none (Kubernetes' ``backoffLimit`` 6)."""
+    ``podFailurePolicy``); none when it sets none (Kubernetes' ``backoffLimit`` 6);
+    ``backoffLimit: 0`` for a batch script (``batch``: no retries, as sbatch)."""
+    if batch:
+        return {"backoffLimit": 0}
     spec = replicated_job_template(template, name).get("spec") or {}
     keys = ("backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
     return {k: spec[k] for k in keys if isinstance(spec, Mapping) and spec.get(k) is not None}

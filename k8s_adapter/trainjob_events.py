@@ -13,8 +13,10 @@ Pending      ``Admitted`` (newly admitted),  "admitted as job N for back end B",
              (``BackendUnavailable``,
              ``Priority``, ``Dependency`` …)
 Suspended    ``Suspended``                   the engine's message
-Submitted    ``Submitted`` (or ``Suspended``  "submitted to B as ID" …
-             when held before it started)
+Submitted    ``Submitted``, or the hold's     "submitted to B as ID" …
+             reason (``Suspended``,
+             ``BackendSuspended``) when held
+             before it started
 Running      ``Running``, ``Suspended``,     the engine's message; nodes when known
              ``SuspendRefused``
 Succeeded    ``Completed`` (the reason)      the engine's message
@@ -25,7 +27,8 @@ Cancelled    ``Cancelled``                   the engine's message
 Contract:
 
 * :func:`event_key` is what makes an event: the job's state and reason. One event is
-  recorded per change of key (the front door remembers the last key of each job).
+  recorded per change of key (the front door remembers the last key of each job and
+  limits how often a reason alone may change it: k8s_adapter/frontdoor.py, item 7).
 * :func:`event_body` is the Event to create: ``involvedObject`` the TrainJob (its uid),
   ``firstTimestamp``/``lastTimestamp`` set (the SDK reads events by
   ``firstTimestamp``), ``source.component`` and ``reportingComponent``

@@ -105,7 +105,7 @@ def test_the_sdk_follows_a_trainjob_routed_to_slurm(k8s: K8sBed, k8s_namespace: 
     events say it runs; Complete is Complete."""
     ns = k8s_namespace
     apply(k8s, ns, trainjob("sdk-slurm", runtime="plain", nodes=2, image=None,
-                            backend="slurm", command=["sh", "-c", "sleep 4; hostname"]))
+                            backend="slurm", command=["sh", "-c", "sleep 6; hostname"]))
     k8s.wait_for(lambda: node_ready(k8s, ns, "sdk-slurm"), 60, "the Slurm job to run")
     assert sdk(k8s, ns, "get", "sdk-slurm")["status"] in ("Created", "Complete")
     done = sdk(k8s, ns, "wait", "sdk-slurm", "Complete", "120")

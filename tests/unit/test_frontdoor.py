@@ -202,20 +202,20 @@ async def test_status_follows_changes_updates_and_skips_other_jobs(bed: Bed) -> 
     bed.door._objects[uid(4)] = obj(uid(4))
     loop = await run_status_loop(bed.door)
     try:
-        # Known at start: synced once though nothing changed since.
+        # Known at start: synced once though nothing changed since; what it showed
+        # then is taken as recorded (no event).
         status = await bed.written(uid(4), 1)
         assert last_condition(status) is None and node_counts(status) == (0, 0)
-        reason, kind, message = await bed.evented(uid(4), 1)
-        assert (reason, kind) == ("Admitted", "Normal") and f"job {job_id}" in message
+        assert bed.calls.events(uid(4)) == []
         # A state change (an outbox event).
         bed.engine.store.transition(job_id, JobState.SUBMITTED, "Submitted", "queued",
                                     backend_id="7", attempts=1)
         assert node_counts(await bed.written(uid(4), 2)) == (1, 0)
-        assert (await bed.evented(uid(4), 2))[:2] == ("Submitted", "Normal")
+        assert (await bed.evented(uid(4), 1))[:2] == ("Submitted", "Normal")
         # A change within the state (no outbox event): the status says the same (not
         # written again), the event says why.
         bed.engine.store.transition(job_id, JobState.SUBMITTED, "Priority", "waits")
-        assert await bed.evented(uid(4), 3) == ("Priority", "Normal", "waits (slurm job 7)")
+        assert await bed.evented(uid(4), 2) == ("Priority", "Normal", "waits (slurm job 7)")
         # Another origin's job with a TrainJob-like uid is not the door's.
         other = admit_for(bed, uid(5), origin="api")
         bed.door._objects[uid(5)] = obj(uid(5), name="other")
@@ -224,7 +224,7 @@ async def test_status_follows_changes_updates_and_skips_other_jobs(bed: Bed) -> 
                                     nodes=["node1"])
         status = await bed.written(uid(4), 3)
         assert last_condition(status) is None and node_counts(status) == (1, 1)
-        assert await bed.evented(uid(4), 4) == ("Running", "Normal", "running on node1")
+        assert await bed.evented(uid(4), 3) == ("Running", "Normal", "running on node1")
         assert bed.calls.statuses(uid(5)) == [] and bed.calls.events(uid(5)) == []
         assert len(bed.calls.statuses(uid(4))) == 3
     finally:
@@ -271,3 +271,37 @@ async def test_a_trainjob_the_watch_delivers_later_is_synced(bed: Bed) -> None:
         assert node_counts(await bed.written(uid(8), 1)) == (0, 0)
     finally:
         await stop(loop)
+
+
+async def test_a_new_trainjob_is_admitted_with_an_event(bed: Bed) -> None:
+    admit_for(bed, uid(11))
+    bed.door._objects[uid(11)] = obj(uid(11), name="earlier")
+    loop = await run_status_loop(bed.door)
+    try:
+        await bed.written(uid(11), 1)  # the door has started
+        job_id = admit_for(bed, uid(9))  # after the door started
+        bed.door._objects[uid(9)] = obj(uid(9))
+        bed.door._dirty.add(uid(9))
+        bed.door._wake.set()
+        reason, kind, message = await bed.evented(uid(9), 1)
+        assert (reason, kind) == ("Admitted", "Normal") and f"job {job_id}" in message
+    finally:
+        await stop(loop)
+
+
+async def test_a_flipping_reason_cannot_flood_the_apiserver(bed: Bed) -> None:
+    """A queue's reason flipping every pass records EVENT_BURST events, not one per
+    flip; a change of state is still recorded."""
+    job_id = admit_for(bed, uid(10))
+    bed.door._objects[uid(10)] = obj(uid(10))
+    store = bed.engine.store
+    rec = store.transition(job_id, JobState.SUBMITTED, "Submitted", "queued",
+                           backend_id="8", attempts=1)
+    for i in range(40):
+        rec = store.transition(job_id, JobState.SUBMITTED,
+                               "Priority" if i % 2 else "Resources", "waits")
+        await bed.door._record_event(obj(uid(10)), rec)
+    assert len(bed.calls.events(uid(10))) == 1 + frontdoor.EVENT_BURST
+    rec = store.transition(job_id, JobState.RUNNING, "Running", "running", nodes=["n1"])
+    await bed.door._record_event(obj(uid(10)), rec)
+    assert bed.calls.events(uid(10))[-1][0] == "Running"

@@ -91,3 +91,38 @@ def test_each_namespace_keeps_its_own_pods(namespaces: list[str]) -> None:
         pods = cache.pods_of(ns, UID)
         assert pods is not None
         assert set(pods.nodes.values()) == {f"node-{ns}"}
+
+
+def restarted(name: str, code: int, *, phase: str = "Running",
+              deleting: bool = False, state_code: int | None = None) -> dict[str, Any]:
+    """A pod of alice's job whose container failed with ``code`` and was restarted in
+    place (restartPolicy OnFailure); ``state_code``: its current termination."""
+    obj = pod("alice", name, "node-1")
+    cs: dict[str, Any] = {"name": "node", "state": {"running": {}},
+                          "lastState": {"terminated": {"exitCode": code, "reason": "Error"}}}
+    if state_code is not None:
+        cs["state"] = {"terminated": {"exitCode": state_code, "reason": "Error"}}
+    obj["status"] = {"phase": phase, "containerStatuses": [cs]}
+    if deleting:
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return obj
+
+
+def test_a_pod_that_recovered_is_not_blamed_for_a_later_failure() -> None:
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train")])
+    cache.pod_events([restarted("train-node-0-0-a", 1)], sync=True)
+    done = restarted("train-node-0-0-a", 1, phase="Succeeded")
+    cache.pod_events([done])
+    bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
+    assert bj is not None and bj.exit_code is None  # e.g. a deadline, not exit code 1
+
+
+def test_the_kill_of_a_pod_out_of_retries_does_not_hide_why_it_failed() -> None:
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train")])
+    cache.pod_events([restarted("train-node-0-0-a", 3)], sync=True)
+    killed = restarted("train-node-0-0-a", 3, phase="Failed", deleting=True, state_code=143)
+    cache.pod_events([killed])
+    bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
+    assert bj is not None and bj.exit_code == 3

@@ -212,6 +212,16 @@ def test_restart_policy_and_backoff_come_from_the_runtime_template() -> None:
     assert body["spec"]["failurePolicy"] == {"maxRestarts": 2}
 
 
+@pytest.mark.parametrize("runtime", ["plain", "torch-distributed", "mpi-distributed"])
+def test_a_batch_script_is_never_run_again(runtime: str) -> None:
+    """tbatch's script has sbatch's semantics on Kubernetes too: a failed script is not
+    restarted in its pod nor retried by its Job (``--requeue`` is refused there)."""
+    body = render(trainjob(runtime, nodes=2, script="#!/bin/bash\necho hi >> out\n"))
+    for job in rjobs(body).values():
+        spec = job["template"]["spec"]
+        assert spec["backoffLimit"] == 0 and spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
 def test_a_job_patch_may_set_its_own_restart_policy_and_backoff() -> None:
     patch = {"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"spec": {

@@ -165,6 +165,24 @@ def test_suspend_then_resume_as_trainer_writes_it(store: Store) -> None:
     assert shape(conds) == [("Suspended", "True"), ("Failed", "True")]
 
 
+
+def test_resumed_and_finished_between_two_writes_is_not_left_suspended(store: Store) -> None:
+    """Trainer never writes Suspended=True beside Complete: a job that ran to its end
+    was resumed, even when the door saw the hold and then only the end."""
+    rec = in_state(store, JobState.SUSPENDED)
+    held = desired_status(rec, None, None)
+    job = rec.job
+    job.spec.suspend = False  # resumed as the engine resumes it (bridge/engine_hold.py)
+    rec = store.transition(rec.id, JobState.PENDING, "Resumed", "resumed",
+                           **store.document_fields(job))
+    store.update(rec.id, attempts=1)
+    rec = store.transition(rec.id, JobState.SUCCEEDED, "Completed", "exit code 0")
+    assert not rec.suspend_requested
+    conds = desired_status(rec, None, held)["conditions"]
+    assert [(c["type"], c["status"], c["reason"]) for c in conds] == [
+        ("Suspended", "False", "Resumed"), ("Complete", "True", "Completed")]
+
+
 def test_an_older_bridges_conditions_are_dropped(store: Store) -> None:
     rec = in_state(store, JobState.RUNNING)
     old = {"conditions": [

@@ -208,7 +208,8 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
              tcp=config.daemon.tcp, backends=sorted(backends), frontdoors=sorted(frontdoors),
              store=str(state_dir / "bridge.sqlite"))
     stopped = asyncio.create_task(stop.wait())
-    watched: set[asyncio.Task[Any]] = {stopped, engine_task}
+    # A front door that ends (it refused to start: k8s_adapter/dropin.py) ends the daemon.
+    watched: set[asyncio.Task[Any]] = {stopped, engine_task, *door_tasks}
     if hold is not None:
         watched.add(hold)
     done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -235,6 +236,9 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     store.close()
     if engine_task in done and engine_task.exception():
         raise engine_task.exception()  # type: ignore[misc]
+    for task in door_tasks:
+        if task in done and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 def dump_tasks() -> None:

@@ -32,6 +32,12 @@ For each of its TrainJobs:
    ``EVENT_REFILL_SECONDS`` (as client-go's event spam filter), so no job floods the
    apiserver.
 
+A door whose ``managed_by`` names Trainer's own value
+(``trainer.kubeflow.org/trainjob-controller``: every TrainJob the Kubeflow SDK's
+``train()`` makes) is a drop-in for Trainer's controller: it refuses to start while a
+Trainer controller is installed (:mod:`k8s_adapter.dropin`), ending the daemon with
+the reason.
+
 The door reaches jobs only through :class:`bridge.service.JobService`.
 
 Settings (``[frontdoors.NAME]``, ``kind = "kubernetes"``): ``kubeconfig``, ``context``,
@@ -61,6 +67,7 @@ from bridge.plugin_settings import parse_settings
 from bridge.service import EngineError, JobNotFound, JobRecord
 from bridge.states import JobState
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
+from k8s_adapter.dropin import TRAINER_MANAGED_BY, check_no_trainer
 from k8s_adapter.kube import Kube, KubeSettings
 from k8s_adapter.settings import TrainJobDoorSettings
 from k8s_adapter.status import desired_status, failed_status, same_status
@@ -147,6 +154,8 @@ class TrainJobFrontDoor:
         while True:
             try:
                 await self.kube.connect()
+                if TRAINER_MANAGED_BY in self.settings.managed_by:
+                    await check_no_trainer(self.kube, self.name)  # TrainerInstalled ends it
                 break
             except (BackendUnavailable, BackendRejected) as exc:
                 log.warning("TrainJob front door cannot reach Kubernetes: %s", exc)

@@ -20,6 +20,8 @@ JOBSETS = "jobsets.jobset.x-k8s.io"
 KWOK_FAIL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 #: An admin's runtime with no trainer container (no image): ``mpich-distributed``.
 IMAGELESS_RUNTIME = REPO / "examples" / "runtimes" / "mpich-distributed.yaml"
+#: An admin's runtime whose first failure is final (restartPolicy Never, backoffLimit 0).
+ONCE_RUNTIME = REPO / "examples" / "runtimes" / "plain-once.yaml"
 #: kwok never completes a pod with this label (testbed/k8s/k8s.sh, kwok_config).
 KWOK_STAY_RUNNING = "stay-running.test.hpc-bridge.io"
 
@@ -45,7 +47,7 @@ def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
                   {"kubeconfig": kubeconfig, "placement": "nodelist",
                    "topology_labels": labels},
                   backend_name="kubernetes", backend_kind="kubernetes",
-                  runtime_paths=[str(IMAGELESS_RUNTIME)],
+                  runtime_paths=[str(IMAGELESS_RUNTIME), str(ONCE_RUNTIME)],
                   engine_settings={"max_parallel_submits": parallel_submits},
                   extra_toml="\n".join(extra) + "\n")
 
@@ -56,11 +58,9 @@ def trainjob(name: str, *, runtime: str = "torch-distributed", nodes: int = 2,
              pod_labels: dict[str, str] | None = None,
              pod_annotations: dict[str, str] | None = None,
              node_selector: dict[str, str] | None = None,
-             suspend: bool | None = None, no_retries: bool = False) -> dict[str, Any]:
+             suspend: bool | None = None) -> dict[str, Any]:
     """A TrainJob manifest as a user writes it (Trainer v2.3 ``runtimePatches`` for the
-    pod labels / node selector; ``no_retries``: ``backoffLimit: 0`` and
-    ``restartPolicy: Never``, so the first failed pod fails the job, where Trainer's
-    defaults would restart it for minutes)."""
+    pod labels / node selector: all that Trainer's CRD lets a patch set there)."""
     trainer: dict[str, Any] = {"numNodes": nodes, "command": command or ["torchrun", "t.py"],
                                "resourcesPerNode": {"requests": {"cpu": cpu}}}
     if image is not None:
@@ -80,14 +80,10 @@ def trainjob(name: str, *, runtime: str = "torch-distributed", nodes: int = 2,
         pod["metadata"] = {"labels": pod_labels or {}, "annotations": pod_annotations or {}}
     if node_selector:
         pod["spec"] = {"nodeSelector": node_selector}
-    job_spec: dict[str, Any] = {}
-    if no_retries:
-        pod.setdefault("spec", {})["restartPolicy"] = "Never"
-        job_spec["backoffLimit"] = 0
     if pod:
         doc["spec"]["runtimePatches"] = [{"manager": "tests.hpc-bridge.io", "trainingRuntimeSpec": {
             "template": {"spec": {"replicatedJobs": [
-                {"name": "node", "template": {"spec": {**job_spec, "template": pod}}}]}}}}]
+                {"name": "node", "template": {"spec": {"template": pod}}}]}}}}]
     return doc
 
 

@@ -10,6 +10,7 @@ test suite itself). One action per run, its result as JSON on stdout::
     kubeflow_sdk_probe.py ... events NAME
     kubeflow_sdk_probe.py ... delete NAME
     kubeflow_sdk_probe.py ... runtimes
+    kubeflow_sdk_probe.py ... train RUNTIME NODES   (a CustomTrainer; prints its name)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from typing import Any
 
 from kubeflow.common.types import KubernetesBackendConfig
-from kubeflow.trainer import TrainerClient
+from kubeflow.trainer import CustomTrainer, TrainerClient
 
 
 def job_view(job: Any) -> dict[str, Any]:
@@ -28,6 +29,11 @@ def job_view(job: Any) -> dict[str, Any]:
             "runtime": job.runtime.name,
             "steps": [{"name": s.name, "status": s.status, "pod": s.pod_name}
                       for s in job.steps]}
+
+
+def train_fn() -> None:
+    """The function a CustomTrainer job runs (the SDK sends its source)."""
+    print("hello from the Kubeflow SDK")
 
 
 def main() -> int:
@@ -59,6 +65,10 @@ def main() -> int:
         result = [{"name": r.name, "framework": r.trainer.framework,
                    "image": r.trainer.image, "num_nodes": r.trainer.num_nodes}
                   for r in client.list_runtimes()]
+    elif opts.action == "train":
+        runtime, nodes = opts.args
+        result = {"name": client.train(runtime=runtime, trainer=CustomTrainer(
+            func=train_fn, num_nodes=int(nodes)))}
     else:
         parser.error(f"unknown action {opts.action!r}")
     json.dump(result, sys.stdout)

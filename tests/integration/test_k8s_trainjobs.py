@@ -102,9 +102,10 @@ def test_trainjob_becomes_a_jobset_whose_pods_succeed_on_kwok_nodes(
 def test_a_failing_pod_fails_the_trainjob_with_the_reason(
         k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
     ns = k8s_namespace
-    # No retries: Trainer's defaults (OnFailure, backoffLimit 6) would retry for minutes.
-    apply(k8s, ns, trainjob("crash", runtime="plain", nodes=2, command=["false"],
-                            no_retries=True, pod_labels={KWOK_FAIL: "true"},
+    # An admin's runtime with no retries: Trainer's defaults (OnFailure, backoffLimit 6)
+    # would retry for minutes.
+    apply(k8s, ns, trainjob("crash", runtime="plain-once", nodes=2, command=["false"],
+                            pod_labels={KWOK_FAIL: "true"},
                             pod_annotations={f"{KWOK_FAIL}/exit-code": "3",
                                              f"{KWOK_FAIL}/delay": "100ms"}))
     k8s.wait_for(lambda: is_true(conditions(k8s, ns, "crash"), "Failed"), 90,

@@ -11,6 +11,7 @@ tests/integration/kubeflow_sdk_probe.py, and reads the runtimes the chart instal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.bed import Daemon
+from tests.integration.bed import Daemon, cleanup, wait_for
 from tests.integration.k8s_bridge import (
     KWOK_STAY_RUNNING,
     TRAINJOBS,
@@ -113,5 +114,68 @@ def test_the_sdk_follows_a_trainjob_routed_to_slurm(k8s: K8sBed, k8s_namespace: 
     reasons = [e["reason"] for e in sdk(k8s, ns, "events", "sdk-slurm")]
     assert reasons.index("Running") < reasons.index("Completed"), reasons
     assert sdk(k8s, ns, "delete", "sdk-slurm") == {"deleted": "sdk-slurm"}
-    k8s.wait_for(lambda: not k8s.kubectl("-n", ns, "get", TRAINJOBS, "-o", "name").strip(),
+    k8s.wait_for(lambda: not all_trainjobs(k8s, ns),
                  60, "the TrainJob to go")
+
+
+TRAINER_MANAGED_BY = "trainer.kubeflow.org/trainjob-controller"
+
+
+def test_train_with_a_custom_trainer_runs_on_the_bridge_in_drop_in_mode(
+        k8s: K8sBed, k8s_namespace: str, testbed: dict[str, str]) -> None:
+    """``TrainerClient.train()`` cannot set ``managedBy``: its TrainJobs get Trainer's.
+    A front door that claims Trainer's value (no Trainer controller in the cluster)
+    runs them: the image comes from the runtime, the command from the SDK."""
+    require(SDK_PYTHON.exists(), f"{SDK_PYTHON} is missing: scripts/setup-python.sh")
+    ns = k8s_namespace
+    k8s.kubectl("apply", "-f", str(RUNTIMES))
+    daemon = k8s_daemon(k8s, ns, managed_by=[TRAINER_MANAGED_BY])
+    daemon.start()
+    try:
+        name = sdk(k8s, ns, "train", "torch-distributed", "2")["name"]
+        done = sdk(k8s, ns, "wait", name, "Complete", "120")
+        assert (done["status"], done["num_nodes"]) == ("Complete", 2)
+        obj = k8s.get_json("-n", ns, TRAINJOBS, name)
+        assert obj["spec"]["managedBy"] == TRAINER_MANAGED_BY
+        assert "image" not in obj["spec"]["trainer"]  # the runtime's, as under Trainer
+        record = daemon.job(obj["metadata"]["uid"])
+        assert record["state"] == "Succeeded" and record["backend"] == "kubernetes"
+    finally:
+        release(k8s, ns, daemon)
+
+
+def test_drop_in_mode_refuses_to_start_beside_a_trainer_controller(
+        k8s: K8sBed, k8s_namespace: str) -> None:
+    """Trainer's controller serves webhooks for TrainJobs: with one installed, a door
+    that claims Trainer's managedBy ends the daemon (rc 2) saying why, and takes no
+    TrainJob."""
+    webhook = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": f"validator.trainer.kubeflow.org-{k8s_namespace}"},
+        "webhooks": [{
+            "name": "validate.trainjob.trainer.kubeflow.org",
+            "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Ignore", "timeoutSeconds": 1,
+            "clientConfig": {"url": "https://127.0.0.1:9/validate"},
+            # Never called: no namespace carries this label.
+            "namespaceSelector": {"matchLabels": {"test.hpc-bridge.io/never": "true"}},
+            "rules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
+                       "operations": ["CREATE", "UPDATE"], "resources": ["trainjobs"]}]}]}
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(webhook))
+    daemon = k8s_daemon(k8s, k8s_namespace, managed_by=[TRAINER_MANAGED_BY])
+    try:
+        with contextlib.suppress(AssertionError):  # it may end before it is healthy
+            daemon.start()
+        assert daemon.proc is not None
+        wait_for(lambda: daemon.proc is not None and daemon.proc.poll() is not None, 60,
+                 "the daemon to refuse to start")
+        assert daemon.proc.returncode == 2
+        log = daemon.log.read_text()
+        assert "Trainer's controller is installed" in log
+        assert f"ValidatingWebhookConfiguration/{webhook['metadata']['name']}" in log
+    finally:
+        k8s.kubectl("delete", "validatingwebhookconfiguration",
+                    str(webhook["metadata"]["name"]), check=False)
+        daemon.stop()
+        cleanup(daemon.workdir)

@@ -1,0 +1,90 @@
+"""Drop-in for Kubeflow Trainer's controller: may the TrainJob front door claim
+TrainJobs with Trainer's own ``spec.managedBy``?
+
+A front door whose ``managed_by`` names Trainer's value
+(:data:`TRAINER_MANAGED_BY`, what the apiserver defaults an unset ``managedBy`` to, so
+every TrainJob the Kubeflow SDK's ``TrainerClient.train()`` makes) runs those jobs as
+Trainer would. Two controllers must never run one TrainJob, so before it takes any, the
+door checks that no Trainer controller is installed: Trainer's controller serves
+admission webhooks for TrainJobs (``validator.trainer.kubeflow.org`` and the like), so a
+Validating- or MutatingWebhookConfiguration with a rule on ``trainer.kubeflow.org``
+``trainjobs`` is taken as Trainer's.
+
+Contract: :func:`trainer_webhooks` names those configurations in a listing (pure);
+:func:`check_no_trainer` reads both listings and raises :class:`TrainerInstalled` naming
+them, or :class:`TrainerInstalled` saying why it could not tell (the apiserver refused:
+the bridge's RBAC lacks ``list`` on webhook configurations,
+charts/hpc-bridge/files/rbac.yaml); an apiserver it cannot reach is
+:class:`bridge.backend.BackendUnavailable` (the door tries again). Trainer
+installed *after* the bridge started is not noticed (the door checks at start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from bridge.backend import BackendRejected
+from bridge.errors import BridgeError
+from bridge.model import GROUP
+from k8s_adapter.kube import Kube
+
+__all__ = ["TRAINER_MANAGED_BY", "TrainerInstalled", "check_no_trainer", "trainer_webhooks"]
+
+#: Trainer's ``spec.managedBy`` (and the apiserver's default for it).
+TRAINER_MANAGED_BY = "trainer.kubeflow.org/trainjob-controller"
+
+
+class TrainerInstalled(BridgeError, ValueError):
+    """The door may not claim Trainer's TrainJobs (the message says why). A
+    ``ValueError``: ``hpc-bridge serve`` ends with it as with a bad setting (rc 2)."""
+
+
+def _covers(values: Iterable[Any] | None, wanted: str) -> bool:
+    return any(v in (wanted, "*") for v in values or [])
+
+
+def trainer_webhooks(listing: Mapping[str, Any]) -> list[str]:
+    """Names of the webhook configurations in ``listing`` (a list object) with a rule
+    on ``trainer.kubeflow.org`` ``trainjobs`` (``*`` counts)."""
+    found = []
+    for item in listing.get("items") or []:
+        for hook in item.get("webhooks") or []:
+            if any(_covers(rule.get("apiGroups"), GROUP)
+                   and any(str(r).split("/")[0] in ("trainjobs", "*")
+                           for r in rule.get("resources") or [])
+                   for rule in hook.get("rules") or []):
+                found.append(f"{item.get('kind', 'WebhookConfiguration')}/"
+                             f"{(item.get('metadata') or {}).get('name')}")
+                break
+    return found
+
+
+async def check_no_trainer(kube: Kube, door: str) -> None:
+    """Raise :class:`TrainerInstalled` unless it is certain that no Trainer controller
+    is installed (module docstring)."""
+    from kubernetes_asyncio import client
+
+    api = client.AdmissionregistrationV1Api(kube.api_client)
+    found: list[str] = []
+    for kind, fn in (("ValidatingWebhookConfiguration",
+                      api.list_validating_webhook_configuration),
+                     ("MutatingWebhookConfiguration", api.list_mutating_webhook_configuration)):
+        try:
+            listing = await kube.raw(f"list {kind}s", fn)
+        except BackendRejected as exc:
+            raise TrainerInstalled(
+                f"front door {door}: managed_by names {TRAINER_MANAGED_BY} (drop-in for "
+                f"Kubeflow Trainer), but whether Trainer's controller is installed cannot "
+                f"be told: {exc}; the bridge needs list on {kind.lower()}s "
+                f"(charts/hpc-bridge/files/rbac.yaml)") from exc
+        for item in listing.get("items") or []:
+            item.setdefault("kind", kind)
+        found += trainer_webhooks(listing)
+    if found:
+        raise TrainerInstalled(
+            f"front door {door}: managed_by names {TRAINER_MANAGED_BY} (drop-in for "
+            f"Kubeflow Trainer), but Trainer's controller is installed "
+            f"({', '.join(sorted(found))} admit TrainJobs): two controllers would run "
+            f"each TrainJob. Leave Trainer's TrainJobs to Trainer (remove "
+            f"{TRAINER_MANAGED_BY} from managed_by) or uninstall Trainer's controller")

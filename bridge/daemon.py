@@ -207,9 +207,10 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     log.info("serving", socket=config.daemon.socket, inherited_sockets=len(inherited),
              tcp=config.daemon.tcp, backends=sorted(backends), frontdoors=sorted(frontdoors),
              store=str(state_dir / "bridge.sqlite"))
+    for task in door_tasks:  # a door that ends (refused to start) says so; the rest serves
+        task.add_done_callback(_door_ended)
     stopped = asyncio.create_task(stop.wait())
-    # A front door that ends (it refused to start: k8s_adapter/dropin.py) ends the daemon.
-    watched: set[asyncio.Task[Any]] = {stopped, engine_task, *door_tasks}
+    watched: set[asyncio.Task[Any]] = {stopped, engine_task}
     if hold is not None:
         watched.add(hold)
     done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -236,9 +237,16 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     store.close()
     if engine_task in done and engine_task.exception():
         raise engine_task.exception()  # type: ignore[misc]
-    for task in door_tasks:
-        if task in done and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+
+
+def _door_ended(task: asyncio.Task[None]) -> None:
+    """Log a front door's end other than by shutdown: its TrainJobs (or requests) wait
+    until the daemon is restarted; the back ends and other doors serve on."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    log.error("front door stopped", task=task.get_name(),
+              error=f"{type(exc).__name__}: {exc}" if exc else "returned")
 
 
 def dump_tasks() -> None:

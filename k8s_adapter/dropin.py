@@ -6,22 +6,24 @@ A front door whose ``managed_by`` names Trainer's value
 every TrainJob the Kubeflow SDK's ``TrainerClient.train()`` makes) runs those jobs as
 Trainer would. Two controllers must never run one TrainJob, so before it takes any, the
 door checks that no Trainer controller is installed: Trainer's controller serves
-admission webhooks for TrainJobs (``validator.trainer.kubeflow.org`` and the like), so a
-Validating- or MutatingWebhookConfiguration with a rule on ``trainer.kubeflow.org``
-``trainjobs`` is taken as Trainer's.
+admission webhooks for TrainJobs, named under ``trainer.kubeflow.org``
+(``validator.trainjob.trainer.kubeflow.org`` …), so a Validating- or
+MutatingWebhookConfiguration with such a webhook and a rule on ``trainjobs`` is taken as
+Trainer's (:func:`trainer_webhooks`; Kueue's and policy engines' are not).
 
 Contract: :func:`trainer_webhooks` names those configurations in a listing (pure);
 :func:`check_no_trainer` reads both listings and raises :class:`TrainerInstalled` naming
-them, or :class:`TrainerInstalled` saying why it could not tell (the apiserver refused:
-the bridge's RBAC lacks ``list`` on webhook configurations,
-charts/hpc-bridge/files/rbac.yaml); an apiserver it cannot reach is
-:class:`bridge.backend.BackendUnavailable` (the door tries again). Trainer
+them, or :class:`TrainerInstalled` for an answer it cannot read (404, 400); an apiserver
+it cannot reach, or one that refuses the listing (401/403: the bridge's RBAC lacks
+``list`` on webhook configurations, charts/hpc-bridge/files/rbac.yaml) is
+:class:`bridge.backend.BackendUnavailable`, as everywhere in the bridge: the door tries
+again, logging why, until an admin grants it. Trainer
 installed *after* the bridge started is not noticed (the door checks at start).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from bridge.backend import BackendRejected
@@ -35,25 +37,29 @@ __all__ = ["TRAINER_MANAGED_BY", "TrainerInstalled", "check_no_trainer", "traine
 TRAINER_MANAGED_BY = "trainer.kubeflow.org/trainjob-controller"
 
 
-class TrainerInstalled(BridgeError, ValueError):
-    """The door may not claim Trainer's TrainJobs (the message says why). A
-    ``ValueError``: ``hpc-bridge serve`` ends with it as with a bad setting (rc 2)."""
+class TrainerInstalled(BridgeError):
+    """The door may not claim Trainer's TrainJobs (the message says why): it does not
+    start; the rest of the daemon serves on."""
 
 
-def _covers(values: Iterable[Any] | None, wanted: str) -> bool:
-    return any(v in (wanted, "*") for v in values or [])
+def _names_trainjobs(rule: Mapping[str, Any]) -> bool:
+    """A rule on ``trainer.kubeflow.org`` ``trainjobs`` by name (a ``*`` rule, a policy
+    engine's, is not Trainer's)."""
+    return GROUP in (rule.get("apiGroups") or []) and any(
+        str(r).split("/")[0] == "trainjobs" for r in rule.get("resources") or [])
 
 
 def trainer_webhooks(listing: Mapping[str, Any]) -> list[str]:
-    """Names of the webhook configurations in ``listing`` (a list object) with a rule
-    on ``trainer.kubeflow.org`` ``trainjobs`` (``*`` counts)."""
+    """Names of the webhook configurations in ``listing`` (a list object) that are
+    Trainer's: a webhook named ``….trainer.kubeflow.org`` (Trainer's own, e.g.
+    ``validator.trainjob.trainer.kubeflow.org``) with a rule on ``trainer.kubeflow.org``
+    ``trainjobs``. Kueue's TrainJob webhook (``mtrainjob.kb.io``) and policy engines'
+    catch-all rules are not Trainer's controller."""
     found = []
     for item in listing.get("items") or []:
         for hook in item.get("webhooks") or []:
-            if any(_covers(rule.get("apiGroups"), GROUP)
-                   and any(str(r).split("/")[0] in ("trainjobs", "*")
-                           for r in rule.get("resources") or [])
-                   for rule in hook.get("rules") or []):
+            if str(hook.get("name") or "").endswith("." + GROUP) and any(
+                    _names_trainjobs(rule) for rule in hook.get("rules") or []):
                 found.append(f"{item.get('kind', 'WebhookConfiguration')}/"
                              f"{(item.get('metadata') or {}).get('name')}")
                 break

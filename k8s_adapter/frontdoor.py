@@ -25,18 +25,14 @@ For each of its TrainJobs:
    changes (:mod:`k8s_adapter.status`), driven by the service's change feed: see
    :meth:`TrainJobFrontDoor._status_loop`.
 7. Each change of the job's state or reason is recorded as a Kubernetes Event on the
-   TrainJob (:mod:`k8s_adapter.trainjob_events`), once: what each job showed when the
-   door started is taken as recorded (by the door that saw it). A change of state is
-   always recorded; a change of reason within a state (a queue's reason flipping) only
-   while the job's allowance lasts: ``EVENT_BURST``, then one per
-   ``EVENT_REFILL_SECONDS`` (as client-go's event spam filter), so no job floods the
-   apiserver.
+   TrainJob (:mod:`k8s_adapter.trainjob_events`), once, and no job floods the
+   apiserver (:mod:`k8s_adapter.event_recorder`).
 
 A door whose ``managed_by`` names Trainer's own value
 (``trainer.kubeflow.org/trainjob-controller``: every TrainJob the Kubeflow SDK's
 ``train()`` makes) is a drop-in for Trainer's controller: it refuses to start while a
-Trainer controller is installed (:mod:`k8s_adapter.dropin`), ending the daemon with
-the reason.
+Trainer controller is installed (:mod:`k8s_adapter.dropin`), logging the reason; the
+rest of the daemon serves on.
 
 The door reaches jobs only through :class:`bridge.service.JobService`.
 
@@ -67,11 +63,11 @@ from bridge.plugin_settings import parse_settings
 from bridge.service import EngineError, JobNotFound, JobRecord
 from bridge.states import JobState
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
-from k8s_adapter.dropin import TRAINER_MANAGED_BY, check_no_trainer
+from k8s_adapter.dropin import TRAINER_MANAGED_BY, TrainerInstalled, check_no_trainer
+from k8s_adapter.event_recorder import EventRecorder
 from k8s_adapter.kube import Kube, KubeSettings
 from k8s_adapter.settings import TrainJobDoorSettings
 from k8s_adapter.status import desired_status, failed_status, same_status
-from k8s_adapter.trainjob_events import event_body, event_key
 from k8s_adapter.trainjobs import ANN_REFUSED, FINALIZER, PLURAL, TrainJobCalls
 from k8s_adapter.trainjobs import document as _document
 from k8s_adapter.trainjobs import finished as _finished
@@ -94,10 +90,6 @@ RETRY_SECONDS = 2.0
 HANDLE_CONCURRENCY = 16
 #: Events of the change feed the status loop reads at once.
 STATUS_BATCH = 1000
-#: Events a job may record for changes of reason within a state, at once (module
-#: docstring, item 7), and the seconds that earn one more.
-EVENT_BURST = 5
-EVENT_REFILL_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -137,11 +129,8 @@ class TrainJobFrontDoor:
         #: uid -> the ``metadata.generation`` whose spec was handled (admitted, suspend
         #: followed): later events of that generation are echoes of status writes.
         self._handled: dict[str, Any] = {}
-        #: uid -> the event key last recorded (k8s_adapter/trainjob_events.py), and
-        #: uid -> (allowance left, when it was counted) for changes of reason.
-        self._evented: dict[str, tuple[str, str]] = {}
-        self._allowance: dict[str, tuple[float, float]] = {}
-        self._instance = f"{name}@{socket.gethostname()}"
+        #: When to record an Event for a job (k8s_adapter/event_recorder.py).
+        self.events = EventRecorder(f"{name}@{socket.gethostname()}")
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
         self._wake = asyncio.Event()
         self._service: JobService | None = None
@@ -155,10 +144,13 @@ class TrainJobFrontDoor:
             try:
                 await self.kube.connect()
                 if TRAINER_MANAGED_BY in self.settings.managed_by:
-                    await check_no_trainer(self.kube, self.name)  # TrainerInstalled ends it
+                    await check_no_trainer(self.kube, self.name)
                 break
+            except TrainerInstalled as exc:
+                log.error("TrainJob front door %s refused to start: %s", self.name, exc)
+                return
             except (BackendUnavailable, BackendRejected) as exc:
-                log.warning("TrainJob front door cannot reach Kubernetes: %s", exc)
+                log.warning("TrainJob front door %s waits for Kubernetes: %s", self.name, exc)
                 await backoff.sleep()
         writer = asyncio.create_task(self._status_loop(), name=f"{self.name}-status")
         namespaces = self.settings.namespaces or (None,)
@@ -255,8 +247,7 @@ class TrainJobFrontDoor:
             self._objects.pop(uid, None)
             self._written.pop(uid, None)
             self._handled.pop(uid, None)
-            self._evented.pop(uid, None)
-            self._allowance.pop(uid, None)
+            self.events.forget(uid)
             rec = self._service.get_by_uid(uid)
             if rec is not None and not rec.state.terminal and not rec.cancel_requested:
                 # Deleted without our finalizer (removed by hand): still stop the job.
@@ -378,8 +369,8 @@ class TrainJobFrontDoor:
         cursor = service.cursor()
         updates = service.updates(self._wake)
         self._dirty.update(self._objects)
-        for known in service.list_jobs(origin=ORIGIN).items:  # recorded before
-            self._evented.setdefault(known.uid, event_key(known))
+        live = [JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobState.RUNNING]
+        self.events.seed(service.list_jobs(live, origin=ORIGIN).items, time.time())
         try:
             while True:
                 self._wake.clear()
@@ -443,6 +434,7 @@ class TrainJobFrontDoor:
         """Handle again the TrainJobs whose last handling failed (apiserver down,
         a conflict): their next watch event may be long in coming."""
         now = time.monotonic()
+        self._dirty.update(self.events.due())  # a held-back reason, now allowed
         for uid, at in list(self._retry.items()):
             if at > now:
                 continue
@@ -461,37 +453,10 @@ class TrainJobFrontDoor:
         if not same_status(status, previous) and not same_status(status, obj.get("status")):
             await self.calls.patch_status(obj, status)
             self._written[uid] = status
-        await self._record_event(obj, rec)
+        await self.events.record(self.calls, obj, rec)
         if meta.get("deletionTimestamp") and rec.state.terminal:
             await self.calls.remove_finalizer(obj)
 
-    async def _record_event(self, obj: dict[str, Any], rec: JobRecord) -> None:
-        """An Event for the job's state and reason unless recorded (module docstring,
-        item 7); a failed write is logged, not retried (events are best effort)."""
-        key = event_key(rec)
-        last = self._evented.get(rec.uid)
-        if last == key:
-            return
-        if last is not None and last[0] == key[0] and not self._allowed(rec.uid):
-            return  # only the reason changed, and the job has had its say lately
-        self._evented[rec.uid] = key
-        body = event_body(rec, obj, self._instance, time.time())
-        try:
-            await self.calls.record_event(body)
-        except (BackendUnavailable, BackendRejected) as exc:
-            log.warning("TrainJob %s: event %s not recorded: %s", _ref(obj), body["reason"],
-                        exc)
-
-    def _allowed(self, uid: str) -> bool:
-        """Take one of the job's allowance for a change of reason, if it has one."""
-        now = time.monotonic()
-        left, at = self._allowance.get(uid, (float(EVENT_BURST), now))
-        left = min(float(EVENT_BURST), left + (now - at) / EVENT_REFILL_SECONDS)
-        if left < 1.0:
-            self._allowance[uid] = (left, now)
-            return False
-        self._allowance[uid] = (left - 1.0, now)
-        return True
 
 KNOWN_SETTINGS = frozenset(TrainJobDoorSettings.model_fields)
 

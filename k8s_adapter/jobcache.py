@@ -145,8 +145,8 @@ class JobCache:
             pods.nodes[name] = str(node)
         status = obj.get("status") or {}
         failure = container_failure(obj)
-        if status.get("phase") == "Succeeded":
-            pods.failed.pop(name, None)  # it recovered: an earlier restart explains nothing
+        if status.get("phase") == "Succeeded" or _recovered(status):
+            pods.failed.pop(name, None)  # an earlier restart explains nothing now
         elif name in pods.failed and meta.get("deletionTimestamp"):
             pass  # killed while going (a Job out of retries): the first failure says why
         elif status.get("phase") == "Failed":
@@ -159,3 +159,12 @@ class JobCache:
         if index == "0" and (pods.first is None or rjob == "launcher"):
             pods.first = name
         return key
+
+
+def _recovered(status: Mapping[str, Any]) -> bool:
+    """A running pod whose containers all run and are ready: restarted, and well since
+    (a later end, a deadline's kill, is its own story)."""
+    statuses = status.get("containerStatuses") or []
+    return status.get("phase") == "Running" and bool(statuses) and all(
+        cs.get("ready") and (cs.get("state") or {}).get("running") is not None
+        for cs in statuses)

@@ -381,7 +381,7 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             "network": {"enableDNSHostnames": True, "subdomain": name,
                         "publishNotReadyAddresses": True},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [target]},
-            **trainer_layout.jobset_spec_defaults(template),
+            **trainer_layout.jobset_spec_defaults(template, batch),
             "replicatedJobs": replicated,
         },
     }

@@ -130,9 +130,13 @@ def job_spec_defaults(template: Mapping[str, Any] | None, name: str,
     return {k: spec[k] for k in keys if isinstance(spec, Mapping) and spec.get(k) is not None}
 
 
-def jobset_spec_defaults(template: Mapping[str, Any] | None) -> dict[str, Any]:
+def jobset_spec_defaults(template: Mapping[str, Any] | None,
+                         batch: bool = False) -> dict[str, Any]:
     """JobSet-level fields the runtime template sets and Trainer keeps as they are
-    (``failurePolicy``); none when it sets none (no restarts of the set)."""
+    (``failurePolicy``); none when it sets none (no restarts of the set), nor for a
+    batch script (``batch``: never run again)."""
+    if batch:
+        return {}
     spec = (template or {}).get("spec") if isinstance(template, Mapping) else None
     if not isinstance(spec, Mapping) or spec.get("failurePolicy") is None:
         return {}

@@ -18,7 +18,8 @@ from bridge.engine import Engine
 from bridge.model import MANAGED_BY
 from bridge.service import JobService
 from bridge.states import JobState
-from k8s_adapter import frontdoor
+from k8s_adapter import event_recorder, frontdoor
+from k8s_adapter.event_recorder import EVENT_BURST
 from k8s_adapter.kube import KubeSettings
 from k8s_adapter.trainjobs import finished, ref
 from tests.unit.test_engine_placement import trainjob
@@ -300,8 +301,34 @@ async def test_a_flipping_reason_cannot_flood_the_apiserver(bed: Bed) -> None:
     for i in range(40):
         rec = store.transition(job_id, JobState.SUBMITTED,
                                "Priority" if i % 2 else "Resources", "waits")
-        await bed.door._record_event(obj(uid(10)), rec)
-    assert len(bed.calls.events(uid(10))) == 1 + frontdoor.EVENT_BURST
+        await bed.door.events.record(bed.calls, obj(uid(10)), rec)
+    assert len(bed.calls.events(uid(10))) == 1 + EVENT_BURST
+    assert bed.door.events.due() == []  # not before a minute
     rec = store.transition(job_id, JobState.RUNNING, "Running", "running", nodes=["n1"])
-    await bed.door._record_event(obj(uid(10)), rec)
+    await bed.door.events.record(bed.calls, obj(uid(10)), rec)
     assert bed.calls.events(uid(10))[-1][0] == "Running"
+
+
+async def test_a_reason_held_back_is_recorded_once_the_allowance_is_back(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reason a queue settles on while its job's allowance is spent is the one the
+    events end with: the door looks at the job again when the allowance is back."""
+    monkeypatch.setattr(event_recorder, "EVENT_BURST", 1)
+    monkeypatch.setattr(event_recorder, "EVENT_REFILL_SECONDS", 0.2)
+    job_id = admit_for(bed, uid(12))
+    bed.door._objects[uid(12)] = obj(uid(12))
+    store = bed.engine.store
+    store.transition(job_id, JobState.SUBMITTED, "Submitted", "queued", backend_id="9",
+                     attempts=1)
+    loop = await run_status_loop(bed.door)
+    try:
+        await bed.written(uid(12), 1)
+        for reason in ("Priority", "Resources", "QOSMaxJobs"):  # the last is held back
+            store.transition(job_id, JobState.SUBMITTED, reason, "waits")
+        async with asyncio.timeout(30):
+            while not bed.calls.events(uid(12)) or (
+                    bed.calls.events(uid(12))[-1][0] != "QOSMaxJobs"):
+                bed.calls.evented.clear()
+                await bed.calls.evented.wait()
+    finally:
+        await stop(loop)

@@ -17,22 +17,31 @@ def rule(groups: list[str], resources: list[str]) -> dict[str, Any]:
             "resources": resources}
 
 
-def test_a_webhook_on_trainjobs_is_trainers() -> None:
+def test_only_trainers_own_webhooks_count() -> None:
     listing = {"items": [
         config("validator.trainer.kubeflow.org", rule(["trainer.kubeflow.org"],
                                                       ["trainjobs"])),
         config("jobset-validating", rule(["jobset.x-k8s.io"], ["jobsets"])),
         config("runtimes-only", rule(["trainer.kubeflow.org"], ["clustertrainingruntimes"])),
-        config("everything", rule(["*"], ["*"])),
-        config("status", rule(["trainer.kubeflow.org"], ["trainjobs/status"])),
         {"metadata": {"name": "no-webhooks"}},
     ]}
+    listing["items"][0]["webhooks"][0]["name"] = "validator.trainjob.trainer.kubeflow.org"
+    listing["items"][2]["webhooks"][0]["name"] = "validator.ctr.trainer.kubeflow.org"
     assert trainer_webhooks(listing) == [
-        "ValidatingWebhookConfiguration/validator.trainer.kubeflow.org",
-        "ValidatingWebhookConfiguration/everything",
-        "ValidatingWebhookConfiguration/status"]
+        "ValidatingWebhookConfiguration/validator.trainer.kubeflow.org"]
     assert trainer_webhooks({"items": []}) == [] and trainer_webhooks({}) == []
 
 
-def test_a_refusal_ends_serve_as_a_bad_setting_does() -> None:
-    assert issubclass(TrainerInstalled, ValueError)
+def test_kueue_and_policy_engines_are_not_trainer() -> None:
+    """Kueue's TrainJob integration mutates TrainJobs too (webhook ``mtrainjob.kb.io``);
+    Gatekeeper and Kyverno register catch-all rules: none of them is Trainer."""
+    kueue = config("kueue-mutating-webhook-configuration",
+                   rule(["trainer.kubeflow.org"], ["trainjobs"]))
+    kueue["webhooks"][0]["name"] = "mtrainjob.kb.io"
+    gatekeeper = config("gatekeeper-validating-webhook-configuration", rule(["*"], ["*"]))
+    gatekeeper["webhooks"][0]["name"] = "validation.gatekeeper.sh"
+    assert trainer_webhooks({"items": [kueue, gatekeeper]}) == []
+
+
+def test_a_refusal_is_the_doors_not_the_daemons() -> None:
+    assert not issubclass(TrainerInstalled, ValueError)

@@ -126,3 +126,18 @@ def test_the_kill_of_a_pod_out_of_retries_does_not_hide_why_it_failed() -> None:
     cache.pod_events([killed])
     bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
     assert bj is not None and bj.exit_code == 3
+
+
+def test_a_pod_that_recovered_and_was_killed_by_the_deadline_is_not_blamed() -> None:
+    """Restarted once (exit 1), then well and ready, then killed at the deadline: the
+    old exit code does not explain the end."""
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train")])
+    cache.pod_events([restarted("train-node-0-0-a", 1)], sync=True)
+    well = restarted("train-node-0-0-a", 1)
+    well["status"]["containerStatuses"][0]["ready"] = True
+    cache.pod_events([well])
+    killed = restarted("train-node-0-0-a", 1, phase="Failed", deleting=True, state_code=143)
+    cache.pod_events([killed])
+    bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
+    assert bj is not None and bj.exit_code == 143

@@ -216,10 +216,16 @@ def test_restart_policy_and_backoff_come_from_the_runtime_template() -> None:
 def test_a_batch_script_is_never_run_again(runtime: str) -> None:
     """tbatch's script has sbatch's semantics on Kubernetes too: a failed script is not
     restarted in its pod nor retried by its Job (``--requeue`` is refused there)."""
-    body = render(trainjob(runtime, nodes=2, script="#!/bin/bash\necho hi >> out\n"))
+    req = request(trainjob(runtime, nodes=2, script="#!/bin/bash\necho hi >> out\n"))
+    # Even a runtime whose template restarts the set or retries its Jobs.
+    req.plan.extra["template"] = {"spec": {"failurePolicy": {"maxRestarts": 3},
+                                           "replicatedJobs": [{"name": "node", "template": {
+                                               "spec": {"backoffLimit": 5}}}]}}
+    body = render_jobset(req, OPTS)
     for job in rjobs(body).values():
         spec = job["template"]["spec"]
         assert spec["backoffLimit"] == 0 and spec["template"]["spec"]["restartPolicy"] == "Never"
+    assert "failurePolicy" not in body["spec"]
 
 
 def test_a_job_patch_may_set_its_own_restart_policy_and_backoff() -> None:

@@ -1,0 +1,117 @@
+"""When the TrainJob front door records an Event for a job (k8s_adapter/frontdoor.py,
+item 7), and the recording itself; what an event says is :mod:`k8s_adapter.trainjob_events`.
+
+Contract (:class:`EventRecorder`):
+
+* One event per change of the job's (state, reason) (:func:`event_key`).
+* What each job showed when the door started is taken as recorded by the door that saw
+  it: :meth:`EventRecorder.seed` takes the live jobs at start; a finished job first seen
+  later counts as recorded when it ended before that moment. So memory follows the
+  live jobs, not every job the store ever held.
+* A change of state is always recorded. A change of reason within a state (a queue's
+  reason flipping) is recorded only while the job's allowance lasts: :data:`EVENT_BURST`,
+  then one more per :data:`EVENT_REFILL_SECONDS` (as client-go's event spam filter). A
+  reason held back is due once the allowance is back (:meth:`EventRecorder.due`: the
+  door looks at the job again and records it if it is still the job's).
+* A failed write is logged, not retried: events are best effort.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from bridge.backend import BackendRejected, BackendUnavailable
+from k8s_adapter.trainjob_events import event_body, event_key
+
+if TYPE_CHECKING:
+    from bridge.service import JobRecord
+
+__all__ = ["EVENT_BURST", "EVENT_REFILL_SECONDS", "EventRecorder"]
+
+log = structlog.get_logger("k8s_adapter.frontdoor")
+
+#: Events a job may record for changes of reason within a state, at once, and the
+#: seconds that earn one more.
+EVENT_BURST = 5
+EVENT_REFILL_SECONDS = 60.0
+
+
+class EventCalls(Protocol):
+    async def record_event(self, body: dict[str, Any]) -> None: ...
+
+
+class EventRecorder:
+    """See the module docstring."""
+
+    def __init__(self, instance: str) -> None:
+        self.instance = instance
+        #: uid -> the event key last recorded.
+        self._last: dict[str, tuple[str, str]] = {}
+        #: uid -> (allowance left, when it was counted: monotonic).
+        self._allowance: dict[str, tuple[float, float]] = {}
+        #: uid -> when (monotonic) a held-back change of reason may be recorded.
+        self._due: dict[str, float] = {}
+        #: Jobs that ended before this moment (wall clock), first seen later: recorded.
+        self._seeded_at = 0.0
+
+    def seed(self, live: Iterable[JobRecord], now: float) -> None:
+        """Take what the ``live`` jobs show at ``now`` (the door's start) as recorded."""
+        self._seeded_at = now
+        for rec in live:
+            self._last.setdefault(rec.uid, event_key(rec))
+
+    def forget(self, uid: str) -> None:
+        """The TrainJob is gone."""
+        self._last.pop(uid, None)
+        self._allowance.pop(uid, None)
+        self._due.pop(uid, None)
+
+    def due(self) -> list[str]:
+        """The uids whose held-back reason may be recorded now (each once)."""
+        now = time.monotonic()
+        ready = [uid for uid, at in self._due.items() if at <= now]
+        for uid in ready:
+            del self._due[uid]
+        return ready
+
+    async def record(self, calls: EventCalls, trainjob: Mapping[str, Any],
+                     rec: JobRecord) -> None:
+        """Record an Event of ``rec``'s state and reason on ``trainjob`` unless it is
+        recorded or held back (module docstring)."""
+        key = event_key(rec)
+        last = self._last.get(rec.uid)
+        if last == key:
+            return
+        if last is None and rec.state.terminal and rec.updated_at <= self._seeded_at:
+            self._last[rec.uid] = key  # it ended before this door started
+            return
+        if last is not None and last[0] == key[0] and not self._allowed(rec.uid):
+            return  # only the reason changed, and the job has had its say lately
+        self._last[rec.uid] = key
+        if rec.state.terminal:
+            self._allowance.pop(rec.uid, None)
+            self._due.pop(rec.uid, None)
+        body = event_body(rec, trainjob, self.instance, time.time())
+        try:
+            await calls.record_event(body)
+        except (BackendUnavailable, BackendRejected) as exc:
+            meta = trainjob.get("metadata") or {}
+            log.warning("TrainJob %s/%s: event %s not recorded: %s", meta.get("namespace"),
+                        meta.get("name"), body["reason"], exc)
+
+    def _allowed(self, uid: str) -> bool:
+        """Take one of the job's allowance for a change of reason, if it has one; else
+        note when it will have one."""
+        now = time.monotonic()
+        left, at = self._allowance.get(uid, (float(EVENT_BURST), now))
+        left = min(float(EVENT_BURST), left + (now - at) / EVENT_REFILL_SECONDS)
+        if left < 1.0:
+            self._allowance[uid] = (left, now)
+            self._due[uid] = now + (1.0 - left) * EVENT_REFILL_SECONDS
+            return False
+        self._allowance[uid] = (left - 1.0, now)
+        return True

@@ -161,8 +161,10 @@ def test_suspend_and_resume_through_spec_suspend(
                  "condition Suspended to clear")
     resumed = conditions(k8s, ns, "hold")["Suspended"]  # as Trainer writes it
     assert (resumed["status"], resumed["reason"]) == ("False", "Resumed")
+    # The history in events: held (the JobSet's suspend: BackendSuspended), then on.
     reasons = event_reasons(k8s, ns, "hold")
-    assert "Suspended" in reasons and reasons.index("Suspended") < len(reasons) - 1, reasons
+    held = [i for i, r in enumerate(reasons) if r in ("Suspended", "BackendSuspended")]
+    assert held and held[0] < len(reasons) - 1, reasons
 
 
 def test_malformed_trainjobs_fail_with_a_readable_message_and_nothing_crashes(

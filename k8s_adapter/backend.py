@@ -77,8 +77,8 @@ from k8s_adapter.jobset import (
     jobset_name,
     needs_hostfile,
     render_jobset,
-    split_id,
 )
+from k8s_adapter.jobset_status import split_id
 from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status
 from k8s_adapter.options import SUPPORT
 from k8s_adapter.settings import KubernetesSettings

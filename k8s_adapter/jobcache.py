@@ -19,6 +19,8 @@ from typing import Any
 from bridge.backend import BackendJob, BackendState
 from k8s_adapter.jobset import (
     UID_LABEL,
+)
+from k8s_adapter.jobset_status import (
     backend_job_from_jobset,
     container_failure,
     replicated_jobs_status,

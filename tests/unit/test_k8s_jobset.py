@@ -34,15 +34,17 @@ from k8s_adapter.jobset import (
     TRAINJOB_NAME_LABEL,
     UID_LABEL,
     JobSetOptions,
-    backend_job_from_jobset,
-    container_failure,
-    failure_message,
     hostfile_configmap,
     hostfile_configmap_name,
     jobset_name,
     merge,
     needs_hostfile,
     render_jobset,
+)
+from k8s_adapter.jobset_status import (
+    backend_job_from_jobset,
+    container_failure,
+    failure_message,
     replicated_jobs_status,
     split_id,
 )

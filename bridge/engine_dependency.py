@@ -55,7 +55,7 @@ from bridge.dependency import (
 )
 from bridge.errors import BridgeError
 from bridge.model import ANN_SCHEDULING, ValidationError
-from bridge.states import JobState
+from bridge.states import LIVE, JobState
 from bridge.store import JobRecord, Store
 
 __all__ = ["DEPENDENCY", "NEVER_SATISFIED", "RECHECK", "DependencyGate", "DependencyUnmet",
@@ -69,7 +69,6 @@ NEVER_SATISFIED = "DependencyNeverSatisfied"
 #: A held job is looked at again at least this often (seconds).
 RECHECK = 3600.0
 
-_UNFINISHED = [JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobState.RUNNING]
 _IN_BACKEND = frozenset({JobState.SUBMITTED, JobState.RUNNING})
 #: Outbox transitions that can release a held job: a start (``after``) or an end.
 _RELEASING = frozenset({"Running", "Succeeded", "Failed", "Cancelled"})
@@ -119,7 +118,7 @@ class _Singletons:
         groups = self._by_user.get(rec.owner.uid)
         if groups is None:
             groups = {}
-            for r in self.store.list_jobs(_UNFINISHED, user=rec.owner.user):
+            for r in self.store.list_jobs(list(LIVE), user=rec.owner.user):
                 if r.owner.uid != rec.owner.uid:
                     continue
                 waiting, running = groups.setdefault(_name(r), ([], []))

@@ -40,6 +40,8 @@ class JobState(StrEnum):
 
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+#: The states of a job not yet finished, in the order a job moves through them.
+LIVE = (JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobState.RUNNING)
 
 _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset(

@@ -8,8 +8,10 @@ Contract (:class:`EventRecorder`):
   it: :meth:`EventRecorder.seed` takes the live jobs at start; a finished job first seen
   later counts as recorded when it ended before that moment. So memory follows the
   live jobs, not every job the store ever held.
-* A change of state is always recorded. A change of reason within a state (a queue's
-  reason flipping) is recorded only while the job's allowance lasts: :data:`EVENT_BURST`,
+* A change of state is always recorded, and so is a job being held or let go within a
+  state (a reason in :data:`HOLD_REASONS` on one side only): those answer a user's
+  ``suspend``/``resume`` and cannot flap. Any other change of reason within a state (a
+  queue's reason flipping) is recorded only while the job's allowance lasts: :data:`EVENT_BURST`,
   then one more per :data:`EVENT_REFILL_SECONDS` (as client-go's event spam filter). A
   reason held back is due once the allowance is back (:meth:`EventRecorder.due`: the
   door looks at the job again and records it if it is still the job's).
@@ -25,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable
+from k8s_adapter.status import HELD_REASONS
 from k8s_adapter.trainjob_events import event_body, event_key
 
 if TYPE_CHECKING:
     from bridge.service import JobRecord
 
-__all__ = ["EVENT_BURST", "EVENT_REFILL_SECONDS", "EventRecorder"]
+__all__ = ["EVENT_BURST", "EVENT_REFILL_SECONDS", "HOLD_REASONS", "EventRecorder"]
 
 log = structlog.get_logger("k8s_adapter.frontdoor")
 
@@ -38,6 +41,9 @@ log = structlog.get_logger("k8s_adapter.frontdoor")
 #: seconds that earn one more.
 EVENT_BURST = 5
 EVENT_REFILL_SECONDS = 60.0
+#: Reasons that say a job is held (or its hold refused): entering or leaving one is
+#: recorded whatever the allowance.
+HOLD_REASONS = frozenset({*HELD_REASONS, "SuspendRefused"})
 
 
 class EventCalls(Protocol):
@@ -89,7 +95,9 @@ class EventRecorder:
         if last is None and rec.state.terminal and rec.updated_at <= self._seeded_at:
             self._last[rec.uid] = key  # it ended before this door started
             return
-        if last is not None and last[0] == key[0] and not self._allowed(rec.uid):
+        if (last is not None and last[0] == key[0]
+                and (last[1] in HOLD_REASONS) == (key[1] in HOLD_REASONS)
+                and not self._allowed(rec.uid)):
             return  # only the reason changed, and the job has had its say lately
         self._last[rec.uid] = key
         if rec.state.terminal:

@@ -26,7 +26,8 @@ For each of its TrainJobs:
    :meth:`TrainJobFrontDoor._status_loop`.
 7. Each change of the job's state or reason is recorded as a Kubernetes Event on the
    TrainJob (:mod:`k8s_adapter.trainjob_events`), once, and no job floods the
-   apiserver (:mod:`k8s_adapter.event_recorder`).
+   apiserver (:mod:`k8s_adapter.event_recorder`). The event is recorded before the
+   status that goes with it, so a reader who sees a condition finds its event.
 
 A door whose ``managed_by`` names Trainer's own value
 (``trainer.kubeflow.org/trainjob-controller``: every TrainJob the Kubeflow SDK's
@@ -61,7 +62,7 @@ from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
 from bridge.plugin_settings import parse_settings
 from bridge.service import EngineError, JobNotFound, JobRecord
-from bridge.states import JobState
+from bridge.states import LIVE
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
 from k8s_adapter.dropin import TRAINER_MANAGED_BY, TrainerInstalled, check_no_trainer
 from k8s_adapter.event_recorder import EventRecorder
@@ -220,8 +221,7 @@ class TrainJobFrontDoor:
         """Cancel unfinished jobs whose TrainJob is gone from a full listing (deleted
         while the bridge was away, with its finalizer removed by hand)."""
         assert self._service is not None
-        live = [JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobState.RUNNING]
-        for rec in self._service.list_jobs(live, origin=ORIGIN).items:
+        for rec in self._service.list_jobs(list(LIVE), origin=ORIGIN).items:
             if rec.uid in listed or rec.cancel_requested or (
                     namespace is not None and rec.namespace != namespace):
                 continue
@@ -369,8 +369,7 @@ class TrainJobFrontDoor:
         cursor = service.cursor()
         updates = service.updates(self._wake)
         self._dirty.update(self._objects)
-        live = [JobState.PENDING, JobState.SUSPENDED, JobState.SUBMITTED, JobState.RUNNING]
-        self.events.seed(service.list_jobs(live, origin=ORIGIN).items, time.time())
+        self.events.seed(service.list_jobs(list(LIVE), origin=ORIGIN).items, time.time())
         try:
             while True:
                 self._wake.clear()
@@ -450,10 +449,11 @@ class TrainJobFrontDoor:
         assert self._service is not None
         status = desired_status(rec, self._service.jobs_status(rec), previous,
                                 self._service.trainer_statuses([rec.id]).get(rec.id))
+        # The event first: a reader who sees a condition finds the event that goes with it.
+        await self.events.record(self.calls, obj, rec)
         if not same_status(status, previous) and not same_status(status, obj.get("status")):
             await self.calls.patch_status(obj, status)
             self._written[uid] = status
-        await self.events.record(self.calls, obj, rec)
         if meta.get("deletionTimestamp") and rec.state.terminal:
             await self.calls.remove_finalizer(obj)
 

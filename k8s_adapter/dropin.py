@@ -17,13 +17,21 @@ them, or :class:`TrainerInstalled` for an answer it cannot read (404, 400); an a
 it cannot reach, or one that refuses the listing (401/403: the bridge's RBAC lacks
 ``list`` on webhook configurations, charts/hpc-bridge/files/rbac.yaml) is
 :class:`bridge.backend.BackendUnavailable`, as everywhere in the bridge: the door tries
-again, logging why, until an admin grants it. Trainer
-installed *after* the bridge started is not noticed (the door checks at start).
+again, logging why, until an admin grants it.
+
+Trainer installed *after* the door started: :func:`watch_for_trainer` follows both kinds
+of webhook configuration (list, then watch: ``watch`` in the same RBAC rule) and returns,
+as a :class:`TrainerInstalled`, the first of Trainer's to appear; the door then stops
+taking and writing TrainJobs (k8s_adapter/frontdoor.py). A webhook configuration is
+installed with Trainer, before its controller runs, so the door is usually gone before
+Trainer's controller takes its first TrainJob; jobs the door started run on in their
+back ends, and an admin decides what becomes of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from bridge.backend import BackendRejected
@@ -31,7 +39,8 @@ from bridge.errors import BridgeError
 from bridge.model import GROUP
 from k8s_adapter.kube import Kube
 
-__all__ = ["TRAINER_MANAGED_BY", "TrainerInstalled", "check_no_trainer", "trainer_webhooks"]
+__all__ = ["TRAINER_MANAGED_BY", "TrainerInstalled", "check_no_trainer", "trainer_webhooks",
+           "watch_for_trainer"]
 
 #: Trainer's ``spec.managedBy`` (and the apiserver's default for it).
 TRAINER_MANAGED_BY = "trainer.kubeflow.org/trainjob-controller"
@@ -88,9 +97,46 @@ async def check_no_trainer(kube: Kube, door: str) -> None:
             item.setdefault("kind", kind)
         found += trainer_webhooks(listing)
     if found:
-        raise TrainerInstalled(
-            f"front door {door}: managed_by names {TRAINER_MANAGED_BY} (drop-in for "
-            f"Kubeflow Trainer), but Trainer's controller is installed "
-            f"({', '.join(sorted(found))} admit TrainJobs): two controllers would run "
-            f"each TrainJob. Leave Trainer's TrainJobs to Trainer (remove "
-            f"{TRAINER_MANAGED_BY} from managed_by) or uninstall Trainer's controller")
+        raise _installed(door, found)
+
+
+def _installed(door: str, found: list[str]) -> TrainerInstalled:
+    return TrainerInstalled(
+        f"front door {door}: managed_by names {TRAINER_MANAGED_BY} (drop-in for "
+        f"Kubeflow Trainer), but Trainer's controller is installed "
+        f"({', '.join(sorted(found))} admit TrainJobs): two controllers would run "
+        f"each TrainJob. Leave Trainer's TrainJobs to Trainer (remove "
+        f"{TRAINER_MANAGED_BY} from managed_by) or uninstall Trainer's controller")
+
+
+async def watch_for_trainer(kube: Kube, door: str) -> TrainerInstalled:
+    """Follow the Validating- and MutatingWebhookConfigurations until one of Trainer's
+    is there; return the :class:`TrainerInstalled` naming it (module docstring). Failed
+    reads are logged and retried by :meth:`Kube.list_watch`; it does not return
+    otherwise."""
+    from kubernetes_asyncio import client
+
+    api = client.AdmissionregistrationV1Api(kube.api_client)
+
+    async def follow(kind: str, fn: Callable[..., Awaitable[Any]]) -> list[str]:
+        async for event, payload in kube.list_watch(f"{kind}s", fn):
+            items = payload if event == "SYNC" else [] if event == "DELETED" else [payload]
+            for item in items:
+                item.setdefault("kind", kind)
+            found = trainer_webhooks({"items": items})
+            if found:
+                return found
+        raise RuntimeError(f"the watch of {kind}s ended")  # Kube.list_watch does not end
+
+    tasks = [asyncio.create_task(follow("ValidatingWebhookConfiguration",
+                                        api.list_validating_webhook_configuration)),
+             asyncio.create_task(follow("MutatingWebhookConfiguration",
+                                        api.list_mutating_webhook_configuration))]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        found = next(iter(done)).result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return _installed(door, found)

@@ -32,8 +32,8 @@ For each of its TrainJobs:
 A door whose ``managed_by`` names Trainer's own value
 (``trainer.kubeflow.org/trainjob-controller``: every TrainJob the Kubeflow SDK's
 ``train()`` makes) is a drop-in for Trainer's controller: it refuses to start while a
-Trainer controller is installed (:mod:`k8s_adapter.dropin`), logging the reason; the
-rest of the daemon serves on.
+Trainer controller is installed (:mod:`k8s_adapter.dropin`), and stops when one is
+installed later, logging the reason; the rest of the daemon serves on.
 
 The door reaches jobs only through :class:`bridge.service.JobService`.
 
@@ -64,7 +64,12 @@ from bridge.plugin_settings import parse_settings
 from bridge.service import EngineError, JobNotFound, JobRecord
 from bridge.states import LIVE
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
-from k8s_adapter.dropin import TRAINER_MANAGED_BY, TrainerInstalled, check_no_trainer
+from k8s_adapter.dropin import (
+    TRAINER_MANAGED_BY,
+    TrainerInstalled,
+    check_no_trainer,
+    watch_for_trainer,
+)
 from k8s_adapter.event_recorder import EventRecorder
 from k8s_adapter.kube import Kube, KubeSettings
 from k8s_adapter.settings import TrainJobDoorSettings
@@ -157,13 +162,24 @@ class TrainJobFrontDoor:
         namespaces = self.settings.namespaces or (None,)
         watchers = [asyncio.create_task(self._watch(ns), name=f"{self.name}-watch-{ns or 'all'}")
                     for ns in namespaces]
+        if TRAINER_MANAGED_BY in self.settings.managed_by:
+            watchers.append(asyncio.create_task(self._guard_drop_in(),
+                                                name=f"{self.name}-drop-in"))
         try:
-            await asyncio.gather(*watchers)
+            done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a watcher's failure ends the door, as before
         finally:
             tasks = [*watchers, writer, *self._workers.values()]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _guard_drop_in(self) -> None:
+        """Return (ending the door) once a Trainer controller is installed beside this
+        drop-in door (k8s_adapter/dropin.py)."""
+        exc = await watch_for_trainer(self.kube, self.name)
+        log.error("TrainJob front door %s stops: %s", self.name, exc)
 
     async def _watch(self, namespace: str | None) -> None:
         """Follow the TrainJobs of one namespace (None: all)."""

@@ -167,7 +167,8 @@ def test_suspend_and_resume_through_spec_suspend(
     def held_then_on() -> bool:
         reasons = event_reasons(k8s, ns, "hold")
         held = [i for i, r in enumerate(reasons) if r in ("Suspended", "BackendSuspended")]
-        return bool(held) and held[0] < len(reasons) - 1
+        return bool(held) and any(r not in ("Suspended", "BackendSuspended")
+                                  for r in reasons[held[-1] + 1:])
 
     k8s.wait_for(held_then_on, 30, "events: held, then on")
 

@@ -143,23 +143,28 @@ def test_train_with_a_custom_trainer_runs_on_the_bridge_in_drop_in_mode(
         release(k8s, ns, daemon)
 
 
-def test_drop_in_mode_refuses_to_start_beside_a_trainer_controller(
-        k8s: K8sBed, k8s_namespace: str) -> None:
-    """Trainer's controller serves webhooks for TrainJobs: with one installed, a door
-    that claims Trainer's managedBy does not start, saying why; the daemon serves on."""
-    webhook = {
+def trainer_webhook(name: str) -> dict[str, Any]:
+    """A ValidatingWebhookConfiguration as Trainer's controller installs one (never
+    called: no namespace carries its selector's label)."""
+    return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": f"validator.trainer.kubeflow.org-{k8s_namespace}"},
+        "metadata": {"name": name},
         "webhooks": [{
             "name": "validator.trainjob.trainer.kubeflow.org",
             "admissionReviewVersions": ["v1"], "sideEffects": "None",
             "failurePolicy": "Ignore", "timeoutSeconds": 1,
             "clientConfig": {"url": "https://127.0.0.1:9/validate"},
-            # Never called: no namespace carries this label.
             "namespaceSelector": {"matchLabels": {"test.hpc-bridge.io/never": "true"}},
             "rules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
                        "operations": ["CREATE", "UPDATE"], "resources": ["trainjobs"]}]}]}
+
+
+def test_drop_in_mode_refuses_to_start_beside_a_trainer_controller(
+        k8s: K8sBed, k8s_namespace: str) -> None:
+    """Trainer's controller serves webhooks for TrainJobs: with one installed, a door
+    that claims Trainer's managedBy does not start, saying why; the daemon serves on."""
+    webhook = trainer_webhook(f"validator.trainer.kubeflow.org-{k8s_namespace}")
     k8s.kubectl("apply", "-f", "-", input=json.dumps(webhook))
     daemon = k8s_daemon(k8s, k8s_namespace, managed_by=[TRAINER_MANAGED_BY])
     try:
@@ -176,4 +181,40 @@ def test_drop_in_mode_refuses_to_start_beside_a_trainer_controller(
         k8s.kubectl("delete", "validatingwebhookconfiguration",
                     str(webhook["metadata"]["name"]), check=False)
         daemon.stop()
+        cleanup(daemon.workdir)
+
+
+def test_a_drop_in_door_stops_when_trainer_is_installed_later(
+        k8s: K8sBed, k8s_namespace: str) -> None:
+    """The door keeps watching the webhook configurations: Trainer installed while it
+    runs stops it, saying why; jobs it started are left as they are, the daemon serves
+    on."""
+    ns = k8s_namespace
+    webhook = trainer_webhook(f"validator.trainer.kubeflow.org-{ns}")
+    daemon = k8s_daemon(k8s, ns, managed_by=[TRAINER_MANAGED_BY])
+    daemon.start()
+    try:
+        apply(k8s, ns, trainjob("before", managed_by=TRAINER_MANAGED_BY,
+                                pod_labels={KWOK_STAY_RUNNING: "true"}))
+        k8s.wait_for(lambda: node_ready(k8s, ns, "before"), 60, "the drop-in door to run it")
+        k8s.kubectl("apply", "-f", "-", input=json.dumps(webhook))
+        wait_for(lambda: "front door stopped" in daemon.log.read_text(), 60,
+                 "the front door to stop")
+        log = daemon.log.read_text()
+        assert "TrainJob front door" in log and " stops: " in log
+        assert f"ValidatingWebhookConfiguration/{webhook['metadata']['name']}" in log
+        assert daemon.proc is not None and daemon.proc.poll() is None
+        assert daemon.api("GET", "/v1/healthz").json().get("ready")
+        uid = k8s.get_json("-n", ns, TRAINJOBS, "before")["metadata"]["uid"]
+        assert daemon.job(uid)["state"] == "Running"  # left to run
+        # The door is gone: the job is ended through the daemon's API, as an admin would.
+        assert daemon.api("POST", f"/v1/jobs/{daemon.job(uid)['id']}/cancel").status_code == 202
+        daemon.wait_state(uid, ["Cancelled"])
+    finally:
+        k8s.kubectl("delete", "validatingwebhookconfiguration",
+                    str(webhook["metadata"]["name"]), check=False)
+        daemon.stop()
+        for obj in all_trainjobs(k8s, ns):  # no door to remove its finalizer
+            k8s.kubectl("-n", ns, "patch", TRAINJOBS, obj["metadata"]["name"],
+                        "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
         cleanup(daemon.workdir)

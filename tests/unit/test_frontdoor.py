@@ -304,11 +304,19 @@ async def test_a_flipping_reason_cannot_flood_the_apiserver(bed: Bed) -> None:
         await bed.door.events.record(bed.calls, obj(uid(10)), rec)
     assert len(bed.calls.events(uid(10))) == 1 + EVENT_BURST
     assert bed.door.events.due() == []  # not before a minute
-    # Held and let go within the state, with the allowance spent: both recorded.
+    # Held and let go within the state, with the reasons' allowance spent: both recorded
+    # (their own allowance) ...
     for reason in ("BackendSuspended", "Resources"):
         rec = store.transition(job_id, JobState.SUBMITTED, reason, "waits")
         await bed.door.events.record(bed.calls, obj(uid(10)), rec)
     assert [e[0] for e in bed.calls.events(uid(10))[-2:]] == ["BackendSuspended", "Resources"]
+    # ... and a hold, refusal, release flapping (scontrol hold/release in a loop) cannot
+    # flood either: EVENT_BURST of them in all.
+    for i in range(30):
+        rec = store.transition(job_id, JobState.SUBMITTED,
+                               ("BackendSuspended", "SuspendRefused", "Priority")[i % 3], "w")
+        await bed.door.events.record(bed.calls, obj(uid(10)), rec)
+    assert len(bed.calls.events(uid(10))) == 1 + 2 * EVENT_BURST
     rec = store.transition(job_id, JobState.RUNNING, "Running", "running", nodes=["n1"])
     await bed.door.events.record(bed.calls, obj(uid(10)), rec)
     assert bed.calls.events(uid(10))[-1][0] == "Running"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
-from k8s_adapter.dropin import TrainerInstalled, trainer_webhooks
+import pytest
+
+from k8s_adapter.dropin import TrainerInstalled, trainer_webhooks, watch_for_trainer
 
 
 def config(name: str, *rules: dict[str, Any]) -> dict[str, Any]:
@@ -45,3 +49,44 @@ def test_kueue_and_policy_engines_are_not_trainer() -> None:
 
 def test_a_refusal_is_the_doors_not_the_daemons() -> None:
     assert not issubclass(TrainerInstalled, ValueError)
+
+
+class Watches:
+    """A Kube whose list_watch plays one script of (event, payload) per kind, then
+    waits for ever (as a watch with nothing to say)."""
+
+    api_client = None
+
+    def __init__(self, **scripts: list[tuple[str, Any]]) -> None:
+        self.scripts = scripts
+
+    async def list_watch(self, what: str, fn: Any) -> AsyncIterator[tuple[str, Any]]:
+        for event in self.scripts.get(what.removesuffix("WebhookConfigurations"), []):
+            yield event
+        await asyncio.Event().wait()
+
+
+def trainers(name: str) -> dict[str, Any]:
+    hook = config(name, rule(["trainer.kubeflow.org"], ["trainjobs"]))
+    hook["webhooks"][0]["name"] = "mutator.trainjob.trainer.kubeflow.org"
+    del hook["kind"]  # a listing's items carry no kind
+    return hook
+
+
+async def test_trainer_installed_later_is_seen_in_the_watch() -> None:
+    """Deleted and foreign configurations pass; the first of Trainer's to be added (a
+    Mutating one here) ends the watch with the refusal naming it."""
+    kube = Watches(
+        Validating=[("SYNC", [config("jobset", rule(["jobset.x-k8s.io"], ["jobsets"]))]),
+                    ("DELETED", trainers("old-trainer"))],
+        Mutating=[("SYNC", []), ("ADDED", trainers("trainer-mutating"))])
+    found = await asyncio.wait_for(watch_for_trainer(kube, "k8s"), 5)  # type: ignore[arg-type]
+    assert isinstance(found, TrainerInstalled)
+    assert "MutatingWebhookConfiguration/trainer-mutating" in str(found)
+    assert "old-trainer" not in str(found) and "front door k8s" in str(found)
+
+
+async def test_a_watch_without_trainer_does_not_end() -> None:
+    kube = Watches(Validating=[("SYNC", []), ("DELETED", trainers("gone"))])
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(watch_for_trainer(kube, "k8s"), 0.2)  # type: ignore[arg-type]

@@ -196,7 +196,10 @@ def test_a_drop_in_door_stops_when_trainer_is_installed_later(
     try:
         apply(k8s, ns, trainjob("before", managed_by=TRAINER_MANAGED_BY,
                                 pod_labels={KWOK_STAY_RUNNING: "true"}))
-        k8s.wait_for(lambda: node_ready(k8s, ns, "before"), 60, "the drop-in door to run it")
+        uid = k8s.get_json("-n", ns, TRAINJOBS, "before")["metadata"]["uid"]
+        k8s.wait_for(lambda: daemon.api("GET", f"/v1/jobs/{uid}").status_code == 200, 60,
+                     "the drop-in door to admit it")
+        daemon.wait_state(uid, ["Running"], 60)
         k8s.kubectl("apply", "-f", "-", input=json.dumps(webhook))
         wait_for(lambda: "front door stopped" in daemon.log.read_text(), 60,
                  "the front door to stop")
@@ -205,7 +208,6 @@ def test_a_drop_in_door_stops_when_trainer_is_installed_later(
         assert f"ValidatingWebhookConfiguration/{webhook['metadata']['name']}" in log
         assert daemon.proc is not None and daemon.proc.poll() is None
         assert daemon.api("GET", "/v1/healthz").json().get("ready")
-        uid = k8s.get_json("-n", ns, TRAINJOBS, "before")["metadata"]["uid"]
         assert daemon.job(uid)["state"] == "Running"  # left to run
         # The door is gone: the job is ended through the daemon's API, as an admin would.
         assert daemon.api("POST", f"/v1/jobs/{daemon.job(uid)['id']}/cancel").status_code == 202

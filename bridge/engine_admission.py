@@ -72,7 +72,7 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
             f"metadata.annotations[{ANN_BACKEND}]",
             f"unknown back end {backend!r}; configured: {', '.join(sorted(backends))}",
         )])
-    plan = catalog.resolve(job)
+    plan = catalog.resolve(job, origin)
     chosen = backends[backend]
     routed = frozenset(p for p, b in settings.partition_routes.items() if b == backend)
     context = AdmitContext(routed_partitions=routed, nodes=plan.num_nodes,

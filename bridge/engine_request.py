@@ -37,7 +37,7 @@ def stored_shape(rec: JobRecord, catalog: RuntimeCatalog) -> JobShape:
         except ValueError as exc:
             log.warning("stored job shape unreadable; resolving it again",
                         job_id=rec.id, error=str(exc))
-    return resolve_shape(rec.job, catalog.resolve(rec.job), scheduling_of(rec.job))
+    return resolve_shape(rec.job, catalog.resolve(rec.job, rec.origin), scheduling_of(rec.job))
 
 
 def report_env(rec: JobRecord, reports: ReportSettings | None, backend: object

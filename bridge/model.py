@@ -51,6 +51,9 @@ ANN_BACKEND = ANNOTATION_PREFIX + "backend"
 #: back end refuses today: it is adopted if its back end has it, and never submitted
 #: (failed with this refusal) if not. Set only by admission; a client's is dropped.
 ANN_ADOPT_ONLY = ANNOTATION_PREFIX + "adopt-only"
+#: Annotation naming the TrainJob front door a job came through (set by the door, over
+#: any the TrainJob had): its cluster's runtimes are the job's (bridge/runtimes.py).
+ANN_FRONTDOOR = ANNOTATION_PREFIX + "frontdoor"
 #: The value of ``spec.managedBy`` that hands a TrainJob to the bridge.
 MANAGED_BY = "hpc-bridge.io/controller"
 

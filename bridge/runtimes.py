@@ -11,6 +11,20 @@ trainer`` holding the trainer container ``node``), so the Kubeflow SDK reads the
 bridge's runtimes as it reads Trainer's. The trainer container gives the job's image
 and, when the TrainJob has none, its command (see :meth:`RuntimeCatalog.resolve`).
 
+Where runtimes come from: the Kubernetes clusters the TrainJob front doors follow
+(their ``ClusterTrainingRuntime`` and ``TrainingRuntime`` objects, one layer per door:
+:meth:`RuntimeCatalog.set_layer`, k8s_adapter/runtime_source.py), the admin's files
+(``[runtimes] paths``), the built-in catalog. A TrainJob that came through a door
+(origin ``kubernetes``, the door in :data:`bridge.model.ANN_FRONTDOOR`) looks in that
+door's cluster first, then the files, then the built-ins; it never sees another
+cluster's runtimes. A job submitted through the daemon's API looks in the files, then
+the clusters' ClusterTrainingRuntimes (doors in name order), then the built-ins: the
+daemon's admin outranks whoever may write runtimes in a cluster, and a cluster's
+namespaced ``TrainingRuntime`` never serves it (such a job names a namespace of its own
+choosing, and must not borrow another team's runtime with it). A cluster's copy of a
+built-in runtime (the chart installs them: same ``spec`` and framework label) is left
+out of its layer, so the admin's file, or the built-in one, serves that name as before.
+
 Contract: :meth:`RuntimeCatalog.resolve` returns a :class:`LaunchPlan` or raises
 :class:`bridge.model.ValidationError` naming ``spec.runtimeRef.name`` (unknown
 runtime, or a trainer container whose image/command has the wrong type) or the field
@@ -30,6 +44,7 @@ import yaml
 
 from bridge.batchscript import script_of
 from bridge.model import (
+    ANN_FRONTDOOR,
     ClusterTrainingRuntime,
     MLPolicy,
     ObjectMeta,
@@ -266,8 +281,17 @@ def load_runtime_files(patterns: list[str]) -> list[ClusterTrainingRuntime | Tra
     return found
 
 
+#: The origin of jobs that came from a cluster's TrainJob front door.
+CLUSTER_ORIGIN = "kubernetes"
+
+
 class RuntimeCatalog:
-    """Built-in ClusterTrainingRuntimes plus those an admin adds (by name, per namespace)."""
+    """Built-in ClusterTrainingRuntimes plus those an admin adds (by name, per namespace),
+    under the runtimes of the clusters the front doors follow (module docstring).
+
+    Thread-safe for readers: :meth:`prepare <bridge.service.JobService.prepare>` may
+    resolve in a worker thread while :meth:`set_layer` runs on the loop (a layer is
+    replaced whole, never changed in place)."""
 
     def __init__(self, extra: list[ClusterTrainingRuntime | TrainingRuntime] | None = None):
         self._cluster: dict[str, ClusterTrainingRuntime] = {
@@ -276,8 +300,32 @@ class RuntimeCatalog:
         #: The built-in runtimes themselves (one an admin replaces is no longer one).
         self._builtin: dict[str, ClusterTrainingRuntime] = dict(self._cluster)
         self._namespaced: dict[tuple[str, str], TrainingRuntime] = {}
+        #: source (a front door) -> its cluster's runtimes, by name / (namespace, name).
+        self._layers: dict[str, tuple[dict[str, ClusterTrainingRuntime],
+                                      dict[tuple[str, str], TrainingRuntime]]] = {}
         for r in extra or []:
             self.add(r)
+
+    def set_layer(self, source: str,
+                  runtimes: list[ClusterTrainingRuntime | TrainingRuntime]) -> None:
+        """Make ``runtimes`` all that the cluster of front door ``source`` has (an empty
+        list: none); copies of built-in runtimes are left out (module docstring)."""
+        cluster: dict[str, ClusterTrainingRuntime] = {}
+        namespaced: dict[tuple[str, str], TrainingRuntime] = {}
+        for r in runtimes:
+            if isinstance(r, TrainingRuntime):
+                namespaced[(r.metadata.namespace or "default", r.metadata.name)] = r
+            elif not self._is_builtin_copy(r):
+                cluster[r.metadata.name] = r
+        layers = dict(self._layers)
+        layers[source] = (cluster, namespaced)
+        self._layers = layers
+
+    def _is_builtin_copy(self, runtime: ClusterTrainingRuntime) -> bool:
+        builtin = self._builtin.get(runtime.metadata.name)
+        return builtin is not None and builtin.spec == runtime.spec and (
+            builtin.metadata.labels.get(FRAMEWORK_LABEL)
+            == runtime.metadata.labels.get(FRAMEWORK_LABEL))
 
     def add(self, runtime: ClusterTrainingRuntime | TrainingRuntime) -> None:
         if isinstance(runtime, TrainingRuntime):
@@ -288,23 +336,41 @@ class RuntimeCatalog:
             self._cluster[runtime.metadata.name] = runtime
 
     def names(self) -> list[str]:
-        return sorted(self._cluster)
+        return sorted({*self._cluster, *(n for c, _ in self._layers.values() for n in c)})
 
-    def get(self, job: TrainJob) -> ClusterTrainingRuntime | TrainingRuntime:
+    def get(self, job: TrainJob, origin: str = ""
+            ) -> ClusterTrainingRuntime | TrainingRuntime:
+        """``job``'s runtime (module docstring: where from, and a namespaced one only
+        for a job of ``origin`` ``kubernetes``)."""
         ref = job.spec.runtime_ref
-        found: ClusterTrainingRuntime | TrainingRuntime | None
-        if ref.kind == "TrainingRuntime":
+        found: ClusterTrainingRuntime | TrainingRuntime | None = None
+        door = self._layers.get(job.metadata.annotations.get(ANN_FRONTDOOR, ""))
+        if origin == CLUSTER_ORIGIN:
+            if ref.kind == "TrainingRuntime":
+                key = (job.metadata.namespace or "default", ref.name)
+                found = (door[1].get(key) if door else None) or self._namespaced.get(key)
+            else:
+                found = (door[0].get(ref.name) if door else None) or self._cluster.get(ref.name)
+        elif ref.kind == "TrainingRuntime":
             found = self._namespaced.get((job.metadata.namespace or "default", ref.name))
         else:
             found = self._cluster.get(ref.name)
+            if found is None or found is self._builtin.get(ref.name):
+                found = next((c[ref.name] for _, (c, _n) in sorted(self._layers.items())
+                              if ref.name in c), found)
         if found is None:
+            known = set(self._cluster)
+            if origin == CLUSTER_ORIGIN:
+                known.update(door[0] if door else ())
+            else:
+                known.update(n for c, _ in self._layers.values() for n in c)
             raise ValidationError([(
                 "spec.runtimeRef.name",
-                f"unknown {ref.kind} {ref.name!r}; known: {', '.join(self.names())}",
+                f"unknown {ref.kind} {ref.name!r}; known: {', '.join(sorted(known))}",
             )])
         return found
 
-    def resolve(self, job: TrainJob) -> LaunchPlan:
+    def resolve(self, job: TrainJob, origin: str = "") -> LaunchPlan:
         """``job`` merged with its runtime, as Kubeflow Trainer merges them.
 
         The runtime's ``mlPolicy`` gives ``numNodes`` and ``numProcPerNode`` where the
@@ -319,7 +385,7 @@ class RuntimeCatalog:
         image is used by the Kubernetes back end only. No command from either side
         (and no script) raises :class:`ValidationError` naming ``spec.trainer.command``.
         """
-        runtime = self.get(job)
+        runtime = self.get(job, origin)
         policy = runtime.spec.ml_policy or MLPolicy()
         framework = Framework(
             runtime.metadata.labels.get(FRAMEWORK_LABEL)

@@ -42,7 +42,7 @@ from bridge.engine import Engine, EngineError
 from bridge.engine_settings import Admission
 from bridge.errors import BridgeError, Conflict, PermissionDenied
 from bridge.feed import EventFeed
-from bridge.model import TrainJob
+from bridge.model import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from bridge.outbox import Event
 from bridge.refs import AmbiguousJob
 from bridge.states import IllegalTransition, JobState
@@ -138,6 +138,14 @@ class JobService:
         """Validate ``job`` and work out its stored forms (:meth:`Engine.prepare`); safe
         in a worker thread."""
         return self._engine.prepare(job, owner, origin)
+
+    def set_runtimes(self, source: str,
+                     runtimes: list[ClusterTrainingRuntime | TrainingRuntime]) -> None:
+        """Make ``runtimes`` all the runtimes cluster ``source`` (a front door) has
+        (:meth:`bridge.runtimes.RuntimeCatalog.set_layer`): jobs admitted from now on
+        resolve against them; admitted jobs keep the runtime they were admitted with
+        (their stored shape)."""
+        self._engine.catalog.set_layer(source, runtimes)
 
     def replay(self, owner: Owner, key: str, digest: str) -> Admitted | None:
         """The earlier job ``owner`` submitted with idempotency ``key`` (``replayed``;

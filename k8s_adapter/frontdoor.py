@@ -51,13 +51,14 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.backoff import Backoff
-from bridge.model import ANN_BACKEND, MANAGED_BY, ValidationError, load_trainjob
+from bridge.model import ANN_BACKEND, ANN_FRONTDOOR, MANAGED_BY, ValidationError, load_trainjob
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
 from bridge.plugin_settings import parse_settings
@@ -72,6 +73,7 @@ from k8s_adapter.dropin import (
 )
 from k8s_adapter.event_recorder import EventRecorder
 from k8s_adapter.kube import Kube, KubeSettings
+from k8s_adapter.runtime_source import ClusterRuntimes
 from k8s_adapter.settings import TrainJobDoorSettings
 from k8s_adapter.status import desired_status, failed_status, same_status
 from k8s_adapter.trainjobs import ANN_REFUSED, FINALIZER, PLURAL, TrainJobCalls
@@ -135,6 +137,8 @@ class TrainJobFrontDoor:
         #: uid -> the ``metadata.generation`` whose spec was handled (admitted, suspend
         #: followed): later events of that generation are echoes of status writes.
         self._handled: dict[str, Any] = {}
+        #: The cluster's training runtimes (k8s_adapter/runtime_source.py).
+        self.runtimes = ClusterRuntimes(self.kube, name, self.settings.namespaces or (None,))
         #: When to record an Event for a job (k8s_adapter/event_recorder.py).
         self.events = EventRecorder(f"{name}@{socket.gethostname()}")
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
@@ -146,11 +150,15 @@ class TrainJobFrontDoor:
     async def run(self, service: JobService) -> None:
         self._service = service
         backoff = Backoff(1.0, 30.0)
+        namespaces = self.settings.namespaces or (None,)
+        runtimes = self.runtimes
+        runtimes.apply = partial(service.set_runtimes, self.name)
         while True:
             try:
                 await self.kube.connect()
                 if TRAINER_MANAGED_BY in self.settings.managed_by:
                     await check_no_trainer(self.kube, self.name)
+                kinds = await runtimes.probe()
                 break
             except TrainerInstalled as exc:
                 log.error("TrainJob front door %s refused to start: %s", self.name, exc)
@@ -158,10 +166,14 @@ class TrainJobFrontDoor:
             except (BackendUnavailable, BackendRejected) as exc:
                 log.warning("TrainJob front door %s waits for Kubernetes: %s", self.name, exc)
                 await backoff.sleep()
+        # The cluster's runtimes first: no TrainJob is refused for want of one.
+        watchers = [asyncio.create_task(runtimes.run(kinds), name=f"{self.name}-runtimes")]
+        synced = asyncio.create_task(runtimes.synced.wait())
+        await asyncio.wait([watchers[0], synced], return_when=asyncio.FIRST_COMPLETED)
+        synced.cancel()
         writer = asyncio.create_task(self._status_loop(), name=f"{self.name}-status")
-        namespaces = self.settings.namespaces or (None,)
-        watchers = [asyncio.create_task(self._watch(ns), name=f"{self.name}-watch-{ns or 'all'}")
-                    for ns in namespaces]
+        watchers += [asyncio.create_task(self._watch(ns), name=f"{self.name}-watch-{ns or 'all'}")
+                     for ns in namespaces]
         if TRAINER_MANAGED_BY in self.settings.managed_by:
             watchers.append(asyncio.create_task(self._guard_drop_in(),
                                                 name=f"{self.name}-drop-in"))
@@ -351,9 +363,17 @@ class TrainJobFrontDoor:
             if chosen is None and self.settings.backend:
                 annotations[ANN_BACKEND] = self.settings.backend
             annotations[ANN_ORIGIN] = ORIGIN_KUBERNETES
+            annotations[ANN_FRONTDOOR] = self.name  # its cluster's runtimes are the job's
             # Taken before: the engine looks it up (adopts it) before any submit.
-            rec = self._service.admit(job, self._owner(str(meta.get("namespace"))),
-                                      origin=ORIGIN, taken_before=taken_before).record
+            owner = self._owner(str(meta.get("namespace")))
+            try:
+                rec = self._service.admit(job, owner, origin=ORIGIN,
+                                          taken_before=taken_before).record
+            except ValidationError as exc:
+                if not await self.runtimes.came_since(exc, job):
+                    raise
+                rec = self._service.admit(job, owner, origin=ORIGIN,
+                                          taken_before=taken_before).record
         except (ValidationError, EngineError) as exc:
             await self._refuse(obj, str(exc))
             return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ from bridge.backend import BackendUnavailable, Owner
 from bridge.engine import Engine
 from bridge.model import MANAGED_BY
 from bridge.service import JobService
+from bridge.shape import JobShape
 from bridge.states import JobState
 from k8s_adapter import event_recorder, frontdoor
 from k8s_adapter.event_recorder import EVENT_BURST
-from k8s_adapter.kube import KubeSettings
+from k8s_adapter.kube import KubeRejected, KubeSettings
 from k8s_adapter.trainjobs import finished, ref
 from tests.unit.test_engine_placement import trainjob
 from tests.unit.test_service import make_service
@@ -119,12 +121,32 @@ class Bed:
         return self.calls.events(job_uid)[-1]
 
 
+class RuntimeApi:
+    """The apiserver's runtime objects, for the door's one-off reads
+    (k8s_adapter/runtime_source.py ``ClusterRuntimes.fetch``)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.custom = self
+
+    async def raw(self, what: str, fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    def get_cluster_custom_object(self, group: str, version: str, plural: str,
+                                  name: str) -> dict[str, Any]:
+        if (plural, name) not in self.objects:
+            raise KubeRejected(f"{plural} {name} not found", 404)
+        return self.objects[(plural, name)]
+
+
 def make_door(service: JobService) -> tuple[frontdoor.TrainJobFrontDoor, RecordedCalls]:
     door = frontdoor.TrainJobFrontDoor("kubernetes", frontdoor.FrontDoorSettings(
         kube=KubeSettings(), namespace_users={"team-a": "root"}, status_interval=0.05))
     calls = RecordedCalls()
     door.calls = calls  # type: ignore[assignment]
     door._service = service
+    door.runtimes.kube = RuntimeApi()  # type: ignore[assignment]
+    door.runtimes.apply = partial(service.set_runtimes, "kubernetes")
     return door, calls
 
 
@@ -191,6 +213,26 @@ async def test_a_bad_trainjob_is_refused_with_a_failed_status(bed: Bed) -> None:
                                                "mark_refused", "remove_finalizer"]
     assert last_condition(bed.calls.statuses(uid(3))[0]) == ("Failed", "True",
                                                              "InvalidTrainJob")
+
+
+async def test_a_runtime_created_just_before_its_trainjob_is_read_at_once(bed: Bed) -> None:
+    """``kubectl apply -f runtime.yaml -f trainjob.yaml``: the TrainJob may come
+    through its watch before the runtime through its own; the door reads the runtime
+    from the apiserver before it refuses the TrainJob."""
+    api = bed.door.runtimes.kube
+    assert isinstance(api, RuntimeApi)
+    api.objects[("clustertrainingruntimes", "fresh")] = {"metadata": {"name": "fresh"}, "spec": {
+        "mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+            "name": "node", "template": {"metadata": {"labels": {
+                "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"spec": {"containers": [{
+                    "name": "node", "image": "site/fresh:1"}]}}}}}]}}}}
+    job = obj(uid(13))
+    job["spec"]["runtimeRef"]["name"] = "fresh"
+    assert await bed.door._admit(job)
+    rec = bed.service.get_by_uid(uid(13))
+    assert rec is not None and rec.shape is not None
+    assert JobShape.from_json(rec.shape).plan.image == "site/fresh:1"  # the runtime's
 
 
 # -- status write-back --------------------------------------------------------------

@@ -153,6 +153,10 @@ def test_suspend_and_resume_through_spec_suspend(
                                                           "to go")
     k8s.wait_for(lambda: is_true(conditions(k8s, ns, "hold"), "Suspended"), 30,
                  "condition Suspended")
+    # Its event is recorded before the condition is written.
+    held = events(k8s, ns, "hold")
+    assert {e.get("reason") for e in held} & {"Suspended", "BackendSuspended"}, held
+    while_held = {e["metadata"]["uid"] for e in held}
 
     k8s.kubectl("-n", ns, "patch", TRAINJOBS, "hold", "--type=merge",
                 "-p", '{"spec":{"suspend":false}}')
@@ -161,16 +165,15 @@ def test_suspend_and_resume_through_spec_suspend(
                  "condition Suspended to clear")
     resumed = conditions(k8s, ns, "hold")["Suspended"]  # as Trainer writes it
     assert (resumed["status"], resumed["reason"]) == ("False", "Resumed")
-    # The history in events: held (the JobSet's suspend: BackendSuspended), then on.
-    # Holds and releases are recorded whatever the job's allowance for reason flips; the
-    # event may land a moment after the condition.
-    def held_then_on() -> bool:
-        reasons = event_reasons(k8s, ns, "hold")
-        held = [i for i, r in enumerate(reasons) if r in ("Suspended", "BackendSuspended")]
-        return bool(held) and any(r not in ("Suspended", "BackendSuspended")
-                                  for r in reasons[held[-1] + 1:])
+    # The history in events: held, then let go. Holds and releases are recorded whatever
+    # the job's allowance for reason flips. Events carry whole seconds, so those of one
+    # second list in any order: "then" is "among the events recorded after the resume".
+    def released() -> bool:
+        return any(e["metadata"]["uid"] not in while_held
+                   and e.get("reason") not in ("Suspended", "BackendSuspended")
+                   for e in events(k8s, ns, "hold"))
 
-    k8s.wait_for(held_then_on, 30, "events: held, then on")
+    k8s.wait_for(released, 30, "an event of the release")
 
 
 def test_malformed_trainjobs_fail_with_a_readable_message_and_nothing_crashes(

@@ -4,10 +4,13 @@ Every function is pure: allocation (and ranks) in, ``{name: value}`` out.
 
 The rendezvous port (torch master, JAX coordinator, XGBoost tracker) follows
 :func:`master_port`: the first port of ``SLURM_STEP_RESV_PORTS`` when Slurm reserved
-ports for the step; otherwise ``20000 + sha256(job id[.step]) mod 40000``, a port in
-20000-59999 that every node computes alike without talking, and that differs between
-two jobs (or two steps of one job) sharing a node except by a 1-in-40000 chance.
-``--master-port`` overrides it.
+ports for the step; otherwise ``20000 + sha256(job id[.step]) mod 12768``, a port in
+20000-32767 that every node computes alike without talking, and that differs between
+two jobs (or two steps of one job) sharing a node except by a 1-in-12768 chance. The
+range stays below Linux's default ephemeral ports (``ip_local_port_range`` 32768-60999):
+a port in that range may be the local end of any outgoing connection on the node (the
+ranks' own gloo mesh among them), and the rendezvous store then fails with
+``EADDRINUSE``, as seen on the test bed. ``--master-port`` overrides it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ __all__ = [
     "xgboost_env",
 ]
 
-PORT_RANGE = (20000, 59999)
+PORT_RANGE = (20000, 32767)
 """Inclusive bounds of the derived rendezvous port."""
 
 

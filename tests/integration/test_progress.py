@@ -149,7 +149,7 @@ def test_a_job_on_slurm_reports_its_progress(daemon: Daemon, outdir: Path) -> No
 
 
 TRAIN = """
-import os, torch, torch.distributed as dist
+import os, sys, torch, torch.distributed as dist
 from mpi_launch.trainer_status import flush, report
 dist.init_process_group("gloo")
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
@@ -164,7 +164,16 @@ for step in range(1, steps + 1):
     opt.step()
     report(100 * step / steps, steps - step, {"loss": loss.item(), "step": step})
 assert flush(30)
+dist.barrier()
 dist.destroy_process_group()
+# Under load this torch build (2.13, CPU) sometimes aborts in its own teardown after all
+# of the above ("terminate called without an active exception", seen 1 run in 8 with
+# the unit tests beside it, ranks 2 or 3, seconds after destroy_process_group). What
+# this test checks is done and flushed: leave without running the interpreter's
+# teardown.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 """
 
 
@@ -181,7 +190,10 @@ def test_a_torch_job_on_slurm_reports_with_the_reporter(daemon: Daemon, outdir: 
     assert res.returncode == 0, res.stderr
     job = int(res.stdout)
     done = daemon.wait_state(job, TERMINAL, timeout=240)
-    assert done["state"] == "Succeeded", (done, daemon.cli("alice", "tlog", str(job)).stdout)
+    if done["state"] != "Succeeded":
+        print("OUTPUT", daemon.cli("alice", "tlog", str(job)).stdout)
+        print("ERRORS", daemon.cli("alice", "tlog", "-e", str(job)).stdout)
+    assert done["state"] == "Succeeded", (done["reason"], done["message"])
     status = daemon.job(job)["trainerStatus"]
     assert (status["progressPercentage"], status["estimatedRemainingSeconds"]) == (100, 0)
     metrics = {m["name"]: m["value"] for m in status["metrics"]}

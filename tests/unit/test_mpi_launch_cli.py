@@ -289,10 +289,10 @@ def test_launch_invocation_per_runtime() -> None:
 
 def test_master_port_rule() -> None:
     a = alloc2(job_id="1234")
-    assert PORT_RANGE[0] <= master_port(a) <= PORT_RANGE[1]
+    assert PORT_RANGE[0] <= master_port(a) <= PORT_RANGE[1] < 32768  # not an ephemeral port
     assert master_port(a) == master_port(alloc2(job_id="1234", node_rank=1))  # every node agrees
     ports = {master_port(alloc2(job_id=str(j))) for j in range(1000)}
-    assert len(ports) > 970  # distinct jobs rarely share a port
+    assert len(ports) > 940  # distinct jobs rarely share a port (about 961 expected)
     assert master_port(alloc2(job_id="1234", step="0")) != master_port(a)
     assert master_port(alloc2(resv_ports=(12000, 12001))) == 12000
     plan = plan_launch(a, LaunchOptions("torch", ("t.py",), master_port=29500), "/d")

@@ -36,6 +36,18 @@ pid_is() { # PID NAME
 }
 
 # Print the pid stored in PIDFILE if that process is alive and is NAME.
+# Whether the process in PIDFILE is alive (not a zombie), whatever it is called yet: a
+# process just started by detach is bash, setsid, env or setpriv for a moment before it
+# execs the daemon, and pidfile_pid would call it gone.
+pidfile_alive() { # PIDFILE
+  local pid state
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  pid=${pid//[[:space:]]/}
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+  [[ -n $state && $state != Z ]]
+}
+
 pidfile_pid() { # PIDFILE NAME
   local pid
   pid=$(cat "$1" 2>/dev/null) || return 1

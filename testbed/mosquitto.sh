@@ -75,7 +75,7 @@ cmd_up() {
   fi
   local i
   for ((i = 0; i < 50; i++)); do
-    broker_pid >/dev/null || break
+    pidfile_alive "$PIDFILE" || break
     if round_trip; then
       printf 'MQTT_HOST=%s\nMQTT_PORT=%s\n' "$MQTT_HOST" "$MQTT_PORT" >"$ENV_FILE"
       log "publish/subscribe round trip OK; broker pid $(broker_pid), env in $ENV_FILE"

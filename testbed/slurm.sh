@@ -341,7 +341,7 @@ start_rest() {
   local i
   for ((i = 0; i < 100; i++)); do
     rest_answers && return 0
-    rest_pid >/dev/null || break
+    pidfile_alive "$REST_PIDFILE" || break
     sleep 0.2
   done
   show_logs "$REST_LOG"

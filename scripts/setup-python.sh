@@ -18,7 +18,7 @@ fi
 stamp=.venv/.hpc-bridge-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   .venv/bin/pip install --quiet --upgrade pip
-  .venv/bin/pip install --quiet -e '.[dev,runtimes,flux]'
+  .venv/bin/pip install --quiet -e '.[dev,runtimes,flux,data-cache]'
   touch "$stamp"
 fi
 

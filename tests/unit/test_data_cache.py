@@ -1,0 +1,261 @@
+"""The data cache end to end on this machine: real Arrow Flight servers (in threads, or
+the ``data-cache`` command in processes) and the reader training code uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.feather as feather
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import pytest
+
+from data_cache import DataCacheError, open_dataset
+from data_cache.layout import block_count, server_blocks
+from data_cache.reader import rank_and_world
+from data_cache.server import CacheServer, auth_header
+from data_cache.source import SourceError, open_source
+
+TOKEN = "unit-test-token"
+
+
+def _table(rows: int, start: int = 0) -> pa.Table:
+    ids = np.arange(start, start + rows, dtype=np.int64)
+    return pa.table({"id": ids, "x": ids.astype(np.float64) / 2})
+
+
+@pytest.fixture
+def parquet_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "ds"
+    d.mkdir()
+    offset = 0
+    for i, rows in enumerate((1000, 7, 2345)):
+        pq.write_table(_table(rows, offset), d / f"part-{i}.parquet", row_group_size=300)
+        offset += rows
+    return d
+
+
+def _serve(uri: str, servers: int, block_rows: int, fmt: str | None = None) -> list[CacheServer]:
+    source = open_source(uri, fmt)
+    nb = block_count(source.total_rows, block_rows)
+    out = []
+    for k in range(servers):
+        batches = source.load(server_blocks(k, servers, nb), block_rows)
+        server = CacheServer("grpc://127.0.0.1:0", token=TOKEN, schema=source.schema,
+                             batches=batches, total_rows=source.total_rows,
+                             block_rows=block_rows, index=k, servers=servers)
+        threading.Thread(target=server.serve, daemon=True).start()
+        out.append(server)
+    return out
+
+
+@pytest.fixture
+def cache(parquet_dir: Path) -> Iterator[list[str]]:
+    servers = _serve(str(parquet_dir), 2, 128)
+    yield [f"grpc://127.0.0.1:{s.port}" for s in servers]
+    for s in servers:
+        s.shutdown()
+
+
+def _ids(addresses: list[str], world: int, seed: int | None = None,
+         epoch: int = 0) -> list[list[int]]:
+    out = []
+    for rank in range(world):
+        with open_dataset(addresses, rank=rank, world_size=world, seed=seed, token=TOKEN) as shard:
+            out.append([i for b in shard.numpy(epoch) for i in b["id"].tolist()])
+            assert len(out[-1]) == shard.num_rows(epoch)
+    return out
+
+
+def test_ranks_read_the_dataset_exactly_once_in_order(cache: list[str]) -> None:
+    shares = _ids(cache, 3)
+    assert [i for share in shares for i in share] == list(range(3352))
+
+
+def test_a_seed_shuffles_per_epoch_and_a_restarted_rank_reads_the_same(cache: list[str]) -> None:
+    e0, e1 = _ids(cache, 4, seed=5, epoch=0), _ids(cache, 4, seed=5, epoch=1)
+    for shares in (e0, e1):
+        assert sorted(i for share in shares for i in share) == list(range(3352))
+    assert e0 != e1
+    assert _ids(cache, 4, seed=5, epoch=0) == e0
+
+
+@pytest.mark.parametrize("fmt", ["ipc", "csv"])
+def test_arrow_ipc_and_csv_sources(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / f"data.{'arrow' if fmt == 'ipc' else 'csv'}"
+    if fmt == "ipc":
+        feather.write_feather(_table(999), path)
+    else:
+        pacsv.write_csv(_table(999), path)
+    servers = _serve(f"file://{path}", 2, 100)
+    try:
+        shares = _ids([f"grpc://127.0.0.1:{s.port}" for s in servers], 2)
+    finally:
+        for s in servers:
+            s.shutdown()
+    assert [i for share in shares for i in share] == list(range(999))
+
+
+def test_batches_are_the_received_buffers_and_numpy_shares_them(cache: list[str]) -> None:
+    with open_dataset(cache, rank=0, world_size=1, token=TOKEN) as shard:
+        for batch in shard.batches():
+            buffers = [b for col in batch.columns for b in col.buffers() if b is not None]
+            # Every column is a view of the one message body Flight received (its
+            # parent), not a copy of it...
+            parents = {(b.parent.address, b.parent.size) for b in buffers if b.parent}
+            assert len(parents) == 1 and all(b.parent is not None for b in buffers)
+            (body, size), = parents
+            assert all(body <= b.address and b.address + b.size <= body + size
+                       for b in buffers)
+            assert size <= batch.nbytes + 64 * len(buffers)
+            # ...and numpy reads those very bytes.
+            ids = batch.column(0).to_numpy(zero_copy_only=True)
+            assert ids.ctypes.data == batch.column(0).buffers()[1].address
+
+
+def test_torch_tensors_share_the_buffers(cache: list[str]) -> None:
+    torch = pytest.importorskip("torch")
+    with open_dataset(cache, rank=1, world_size=2, token=TOKEN) as shard:
+        tensors = next(shard.torch())
+        batch = next(shard.batches())
+    assert tensors["id"].dtype == torch.int64
+    assert tensors["id"].tolist() == batch.column(0).to_pylist()
+
+
+def test_a_wrong_or_missing_token_reads_nothing(cache: list[str]) -> None:
+    with pytest.raises(DataCacheError, match=r"cache server 0 .*token"):
+        open_dataset(cache, rank=0, world_size=1, token="guess")
+    client = flight.FlightClient(cache[0])
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        list(client.do_get(flight.Ticket(json.dumps({"blocks": [0]}).encode())))
+
+
+def test_bad_tickets_are_named(cache: list[str]) -> None:
+    client = flight.FlightClient(cache[0])
+    options = flight.FlightCallOptions(headers=[auth_header(TOKEN)])
+    with pytest.raises(flight.FlightError, match="block 20 is not on cache server 0"):
+        client.do_get(flight.Ticket(b'{"blocks": [20]}'), options).read_all()
+    with pytest.raises(flight.FlightError, match="not JSON"):
+        client.do_get(flight.Ticket(b"\xff"), options).read_all()
+
+
+def test_trainers_shard_protocol(cache: list[str]) -> None:
+    """A Trainer DataCacheDataset asks any server for shard [index, total] and reads the
+    endpoints it is given: it works once the wait step told the servers their peers."""
+    options = flight.FlightCallOptions(headers=[auth_header(TOKEN)])
+    head = flight.FlightClient(cache[1])
+    with pytest.raises(flight.FlightUnavailableError, match="peers"):
+        head.get_flight_info(flight.FlightDescriptor.for_path("0", "3"), options)
+    for address in cache:
+        list(flight.FlightClient(address).do_action(
+            flight.Action("peers", json.dumps(cache).encode()), options))
+    ids: list[int] = []
+    for index in range(3):
+        info = head.get_flight_info(flight.FlightDescriptor.for_path(str(index), "3"), options)
+        for endpoint in info.endpoints:
+            client = flight.FlightClient(endpoint.locations[0])
+            ids += client.do_get(endpoint.ticket, options).read_all().column("id").to_pylist()
+    assert ids == list(range(3352))
+
+
+def test_missing_unsupported_and_empty_sources_name_the_path(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=f"dataset {tmp_path}/nope: No such file"):
+        open_source(str(tmp_path / "nope"))
+    with pytest.raises(SourceError, match="unsupported scheme 's3'"):
+        open_source("s3://bucket/x")
+    with pytest.raises(SourceError, match="must be absolute"):
+        open_source("relative/x.parquet")
+    with pytest.raises(SourceError, match="no Parquet, Arrow IPC or CSV file"):
+        open_source(str(tmp_path))
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(SourceError, match=r"bad\.parquet"):
+        open_source(str(tmp_path / "bad.parquet"))
+
+
+def test_a_partition_over_the_memory_limit_is_refused(parquet_dir: Path) -> None:
+    source = open_source(str(parquet_dir))
+    with pytest.raises(SourceError, match="memory limit of 10000 bytes"):
+        source.load(range(0, 27), 128, memory_limit=10_000)
+    assert len(source.load(range(0, 27), 128, memory_limit=1 << 20)) == 27
+
+
+def test_rank_and_world_from_the_launchers() -> None:
+    assert rank_and_world({"RANK": "3", "WORLD_SIZE": "8"}) == (3, 8)
+    assert rank_and_world({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}) == (1, 2)
+    assert rank_and_world({"FLUX_TASK_RANK": "2", "FLUX_JOB_SIZE": "4"}) == (2, 4)
+    assert rank_and_world({}) == (0, 1)
+    with pytest.raises(DataCacheError, match="outside"):
+        rank_and_world({"RANK": "4", "WORLD_SIZE": "4"})
+
+
+# --- the data-cache command, in processes ------------------------------------------------
+
+def _command(*args: str, env: dict[str, str] | None = None) -> list[str]:
+    return [sys.executable, "-m", "data_cache", *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "HPC_BRIDGE_DATA_CACHE_TOKEN": TOKEN,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
+def test_wait_reports_a_servers_reason_and_a_dead_step(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.mkdir()
+    serve = subprocess.run(
+        _command("serve", "--source", str(tmp_path / "missing.parquet"), "--dir", str(status),
+                 "--index", "0", "--count", "1"), env=_env(), capture_output=True, text=True,
+        timeout=60)
+    assert serve.returncode == 1
+    assert f"dataset {tmp_path}/missing.parquet: No such file" in serve.stderr
+    wait = subprocess.run(_command("wait", "--dir", str(status), "--count", "1"), env=_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert wait.returncode == 1
+    assert "data-cache: error: cache server 0: dataset" in wait.stderr
+    assert "missing.parquet: No such file" in wait.stderr
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    wait = subprocess.run(_command("wait", "--dir", str(empty), "--count", "2", "--pid",
+                                   str(dead.pid)), env=_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert wait.returncode == 1 and "ended before 2 of them were serving" in wait.stderr
+
+
+def test_a_server_dying_mid_epoch_is_a_clear_error(parquet_dir: Path, tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.mkdir()
+    procs = [subprocess.Popen(_command("serve", "--source", str(parquet_dir), "--dir",
+                                       str(status), "--index", str(k), "--count", "2",
+                                       "--block-rows", "64", "--advertise", "127.0.0.1"),
+                              env=_env())
+             for k in range(2)]
+    try:
+        wait = subprocess.run(_command("wait", "--dir", str(status), "--count", "2",
+                                       "--timeout", "60"),
+                              env=_env(), capture_output=True, text=True, timeout=90)
+        assert wait.returncode == 0, wait.stderr
+        addresses = wait.stdout.strip().split(",")
+        with open_dataset(addresses, rank=0, world_size=1, token=TOKEN) as shard:
+            batches = shard.batches()
+            next(batches)  # streaming from server 0
+            procs[1].send_signal(signal.SIGKILL)
+            procs[1].wait()
+            with pytest.raises(DataCacheError, match=f"cache server 1 \\({addresses[1]}\\)"):
+                for _ in batches:
+                    pass
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -30,6 +30,7 @@ from bridge.backend import (
     SubmitRequest,
     Validating,
 )
+from bridge.dataset import DATA_CACHE_ATTR, DATASET_FIELD
 from bridge.engine_settings import Admission, EngineSettings
 from bridge.errors import PermissionDenied
 from bridge.job_summary import job_summary
@@ -90,6 +91,10 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
         refusal = ValidationError([(f, f"back end {backend!r} runs no pods: a pod's fields "
                                        f"have no meaning there (send the job to a Kubernetes "
                                        f"back end, or drop them)") for f in pod_fields])
+    if (plan.data_cache is not None and not getattr(chosen, DATA_CACHE_ATTR, False)
+            and refusal is None):
+        refusal = ValidationError([(DATASET_FIELD, f"back end {backend!r} does not start a "
+                                    "data cache (the Slurm back end does)")])
     if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
         try:
             chosen.check_admission(job, plan, owner, origin)

@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from bridge.batchscript import script_of
+from bridge.dataset import DataCacheSpec, data_cache_of
 from bridge.model import (
     ANN_FRONTDOOR,
     ClusterTrainingRuntime,
@@ -246,6 +247,8 @@ class LaunchPlan:
     #: The image is a built-in runtime's (:data:`BUILTIN_IMAGES`), not one the job or
     #: an admin's runtime chose: a back end's own default image goes first.
     builtin_image: bool = False
+    #: The data cache the job asks for (``spec.initializer.dataset``: bridge/dataset.py).
+    data_cache: DataCacheSpec | None = None
 
 
 def load_runtime_files(patterns: list[str]) -> list[ClusterTrainingRuntime | TrainingRuntime]:
@@ -444,6 +447,7 @@ class RuntimeCatalog:
             env=env,
             batch_script=script,
             mpi_implementation=mpi,
+            data_cache=data_cache_of(job),
         )
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "cpu_millis",
     "host_from_kubernetes",
     "host_from_node",
+    "memory_bytes",
     "memory_mb",
     "topology_from_inventory",
     "topology_from_node_labels",
@@ -242,6 +243,12 @@ def memory_mb(value: str | int | float) -> int:
     """A Kubernetes memory quantity in MiB (``"1Gi"`` -> 1024, ``"1G"`` -> 954), rounded
     up. Raises ValueError if malformed."""
     return math.ceil(round(_quantity(value) / 2.0**20, 6))
+
+
+def memory_bytes(value: str | int | float) -> int:
+    """A Kubernetes memory quantity in bytes (``"16Ki"`` -> 16384), rounded up. Raises
+    ValueError if malformed."""
+    return math.ceil(round(_quantity(value), 6))
 
 
 # --- Slurm (any Inventory) -------------------------------------------------------------

@@ -137,6 +137,9 @@ class SlurmBackend:
     #: A dependency on jobs of this cluster goes to Slurm with their Slurm ids
     #: (``SubmitRequest.dependency``; bridge/engine_dependency.py).
     native_dependencies = True
+    #: A job's ``spec.initializer.dataset`` starts cache servers on its nodes before its
+    #: training (slurm_adapter/cache_script.py, bridge/dataset.py).
+    runs_data_cache = True
 
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,
@@ -196,7 +199,8 @@ class SlurmBackend:
         and the environment sbatch gets."""
         spec = job_spec(request, default_chdir=request.owner.home(),
                         default_partition=self.default_partition)
-        script = render_script(request, self.mpi_launch)
+        script = render_script(request, self.mpi_launch, sibling_command(self.mpi_launch,
+                                                                         "data-cache"))
         env = job_environment(request)
         # What a login shell gives the owner, unless the plan says otherwise: Open MPI 5+
         # refuses to start without HOME ("Unable to get the user home directory").
@@ -419,6 +423,12 @@ def default_mpi_launch() -> str:
     """``mpi-launch`` beside the running interpreter if it is there, else the bare name."""
     beside = Path(sys.executable).parent / "mpi-launch"
     return str(beside) if beside.exists() else "mpi-launch"
+
+
+def sibling_command(mpi_launch: str, name: str) -> str:
+    """``name`` installed beside ``mpi_launch`` (the same package's other command), or
+    the bare name when ``mpi_launch`` is found on PATH."""
+    return str(Path(mpi_launch).with_name(name)) if "/" in mpi_launch else name
 
 
 def _user_name(uid: int) -> str:

@@ -20,8 +20,10 @@ Contract:
   arguments; :func:`rest_job` spells those slurmrestd has fields for
   (:mod:`slurm_adapter.passed_rest`) and raises :class:`UnsupportedOption` for a job
   with any other, so that the back end submits it with sbatch.
-* :func:`expand_output_pattern` resolves ``slurm-%j.out``-style patterns the way
-  Slurm does, for reporting where a job's output is.
+* :func:`expand_output_pattern` (from :mod:`slurm_adapter.output_names`) resolves
+  ``slurm-%j.out``-style patterns the way Slurm does.
+* A job with a data cache (``plan.data_cache``) starts it first
+  (:mod:`slurm_adapter.cache_script`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.slurm_options import PASSED, sbatch_flags
 from mpi_launch.plan import launch_invocation
 from slurm_adapter import hostlist
+from slurm_adapter.cache_script import STOP, cache_prologue
 from slurm_adapter.dialects import Dialect, UnsupportedOption
+from slurm_adapter.output_names import expand_output_pattern
 from slurm_adapter.passed_rest import rest_fields
 
 __all__ = [
@@ -63,8 +67,6 @@ COMMENT_PREFIX = "hpc-bridge:"
 DEFAULT_OUTPUT = "slurm-%j.out"
 #: PATH of a job whose plan sets none (what bash assumes; srun needs it exported).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: Slurm's value for "no array task id" (``NO_VAL``), which ``%a`` prints for plain jobs.
-NO_VAL = 0xFFFFFFFE
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -382,25 +384,40 @@ def neutralise_directives(script: str) -> str:
     return "\n".join(lines)
 
 
-def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch") -> str:
+def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
+                  data_cache: str = "data-cache") -> str:
     """The batch script for ``request`` (see the module docstring).
 
     For MPI the launcher runs in the batch script itself and its hostfile goes in a
     private directory removed when the script ends; other runtimes ``exec`` their
-    launch line.
+    launch line. A job with a data cache (``plan.data_cache``) starts it first
+    (:func:`slurm_adapter.cache_script.cache_prologue`, ``data_cache`` the command's
+    path) and runs its launch line without ``exec``, so that the cache stops with it.
     """
     plan = request.plan
+    cache = ""
+    if plan.data_cache is not None:
+        cache = cache_prologue(plan.data_cache, data_cache=data_cache,
+                               mem_per_node_mb=request.job_shape.mem_per_node_mb)
+    stop = f"{STOP}; " if cache else ""
     if plan.batch_script and plan.framework is Framework.PLAIN:
-        return neutralise_directives(plan.batch_script)
+        script = neutralise_directives(plan.batch_script)
+        if not cache:
+            return script
+        first, _, rest = script.partition("\n")
+        if first.startswith("#!"):
+            return f"{first}\n{cache}{rest}"
+        return f"#!/bin/bash\n{cache}{script}"
     meta = request.job.metadata
     head = (
         "#!/bin/bash\n"
         f"# hpc-bridge TrainJob {_comment_word(meta.namespace or 'default')}/"
         f"{_comment_word(meta.name)} uid={_comment_word(request.job_uid)} "
         f"runtime={_comment_word(plan.runtime)}\n"
-    )
+    ) + cache
     if plan.batch_script:
-        return head + _batch_script_through_mpi_launch(plan, plan.batch_script, mpi_launch)
+        return head + _batch_script_through_mpi_launch(plan, plan.batch_script, mpi_launch,
+                                                       stop)
     argv = launch_command(plan, mpi_launch)
     if plan.framework is Framework.MPI:
         cut = argv.index("--")
@@ -409,11 +426,11 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch") -> str
         return (
             head
             + 'hostfile_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpc-bridge.XXXXXXXX") || exit 1\n'
-            + "trap 'rm -rf -- \"$hostfile_dir\"' EXIT\n"
+            + f"trap '{stop}rm -rf -- \"$hostfile_dir\"' EXIT\n"
             + f'{words} --hostfile-dir "$hostfile_dir" {rest}\n'
         )
     words = " ".join(_quote(w) for w in argv)
-    return head + f"exec {words}\n"
+    return head + ("" if cache else "exec ") + f"{words}\n"
 
 
 def _heredoc_delimiter(text: str) -> str:
@@ -427,7 +444,8 @@ def _heredoc_delimiter(text: str) -> str:
     return word
 
 
-def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: str) -> str:
+def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: str,
+                                     stop: str = "") -> str:
     """A ``tbatch`` script with a distributed runtime: the script is written, verbatim
     (quoted heredoc: nothing expands), into a new file of the job's working directory
     (``mktemp``: nobody else's file or symlink is written through), where every node
@@ -452,7 +470,7 @@ def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: 
         lines.append('hostfile_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpc-bridge.XXXXXXXX") || exit 1')
         cleanup += ' "$hostfile_dir"'
         prefix += ["--hostfile-dir"]
-    lines.append(f"trap 'rm -rf -- {cleanup}' EXIT")
+    lines.append(f"trap '{stop}rm -rf -- {cleanup}' EXIT")
     lines.append(f"cat > \"$user_script\" <<'{end}' || exit 1\n{script}{end}")
     lines.append('chmod 700 "$user_script" || exit 1')
     words = " ".join(_quote(w) for w in prefix)
@@ -461,86 +479,3 @@ def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: 
     args = " ".join(_quote(a) for a in plan.args)
     lines.append(f'{words} -- "$user_script"{" " + args if args else ""}')
     return "\n".join(lines) + "\n"
-
-
-# --- output file names -----------------------------------------------------------------
-
-_WILDCARDS = frozenset("AaJjNnstuxb")
-
-
-def expand_output_pattern(
-    pattern: str,
-    job_id: int | str,
-    job_name: str,
-    user: str,
-    chdir: str,
-    *,
-    array_job_id: int | None = None,
-    array_task_id: int | None = None,
-    node: str | None = None,
-) -> str:
-    """The file a stdout/stderr ``pattern`` names for the batch step, as Slurm makes it.
-
-    ``%%`` ``%A`` ``%a`` ``%b`` ``%J`` ``%j`` ``%N`` ``%n`` ``%s`` ``%t`` ``%u``
-    ``%x``, with optional zero padding (``%4j``, at most 10). A pattern holding a
-    backslash is not expanded (its backslashes are dropped). A relative result is
-    joined to ``chdir``. ``%N`` (the batch host) stays as is while ``node`` is unknown.
-    """
-    if "\\" in pattern:
-        out = pattern.replace("\\", "")
-    else:
-        out = _expand_fields(pattern, int(job_id), job_name, user, array_job_id,
-                             array_task_id, node)
-    if not out.startswith("/"):
-        out = chdir.rstrip("/") + "/" + out
-    return out
-
-
-def _expand_fields(pattern: str, job_id: int, job_name: str, user: str,
-                   array_job_id: int | None, array_task_id: int | None,
-                   node: str | None) -> str:
-    task = NO_VAL if array_task_id is None else array_task_id
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c != "%":
-            out.append(c)
-            i += 1
-            continue
-        if i + 1 >= n:  # a lone trailing "%" is dropped, as by Slurm
-            break
-        j = i + 1
-        if pattern[j] == "%":
-            out.append("%")
-            i = j + 1
-            continue
-        k = j
-        while k < n and pattern[k].isdigit():
-            k += 1
-        digits = pattern[j:k]
-        if digits and (k >= n or pattern[k] not in _WILDCARDS):
-            # Slurm's quirk: "%12q" keeps only the last digit ("2q").
-            out.append(digits[-1])
-            i = k
-            continue
-        spec = pattern[k]
-        width = min(int(digits), 10) if digits else 0
-        numbers = {"A": array_job_id or job_id, "J": job_id, "j": job_id, "a": task,
-                   "b": task % 10}
-        if spec in numbers:
-            out.append(f"{numbers[spec]:0{width}d}")
-        elif spec == "N":
-            out.append(node if node else "%N")
-        elif spec in "nt":
-            out.append("0")
-        elif spec == "s":
-            out.append("batch")
-        elif spec == "u":
-            out.append(user)
-        elif spec == "x":
-            out.append(job_name)
-        else:
-            out.append("%" + spec)
-        i = k + 1
-    return "".join(out)

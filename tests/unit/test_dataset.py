@@ -1,0 +1,129 @@
+"""spec.initializer as the bridge runs it (bridge/dataset.py): the data cache on Slurm, a
+clear refusal for everything else, and the batch script that starts it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.dataset import DataCacheSpec, data_cache_of
+from bridge.engine import Engine, EngineSettings
+from bridge.model import ValidationError, load_trainjob
+from bridge.runtimes import RuntimeCatalog
+from bridge.scheduling import SchedulingOptions
+from bridge.store import Store
+from slurm_adapter.script import render_script
+from tests.unit.builders import ALICE, HOSTILE, inventory, trainjob_doc
+from tests.unit.builders import submit_request as request
+from tests.unit.fakes import FakeBackend
+
+
+def job(initializer: Any, runtime: str = "torch-distributed", **fields: Any) -> Any:
+    doc = trainjob_doc(runtime, nodes=2, command=["python", "train.py"], **fields)
+    doc["spec"]["initializer"] = initializer
+    return load_trainjob(doc)
+
+
+def test_a_path_or_file_uri_with_its_settings() -> None:
+    assert data_cache_of(job(None)) is None
+    assert data_cache_of(job({"model": None})) is None
+    assert data_cache_of(job({"dataset": {"storageUri": "/data/ds"}})) == DataCacheSpec("/data/ds")
+    spec = data_cache_of(job({"dataset": {"storageUri": "file:///data/x.csv", "env": [
+        {"name": "FORMAT", "value": "csv"}, {"name": "BLOCK_ROWS", "value": "1000"},
+        {"name": "WORKER_MEM", "value": "2Gi"}]}}))
+    assert spec == DataCacheSpec("file:///data/x.csv", "csv", 1000, 2 << 30)
+
+
+@pytest.mark.parametrize(("initializer", "field", "says"), [
+    ({"model": {"storageUri": "hf://m"}}, "spec.initializer.model", "no model initializer"),
+    ({"dataset": {}}, "spec.initializer.dataset.storageUri", "required"),
+    ({"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}},
+     "spec.initializer.dataset.storageUri", "scheme 'hf' is not served"),
+    ({"dataset": {"storageUri": "s3://b/k"}}, "spec.initializer.dataset.storageUri", "'s3'"),
+    ({"dataset": {"storageUri": "cache://schema/table"}},
+     "spec.initializer.dataset.storageUri", "Iceberg"),
+    ({"dataset": {"storageUri": "data/rel"}}, "spec.initializer.dataset.storageUri",
+     "absolute"),
+    ({"dataset": {"storageUri": "file://host/data"}}, "spec.initializer.dataset.storageUri",
+     "local path"),
+    ({"dataset": {"storageUri": "/d", "secretRef": {"name": "s"}}},
+     "spec.initializer.dataset.secretRef", "no secret"),
+    ({"dataset": {"storageUri": "/d", "env": [{"name": "CLUSTER_SIZE", "value": "3"}]}},
+     "spec.initializer.dataset.env[0].name", "'CLUSTER_SIZE' is not one of"),
+    ({"dataset": {"storageUri": "/d", "env": [{"name": "BLOCK_ROWS", "value": "0"}]}},
+     "spec.initializer.dataset.env[BLOCK_ROWS]", "1..16777216"),
+    ({"dataset": {"storageUri": "/d", "env": [{"name": "WORKER_MEM", "value": "lots"}]}},
+     "spec.initializer.dataset.env[WORKER_MEM]", "memory quantity"),
+    ({"dataset": {"storageUri": "/d", "env": [{"name": "FORMAT", "value": "orc"}]}},
+     "spec.initializer.dataset.env[FORMAT]", "'orc'"),
+    ({"dataset": {"storageUri": "/d", "env": [{"name": "FORMAT",
+                                               "valueFrom": {"secretKeyRef": {}}}]}},
+     "spec.initializer.dataset.env[0].value", "string value"),
+    ({"dataset": {"storageUri": "/d", "shards": 2}}, "spec.initializer.dataset.shards",
+     "unknown"),
+    ({"datasets": {}}, "spec.initializer.datasets", "unknown"),
+])
+def test_anything_else_is_refused_naming_the_field(initializer: Any, field: str,
+                                                   says: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        data_cache_of(job(initializer))
+    text = str(err.value)
+    assert field in text and says in text, text
+
+
+def test_a_back_end_without_a_cache_refuses_the_job_at_admission(tmp_path: Path) -> None:
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"flux": FakeBackend(inventory())},
+               RuntimeCatalog(), EngineSettings(default_backend="flux"))
+    with pytest.raises(ValidationError) as err:
+        e.admit(job({"dataset": {"storageUri": "/data"}}), ALICE)
+    assert "spec.initializer.dataset" in str(err.value)
+    assert "back end 'flux' does not start a data cache" in str(err.value)
+    assert e.store.list_jobs() == []
+
+
+def _script(runtime: str, initializer: Any, options: SchedulingOptions | None = None,
+            **fields: Any) -> str:
+    req = request(job(initializer, runtime, **fields), options)
+    return render_script(req, "/opt/hb/bin/mpi-launch", "/opt/hb/bin/data-cache")
+
+
+def test_the_script_starts_the_cache_before_the_launch_and_stops_it_after() -> None:
+    text = _script("torch-distributed", {"dataset": {"storageUri": "/data/ds", "env": [
+        {"name": "BLOCK_ROWS", "value": "512"}]}})
+    lines = text.splitlines()
+    serve = next(i for i, line in enumerate(lines) if line.startswith("srun --overlap"))
+    wait = next(i for i, line in enumerate(lines) if "data-cache wait" in line)
+    launch = next(i for i, line in enumerate(lines) if "mpi-launch" in line)
+    assert serve < wait < launch
+    assert lines[serve].endswith(
+        "/opt/hb/bin/data-cache serve --source /data/ds --block-rows 512 "
+        '--dir "$hpc_bridge_cache" &')
+    assert "trap hpc_bridge_cache_stop EXIT" in lines
+    # Not exec'd: the trap stops the cache when the training ends.
+    assert not lines[launch].startswith("exec ")
+    assert "--memory-limit" not in text
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+def test_an_mpi_script_stops_the_cache_in_its_own_trap_and_memory_comes_from_the_job() -> None:
+    text = _script("mpi-distributed", {"dataset": {"storageUri": "/d"}},
+                   SchedulingOptions(mem_per_node_mb=1024))
+    assert "trap 'hpc_bridge_cache_stop; rm -rf -- \"$hostfile_dir\"' EXIT" in text
+    assert "--memory-limit 1073741824" in text
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+def test_a_hostile_path_is_one_quoted_word() -> None:
+    uri = f"/data/{HOSTILE}".replace("\x00", "")
+    text = _script("torch-distributed", {"dataset": {"storageUri": uri}})
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    serve = next(line for line in text.splitlines() if line.startswith("srun --overlap"))
+    # The words srun would run, printed NUL-separated by a stand-in for data-cache.
+    words = serve.split(" --kill-on-bad-exit=1 ", 1)[1].removesuffix(" &")
+    words = words.replace("/opt/hb/bin/data-cache", "stand_in", 1)
+    out = subprocess.run(["bash", "-c", "stand_in() { printf '%s\\0' \"$@\"; }; " + words],
+                         capture_output=True, check=True).stdout.split(b"\0")
+    assert out[:3] == [b"serve", b"--source", uri.encode()]

@@ -2,16 +2,20 @@
 
 Usage::
 
-    data-cache serve --source URI [--format F] --dir DIR [--index K --count N]
+    data-cache serve --source URI [--format F] [--dir DIR] [--index K --count N]
                      [--block-rows B] [--memory-limit BYTES] [--advertise HOST]
+                     [--port P] [--peers ADDR,ADDR...]
     data-cache wait --dir DIR --count N [--pid PID] [--timeout SECONDS]
 
 ``serve`` (one per cache node, e.g. a background ``srun`` step) loads its partition
 (``--index``/``--count`` default to the node's place in the allocation:
 ``SLURM_NODEID``/``SLURM_NNODES``, ``FLUX_TASK_RANK``/``FLUX_JOB_SIZE``), then listens
-on a free port and writes ``DIR/server-K.json`` = ``{"address": "grpc://HOST:PORT"}``
-(or ``{"error": ...}`` when the dataset cannot be served, and exits 1). It serves until
-it is signalled. The token comes from ``HPC_BRIDGE_DATA_CACHE_TOKEN`` (required).
+on ``--port`` (default: a free one) and writes ``DIR/server-K.json`` =
+``{"address": "grpc://HOST:PORT"}`` (or ``{"error": ...}`` when the dataset cannot be
+served, and exits 1). It serves until it is signalled. The token comes from
+``HPC_BRIDGE_DATA_CACHE_TOKEN`` (required). ``--peers`` gives every server's address
+up front (where they are known in advance: a JobSet's stable pod names), instead of
+``wait`` telling them.
 
 ``wait`` returns once all ``N`` servers are serving: it tells each the others'
 addresses and prints them, comma-separated, for ``HPC_BRIDGE_DATA_CACHE``. It exits 1
@@ -73,19 +77,26 @@ def serve(args: argparse.Namespace) -> None:
     count = _place(args.count, ("SLURM_NNODES", "FLUX_JOB_SIZE"), "count")
     if not 0 <= index < count:
         _fail(f"--index {index} is outside --count {count}")
-    status = Path(args.dir) / f"server-{index}.json"
+    status = Path(args.dir) / f"server-{index}.json" if args.dir else None
+    peers = [p for p in args.peers.split(",") if p] if args.peers else None
+    if peers is not None and len(peers) != count:
+        _fail(f"--peers names {len(peers)} servers, not --count {count}")
     try:
         source = open_source(args.source, args.format)
         blocks = server_blocks(index, count, block_count(source.total_rows, args.block_rows))
         batches = source.load(blocks, args.block_rows, args.memory_limit)
     except SourceError as exc:
-        _write(status, {"error": str(exc)})
+        if status is not None:
+            _write(status, {"error": str(exc)})
         _fail(str(exc))
-    server = CacheServer("grpc://0.0.0.0:0", token=token, schema=source.schema,
+    server = CacheServer(f"grpc://0.0.0.0:{args.port}", token=token, schema=source.schema,
                          batches=batches, total_rows=source.total_rows,
-                         block_rows=args.block_rows, index=index, servers=count)
+                         block_rows=args.block_rows, index=index, servers=count, peers=peers)
     host = args.advertise or socket.gethostname()
-    _write(status, {"address": f"grpc://{host}:{server.port}"})
+    if status is not None:
+        _write(status, {"address": f"grpc://{host}:{server.port}"})
+    print(f"{PROG}: server {index} of {count} serves {sum(b.num_rows for b in batches)} rows "
+          f"at grpc://{host}:{server.port}", file=sys.stderr, flush=True)
     server.serve()
 
 
@@ -158,7 +169,9 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="load this node's partition and serve it")
     s.add_argument("--source", required=True)
     s.add_argument("--format", choices=("parquet", "ipc", "csv"))
-    s.add_argument("--dir", required=True)
+    s.add_argument("--dir")
+    s.add_argument("--port", type=int, default=0)
+    s.add_argument("--peers")
     s.add_argument("--index", type=int)
     s.add_argument("--count", type=int)
     s.add_argument("--block-rows", type=int, default=DEFAULT_BLOCK_ROWS)

@@ -76,7 +76,7 @@ class CacheServer(flight.FlightServerBase):  # type: ignore[misc]
 
     def __init__(self, location: str, *, token: str, schema: pa.Schema,
                  batches: list[pa.RecordBatch], total_rows: int, block_rows: int,
-                 index: int, servers: int) -> None:
+                 index: int, servers: int, peers: list[str] | None = None) -> None:
         super().__init__(location, middleware={"auth": _Auth(token)})
         nb = block_count(total_rows, block_rows)
         self._range = server_blocks(index, servers, nb)
@@ -88,7 +88,9 @@ class CacheServer(flight.FlightServerBase):  # type: ignore[misc]
         self._block_rows = block_rows
         self._index = index
         self._servers = servers
-        self._peers: list[str] | None = None
+        if peers is not None and len(peers) != servers:
+            raise ValueError(f"{len(peers)} peers for {servers} servers")
+        self._peers: list[str] | None = peers
 
     # -- layout ----------------------------------------------------------------------
 

@@ -109,6 +109,9 @@ class FluxBackend:
 
     #: What Flux does with each scheduling option (flux_adapter/options.py).
     option_support = SUPPORT
+    #: A job's ``spec.initializer.dataset`` runs its tasks through ``data-cache run``,
+    #: which starts one cache server per node first (data_cache/run.py).
+    runs_data_cache = True
 
     def __init__(self, name: str, *, uri: str | None = None, queue: str | None = None,
                  mpi_launch: str | None = None, request_timeout: float = 10.0,
@@ -206,7 +209,9 @@ class FluxBackend:
     def _jobspec(self, request: SubmitRequest, default_cwd: str | None = None) -> dict[str, Any]:
         return build_jobspec(request, default_cwd=default_cwd or request.owner.home(),
                              mpi_launch=self.mpi_launch, default_queue=self.queue,
-                             flux_command=self.flux_command)
+                             flux_command=self.flux_command,
+                             data_cache=str(Path(self.mpi_launch).with_name("data-cache"))
+                             if "/" in self.mpi_launch else "data-cache")
 
     def validate(self, request: SubmitRequest) -> None:
         """At admission (:class:`bridge.backend.Validating`): the jobspec builds, so

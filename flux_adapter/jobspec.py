@@ -59,6 +59,7 @@ from bridge.backend import BackendRejected, SubmitRequest
 from bridge.jobid import identity_env, pin_job_id
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.scheduling import SchedulingOptions
+from flux_adapter.cache_wrapper import cache_wrapper
 from flux_adapter.jobspec_read import UID_ATTRIBUTE as UID_ATTRIBUTE
 from flux_adapter.jobspec_read import JobspecInfo as JobspecInfo
 from flux_adapter.jobspec_read import f58 as f58
@@ -460,13 +461,16 @@ def job_environment(plan: LaunchPlan, *, flux_command: str = "flux") -> dict[str
 
 
 def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str = "mpi-launch",
-                  default_queue: str | None = None, flux_command: str = "flux") -> dict[str, Any]:
+                  default_queue: str | None = None, flux_command: str = "flux",
+                  data_cache: str = "data-cache") -> dict[str, Any]:
     """The jobspec V1 dictionary for ``request`` (see the module docstring).
 
     ``default_cwd`` is the working directory when ``--chdir`` is not given (the back end
     passes the owner's home); ``mpi_launch`` the path of ``mpi-launch`` on the compute
     nodes; ``default_queue`` the queue when ``--partition`` is not given; ``flux_command``
-    the ``flux`` program the nested instance and ``PATH`` use.
+    the ``flux`` program the nested instance and ``PATH`` use; ``data_cache`` the
+    ``data-cache`` program every task runs first when the job has a data cache
+    (``plan.data_cache``: :func:`flux_adapter.cache_wrapper.cache_wrapper`).
     Raises :class:`bridge.backend.BackendRejected` for what Flux cannot express.
     """
     o, plan = request.options, request.plan
@@ -481,6 +485,9 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
         argv = cmd.argv
         cmd = replace(cmd, argv=(*argv[:2], "env", *(
             f"{k}={v}" for k, v in task_env(request.array).items()), *argv[2:]))
+    if plan.data_cache is not None:
+        cmd = replace(cmd, argv=(*cache_wrapper(plan.data_cache, layout.tasks_per_node,
+                                                data_cache), *cmd.argv))
     display = _display_name(request)
     cwd = o.chdir or o.submit_dir or default_cwd
     _check_templates([cwd], "--chdir")

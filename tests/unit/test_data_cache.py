@@ -259,3 +259,60 @@ def test_a_server_dying_mid_epoch_is_a_clear_error(parquet_dir: Path, tmp_path: 
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_directory_someone_else_planted_is_refused(tmp_path: Path) -> None:
+    from data_cache.rendezvous import CacheStartError, private_dir
+
+    mine = tmp_path / "mine"
+    assert private_dir(mine) is True and private_dir(mine) is False
+    assert (mine.stat().st_mode & 0o777) == 0o700
+    (tmp_path / "open").mkdir(mode=0o755)
+    (tmp_path / "theirs").mkdir(mode=0o700)
+    os.chown(tmp_path / "theirs", 65534, 65534)
+    (tmp_path / "link").symlink_to(mine)
+    for name in ("open", "theirs", "link"):
+        with pytest.raises(CacheStartError, match="not a private directory"):
+            private_dir(tmp_path / name)
+
+
+def test_a_malformed_or_oversized_status_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    from data_cache.rendezvous import CacheStartError, wait_for_servers, write_status
+
+    write_status(tmp_path / "server-0.json", {"address": "grpc://h:1"})
+    assert wait_for_servers(tmp_path, 1) == ["grpc://h:1"]
+    for body in (b"[1]", b'{"address": 3}', b"{}", b"x" * 70000):
+        (tmp_path / "server-0.json").write_bytes(body)
+        with pytest.raises(CacheStartError, match="malformed status"):
+            wait_for_servers(tmp_path, 1)
+    (tmp_path / "server-0.json").unlink()
+    (tmp_path / "server-0.json").symlink_to("/etc/shadow")
+    with pytest.raises(CacheStartError, match="unreadable status"):
+        wait_for_servers(tmp_path, 1)
+    with pytest.raises(CacheStartError, match=r"not serving after 0\.05 s"):
+        wait_for_servers(tmp_path / "nothing", 1, timeout=0.05)
+
+
+def test_run_outside_flux_says_what_it_needs(tmp_path: Path) -> None:
+    env = {k: v for k, v in _env().items() if not k.startswith("FLUX_")}
+    res = subprocess.run(_command("run", "--source", "/d", "--", "true"), env=env,
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert res.returncode == 1 and "needs a Flux task's FLUX_TASK_RANK" in res.stderr
+
+
+def test_run_serves_waits_runs_and_cleans_up_on_one_node(parquet_dir: Path,
+                                                         tmp_path: Path) -> None:
+    """One task on one node (what Flux runs for a 1-node job): the launch sees the
+    cache, its status is the task's, and nothing is left behind."""
+    env = {**_env(), "FLUX_TASK_RANK": "0", "FLUX_TASK_LOCAL_ID": "0",
+           "FLUX_JOB_NNODES": "1", "FLUX_JOB_ID": "f2xyz"}
+    env.pop("HPC_BRIDGE_DATA_CACHE_TOKEN")
+    probe = ("import sys; from data_cache import open_dataset\n"
+             "s = open_dataset(rank=0, world_size=1)\n"
+             "print(sum(b.num_rows for b in s.batches())); sys.exit(7)")
+    res = subprocess.run(_command("run", "--source", str(parquet_dir), "--block-rows", "500",
+                                  "--", sys.executable, "-c", probe),
+                         env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 7, res.stderr
+    assert res.stdout.strip() == "3352"
+    assert not list(tmp_path.glob(".hpc-bridge-cache-*"))

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bridge.backend import BackendRejected
 from bridge.dataset import DataCacheSpec, data_cache_of
 from bridge.engine import Engine, EngineSettings
 from bridge.model import ValidationError, load_trainjob
@@ -75,12 +76,12 @@ def test_anything_else_is_refused_naming_the_field(initializer: Any, field: str,
 
 
 def test_a_back_end_without_a_cache_refuses_the_job_at_admission(tmp_path: Path) -> None:
-    e = Engine(Store.open(tmp_path / "s.sqlite"), {"flux": FakeBackend(inventory())},
-               RuntimeCatalog(), EngineSettings(default_backend="flux"))
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"other": FakeBackend(inventory())},
+               RuntimeCatalog(), EngineSettings(default_backend="other"))
     with pytest.raises(ValidationError) as err:
         e.admit(job({"dataset": {"storageUri": "/data"}}), ALICE)
     assert "spec.initializer.dataset" in str(err.value)
-    assert "back end 'flux' does not start a data cache" in str(err.value)
+    assert "back end 'other' does not start a data cache" in str(err.value)
     assert e.store.list_jobs() == []
 
 
@@ -127,3 +128,20 @@ def test_a_hostile_path_is_one_quoted_word() -> None:
     out = subprocess.run(["bash", "-c", "stand_in() { printf '%s\\0' \"$@\"; }; " + words],
                          capture_output=True, check=True).stdout.split(b"\0")
     assert out[:3] == [b"serve", b"--source", uri.encode()]
+
+
+def test_flux_tasks_run_through_data_cache_run() -> None:
+    from flux_adapter.jobspec import build_jobspec
+
+    req = request(job({"dataset": {"storageUri": "/d/x.parquet", "env": [
+        {"name": "WORKER_MEM", "value": "1Mi"}]}}, "jax-distributed", procs=2))
+    spec = build_jobspec(req, default_cwd="/home/alice", mpi_launch="/opt/hb/bin/mpi-launch",
+                         data_cache="/opt/hb/bin/data-cache")
+    argv = spec["tasks"][0]["command"]
+    cut = argv.index("--")
+    assert argv[:cut + 1] == ["/opt/hb/bin/data-cache", "run", "--source", "/d/x.parquet",
+                              "--memory-limit", "1048576", "--tasks-per-node", "2", "--"]
+    assert argv[cut + 1] == "/opt/hb/bin/mpi-launch"
+    templated = request(job({"dataset": {"storageUri": "/d/{{tmpdir}}"}}))
+    with pytest.raises(BackendRejected, match="storageUri: holds"):
+        build_jobspec(templated, default_cwd="/home/alice")

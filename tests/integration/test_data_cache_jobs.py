@@ -1,6 +1,7 @@
-"""The data cache on the real Slurm: a TrainJob with ``spec.initializer.dataset`` gets one
-cache server per node (a background step of its own allocation) and its ranks read their
-shares through ``data_cache.open_dataset`` (docs/data-cache.md)."""
+"""The data cache on the real Slurm and Flux: a TrainJob with ``spec.initializer.dataset``
+gets one cache server per node (a background step of its own Slurm allocation; a process
+of the first task of each node of its Flux job) and its ranks read their shares through
+``data_cache.open_dataset`` (docs/data-cache.md)."""
 
 from __future__ import annotations
 
@@ -81,8 +82,11 @@ def _as_bob(code: str) -> subprocess.CompletedProcess[str]:
                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp"})
 
 
-def test_two_nodes_of_ranks_read_the_dataset_exactly_once(daemon: Daemon,
+def test_two_nodes_of_ranks_read_the_dataset_exactly_once(bed_daemon: Daemon,
                                                           outdir: Path) -> None:
+    """On Slurm the cache is a background step; on Flux every task runs ``data-cache
+    run``, whose first task per node serves."""
+    daemon = bed_daemon
     total = _dataset(outdir / "ds")
     prog = outdir / "reader.py"
     prog.write_text(READER)
@@ -119,9 +123,10 @@ def test_two_nodes_of_ranks_read_the_dataset_exactly_once(daemon: Daemon,
 
 
 def test_a_dataset_that_cannot_be_read_fails_the_job_before_training(
-        daemon: Daemon, outdir: Path) -> None:
+        bed_daemon: Daemon, outdir: Path) -> None:
     """Missing, or another user's private file (the servers read as the job's user):
     the job fails with the path and the reason, and its command never runs."""
+    daemon = bed_daemon
     private = outdir / "bobs"
     private.mkdir()
     pq.write_table(pa.table({"id": [1, 2]}), private / "secret.parquet")

@@ -4,13 +4,16 @@ Kubeflow Trainer's dataset initializer downloads a dataset (``hf://``, ``s3://``
 with ``cache://<schema>/<table>``, starts a cache cluster that serves an Iceberg table
 over Arrow Flight. The bridge runs the second idea on every back end that can start it
 (:attr:`DATA_CACHE_ATTR`): cache servers in the job's own allocation, one per node,
-serving a dataset on the shared file system (``data_cache/``, docs/data-cache.md).
+serving files on the shared file system or an Iceberg table (``data_cache/``,
+docs/data-cache.md).
 
 Contract: :func:`data_cache_of` returns the job's :class:`DataCacheSpec`, ``None`` when
 it asks for no dataset, and raises :class:`ValidationError` naming the field for
 anything it would otherwise have to ignore: a model initializer, a ``secretRef``, a
-scheme other than an absolute path or ``file://`` (``cache://`` Iceberg tables are not
-served yet), an unknown ``env`` name or a malformed value.
+scheme other than an absolute path, ``file://`` or ``cache://<schema>/<table>`` (with
+Trainer's ``METADATA_LOC``, or ``CATALOG_URI``), a query or fragment, an unknown
+``env`` name or a malformed value. :func:`serve_options` spells a spec as the options
+of ``data-cache serve``/``run`` (one spelling for every back end).
 """
 
 from __future__ import annotations
@@ -30,8 +33,13 @@ DATA_CACHE_ATTR = "runs_data_cache"
 #: The ``env`` names the cache takes: the file format (``parquet``, ``ipc``, ``csv``:
 #: else from the files' suffix), rows per block, and memory per cache node (a
 #: Kubernetes quantity; Trainer's name for its workers' memory; default: the job's
-#: memory per node, when it asks for one).
-ENV_NAMES = ("FORMAT", "BLOCK_ROWS", "WORKER_MEM")
+#: memory per node, when it asks for one); for ``cache://`` Iceberg tables, the table's
+#: metadata file (Trainer's ``METADATA_LOC``) or a ``sqlite:///`` SQL catalog (and its
+#: name, default ``default``); ``CLUSTER_SIZE`` (what Trainer's SDK sends: its head plus
+#: workers) only as ``numNodes + 1``, which is what the bridge runs (one server per node,
+#: each also answering as the head).
+ENV_NAMES = ("FORMAT", "BLOCK_ROWS", "WORKER_MEM", "METADATA_LOC", "CATALOG_URI",
+             "CATALOG_NAME", "CLUSTER_SIZE")
 _FORMATS = ("parquet", "ipc", "csv")
 #: The most rows a block may have (a block is one message on the wire).
 MAX_BLOCK_ROWS = 1 << 24
@@ -47,6 +55,24 @@ class DataCacheSpec:
     block_rows: int | None = None
     #: The most bytes each cache node may hold; None: the job's memory per node, if any.
     memory_bytes: int | None = None
+    #: ``cache://`` only: the Iceberg table's metadata file, or its SQL catalog.
+    metadata_location: str | None = None
+    catalog_uri: str | None = None
+    catalog_name: str | None = None
+
+
+def serve_options(spec: DataCacheSpec, memory_bytes: int | None = None) -> list[str]:
+    """The ``data-cache serve``/``run`` options for ``spec`` (``memory_bytes``: the limit
+    when the spec sets none)."""
+    out = ["--source", spec.source]
+    for flag, value in (("--format", spec.fmt), ("--block-rows", spec.block_rows),
+                        ("--memory-limit", spec.memory_bytes or memory_bytes),
+                        ("--iceberg-metadata", spec.metadata_location),
+                        ("--iceberg-catalog", spec.catalog_uri),
+                        ("--iceberg-catalog-name", spec.catalog_name)):
+        if value:
+            out += [flag, str(value)]
+    return out
 
 
 def _env(entries: Any) -> dict[str, str]:
@@ -77,14 +103,18 @@ def _source(uri: Any) -> str:
     if "\x00" in uri or len(uri) > 4096:
         raise ValidationError([(field, "must be a path of at most 4096 characters")])
     parsed = urlparse(uri)
+    if parsed.scheme and (parsed.query or parsed.fragment):
+        raise ValidationError([(field, "has a query or fragment; the cache would not use it")])
     if parsed.scheme == "cache":
-        raise ValidationError([(field, "cache://<schema>/<table> (an Iceberg table) is not "
-                                "served by the bridge's data cache yet; name the table's "
-                                "Parquet files with file:///path")])
+        parts = [parsed.netloc, *[p for p in parsed.path.split("/") if p]]
+        if len(parts) != 2 or not all(parts):
+            raise ValidationError([(field, "an Iceberg table is cache://<schema>/<table>")])
+        return uri
     if parsed.scheme not in ("", "file"):
         raise ValidationError([(field, f"scheme {parsed.scheme!r} is not served: the bridge's "
                                 "dataset initializer is its data cache, which reads the "
-                                "shared file system (an absolute path or file:///path)")])
+                                "shared file system (an absolute path or file:///path) or "
+                                "an Iceberg table (cache://<schema>/<table>)")])
     path = parsed.path if parsed.scheme else uri
     if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
         raise ValidationError([(field, "a file:// URI names a local path (file:///path)")])
@@ -93,8 +123,46 @@ def _source(uri: Any) -> str:
     return uri
 
 
-def data_cache_of(job: TrainJob) -> DataCacheSpec | None:
-    """The job's data cache (see the module docstring)."""
+def _local_path(value: str, name: str) -> str:
+    parsed = urlparse(value)
+    path = parsed.path if parsed.scheme == "file" else value
+    if (parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost")
+            or parsed.query or parsed.fragment or not path.startswith("/")
+            or "\x00" in value):
+        raise ValidationError([(f"{DATASET_FIELD}.env[{name}]",
+                                "must be an absolute path or file:///path")])
+    return value
+
+
+def _iceberg(env: dict[str, str], source: str, num_nodes: int) -> dict[str, str | None]:
+    iceberg = urlparse(source).scheme == "cache"
+    names = [n for n in ("METADATA_LOC", "CATALOG_URI", "CATALOG_NAME") if n in env]
+    if not iceberg:
+        if names:
+            raise ValidationError([(f"{DATASET_FIELD}.env[{names[0]}]",
+                                    "only for an Iceberg table (cache://<schema>/<table>)")])
+        return {}
+    if ("METADATA_LOC" in env) == ("CATALOG_URI" in env):
+        raise ValidationError([(f"{DATASET_FIELD}.env", "an Iceberg table needs exactly one "
+                                "of METADATA_LOC (its metadata file) and CATALOG_URI "
+                                "(a sqlite:/// SQL catalog)")])
+    catalog = env.get("CATALOG_URI")
+    if catalog is not None and not (catalog.startswith("sqlite:////")
+                                    and "\x00" not in catalog):
+        raise ValidationError([(f"{DATASET_FIELD}.env[CATALOG_URI]",
+                                "must be a sqlite:////absolute/path SQL catalog")])
+    if "CLUSTER_SIZE" in env and env["CLUSTER_SIZE"] != str(num_nodes + 1):
+        raise ValidationError([(f"{DATASET_FIELD}.env[CLUSTER_SIZE]",
+                                f"the bridge runs one cache server per node of the job, each "
+                                f"also the head: {num_nodes + 1} (numNodes + 1) in "
+                                f"Trainer's terms, not {env['CLUSTER_SIZE']!r}")])
+    return {"metadata_location": _local_path(env["METADATA_LOC"], "METADATA_LOC")
+            if "METADATA_LOC" in env else None,
+            "catalog_uri": catalog, "catalog_name": env.get("CATALOG_NAME")}
+
+
+def data_cache_of(job: TrainJob, num_nodes: int = 1) -> DataCacheSpec | None:
+    """The job's data cache (see the module docstring); ``num_nodes``: the job's."""
     init = job.spec.initializer
     if not init:
         return None
@@ -126,7 +194,7 @@ def data_cache_of(job: TrainJob) -> DataCacheSpec | None:
     block_rows = None
     if "BLOCK_ROWS" in env:
         raw = env["BLOCK_ROWS"]
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_BLOCK_ROWS:
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_BLOCK_ROWS:
             raise ValidationError([(f"{DATASET_FIELD}.env[BLOCK_ROWS]",
                                     f"must be an integer in 1..{MAX_BLOCK_ROWS}, not {raw!r}")])
         block_rows = int(raw)
@@ -139,4 +207,9 @@ def data_cache_of(job: TrainJob) -> DataCacheSpec | None:
         if memory <= 0:
             raise ValidationError([(f"{DATASET_FIELD}.env[WORKER_MEM]", "must be a positive "
                                     f"memory quantity (e.g. 2Gi), not {env['WORKER_MEM']!r}")])
-    return DataCacheSpec(source=source, fmt=fmt, block_rows=block_rows, memory_bytes=memory)
+    if "CLUSTER_SIZE" in env and urlparse(source).scheme != "cache":
+        raise ValidationError([(f"{DATASET_FIELD}.env[CLUSTER_SIZE]",
+                                "only for an Iceberg table (cache://<schema>/<table>)")])
+    iceberg = _iceberg(env, source, num_nodes)
+    return DataCacheSpec(source=source, fmt=fmt, block_rows=block_rows, memory_bytes=memory,
+                         **iceberg)

@@ -447,7 +447,7 @@ class RuntimeCatalog:
             env=env,
             batch_script=script,
             mpi_implementation=mpi,
-            data_cache=data_cache_of(job),
+            data_cache=data_cache_of(job, num_nodes),
         )
 
 

@@ -3,6 +3,8 @@
 Usage::
 
     data-cache serve --source URI [--format F] [--dir DIR] [--index K --count N]
+                     [--iceberg-metadata FILE | --iceberg-catalog sqlite:///DB
+                      [--iceberg-catalog-name NAME]]
                      [--block-rows B] [--memory-limit BYTES] [--advertise HOST]
                      [--port P] [--peers ADDR,ADDR...]
     data-cache wait --dir DIR --count N [--pid PID] [--timeout SECONDS]
@@ -78,7 +80,14 @@ def serve(args: argparse.Namespace) -> None:
     if peers is not None and len(peers) != count:
         _fail(f"--peers names {len(peers)} servers, not --count {count}")
     try:
-        source = open_source(args.source, args.format)
+        if args.source.startswith("cache://"):
+            from data_cache.iceberg import open_iceberg
+
+            source = open_iceberg(args.source, metadata_location=args.iceberg_metadata,
+                                  catalog_uri=args.iceberg_catalog,
+                                  catalog_name=args.iceberg_catalog_name)
+        else:
+            source = open_source(args.source, args.format)
         blocks = server_blocks(index, count, block_count(source.total_rows, args.block_rows))
         batches = source.load(blocks, args.block_rows, args.memory_limit)
     except SourceError as exc:
@@ -117,6 +126,9 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("parquet", "ipc", "csv"))
     parser.add_argument("--block-rows", type=int, default=DEFAULT_BLOCK_ROWS)
     parser.add_argument("--memory-limit", type=int)
+    parser.add_argument("--iceberg-metadata")
+    parser.add_argument("--iceberg-catalog")
+    parser.add_argument("--iceberg-catalog-name", default="default")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -163,11 +175,13 @@ def main(argv: list[str] | None = None) -> None:
             _fail("run needs the launch command after --")
         if args.tasks_per_node < 1:
             _fail("--tasks-per-node must be >= 1")
-        serve_argv = ["--source", args.source, "--block-rows", str(args.block_rows)]
-        if args.format:
-            serve_argv += ["--format", args.format]
-        if args.memory_limit:
-            serve_argv += ["--memory-limit", str(args.memory_limit)]
+        serve_argv = ["--source", args.source, "--block-rows", str(args.block_rows),
+                      "--iceberg-catalog-name", args.iceberg_catalog_name]
+        for flag, value in (("--format", args.format), ("--memory-limit", args.memory_limit),
+                            ("--iceberg-metadata", args.iceberg_metadata),
+                            ("--iceberg-catalog", args.iceberg_catalog)):
+            if value:
+                serve_argv += [flag, str(value)]
         try:
             raise SystemExit(run(args, serve_argv, launch))
         except CacheStartError as exc:

@@ -6,7 +6,10 @@ Contract:
 * :func:`write_status` writes ``DIR/server-K.json`` atomically (mode 0600, a temporary
   file then ``rename``): ``{"address": "grpc://host:port"}`` once server ``K`` serves,
   or ``{"error": "..."}`` when it cannot.
-* :func:`wait_for_servers` returns the ``count`` addresses in server order once every
+* :func:`wait_for_servers` checks that the directory is private
+  (:func:`check_private`) and reads only status files this user wrote, not writable by
+  others (a planted one would be handed the job's token); it returns the ``count``
+  addresses in server order once every
   server wrote its address, and raises :class:`CacheStartError` with the server's own
   reason as soon as one wrote an error, when process ``pid`` (the servers' step or
   process) ended first, or after ``timeout`` seconds.
@@ -26,8 +29,8 @@ import stat
 import time
 from pathlib import Path
 
-__all__ = ["CacheStartError", "alive", "private_dir", "tell_peers", "wait_for_servers",
-           "write_status"]
+__all__ = ["CacheStartError", "alive", "check_private", "private_dir", "tell_peers",
+           "wait_for_servers", "write_status"]
 
 
 class CacheStartError(Exception):
@@ -69,6 +72,11 @@ def _status(path: Path) -> dict[str, str] | None:
     except OSError as exc:
         raise CacheStartError(f"{path.name}: unreadable status: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o022:
+            # Only this user's servers write here; anything else was planted (and would
+            # be handed the job's token).
+            raise CacheStartError(f"{path.name}: not written by this user's cache server")
         raw = fh.read(MAX_STATUS_BYTES + 1)
     try:
         doc = json.loads(raw)
@@ -84,6 +92,7 @@ def _status(path: Path) -> dict[str, str] | None:
 def wait_for_servers(directory: Path, count: int, *, pid: int | None = None,
                      timeout: float | None = None) -> list[str]:
     """The servers' addresses once all serve (see the module docstring)."""
+    check_private(directory)
     deadline = None if timeout is None else time.monotonic() + timeout
     addresses: dict[int, str] = {}
     delay = 0.01
@@ -138,6 +147,13 @@ def private_dir(path: Path) -> bool:
         made = True
     except FileExistsError:
         made = False
+    check_private(path)
+    return made
+
+
+def check_private(path: Path) -> None:
+    """Raise :class:`CacheStartError` unless ``path`` is a real directory of this user
+    with no permission for anyone else."""
     try:
         st = os.lstat(path)
     except OSError as exc:
@@ -146,4 +162,3 @@ def private_dir(path: Path) -> bool:
             or stat.S_IMODE(st.st_mode) & 0o077):
         raise CacheStartError(f"{path} is not a private directory of this user "
                               "(someone else made it): the cache does not use it")
-    return made

@@ -8,11 +8,16 @@ Contract:
   whose files have none of them). Files are read in sorted path order. Any other scheme,
   a path that does not exist or cannot be read, a directory with no such files and files
   whose schemas differ raise :class:`SourceError` naming the path and the reason.
+  A directory is walked whole (a subdirectory it cannot read is an error, not skipped);
+  names starting with ``.`` or ``_`` are skipped at any depth, as pyarrow's discovery
+  does (``_temporary``, ``.snapshot``). The types are the first non-empty file's (a
+  CSV holding only its header has no types); counting a CSV's rows reads it.
 * :meth:`Source.load` reads the rows of a block range — and only the files that hold
   them — into one contiguous record batch per block (so a reader can hand each column to
   numpy without a copy), stopping with :class:`SourceError` as soon as the blocks read
   would pass ``memory_limit`` bytes: the cache never holds more than its limit plus one
-  file batch.
+  file batch. A block of 2 GiB or more (more than Flight sends in one message) is refused,
+  naming ``BLOCK_ROWS``.
 """
 
 from __future__ import annotations
@@ -37,12 +42,18 @@ FORMATS = {
 }
 
 
+#: The largest block Flight can send as one record batch (2 GiB).
+MAX_BLOCK_BYTES = 2**31
+
+
 class SourceError(Exception):
     """The dataset cannot be served; the message names the path and the reason."""
 
 
 def _path_of(uri: str) -> Path:
     parsed = urlparse(uri)
+    if parsed.scheme and (parsed.query or parsed.fragment):
+        raise SourceError(f"{uri}: a dataset URI has no query or fragment")
     if parsed.scheme in ("", "file"):
         if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise SourceError(f"{uri}: a file:// URI names a local path (file:///path)")
@@ -54,11 +65,27 @@ def _path_of(uri: str) -> Path:
                       "(a local path, file://, or an Iceberg table through cache://)")
 
 
+def _hidden(name: str) -> bool:
+    """A name pyarrow's own discovery skips (``_temporary``, ``.snapshot`` ...)."""
+    return name.startswith((".", "_"))
+
+
+def _walk(path: Path) -> list[str]:
+    def fail(exc: OSError) -> None:
+        raise SourceError(f"dataset {exc.filename or path}: {exc.strerror or exc}")
+
+    found = []
+    for top, dirs, names in os.walk(path, onerror=fail):
+        dirs[:] = [d for d in dirs if not _hidden(d)]
+        found += [os.path.join(top, n) for n in names if not _hidden(n)
+                  and os.path.isfile(os.path.join(top, n))]
+    return sorted(found)
+
+
 def _files(path: Path, fmt: str | None) -> tuple[list[str], str]:
     try:
         if path.is_dir():
-            entries = sorted(str(p) for p in path.rglob("*") if p.is_file()
-                             and not p.name.startswith((".", "_")))
+            entries = _walk(path)
         else:
             path.stat()
             entries = [str(path)]
@@ -124,6 +151,11 @@ class Source:
                 take = min(block_rows, pending_rows)
                 # One chunk per column: a block travels as one batch and reads as one array.
                 batch = table.slice(0, take).combine_chunks().to_batches()[0]
+                if batch.nbytes >= MAX_BLOCK_BYTES:
+                    raise SourceError(
+                        f"dataset {self.uri}: a block of {take} rows takes {batch.nbytes} "
+                        f"bytes; Arrow Flight sends at most {MAX_BLOCK_BYTES - 1} in one "
+                        "message: make BLOCK_ROWS smaller")
                 held += batch.nbytes
                 if memory_limit is not None and held > memory_limit:
                     raise SourceError(
@@ -159,13 +191,34 @@ class Source:
         return out
 
 
+def _same(a: pa.Schema, b: pa.Schema, names_only: bool) -> bool:
+    if names_only:
+        return bool(a.names == b.names)
+    return bool(a.remove_metadata().equals(b.remove_metadata()))
+
+
 def open_source(uri: str, fmt: str | None = None) -> Source:
     """Open the dataset ``uri`` and count its rows (see the module docstring)."""
     path = _path_of(uri)
     files, fmt = _files(path, fmt)
+    counts: list[int] = []
+    schemas: list[pa.Schema] = []
+    for name in files:
+        try:
+            one = ds.dataset(name, format=fmt)
+            schemas.append(one.schema)
+            counts.append(one.count_rows())
+        except (OSError, pa.ArrowException) as exc:
+            raise SourceError(f"dataset file {name}: {exc}") from None
+    # The first file with rows says the types (a CSV with only a header reads as nulls).
+    ref = next((s for s, n in zip(schemas, counts, strict=True) if n), schemas[0])
+    for name, schema, rows in zip(files, schemas, counts, strict=True):
+        if not _same(schema, ref, names_only=fmt == "csv" and rows == 0):
+            raise SourceError(f"dataset file {name}: its schema differs from the dataset's "
+                              f"({schema.to_string(show_schema_metadata=False)!r} against "
+                              f"{ref.to_string(show_schema_metadata=False)!r})")
     try:
-        dataset = ds.dataset(files, format=fmt)
-        counts = [fragment.count_rows() for fragment in dataset.get_fragments()]
+        dataset = ds.dataset(files, format=fmt, schema=ref)
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"dataset {path}: {exc}") from None
     return Source(uri=uri, dataset=dataset, fragment_rows=counts)

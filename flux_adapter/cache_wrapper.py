@@ -4,7 +4,7 @@ data cache: data_cache/run.py, docs/data-cache.md)."""
 from __future__ import annotations
 
 from bridge.backend import BackendRejected
-from bridge.dataset import DataCacheSpec
+from bridge.dataset import DataCacheSpec, serve_options
 
 __all__ = ["cache_wrapper"]
 
@@ -17,11 +17,9 @@ def cache_wrapper(spec: DataCacheSpec, tasks_per_node: int,
     if "{{" in spec.source:
         raise BackendRejected("spec.initializer.dataset.storageUri: holds '{{', which Flux's "
                               "job shell would expand as a template")
-    argv = [data_cache, "run", "--source", spec.source]
-    if spec.fmt:
-        argv += ["--format", spec.fmt]
-    if spec.block_rows:
-        argv += ["--block-rows", str(spec.block_rows)]
-    if spec.memory_bytes:
-        argv += ["--memory-limit", str(spec.memory_bytes)]
+    if any("{{" in (v or "") for v in (spec.metadata_location, spec.catalog_uri,
+                                        spec.catalog_name)):
+        raise BackendRejected("spec.initializer.dataset.env: a value holds '{{', which "
+                              "Flux's job shell would expand as a template")
+    argv = [data_cache, "run", *serve_options(spec)]
     return (*argv, "--tasks-per-node", str(tasks_per_node), "--")

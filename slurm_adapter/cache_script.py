@@ -5,47 +5,38 @@ Contract: :func:`cache_prologue` returns bash that, run by the batch script on t
 first node,
 
 1. makes a private status directory in the job's working directory (``mktemp -d``:
-   mode 0700, a fresh unpredictable name, so every node sees it and no other user can
-   plant or read anything there) and a fresh random token
+   mode 0700, a fresh unpredictable name; every node sees it, and ``data-cache wait``
+   reads only status files of the job's user there) and a fresh random token
    (``HPC_BRIDGE_DATA_CACHE_TOKEN``, exported: only the job's processes have it);
 2. starts one ``data-cache serve`` per allocated node as a background step
    (``srun --overlap``: it shares the nodes' CPUs and memory with the training step
    instead of holding them);
 3. waits (``data-cache wait``) until every server has loaded its partition and serves,
-   and exports their addresses as ``HPC_BRIDGE_DATA_CACHE`` — or ends the job with
-   exit status 1 before the training starts, the servers' reason (e.g. the dataset path
-   and why it cannot be read, or a partition over the memory limit) in its output;
-4. on exit (``trap ... EXIT``) stops the servers and removes the directory.
+   removes the directory and exports the addresses as ``HPC_BRIDGE_DATA_CACHE`` — or
+   stops the servers, removes the directory and ends the job with exit status 1 before
+   the training starts, the servers' reason (e.g. the dataset path and why it cannot be
+   read, or a partition over the memory limit) in its output.
 
-:data:`STOP` is the function the script's other ``EXIT`` traps must call first
-(bash keeps one trap per signal). Every value from the job goes through
-:func:`shlex.quote`.
+The script's launch line still ``exec``s (signals for the batch shell, ``--signal=B:``,
+reach the training); Slurm ends the cache step when the batch step ends. Every value
+from the job goes through :func:`shlex.quote`.
 """
 
 from __future__ import annotations
 
 import shlex
 
-from bridge.dataset import DataCacheSpec
+from bridge.dataset import DataCacheSpec, serve_options
 
-__all__ = ["STOP", "cache_prologue"]
-
-#: The bash function that stops the cache and removes its directory.
-STOP = "hpc_bridge_cache_stop"
+__all__ = ["cache_prologue"]
 
 
 def cache_prologue(spec: DataCacheSpec, *, data_cache: str = "data-cache",
                    mem_per_node_mb: int | None = None) -> str:
     """The bash lines that start the cache (see the module docstring)."""
     exe = shlex.quote(data_cache)
-    serve = [data_cache, "serve", "--source", spec.source]
-    if spec.fmt:
-        serve += ["--format", spec.fmt]
-    if spec.block_rows:
-        serve += ["--block-rows", str(spec.block_rows)]
-    limit = spec.memory_bytes or (mem_per_node_mb * 2**20 if mem_per_node_mb else None)
-    if limit:
-        serve += ["--memory-limit", str(limit)]
+    serve = [data_cache, "serve", *serve_options(
+        spec, mem_per_node_mb * 2**20 if mem_per_node_mb else None)]
     words = " ".join(shlex.quote(w) for w in serve)
     return (
         "# hpc-bridge data cache: one server per node until the job ends (docs/data-cache.md)\n"
@@ -58,10 +49,10 @@ def cache_prologue(spec: DataCacheSpec, *, data_cache: str = "data-cache",
         "--ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 "
         f'{words} --dir "$hpc_bridge_cache" &\n'
         "hpc_bridge_cache_pid=$!\n"
-        f"{STOP}() {{ kill \"$hpc_bridge_cache_pid\" 2>/dev/null; "
-        "wait \"$hpc_bridge_cache_pid\" 2>/dev/null; rm -rf -- \"$hpc_bridge_cache\"; }\n"
-        f"trap {STOP} EXIT\n"
         f'HPC_BRIDGE_DATA_CACHE=$({exe} wait --dir "$hpc_bridge_cache" '
-        '--count "$SLURM_JOB_NUM_NODES" --pid "$hpc_bridge_cache_pid") || exit 1\n'
+        '--count "$SLURM_JOB_NUM_NODES" --pid "$hpc_bridge_cache_pid") '
+        '|| { kill "$hpc_bridge_cache_pid" 2>/dev/null; rm -rf -- "$hpc_bridge_cache"; '
+        "exit 1; }\n"
+        'rm -rf -- "$hpc_bridge_cache"\n'
         "export HPC_BRIDGE_DATA_CACHE\n"
     )

@@ -41,7 +41,7 @@ from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.slurm_options import PASSED, sbatch_flags
 from mpi_launch.plan import launch_invocation
 from slurm_adapter import hostlist
-from slurm_adapter.cache_script import STOP, cache_prologue
+from slurm_adapter.cache_script import cache_prologue
 from slurm_adapter.dialects import Dialect, UnsupportedOption
 from slurm_adapter.output_names import expand_output_pattern
 from slurm_adapter.passed_rest import rest_fields
@@ -175,7 +175,8 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         # A plain batch script gets its arguments from sbatch; a wrapped one (a
         # distributed runtime, see render_script) carries them in the wrapper.
         script_args=(request.plan.args if request.plan.batch_script is not None
-                     and request.plan.framework is Framework.PLAIN else ()),
+                     and request.plan.framework is Framework.PLAIN
+                     and request.plan.data_cache is None else ()),
         max_nodes=o.max_nodes if o.max_nodes and o.max_nodes > shape.nodes else None,
         passed=tuple(sbatch_flags(o.model_dump())),
         passed_values=tuple((n, getattr(o, n)) for n in (*PASSED, "requeue")
@@ -392,22 +393,16 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
     private directory removed when the script ends; other runtimes ``exec`` their
     launch line. A job with a data cache (``plan.data_cache``) starts it first
     (:func:`slurm_adapter.cache_script.cache_prologue`, ``data_cache`` the command's
-    path) and runs its launch line without ``exec``, so that the cache stops with it.
+    path); a plain batch script then runs as a file of its own (any interpreter), as the
+    distributed runtimes' scripts do.
     """
     plan = request.plan
     cache = ""
     if plan.data_cache is not None:
         cache = cache_prologue(plan.data_cache, data_cache=data_cache,
                                mem_per_node_mb=request.job_shape.mem_per_node_mb)
-    stop = f"{STOP}; " if cache else ""
-    if plan.batch_script and plan.framework is Framework.PLAIN:
-        script = neutralise_directives(plan.batch_script)
-        if not cache:
-            return script
-        first, _, rest = script.partition("\n")
-        if first.startswith("#!"):
-            return f"{first}\n{cache}{rest}"
-        return f"#!/bin/bash\n{cache}{script}"
+    if plan.batch_script and plan.framework is Framework.PLAIN and not cache:
+        return neutralise_directives(plan.batch_script)
     meta = request.job.metadata
     head = (
         "#!/bin/bash\n"
@@ -416,8 +411,7 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
         f"runtime={_comment_word(plan.runtime)}\n"
     ) + cache
     if plan.batch_script:
-        return head + _batch_script_through_mpi_launch(plan, plan.batch_script, mpi_launch,
-                                                       stop)
+        return head + _batch_script_through_mpi_launch(plan, plan.batch_script, mpi_launch)
     argv = launch_command(plan, mpi_launch)
     if plan.framework is Framework.MPI:
         cut = argv.index("--")
@@ -426,11 +420,11 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
         return (
             head
             + 'hostfile_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpc-bridge.XXXXXXXX") || exit 1\n'
-            + f"trap '{stop}rm -rf -- \"$hostfile_dir\"' EXIT\n"
+            + "trap 'rm -rf -- \"$hostfile_dir\"' EXIT\n"
             + f'{words} --hostfile-dir "$hostfile_dir" {rest}\n'
         )
     words = " ".join(_quote(w) for w in argv)
-    return head + ("" if cache else "exec ") + f"{words}\n"
+    return head + f"exec {words}\n"
 
 
 def _heredoc_delimiter(text: str) -> str:
@@ -444,18 +438,18 @@ def _heredoc_delimiter(text: str) -> str:
     return word
 
 
-def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: str,
-                                     stop: str = "") -> str:
+def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: str) -> str:
     """A ``tbatch`` script with a distributed runtime: the script is written, verbatim
     (quoted heredoc: nothing expands), into a new file of the job's working directory
     (``mktemp``: nobody else's file or symlink is written through), where every node
     can read it, and run through ``mpi-launch``: once with the hostfile and MPI
     variables set for ``mpi`` (the script calls ``mpirun`` itself, as Slurm MPI scripts
     do); once per node with ``PET_*`` set for torch (the script calls ``torchrun``);
-    once per rank for JAX/XGBoost. Its arguments follow it, quoted."""
+    once per rank for JAX/XGBoost; a plain script (with a data cache) is run as it is.
+    Its arguments follow it, quoted."""
     flavour = _flavour(plan)
     is_mpi = plan.framework is Framework.MPI
-    prefix = launch_invocation(
+    prefix = [] if plan.framework is Framework.PLAIN else launch_invocation(
         plan.framework.value, flavour if is_mpi else None, plan.num_nodes,
         plan.proc_per_node, executable=mpi_launch,
         launcher="none" if plan.framework in (Framework.MPI, Framework.TORCH) else None)
@@ -470,12 +464,13 @@ def _batch_script_through_mpi_launch(plan: LaunchPlan, script: str, mpi_launch: 
         lines.append('hostfile_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpc-bridge.XXXXXXXX") || exit 1')
         cleanup += ' "$hostfile_dir"'
         prefix += ["--hostfile-dir"]
-    lines.append(f"trap '{stop}rm -rf -- {cleanup}' EXIT")
+    lines.append(f"trap 'rm -rf -- {cleanup}' EXIT")
     lines.append(f"cat > \"$user_script\" <<'{end}' || exit 1\n{script}{end}")
     lines.append('chmod 700 "$user_script" || exit 1')
     words = " ".join(_quote(w) for w in prefix)
     if is_mpi:
         words += ' "$hostfile_dir"'
     args = " ".join(_quote(a) for a in plan.args)
-    lines.append(f'{words} -- "$user_script"{" " + args if args else ""}')
+    run = f'{words} -- "$user_script"' if prefix else '"$user_script"'
+    lines.append(f'{run}{" " + args if args else ""}')
     return "\n".join(lines) + "\n"

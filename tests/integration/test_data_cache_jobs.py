@@ -122,6 +122,39 @@ def test_two_nodes_of_ranks_read_the_dataset_exactly_once(bed_daemon: Daemon,
     assert not list(outdir.glob(".hpc-bridge-cache-*")), list(outdir.iterdir())
 
 
+def test_an_iceberg_table_as_trainer_names_it(bed_daemon: Daemon, outdir: Path) -> None:
+    """``cache://<schema>/<table>``: a real Iceberg table in a SQL catalog on SQLite
+    (pyiceberg), found through Trainer's METADATA_LOC on the first run and through the
+    catalog on the second; the ranks read it exactly once."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    daemon = bed_daemon
+    catalog = SqlCatalog("default", uri=f"sqlite:///{outdir}/catalog.db",
+                         warehouse=f"file://{outdir}/warehouse")
+    catalog.create_namespace("ds")
+    ids = np.arange(0, 3000, dtype=np.int64)
+    table = catalog.create_table("ds.tokens", schema=pa.schema([("id", pa.int64())]))
+    for part in np.array_split(ids, 3):
+        table.append(pa.table({"id": part}))
+    prog = outdir / "reader.py"
+    prog.write_text(READER)
+    for how, env in (("metadata", {"name": "METADATA_LOC", "value": table.metadata_location}),
+                     ("catalog", {"name": "CATALOG_URI",
+                                  "value": f"sqlite:///{outdir}/catalog.db"})):
+        for leftover in outdir.glob("ids-*.json"):
+            leftover.unlink()
+        (outdir / "go").write_text("")
+        job_id = _submit(daemon, _job(outdir, f"iceberg-{how}", "cache://ds/tokens",
+                                      [PYTHON, str(prog), str(outdir)],
+                                      env=[env, {"name": "BLOCK_ROWS", "value": "100"},
+                                           {"name": "CLUSTER_SIZE", "value": "3"}]), outdir)
+        done = daemon.wait_state(job_id, ["Succeeded", "Failed", "Cancelled"], timeout=240)
+        log = daemon.cli("alice", "tlog", str(job_id)).stdout
+        assert done["state"] == "Succeeded", (how, done, log)
+        shares = [json.loads((outdir / f"ids-{r}.json").read_text()) for r in range(4)]
+        assert sorted(i for s in shares for i in s["plain"]) == list(range(3000)), how
+
+
 def test_a_dataset_that_cannot_be_read_fails_the_job_before_training(
         bed_daemon: Daemon, outdir: Path) -> None:
     """Missing, or another user's private file (the servers read as the job's user):

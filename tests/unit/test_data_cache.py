@@ -211,7 +211,7 @@ def _env() -> dict[str, str]:
 
 def test_wait_reports_a_servers_reason_and_a_dead_step(tmp_path: Path) -> None:
     status = tmp_path / "status"
-    status.mkdir()
+    status.mkdir(mode=0o700)
     serve = subprocess.run(
         _command("serve", "--source", str(tmp_path / "missing.parquet"), "--dir", str(status),
                  "--index", "0", "--count", "1"), env=_env(), capture_output=True, text=True,
@@ -226,7 +226,7 @@ def test_wait_reports_a_servers_reason_and_a_dead_step(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     empty = tmp_path / "empty"
-    empty.mkdir()
+    empty.mkdir(mode=0o700)
     wait = subprocess.run(_command("wait", "--dir", str(empty), "--count", "2", "--pid",
                                    str(dead.pid)), env=_env(), capture_output=True, text=True,
                           timeout=60)
@@ -235,7 +235,7 @@ def test_wait_reports_a_servers_reason_and_a_dead_step(tmp_path: Path) -> None:
 
 def test_a_server_dying_mid_epoch_is_a_clear_error(parquet_dir: Path, tmp_path: Path) -> None:
     status = tmp_path / "status"
-    status.mkdir()
+    status.mkdir(mode=0o700)
     procs = [subprocess.Popen(_command("serve", "--source", str(parquet_dir), "--dir",
                                        str(status), "--index", str(k), "--count", "2",
                                        "--block-rows", "64", "--advertise", "127.0.0.1"),
@@ -279,6 +279,7 @@ def test_a_directory_someone_else_planted_is_refused(tmp_path: Path) -> None:
 def test_a_malformed_or_oversized_status_is_an_error_not_a_crash(tmp_path: Path) -> None:
     from data_cache.rendezvous import CacheStartError, wait_for_servers, write_status
 
+    tmp_path.chmod(0o700)
     write_status(tmp_path / "server-0.json", {"address": "grpc://h:1"})
     assert wait_for_servers(tmp_path, 1) == ["grpc://h:1"]
     for body in (b"[1]", b'{"address": 3}', b"{}", b"x" * 70000):
@@ -289,8 +290,21 @@ def test_a_malformed_or_oversized_status_is_an_error_not_a_crash(tmp_path: Path)
     (tmp_path / "server-0.json").symlink_to("/etc/shadow")
     with pytest.raises(CacheStartError, match="unreadable status"):
         wait_for_servers(tmp_path, 1)
+    (tmp_path / "server-0.json").unlink()
     with pytest.raises(CacheStartError, match=r"not serving after 0\.05 s"):
-        wait_for_servers(tmp_path / "nothing", 1, timeout=0.05)
+        wait_for_servers(tmp_path, 1, timeout=0.05)
+    # Planted: a file of another user (or one others may write), or an open directory.
+    write_status(tmp_path / "server-0.json", {"address": "grpc://attacker:1"})
+    os.chown(tmp_path / "server-0.json", 65534, 65534)
+    with pytest.raises(CacheStartError, match="not written by this user"):
+        wait_for_servers(tmp_path, 1)
+    os.chown(tmp_path / "server-0.json", 0, 0)
+    (tmp_path / "server-0.json").chmod(0o622)
+    with pytest.raises(CacheStartError, match="not written by this user"):
+        wait_for_servers(tmp_path, 1)
+    tmp_path.chmod(0o755)
+    with pytest.raises(CacheStartError, match="not a private directory"):
+        wait_for_servers(tmp_path, 1)
 
 
 def test_run_outside_flux_says_what_it_needs(tmp_path: Path) -> None:
@@ -316,3 +330,71 @@ def test_run_serves_waits_runs_and_cleans_up_on_one_node(parquet_dir: Path,
     assert res.returncode == 7, res.stderr
     assert res.stdout.strip() == "3352"
     assert not list(tmp_path.glob(".hpc-bridge-cache-*"))
+
+
+def test_nested_directories_skip_hidden_parts_and_refuse_differing_schemas(
+        tmp_path: Path) -> None:
+    d = tmp_path / "ds"
+    for sub in ("a", "b/c", "_temporary/0", ".snapshot"):
+        (d / sub).mkdir(parents=True)
+    pq.write_table(_table(3, 0), d / "a" / "p.parquet")
+    pq.write_table(_table(4, 3), d / "b" / "c" / "p.parquet")
+    pq.write_table(_table(9, 100), d / "_temporary" / "0" / "p.parquet")
+    pq.write_table(_table(9, 200), d / ".snapshot" / "p.parquet")
+    source = open_source(str(d))
+    ids = [i for b in source.load(range(0, 1), 100) for i in b.column("id").to_pylist()]
+    assert ids == list(range(7))
+    pq.write_table(pa.table({"id": [1], "other": ["x"]}), d / "b" / "z.parquet")
+    with pytest.raises(SourceError, match=r"z\.parquet: its schema differs"):
+        open_source(str(d))
+
+
+def test_a_csv_holding_only_its_header_does_not_decide_the_types(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("id,x\n")
+    pacsv.write_csv(_table(5), tmp_path / "b.csv")
+    source = open_source(str(tmp_path))
+    assert source.fragment_rows == [0, 5]
+    assert source.schema.field("id").type == pa.int64()
+    (batch,) = source.load(range(0, 1), 10)
+    assert batch.column("id").to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_a_block_too_big_for_one_flight_message_names_block_rows(
+        parquet_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import data_cache.source as source_module
+
+    monkeypatch.setattr(source_module, "MAX_BLOCK_BYTES", 1000)
+    with pytest.raises(SourceError, match="make BLOCK_ROWS smaller"):
+        open_source(str(parquet_dir)).load(range(0, 1), 128)
+
+
+def test_an_iceberg_table_from_its_metadata_file_or_a_sqlite_catalog(tmp_path: Path) -> None:
+    """Real pyiceberg, a real SQL catalog on SQLite, Parquet files it writes."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from data_cache.iceberg import open_iceberg
+
+    catalog = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/catalog.db",
+                         warehouse=f"file://{tmp_path}/warehouse")
+    catalog.create_namespace("ds")
+    table = catalog.create_table("ds.tokens", schema=_table(1).schema)
+    for start in (0, 500, 1000):
+        table.append(_table(500, start))
+    for source in (open_iceberg("cache://ds/tokens", metadata_location=table.metadata_location),
+                   open_iceberg("cache://ds/tokens",
+                                catalog_uri=f"sqlite:///{tmp_path}/catalog.db")):
+        assert source.total_rows == 1500 and source.fragment_rows == [500, 500, 500]
+        ids = sorted(i for b in source.load(range(0, 12), 128)
+                     for i in b.column("id").to_pylist())
+        assert ids == list(range(1500))
+    with pytest.raises(SourceError, match=r"Iceberg table ds\.nope: NoSuchTableError"):
+        open_iceberg("cache://ds/nope", catalog_uri=f"sqlite:///{tmp_path}/catalog.db")
+    with pytest.raises(SourceError, match="only local files"):
+        open_iceberg("cache://ds/tokens", metadata_location="s3://bucket/m.json")
+    with pytest.raises(SourceError, match="METADATA_LOC"):
+        open_iceberg("cache://ds/tokens")
+    # The current snapshot is what is served (pyiceberg deletes by rewriting files).
+    table.delete("id < 10")
+    source = open_iceberg("cache://ds/tokens", catalog_uri=f"sqlite:///{tmp_path}/catalog.db")
+    ids = sorted(i for b in source.load(range(0, 12), 128) for i in b.column("id").to_pylist())
+    assert ids == list(range(10, 1500))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bridge.backend import BackendRejected
-from bridge.dataset import DataCacheSpec, data_cache_of
+from bridge.dataset import DataCacheSpec, data_cache_of, serve_options
 from bridge.engine import Engine, EngineSettings
 from bridge.model import ValidationError, load_trainjob
 from bridge.runtimes import RuntimeCatalog
@@ -26,6 +26,22 @@ def job(initializer: Any, runtime: str = "torch-distributed", **fields: Any) -> 
     doc = trainjob_doc(runtime, nodes=2, command=["python", "train.py"], **fields)
     doc["spec"]["initializer"] = initializer
     return load_trainjob(doc)
+
+
+def test_an_iceberg_table_as_trainers_sdk_names_it() -> None:
+    """Trainer's DataCacheInitializer: cache://<schema>/<table>, METADATA_LOC, and
+    CLUSTER_SIZE = data nodes + 1 (here: the job's two nodes, plus one)."""
+    spec = data_cache_of(job({"dataset": {"storageUri": "cache://ds/tokens", "env": [
+        {"name": "METADATA_LOC", "value": "file:///w/ds/tokens/metadata/v3.metadata.json"},
+        {"name": "CLUSTER_SIZE", "value": "3"}]}}), 2)
+    assert spec == DataCacheSpec("cache://ds/tokens",
+                                 metadata_location="file:///w/ds/tokens/metadata/v3.metadata.json")
+    spec = data_cache_of(job({"dataset": {"storageUri": "cache://ds/tokens", "env": [
+        {"name": "CATALOG_URI", "value": "sqlite:////w/catalog.db"},
+        {"name": "CATALOG_NAME", "value": "lake"}]}}))
+    assert spec is not None and serve_options(spec, 1 << 20) == [
+        "--source", "cache://ds/tokens", "--memory-limit", "1048576",
+        "--iceberg-catalog", "sqlite:////w/catalog.db", "--iceberg-catalog-name", "lake"]
 
 
 def test_a_path_or_file_uri_with_its_settings() -> None:
@@ -44,8 +60,32 @@ def test_a_path_or_file_uri_with_its_settings() -> None:
     ({"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}},
      "spec.initializer.dataset.storageUri", "scheme 'hf' is not served"),
     ({"dataset": {"storageUri": "s3://b/k"}}, "spec.initializer.dataset.storageUri", "'s3'"),
-    ({"dataset": {"storageUri": "cache://schema/table"}},
-     "spec.initializer.dataset.storageUri", "Iceberg"),
+    ({"dataset": {"storageUri": "cache://schema"}},
+     "spec.initializer.dataset.storageUri", "cache://<schema>/<table>"),
+    ({"dataset": {"storageUri": "cache://s/t"}}, "spec.initializer.dataset.env",
+     "exactly one of METADATA_LOC"),
+    ({"dataset": {"storageUri": "cache://s/t", "env": [
+        {"name": "METADATA_LOC", "value": "/m.json"}, {"name": "CATALOG_URI",
+                                                      "value": "sqlite:////c.db"}]}},
+     "spec.initializer.dataset.env", "exactly one of METADATA_LOC"),
+    ({"dataset": {"storageUri": "cache://s/t", "env": [
+        {"name": "CATALOG_URI", "value": "postgresql://db/x"}]}},
+     "spec.initializer.dataset.env[CATALOG_URI]", "sqlite:////absolute"),
+    ({"dataset": {"storageUri": "cache://s/t", "env": [
+        {"name": "METADATA_LOC", "value": "s3://b/m.json"}]}},
+     "spec.initializer.dataset.env[METADATA_LOC]", "absolute path"),
+    ({"dataset": {"storageUri": "cache://s/t", "env": [
+        {"name": "METADATA_LOC", "value": "/m.json"}, {"name": "CLUSTER_SIZE",
+                                                       "value": "4"}]}},
+     "spec.initializer.dataset.env[CLUSTER_SIZE]", "2 (numNodes + 1)"),
+    ({"dataset": {"storageUri": "/d", "env": [{"name": "METADATA_LOC", "value": "/m"}]}},
+     "spec.initializer.dataset.env[METADATA_LOC]", "only for an Iceberg table"),
+    ({"dataset": {"storageUri": "file:///d?version=2"}},
+     "spec.initializer.dataset.storageUri", "query or fragment"),
+    ({"dataset": {"storageUri": "/d", "env": [{"name": "BLOCK_ROWS", "value": "\u00b2"}]}},
+     "spec.initializer.dataset.env[BLOCK_ROWS]", "1..16777216"),
+    ({"dataset": {"storageUri": "/d", "env": [{"name": "IAM_ROLE", "value": "r"}]}},
+     "spec.initializer.dataset.env[0].name", "'IAM_ROLE' is not one of"),
     ({"dataset": {"storageUri": "data/rel"}}, "spec.initializer.dataset.storageUri",
      "absolute"),
     ({"dataset": {"storageUri": "file://host/data"}}, "spec.initializer.dataset.storageUri",
@@ -53,7 +93,7 @@ def test_a_path_or_file_uri_with_its_settings() -> None:
     ({"dataset": {"storageUri": "/d", "secretRef": {"name": "s"}}},
      "spec.initializer.dataset.secretRef", "no secret"),
     ({"dataset": {"storageUri": "/d", "env": [{"name": "CLUSTER_SIZE", "value": "3"}]}},
-     "spec.initializer.dataset.env[0].name", "'CLUSTER_SIZE' is not one of"),
+     "spec.initializer.dataset.env[CLUSTER_SIZE]", "only for an Iceberg table"),
     ({"dataset": {"storageUri": "/d", "env": [{"name": "BLOCK_ROWS", "value": "0"}]}},
      "spec.initializer.dataset.env[BLOCK_ROWS]", "1..16777216"),
     ({"dataset": {"storageUri": "/d", "env": [{"name": "WORKER_MEM", "value": "lots"}]}},
@@ -91,7 +131,7 @@ def _script(runtime: str, initializer: Any, options: SchedulingOptions | None = 
     return render_script(req, "/opt/hb/bin/mpi-launch", "/opt/hb/bin/data-cache")
 
 
-def test_the_script_starts_the_cache_before_the_launch_and_stops_it_after() -> None:
+def test_the_script_starts_the_cache_then_execs_the_launch() -> None:
     text = _script("torch-distributed", {"dataset": {"storageUri": "/data/ds", "env": [
         {"name": "BLOCK_ROWS", "value": "512"}]}})
     lines = text.splitlines()
@@ -102,19 +142,40 @@ def test_the_script_starts_the_cache_before_the_launch_and_stops_it_after() -> N
     assert lines[serve].endswith(
         "/opt/hb/bin/data-cache serve --source /data/ds --block-rows 512 "
         '--dir "$hpc_bridge_cache" &')
-    assert "trap hpc_bridge_cache_stop EXIT" in lines
-    # Not exec'd: the trap stops the cache when the training ends.
-    assert not lines[launch].startswith("exec ")
-    assert "--memory-limit" not in text
+    # A failed start stops the servers and ends the job before the training.
+    assert lines[wait].endswith('|| { kill "$hpc_bridge_cache_pid" 2>/dev/null; '
+                                'rm -rf -- "$hpc_bridge_cache"; exit 1; }')
+    assert lines[wait + 1] == 'rm -rf -- "$hpc_bridge_cache"'
+    # Still exec'd: --signal=B:... reaches the training; Slurm ends the cache step.
+    assert lines[launch].startswith("exec ")
+    assert "--memory-limit" not in text and "trap" not in text
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
 
 
-def test_an_mpi_script_stops_the_cache_in_its_own_trap_and_memory_comes_from_the_job() -> None:
+def test_an_mpi_script_keeps_its_trap_and_memory_comes_from_the_job() -> None:
     text = _script("mpi-distributed", {"dataset": {"storageUri": "/d"}},
                    SchedulingOptions(mem_per_node_mb=1024))
-    assert "trap 'hpc_bridge_cache_stop; rm -rf -- \"$hostfile_dir\"' EXIT" in text
+    assert "trap 'rm -rf -- \"$hostfile_dir\"' EXIT" in text
     assert "--memory-limit 1073741824" in text
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+def test_a_plain_script_in_any_language_runs_as_its_own_file_after_the_cache(
+        tmp_path: Path) -> None:
+    python = "#!/usr/bin/env python3\n#SBATCH -N 2\nimport sys; print(sys.argv[1:])\n"
+    req = request(job({"dataset": {"storageUri": "/d"}}, "plain", script=python,
+                      args=["a b", "c"]))
+    text = render_script(req, "/opt/hb/bin/mpi-launch", "/opt/hb/bin/data-cache")
+    assert text.startswith("#!/bin/bash\n")
+    assert text.index("data-cache wait") < text.index("import sys")
+    assert text.rstrip().endswith("\"$user_script\" 'a b' c")
+    # The user's script is data in a heredoc, after the bridge's first command: sbatch
+    # reads no #SBATCH line of it (tbatch has read them).
+    assert text.index("#SBATCH -N 2") > text.index("mktemp -d")
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    # Its arguments travel in the wrapper, not to sbatch.
+    from slurm_adapter.script import job_spec
+    assert job_spec(req, default_chdir="/home/alice").script_args == ()
 
 
 def test_a_hostile_path_is_one_quoted_word() -> None:

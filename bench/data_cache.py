@@ -6,7 +6,8 @@ files (1 Mi-row row groups, snappy) to a temporary directory, served by cache se
 ``--block-rows``-row blocks. Measured, best of ``--repeat`` runs each:
 
 1. **Flight vs the loopback limit** (goal >= 90 %): this process streaming every block
-   of one server (``open_dataset(...).batches(0)``) against a plain TCP socket on
+   of one server (``open_dataset(...).batches(0)``), in plain gRPC and with the mutual
+   TLS jobs use (data_cache/credentials.py), against a plain TCP socket on
    127.0.0.1 (a child ``sendall``-ing as many bytes, one block's worth a call, into a
    preallocated, already-touched buffer this process ``recv_into``-s).
 2. **4 readers on 2 servers vs Parquet from disk**: ranks 0..3 of 4, each a process,
@@ -52,10 +53,9 @@ import pyarrow.parquet as pq
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
-from data_cache import open_dataset  # noqa: E402
-from data_cache.server import TOKEN_ENV  # noqa: E402
+from data_cache import credentials, open_dataset  # noqa: E402
 
-TOKEN, FILES, READERS, GOAL = "bench-data-cache-token", 8, 4, 0.90
+FILES, READERS, GOAL = 8, 4, 0.90
 MP = multiprocessing.get_context("spawn")
 Files = list[tuple[str, int]]  # (path, rows), in row order
 
@@ -74,9 +74,15 @@ def _write(directory: Path, rows: int) -> Files:
 
 
 @contextmanager
-def _servers(source: Path, count: int, block_rows: int) -> Iterator[list[str]]:
-    """``count`` cache servers, each its own process (their output in a log file)."""
-    env, cmd = {**os.environ, TOKEN_ENV: TOKEN}, [sys.executable, "-m", "data_cache"]
+def _servers(source: Path, count: int, block_rows: int, tls: bool = True
+             ) -> Iterator[list[str]]:
+    """``count`` cache servers, each its own process (their output in a log file), with
+    the job's credentials from this process's environment (``tls``: mutual TLS, as jobs
+    run them; else plain gRPC and the token)."""
+    env, cmd = dict(os.environ), [sys.executable, "-m", "data_cache"]
+    if not tls:
+        env.pop(credentials.CERT_ENV)
+        env.pop(credentials.KEY_ENV)
     with tempfile.TemporaryDirectory(prefix="bench-data-cache-") as status, \
             open(Path(status) / "log", "w+b") as log:
         procs = [subprocess.Popen([*cmd, "serve", "--source", str(source), "--dir", status,
@@ -139,7 +145,7 @@ def _reader(kind: str, rank: int, where: Any, block_rows: int, repeat: int,
         barrier.wait(120)
         start, first = time.perf_counter(), 0.0
         if kind == "cache":
-            with open_dataset(where, rank=rank, world_size=READERS, token=TOKEN) as shard:
+            with open_dataset(where, rank=rank, world_size=READERS) as shard:
                 for _cols in shard.numpy(0):
                     first = first or time.perf_counter() - start
         else:
@@ -159,7 +165,7 @@ def _memory(addresses: list[str], repeat: int, results: Any) -> None:
     """Child (part 3): (peak growth, held after) a pass, then block bytes, zero-copy counts."""
     out: list[int] = []
     block = checked = shared = 0
-    with open_dataset(addresses, rank=0, world_size=1, token=TOKEN) as shard:
+    with open_dataset(addresses, rank=0, world_size=1) as shard:
         for _ in range(repeat):
             gc.collect()
             base = _status("VmRSS")
@@ -249,30 +255,40 @@ def main() -> int:
         parser.error("--rows >= 4 * --block-rows, --block-rows >= 1, --repeat >= 1")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
     with tempfile.TemporaryDirectory(prefix="bench-data-cache-") as name:
+        # The job's credentials, as `data-cache credentials` makes them, in the
+        # environment every server and reader (spawned children too) inherits.
+        (Path(name) / "creds").mkdir(mode=0o700)
+        creds = credentials.make(Path(name) / "creds")
+        os.environ.update(creds.env())
         files = _write(Path(name), args.rows)
         print(f"dataset: {args.rows:,} rows x 4 columns = {args.rows * 32 / 1e6:,.0f} MB in "
               f"{FILES} Parquet files; blocks of {args.block_rows:,} rows = "
               f"{args.block_rows * 32 / 1e6:.2f} MB; {os.cpu_count()} CPUs")
-        flight_s, nbytes = float("inf"), 0
-        with _servers(Path(name), 1, args.block_rows) as addresses, \
-                open_dataset(addresses, rank=0, world_size=1, token=TOKEN) as shard:
-            for _ in range(args.repeat):  # one reader streams every block of one server
-                start, nbytes = time.perf_counter(), 0
-                for batch in shard.batches(0):
-                    nbytes += batch.nbytes
-                flight_s = min(flight_s, time.perf_counter() - start)
+        best, nbytes = {True: float("inf"), False: float("inf")}, 0
+        for tls in (False, True):
+            with _servers(Path(name), 1, args.block_rows, tls) as addresses, \
+                    open_dataset(addresses, rank=0, world_size=1, credentials=creds if tls
+                                 else credentials.Credentials(creds.token)) as shard:
+                for _ in range(args.repeat):  # one reader streams every block of one server
+                    start, nbytes = time.perf_counter(), 0
+                    for batch in shard.batches(0):
+                        nbytes += batch.nbytes
+                    best[tls] = min(best[tls], time.perf_counter() - start)
+        flight_s, tls_s = best[False], best[True]
         tcp_s = _tcp(nbytes, args.block_rows * 32, args.repeat)
         with _servers(Path(name), 2, args.block_rows) as addresses:
             cache = _readers("cache", addresses, args)
             *passes, block, checked, shared = _children(
                 _memory, [(addresses, args.repeat)], 1)[0]
         warm, cold = _readers("warm", files, args), _readers("cold", files, args)
-    ratio = tcp_s / flight_s
+    ratio, tls_ratio = tcp_s / flight_s, tcp_s / tls_s
     print(f"1. one reader, one server on 127.0.0.1, {nbytes / 1e6:,.0f} MB, best of "
           f"{args.repeat}:\n   TCP socket baseline  {nbytes / tcp_s / 1e9:6.2f} GB/s  "
-          f"({tcp_s * 1e3:7.1f} ms)\n   Flight (data cache)  {nbytes / flight_s / 1e9:6.2f} "
-          f"GB/s  ({flight_s * 1e3:7.1f} ms)\n   ratio Flight / TCP   {ratio:6.1%}   goal >= "
-          f"{GOAL:.0%}: {'met' if ratio >= GOAL else 'NOT met'}")
+          f"({tcp_s * 1e3:7.1f} ms)\n   Flight, plain gRPC   {nbytes / flight_s / 1e9:6.2f} "
+          f"GB/s  ({flight_s * 1e3:7.1f} ms)\n   Flight, mutual TLS   {nbytes / tls_s / 1e9:6.2f} "
+          f"GB/s  ({tls_s * 1e3:7.1f} ms; what jobs run)\n"
+          f"   ratio Flight / TCP   {ratio:6.1%} plain, {tls_ratio:6.1%} TLS   goal >= "
+          f"{GOAL:.0%}: {'met' if ratio >= GOAL else 'NOT met'} (plain)")
     print(f"2. {READERS} readers (world {READERS}) as numpy, best of {args.repeat} rounds "
           "(median first batch, slowest epoch):")
     for label, (first, epoch) in (("cache: 2 servers, Flight", cache),

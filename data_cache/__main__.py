@@ -16,9 +16,13 @@ Usage::
 on ``--port`` (default: a free one) and writes ``DIR/server-K.json`` =
 ``{"address": "grpc://HOST:PORT"}`` (or ``{"error": ...}`` when the dataset cannot be
 served, and exits 1). It serves until it is signalled. The token comes from
-``HPC_BRIDGE_DATA_CACHE_TOKEN`` (required). ``--peers`` gives every server's address
+``HPC_BRIDGE_DATA_CACHE_TOKEN`` (required); with ``HPC_BRIDGE_DATA_CACHE_CERT`` and
+``_KEY`` it speaks mutual TLS (``grpc+tls://``). ``--peers`` gives every server's address
 up front (where they are known in advance: a JobSet's stable pod names), instead of
 ``wait`` telling them.
+
+``credentials`` makes the job's token, TLS certificate and key in ``DIR``
+(data_cache/credentials.py); the batch script exports them to the job's steps.
 
 ``wait`` returns once all ``N`` servers are serving: it tells each the others'
 addresses and prints them, comma-separated, for ``HPC_BRIDGE_DATA_CACHE``. It exits 1
@@ -63,13 +67,14 @@ def _place(given: int | None, names: tuple[str, ...], what: str) -> int:
 
 
 def serve(args: argparse.Namespace) -> None:
+    from data_cache.credentials import TOKEN_ENV, from_env, location
     from data_cache.layout import block_count, server_blocks
     from data_cache.rendezvous import write_status
-    from data_cache.server import TOKEN_ENV, CacheServer
+    from data_cache.server import CacheServer
     from data_cache.source import SourceError, open_source
 
-    token = os.environ.get(TOKEN_ENV, "")
-    if not token:
+    creds = from_env()
+    if creds is None:
         _fail(f"{TOKEN_ENV} is not set")
     index = _place(args.index, ("SLURM_NODEID", "FLUX_TASK_RANK"), "index")
     count = _place(args.count, ("SLURM_NNODES", "FLUX_JOB_SIZE"), "count")
@@ -94,28 +99,30 @@ def serve(args: argparse.Namespace) -> None:
         if status is not None:
             write_status(status, {"error": str(exc)})
         _fail(str(exc))
-    server = CacheServer(f"grpc://0.0.0.0:{args.port}", token=token, schema=source.schema,
-                         batches=batches, total_rows=source.total_rows,
-                         block_rows=args.block_rows, index=index, servers=count, peers=peers)
-    host = args.advertise or socket.gethostname()
+    tls = creds.tls is not None
+    server = CacheServer(location("0.0.0.0", args.port, tls), token=creds.token,  # noqa: S104
+                         schema=source.schema, batches=batches, total_rows=source.total_rows,
+                         block_rows=args.block_rows, index=index, servers=count, peers=peers,
+                         tls=creds.tls)
+    address = location(args.advertise or socket.gethostname(), server.port, tls)
     if status is not None:
-        write_status(status, {"address": f"grpc://{host}:{server.port}"})
+        write_status(status, {"address": address})
     print(f"{PROG}: server {index} of {count} serves {sum(b.num_rows for b in batches)} rows "
-          f"at grpc://{host}:{server.port}", file=sys.stderr, flush=True)
+          f"at {address}", file=sys.stderr, flush=True)
     server.serve()
 
 
 def wait(args: argparse.Namespace) -> None:
+    from data_cache.credentials import TOKEN_ENV, from_env
     from data_cache.rendezvous import CacheStartError, tell_peers, wait_for_servers
-    from data_cache.server import TOKEN_ENV
 
-    token = os.environ.get(TOKEN_ENV, "")
-    if not token:
+    creds = from_env()
+    if creds is None:
         _fail(f"{TOKEN_ENV} is not set")
     try:
         addresses = wait_for_servers(Path(args.dir), args.count, pid=args.pid,
                                      timeout=args.timeout)
-        tell_peers(addresses, token)
+        tell_peers(addresses, creds)
     except CacheStartError as exc:
         _fail(str(exc))
     print(",".join(addresses), flush=True)
@@ -142,6 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--index", type=int)
     s.add_argument("--count", type=int)
     s.add_argument("--advertise")
+    c = sub.add_parser("credentials", help="make the job's token, certificate and key in "
+                                            "DIR (a private directory)")
+    c.add_argument("--dir", required=True)
     w = sub.add_parser("wait", help="wait until every server serves; print their addresses")
     w.add_argument("--dir", required=True)
     w.add_argument("--count", type=int, required=True)
@@ -161,12 +171,21 @@ def main(argv: list[str] | None = None) -> None:
         cut = argv.index("--")
         argv, launch = argv[:cut], argv[cut + 1:]
     args = _parser().parse_args(argv)
-    if args.command != "wait" and args.block_rows < 1:
+    if args.command in ("serve", "run") and args.block_rows < 1:
         _fail("--block-rows must be >= 1")
     if args.command == "serve":
         serve(args)
     elif args.command == "wait":
         wait(args)
+    elif args.command == "credentials":
+        from data_cache import credentials
+        from data_cache.rendezvous import CacheStartError, check_private
+
+        try:
+            check_private(Path(args.dir))
+            credentials.make(Path(args.dir))
+        except (CacheStartError, credentials.CredentialsError) as exc:
+            _fail(str(exc))
     else:
         from data_cache.rendezvous import CacheStartError
         from data_cache.run import run

@@ -4,8 +4,9 @@ shard.batches(epoch)``.
 Contract:
 
 * :func:`open_dataset` finds the job's cache from the environment the bridge sets —
-  :data:`ADDRESSES_ENV` (the servers' ``grpc://host:port`` locations, comma-separated, in
-  server order) and :data:`data_cache.server.TOKEN_ENV` — and this process's rank and
+  :data:`ADDRESSES_ENV` (the servers' ``grpc+tls://host:port`` locations, comma-separated,
+  in server order) and the job's credentials (:mod:`data_cache.credentials`: token,
+  certificate and key) — and this process's rank and
   world size from the variables mpi_launch and the launchers set (``RANK``/``WORLD_SIZE``,
   then Open MPI's, PMI's, Slurm's and Flux's). Arguments override the environment.
   It asks every server for its layout and refuses (:class:`DataCacheError`) a cache
@@ -30,8 +31,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from data_cache.credentials import TOKEN_ENV, Credentials, client, from_env
 from data_cache.layout import block_count, rank_blocks, runs_by_server, server_blocks
-from data_cache.server import TOKEN_ENV, auth_header
+from data_cache.server import auth_header
 
 __all__ = ["ADDRESSES_ENV", "DataCacheError", "Shard", "open_dataset", "rank_and_world"]
 
@@ -65,8 +67,11 @@ def rank_and_world(env: Mapping[str, str] | None = None) -> tuple[int, int]:
 class Shard:
     """One rank's view of the cache (see the module docstring)."""
 
-    def __init__(self, addresses: list[str], token: str, rank: int, world_size: int,
-                 seed: int | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, addresses: list[str], creds: Credentials | str, rank: int,
+                 world_size: int, seed: int | None = None, timeout: float = 30.0) -> None:
+        if isinstance(creds, str):
+            creds = Credentials(creds)
+        token = creds.token
         if not addresses:
             raise DataCacheError("no cache server addresses")
         if not 0 <= rank < world_size:
@@ -77,7 +82,7 @@ class Shard:
         self.seed = seed
         self._options = flight.FlightCallOptions(headers=[auth_header(token)], timeout=timeout)
         self._stream_options = flight.FlightCallOptions(headers=[auth_header(token)])
-        self._clients = [flight.FlightClient(a) for a in addresses]
+        self._clients = [client(a, creds) for a in addresses]
         layouts = [self._layout(k) for k in range(len(addresses))]
         first = layouts[0]
         self.total_rows: int = first["total_rows"]
@@ -145,8 +150,8 @@ class Shard:
                    for i, name in enumerate(batch.schema.names)}
 
     def close(self) -> None:
-        for client in self._clients:
-            client.close()
+        for each in self._clients:
+            each.close()
 
     def __enter__(self) -> Shard:
         return self
@@ -157,18 +162,19 @@ class Shard:
 
 def open_dataset(addresses: list[str] | None = None, *, rank: int | None = None,
                  world_size: int | None = None, seed: int | None = None,
-                 token: str | None = None, timeout: float = 30.0) -> Shard:
-    """This rank's shard of the job's cache (see the module docstring)."""
+                 token: str | None = None, credentials: Credentials | None = None,
+                 timeout: float = 30.0) -> Shard:
+    """This rank's shard of the job's cache (see the module docstring). ``token`` (plain
+    gRPC) or ``credentials`` override the environment's."""
     if addresses is None:
         raw = os.environ.get(ADDRESSES_ENV, "")
         addresses = [a for a in raw.split(",") if a]
         if not addresses:
             raise DataCacheError(f"{ADDRESSES_ENV} is not set: this job has no data cache "
                                  "(its TrainJob names no spec.initializer.dataset)")
-    if token is None:
-        token = os.environ.get(TOKEN_ENV, "")
-        if not token:
-            raise DataCacheError(f"{TOKEN_ENV} is not set")
+    creds = credentials or (Credentials(token) if token else from_env())
+    if creds is None:
+        raise DataCacheError(f"{TOKEN_ENV} is not set")
     env_rank, env_world = rank_and_world()
-    return Shard(addresses, token, env_rank if rank is None else rank,
+    return Shard(addresses, creds, env_rank if rank is None else rank,
                  env_world if world_size is None else world_size, seed=seed, timeout=timeout)

@@ -29,6 +29,8 @@ import stat
 import time
 from pathlib import Path
 
+from data_cache.credentials import Credentials, client
+
 __all__ = ["CacheStartError", "alive", "check_private", "private_dir", "tell_peers",
            "wait_for_servers", "write_status"]
 
@@ -121,20 +123,20 @@ def wait_for_servers(directory: Path, count: int, *, pid: int | None = None,
         delay = min(delay * 2, 0.5)
 
 
-def tell_peers(addresses: list[str], token: str, only: int | None = None) -> None:
+def tell_peers(addresses: list[str], creds: Credentials, only: int | None = None) -> None:
     """Send every server (or only server ``only``) the list of all addresses."""
     import pyarrow.flight as flight
 
     from data_cache.server import auth_header
 
-    options = flight.FlightCallOptions(headers=[auth_header(token)], timeout=30)
+    options = flight.FlightCallOptions(headers=[auth_header(creds.token)], timeout=30)
     body = json.dumps(addresses).encode()
     for k, address in enumerate(addresses):
         if only is not None and k != only:
             continue
         try:
-            with flight.FlightClient(address) as client:
-                list(client.do_action(flight.Action("peers", body), options))
+            with client(address, creds) as client_:
+                list(client_.do_action(flight.Action("peers", body), options))
         except flight.FlightError as exc:
             raise CacheStartError(f"cache server {k} ({address}): {exc}") from None
 

@@ -7,14 +7,14 @@ Contract (the task's place comes from Flux's ``FLUX_TASK_RANK``,
 
 1. The first task to get there makes ``<cwd>/.hpc-bridge-cache-<job id>``
    (:func:`data_cache.rendezvous.private_dir`: 0700, checked by every task so that a
-   directory someone else planted is refused) and writes a fresh random token in it
-   (``token``, 0600); every task reads it. The token never leaves the job's processes
-   and this directory.
+   directory someone else planted is refused) and makes the job's credentials in it
+   (a random token, a TLS certificate and key: data_cache/credentials.py); every task
+   reads them. They never leave the job's processes and this directory.
 2. The first task of each node starts that node's server (``data-cache serve --index
    n --count N --dir DIR``) as a child process.
 3. Every task waits until all servers serve (a server's failure, with its reason, ends
    every task with status 1 before the training starts), then runs LAUNCH with
-   ``HPC_BRIDGE_DATA_CACHE`` and the token set, passing on SIGTERM, SIGINT and SIGHUP,
+   ``HPC_BRIDGE_DATA_CACHE`` and the credentials set, passing on SIGTERM, SIGINT and SIGHUP,
    and exits with its status (128+signal when it was killed).
 4. A node's server outlives the node's own training until every node's is done (other
    ranks may still read from it): the first task of each node marks ``done-n``, waits
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -35,8 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from data_cache import credentials
+from data_cache.credentials import Credentials
 from data_cache.rendezvous import CacheStartError, private_dir, tell_peers, wait_for_servers
-from data_cache.server import TOKEN_ENV
 
 __all__ = ["run"]
 
@@ -68,20 +68,17 @@ def _poll(ready: Callable[[], bool], what: str, timeout: float | None = None) ->
         delay = min(delay * 2, 0.5)
 
 
-def _token(directory: Path, made: bool) -> str:
-    path = directory / "token"
+def _credentials(directory: Path, made: bool) -> Credentials:
     if made:
-        token = secrets.token_hex(32)
-        tmp = directory / f".token.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(token)
-        os.replace(tmp, path)
-        return token
-    _poll(path.exists, "the cache token", TOKEN_WAIT_SECONDS)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd) as fh:
-        return fh.read(128).strip()
+        try:
+            return credentials.make(directory)
+        except credentials.CredentialsError as exc:
+            raise CacheStartError(str(exc)) from None
+    _poll((directory / "token").exists, "the cache credentials", TOKEN_WAIT_SECONDS)
+    try:
+        return credentials.read(directory)
+    except credentials.CredentialsError as exc:
+        raise CacheStartError(str(exc)) from None
 
 
 def _launch(argv: list[str], env: dict[str, str]) -> int:
@@ -107,8 +104,8 @@ def run(args: argparse.Namespace, serve_argv: list[str], launch: list[str]) -> i
     node, local, nodes, job = _flux_place(args.tasks_per_node)
     directory = Path.cwd() / f".hpc-bridge-cache-{job}"
     made = private_dir(directory)
-    token = _token(directory, made)
-    env = {**os.environ, TOKEN_ENV: token}
+    creds = _credentials(directory, made)
+    env = {**os.environ, **creds.env()}
     server: subprocess.Popen[bytes] | None = None
     if local == 0:
         server = subprocess.Popen(
@@ -118,7 +115,7 @@ def run(args: argparse.Namespace, serve_argv: list[str], launch: list[str]) -> i
         addresses = wait_for_servers(directory, nodes,
                                      pid=server.pid if server is not None else None)
         if server is not None:
-            tell_peers(addresses, token, only=node)
+            tell_peers(addresses, creds, only=node)
         rc = _launch(launch, {**env, "HPC_BRIDGE_DATA_CACHE": ",".join(addresses)})
         if server is not None:
             (directory / f"done-{node}").touch(mode=0o600)

@@ -3,10 +3,13 @@ serving it over Arrow Flight.
 
 Contract:
 
-* Every call must carry ``authorization: Bearer <token>`` with the job's token
-  (:data:`TOKEN_ENV`, made fresh by the job's batch script and readable only by the job's
-  user); any other call fails ``UNAUTHENTICATED`` before it reads anything, so another
-  user of the cluster who finds the port learns nothing of the data.
+* With ``tls`` (the job's certificate and key: data_cache/credentials.py) the server
+  speaks mutual TLS and ends, at the handshake, any connection that does not present the
+  job's certificate: before gRPC reads a request. Every call must also carry
+  ``authorization: Bearer <token>`` with the job's token (:data:`TOKEN_ENV`); any
+  other call fails ``UNAUTHENTICATED`` before the server acts on it, so another user of
+  the cluster who finds the port learns nothing of the data. (Without TLS, gRPC still
+  reads a request before the token is checked.)
 * ``do_action("layout")`` returns JSON ``{"total_rows", "block_rows", "servers",
   "index", "blocks": [start, stop], "rows"}``; ``do_action("peers", JSON list of
   addresses)`` tells the server where every server of the job listens (the ``wait`` step
@@ -32,12 +35,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from data_cache.credentials import TOKEN_ENV
 from data_cache.layout import block_count, server_blocks, shard_rows
 
 __all__ = ["TOKEN_ENV", "CacheServer", "auth_header"]
 
-#: Environment variable with the job's cache token (servers and readers).
-TOKEN_ENV = "HPC_BRIDGE_DATA_CACHE_TOKEN"  # noqa: S105 - a variable name
 #: The most bytes a ticket or action body may have (a ticket lists block numbers).
 MAX_REQUEST_BYTES = 4 << 20
 
@@ -76,8 +78,15 @@ class CacheServer(flight.FlightServerBase):  # type: ignore[misc]
 
     def __init__(self, location: str, *, token: str, schema: pa.Schema,
                  batches: list[pa.RecordBatch], total_rows: int, block_rows: int,
-                 index: int, servers: int, peers: list[str] | None = None) -> None:
-        super().__init__(location, middleware={"auth": _Auth(token)})
+                 index: int, servers: int, peers: list[str] | None = None,
+                 tls: tuple[bytes, bytes] | None = None) -> None:
+        if tls is None:
+            super().__init__(location, middleware={"auth": _Auth(token)})
+        else:
+            cert, key = tls
+            super().__init__(location, middleware={"auth": _Auth(token)},
+                             tls_certificates=[flight.CertKeyPair(cert, key)],
+                             verify_client=True, root_certificates=cert)
         nb = block_count(total_rows, block_rows)
         self._range = server_blocks(index, servers, nb)
         if len(batches) != len(self._range):

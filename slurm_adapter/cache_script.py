@@ -6,8 +6,10 @@ first node,
 
 1. makes a private status directory in the job's working directory (``mktemp -d``:
    mode 0700, a fresh unpredictable name; every node sees it, and ``data-cache wait``
-   reads only status files of the job's user there) and a fresh random token
-   (``HPC_BRIDGE_DATA_CACHE_TOKEN``, exported: only the job's processes have it);
+   reads only status files of the job's user there) and the job's credentials in it
+   (``data-cache credentials``: a random token, a self-signed TLS certificate and key),
+   exported as ``HPC_BRIDGE_DATA_CACHE_TOKEN``/``_CERT``/``_KEY``: only the job's
+   processes have them;
 2. starts one ``data-cache serve`` per allocated node as a background step
    (``srun --overlap``: it shares the nodes' CPUs and memory with the training step
    instead of holding them);
@@ -42,9 +44,12 @@ def cache_prologue(spec: DataCacheSpec, *, data_cache: str = "data-cache",
         "# hpc-bridge data cache: one server per node until the job ends (docs/data-cache.md)\n"
         'hpc_bridge_cache=$(mktemp -d "$PWD/.hpc-bridge-cache-$SLURM_JOB_ID.XXXXXXXX") '
         "|| exit 1\n"
-        "HPC_BRIDGE_DATA_CACHE_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n') "
-        "|| exit 1\n"
-        "export HPC_BRIDGE_DATA_CACHE_TOKEN\n"
+        f'{exe} credentials --dir "$hpc_bridge_cache" || exit 1\n'
+        'HPC_BRIDGE_DATA_CACHE_TOKEN=$(cat "$hpc_bridge_cache/token") || exit 1\n'
+        'HPC_BRIDGE_DATA_CACHE_CERT=$(cat "$hpc_bridge_cache/cert.pem") || exit 1\n'
+        'HPC_BRIDGE_DATA_CACHE_KEY=$(cat "$hpc_bridge_cache/key.pem") || exit 1\n'
+        "export HPC_BRIDGE_DATA_CACHE_TOKEN HPC_BRIDGE_DATA_CACHE_CERT "
+        "HPC_BRIDGE_DATA_CACHE_KEY\n"
         'srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
         "--ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 "
         f'{words} --dir "$hpc_bridge_cache" &\n'

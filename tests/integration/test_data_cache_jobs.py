@@ -95,18 +95,22 @@ def test_two_nodes_of_ranks_read_the_dataset_exactly_once(bed_daemon: Daemon,
     addresses = wait_for(lambda: (outdir / "addresses").exists()
                          and (outdir / "addresses").read_text(), 240,
                          "rank 0 to publish the cache's addresses").split(",")
-    assert len(addresses) == 2 and all(a.startswith("grpc://") for a in addresses)
-    # Another user who finds the ports reads nothing: no token, or a guessed one.
+    assert len(addresses) == 2 and all(a.startswith("grpc+tls://") for a in addresses)
+    # Another user who finds the ports reads nothing: over TLS without the job's
+    # certificate (the handshake ends it), or in plain gRPC, with or without a token.
+    port = addresses[0].rsplit(":", 1)[1]
     probe = _as_bob(
         "import pyarrow.flight as f, sys\n"
-        f"c = f.FlightClient({addresses[0]!r})\n"
-        "for headers in ([], [(b'authorization', b'Bearer guess')]):\n"
-        "    try:\n"
-        "        c.do_get(f.Ticket(b'{\"blocks\": [0]}'), f.FlightCallOptions(headers=headers)"
-        ").read_all()\n"
-        "        print('READ'); sys.exit(3)\n"
-        "    except f.FlightUnauthenticatedError as e: print('refused', e)\n")
-    assert probe.returncode == 0 and probe.stdout.count("refused") == 2, probe
+        f"for address in ({addresses[0]!r}, 'grpc://127.0.0.1:{port}'):\n"
+        "    c = f.FlightClient(address, disable_server_verification=address.startswith("
+        "'grpc+tls'))\n"
+        "    for headers in ([], [(b'authorization', b'Bearer guess')]):\n"
+        "        try:\n"
+        "            c.do_get(f.Ticket(b'{\"blocks\": [0]}'), f.FlightCallOptions("
+        "headers=headers, timeout=20)).read_all()\n"
+        "            print('READ'); sys.exit(3)\n"
+        "        except f.FlightError as e: print('refused', type(e).__name__)\n")
+    assert probe.returncode == 0 and probe.stdout.count("refused") == 4, probe
     (outdir / "go").write_text("")
     done = daemon.wait_state(job_id, ["Succeeded", "Failed", "Cancelled"], timeout=240)
     log = daemon.cli("alice", "tlog", str(job_id)).stdout

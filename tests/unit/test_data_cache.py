@@ -398,3 +398,40 @@ def test_an_iceberg_table_from_its_metadata_file_or_a_sqlite_catalog(tmp_path: P
     source = open_iceberg("cache://ds/tokens", catalog_uri=f"sqlite:///{tmp_path}/catalog.db")
     ids = sorted(i for b in source.load(range(0, 12), 128) for i in b.column("id").to_pylist())
     assert ids == list(range(10, 1500))
+
+
+def test_mutual_tls_ends_a_stranger_at_the_handshake(parquet_dir: Path, tmp_path: Path) -> None:
+    """With the job's certificate (data-cache credentials), a client without it cannot
+    send a request at all — not even a huge one the server would have to read first."""
+    from data_cache import credentials
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    creds = credentials.make(private)
+    assert credentials.read(private) == creds
+    assert {p.name: p.stat().st_mode & 0o777 for p in private.iterdir()} == {
+        "token": 0o600, "cert.pem": 0o600, "key.pem": 0o600}
+    source = open_source(str(parquet_dir))
+    server = CacheServer("grpc+tls://127.0.0.1:0", token=creds.token, schema=source.schema,
+                         batches=source.load(range(0, 27), 128), total_rows=3352,
+                         block_rows=128, index=0, servers=1, tls=creds.tls)
+    threading.Thread(target=server.serve, daemon=True).start()
+    address = credentials.location("127.0.0.1", server.port, True)
+    try:
+        with open_dataset([address], rank=0, world_size=1, credentials=creds) as shard:
+            assert sum(b.num_rows for b in shard.batches()) == 3352
+        options = flight.FlightCallOptions(headers=[auth_header(creds.token)], timeout=10)
+        stranger = flight.FlightClient(address, tls_root_certs=creds.cert,
+                                       override_hostname=credentials.SERVER_NAME)
+        with pytest.raises(flight.FlightUnavailableError):
+            list(stranger.do_action(flight.Action("layout", b"x" * (8 << 20)), options))
+        (tmp_path / "other-job").mkdir(mode=0o700)
+        other = credentials.make(tmp_path / "other-job")  # another job's certificate
+        with pytest.raises(flight.FlightUnavailableError):
+            list(credentials.client(address, other).do_action(flight.Action("layout", b""),
+                                                              options))
+        plain = flight.FlightClient(f"grpc://127.0.0.1:{server.port}")
+        with pytest.raises(flight.FlightError):
+            list(plain.do_action(flight.Action("layout", b""), options))
+    finally:
+        server.shutdown()

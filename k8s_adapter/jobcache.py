@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bridge.backend import BackendJob, BackendState
+from k8s_adapter.data_cache import CACHE
 from k8s_adapter.jobset import (
     UID_LABEL,
 )
@@ -37,7 +38,8 @@ class PodsSeen:
     namespace: str
     nodes: dict[str, str] = field(default_factory=dict)
     failed: dict[str, tuple[int | None, str]] = field(default_factory=dict)
-    #: The pod whose log ``tlog`` reads (completion index 0; the launcher's for MPI).
+    #: The pod whose log ``tlog`` reads (completion index 0; the launcher's for MPI;
+    #: never a data cache's).
     first: str | None = None
 
 
@@ -158,7 +160,7 @@ class JobCache:
             pods.failed[name] = failure
         index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
         rjob = (meta.get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name")
-        if index == "0" and (pods.first is None or rjob == "launcher"):
+        if index == "0" and rjob != CACHE and (pods.first is None or rjob == "launcher"):
             pods.first = name
         return key
 

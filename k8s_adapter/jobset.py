@@ -32,6 +32,8 @@ against a fixture derived from Trainer's source: tests/unit/test_trainer_layout.
   (:mod:`k8s_adapter.sshauth`). Unlike Trainer, which mounts the hostfile on the
   launcher only, the bridge mounts it (and sets the variables) on every pod, so that
   ``mpi-launch`` finds the same hosts in any pod;
+* a data cache (``spec.initializer.dataset``): replicatedJob ``data-cache`` first, the
+  others depending on it (:mod:`k8s_adapter.data_cache`);
 * ``spec.podSpecOverrides`` (Trainer's, written as patches: k8s_adapter/overrides.py)
   and then ``spec.runtimePatches`` (Trainer ≥ 2.3) are merged last: maps merge, lists of
   named items (replicatedJobs, containers, env, volumes …) merge by ``name`` (so a job
@@ -56,7 +58,7 @@ from bridge.model import ValidationError
 from bridge.runtimes import Framework, MpiImplementation
 from bridge.scheduling import scheduling_of
 from bridge.shape import GPU_RESOURCE
-from k8s_adapter import sshauth, trainer_layout
+from k8s_adapter import data_cache, sshauth, trainer_layout
 from k8s_adapter.affinity import keep_affinity, node_affinity
 from k8s_adapter.overrides import as_runtime_patches
 from mpi_launch.allocation import Host, jobset_allocation
@@ -74,7 +76,7 @@ JOB_ID_LABEL = "hpc-bridge.io/job-id"
 #: Trainer's own labels, so tools written for Trainer find the pods.
 TRAINJOB_NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+COMPLETION_INDEX = trainer_layout.COMPLETION_INDEX
 
 NODE = "node"
 LAUNCHER = "launcher"
@@ -314,7 +316,8 @@ def _keep_deadline(job_spec: dict[str, Any], deadline: int | None) -> None:
 
 
 def _replicated_job(rjob: str, count: int, pod: dict[str, Any], deadline: int | None,
-                    template: Any, batch: bool = False) -> dict[str, Any]:
+                    template: Any, batch: bool = False,
+                    ancestor: str = "trainer") -> dict[str, Any]:
     job_spec: dict[str, Any] = {"parallelism": count, "completions": count,
                                 "completionMode": "Indexed",
                                 **trainer_layout.job_spec_defaults(template, rjob, batch),
@@ -322,7 +325,7 @@ def _replicated_job(rjob: str, count: int, pod: dict[str, Any], deadline: int | 
     if deadline:
         job_spec["activeDeadlineSeconds"] = deadline
     return {"name": rjob, "replicas": 1,
-            "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+            "template": {"metadata": {"labels": {ANCESTOR_LABEL: ancestor}},
                          "spec": job_spec}}
 
 
@@ -347,6 +350,9 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
               JOB_ID_LABEL: str(request.job_id), TRAINJOB_NAME_LABEL: job.metadata.name}
     command, args = _command(request)
     env = [*_env(dict(plan.env)), *rank_env(name, request)]
+    cache = plan.data_cache
+    if cache is not None:
+        env = data_cache.training_env(env, name, plan.num_nodes)
     mpi = _is_mpi(request)
     deadline = active_deadline(request)
     replicated: list[dict[str, Any]] = []
@@ -369,6 +375,12 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
                             mpi=False)
         replicated.append(_replicated_job(NODE, plan.num_nodes, pod, deadline, template,
                                           batch))
+    if cache is not None:  # first: the others wait for it (k8s_adapter/data_cache.py)
+        pod = _pod_template(name, NODE, request, options, labels, image, [], [], [], False)
+        replicated.insert(0, data_cache.replicated_job(
+            _replicated_job(data_cache.CACHE, plan.num_nodes, pod, deadline, None,
+                            ancestor=data_cache.ANCESTOR), name, cache, plan.num_nodes,
+            image, trainer_layout.job_spec_defaults(template, NODE, batch)))
     metadata: dict[str, Any] = {"name": name, "namespace": job.metadata.namespace,
                                 "labels": dict(labels),
                                 "annotations": {UID_LABEL: request.job_uid}}
@@ -414,6 +426,8 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
         pod_meta.setdefault("labels", {}).update(labels)
         keep_affinity(rj["template"]["spec"]["template"].setdefault("spec", {}), affinity)
         _keep_deadline(rj["template"]["spec"], deadline)
+    if cache is not None:
+        data_cache.finish(body, target, NODE, {"mpi-hostfile", sshauth.VOLUME})
     body["metadata"]["labels"].update(labels)
     return body
 

@@ -30,6 +30,8 @@ from bridge.topology import cpu_millis
 
 #: Trainer's ``ContainerTrainerPort``: torch master port and the node container's port.
 TRAINER_PORT = 29500
+#: The downward-API field of a pod's completion index in an Indexed Job.
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 #: Where a :class:`bridge.runtimes.LaunchPlan` carries its runtime's ``spec.template``.
 TEMPLATE_KEY = "template"
 #: JobSet's webhook default for a pod template that names no ``restartPolicy``.

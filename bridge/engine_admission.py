@@ -94,7 +94,7 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     if (plan.data_cache is not None and not getattr(chosen, DATA_CACHE_ATTR, False)
             and refusal is None):
         refusal = ValidationError([(DATASET_FIELD, f"back end {backend!r} does not start a "
-                                    "data cache (the Slurm and Flux back ends do)")])
+                                    "data cache (the Slurm, Flux and Kubernetes back ends do)")])
     if isinstance(chosen, Admitting):  # before defaults: it may fill the namespace
         try:
             chosen.check_admission(job, plan, owner, origin)

@@ -53,7 +53,7 @@ from bridge.model import VERSION as TRAINER_VERSION
 from bridge.model import TrainJob
 from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
-from k8s_adapter import sshauth, trainer_status
+from k8s_adapter import data_cache, sshauth, trainer_status
 from k8s_adapter.access import (
     ANN_IDENTITY,
     ANN_ORIGIN,
@@ -154,6 +154,9 @@ class KubernetesBackend:
     runs_pods = True
     #: What Kubernetes does with each scheduling option (k8s_adapter/options.py).
     option_support = SUPPORT
+    #: A job's ``spec.initializer.dataset`` starts cache servers as a replicated job of
+    #: its JobSet (k8s_adapter/data_cache.py, bridge/dataset.py).
+    runs_data_cache = True
 
     def __init__(self, name: str, kube: KubeSettings, options: JobSetOptions,
                  access: AccessPolicy | None = None):
@@ -190,9 +193,10 @@ class KubernetesBackend:
 
     async def submit(self, request: SubmitRequest) -> str:
         """Create the JobSet (see the module docstring) as the job's identity. An MPI
-        job's ConfigMap and SSH Secret are created *first* (a retry finds them: 409 is
-        fine), so that the JobSet never exists without them; once it exists they are
-        handed to it as owner (garbage-collected with it)."""
+        job's ConfigMap and SSH Secret, and a data cache's token Secret, are created
+        *first* (a retry finds them: 409 is fine, and what the first attempt made stays),
+        so that the JobSet never exists without them; once it exists they are handed to
+        it as owner (garbage-collected with it)."""
         job = request.job
         identity = self.access.identity_of(job, request.owner)
         kube = self._client(identity)
@@ -221,6 +225,12 @@ class KubernetesBackend:
                  kube.core.patch_namespaced_config_map, cm),
                 ("Secret", kube.core.create_namespaced_secret,
                  kube.core.patch_namespaced_secret, secret)]
+        if request.plan.data_cache is not None:  # the cache's token: a retry keeps the first
+            dependents.append(("Secret", kube.core.create_namespaced_secret,
+                               kube.core.patch_namespaced_secret, data_cache.secret(
+                                   name, namespace, {MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                                                     UID_LABEL: request.job_uid},
+                                   data_cache.new_token())))
         report = request.status_secret
         status_secret: dict[str, Any] | None = None
         if report:  # progress reports (k8s_adapter/trainer_status.py)

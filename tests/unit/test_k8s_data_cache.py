@@ -15,23 +15,28 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bridge.backend import BackendRejected
 from bridge.dataset import DataCacheSpec
-from bridge.model import ANN_BATCH_SCRIPT, TrainJob, load_trainjob
+from bridge.engine import Engine, EngineSettings
+from bridge.model import ANN_BATCH_SCRIPT, TrainJob, ValidationError, load_trainjob
+from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
+from bridge.store import Store
 from data_cache.__main__ import _parser as serve_parser
 from data_cache.reader import ADDRESSES_ENV
 from data_cache.server import TOKEN_ENV
 from k8s_adapter import data_cache
+from k8s_adapter.backend import KubernetesBackend, create
 from k8s_adapter.jobcache import JobCache
 from k8s_adapter.jobset import COMPLETION_INDEX, JobSetOptions, render_jobset
 from mpi_launch.allocation import jobset_allocation
 from tests.unit import builders
-from tests.unit.builders import HOSTILE, IMAGE
+from tests.unit.builders import ALICE, HOSTILE, IMAGE
 from tests.unit.builders import submit_request as request
 from tests.unit.golden_files import GOLDEN, check_golden, json_text
 
@@ -332,6 +337,20 @@ def test_a_name_too_long_for_the_cache_pods_is_refused_naming_the_field(nodes: i
     with pytest.raises(BackendRejected, match=rf"spec\.initializer\.dataset: .* at most "
                                               rf"{longest} characters"):
         render(job(name="a" * (longest + 1), nodes=nodes))
+
+
+def test_admission_on_kubernetes_takes_a_dataset_and_refuses_a_name_too_long(
+        tmp_path: Path) -> None:
+    backend = create("kubernetes", {"kubeconfig": "/nonexistent", "default_image": IMAGE,
+                                    "users": {"alice": {"namespace": "team-a",
+                                                        "service_account": "alice"}}})
+    assert getattr(KubernetesBackend, "runs_data_cache", False) is True
+    engine = Engine(Store.open(tmp_path / "s.sqlite"), {"kubernetes": backend},
+                    RuntimeCatalog(), EngineSettings(default_backend="kubernetes"))
+    rec = engine.admit(job(name="cached"), ALICE)
+    assert rec.job.spec.initializer
+    with pytest.raises(ValidationError, match="too long for the data cache"):
+        engine.admit(job(name="c" * 45), ALICE)
 
 
 # --------------------------------------------------------------------------- Secret

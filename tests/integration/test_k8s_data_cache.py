@@ -23,6 +23,7 @@ import pytest
 from tests.integration.bed import Daemon
 from tests.integration.k8s_bridge import (
     JOBSETS,
+    KWOK_FAIL,
     KWOK_STAY_RUNNING,
     TRAINJOBS,
     apply,
@@ -51,10 +52,11 @@ def bridge(k8s: K8sBed, k8s_namespace: str) -> Iterator[Daemon]:
     release(k8s, k8s_namespace, daemon)
 
 
-def cached_trainjob(name: str, cache_pod: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A torch TrainJob on 2 nodes with a dataset; ``cache_pod`` is patched into the
+def cached_trainjob(name: str, cache_pod: dict[str, Any] | None = None,
+                    runtime: str = "torch-distributed") -> dict[str, Any]:
+    """A TrainJob on 2 nodes with a dataset; ``cache_pod`` is patched into the
     data-cache pod template (Trainer v2.3 ``runtimePatches``)."""
-    doc = trainjob(name, nodes=2)
+    doc = trainjob(name, runtime=runtime, nodes=2)
     doc["spec"]["initializer"] = {"dataset": DATASET}
     if cache_pod is not None:
         doc["spec"]["runtimePatches"] = [{"manager": "tests.hpc-bridge.io", "trainingRuntimeSpec": {
@@ -200,6 +202,28 @@ def test_a_retry_keeps_the_token_an_earlier_attempt_made(
     k8s.kubectl("-n", ns, "delete", TRAINJOBS, "again", "--timeout=90s")
     k8s.wait_for(lambda: secret_or_none(k8s, ns, "again-data-cache-token") is None, 90,
                  "the token's Secret to go with its JobSet")
+
+
+def test_a_cache_that_fails_fails_the_job_naming_it(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    """A server that cannot load its partition exits 1 (here kwok says so): with the
+    runtime's "no retries" (plain-once: restartPolicy Never, backoffLimit 0, which the
+    cache takes from the node job) the job fails at once, naming the cache's container.
+    (kwok marks a pod Ready before it fails it, so whether a training Job was made
+    meanwhile is not the point here: the first test checks the order.)"""
+    ns = k8s_namespace
+    apply(k8s, ns, cached_trainjob("broken", {
+        "metadata": {"labels": {KWOK_FAIL: "true"},
+                     "annotations": {f"{KWOK_FAIL}/exit-code": "1",
+                                     f"{KWOK_FAIL}/delay": "100ms"}}}, runtime="plain-once"))
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "broken"), "Failed"), 90,
+                 "TrainJob broken to be Failed")
+    failed = conditions(k8s, ns, "broken")["Failed"]
+    assert "container data-cache" in failed["message"], failed
+    assert "exit code 1" in failed["message"], failed
+    cache_job = rjobs(k8s.get_json("-n", ns, JOBSETS, "broken"))["data-cache"]
+    assert cache_job["template"]["spec"]["backoffLimit"] == 0
+    assert cache_job["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
 def test_a_local_users_cache_runs_as_her_in_her_namespace(

@@ -7,10 +7,11 @@ server allocate memory for a huge request (pyarrow exposes no receive-size limit
 
 Contract:
 
-* :func:`make` writes ``token``, ``cert.pem`` and ``key.pem`` (mode 0600, ``O_EXCL``,
-  never through a link) into a private directory, the pair made by ``openssl``
-  (EC P-256, subject and DNS name :data:`SERVER_NAME`, valid ten years: it lives as long
-  as the job), and returns them as :class:`Credentials`.
+* :func:`generate` makes them (``cryptography``: EC P-256, subject and DNS name
+  :data:`SERVER_NAME`); :func:`make` writes them as ``token``, ``cert.pem`` and
+  ``key.pem`` (mode 0600, ``O_EXCL``, never through a link) into a private directory;
+  the Kubernetes back end puts them in the job's Secret under the same names
+  (:data:`FILES`).
 * :func:`read` reads them back (another task of the job); :func:`from_env` from
   :data:`TOKEN_ENV`, :data:`CERT_ENV`, :data:`KEY_ENV` (no certificate: plain gRPC, the
   token alone).
@@ -20,17 +21,15 @@ Contract:
 
 from __future__ import annotations
 
+import datetime
 import os
 import secrets
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import pyarrow.flight as flight
-
-__all__ = ["CERT_ENV", "KEY_ENV", "SERVER_NAME", "TOKEN_ENV", "Credentials", "client",
-           "from_env", "location", "make", "read"]
+__all__ = ["CERT_ENV", "FILES", "KEY_ENV", "SERVER_NAME", "TOKEN_ENV", "Credentials",
+           "client", "from_env", "generate", "location", "make", "read"]
 
 #: Environment variables of the job's processes (readable by the job's user and root).
 TOKEN_ENV = "HPC_BRIDGE_DATA_CACHE_TOKEN"  # noqa: S105 - a variable name
@@ -38,7 +37,9 @@ CERT_ENV = "HPC_BRIDGE_DATA_CACHE_CERT"
 KEY_ENV = "HPC_BRIDGE_DATA_CACHE_KEY"
 #: The name in the job's certificate, which clients check instead of the host's.
 SERVER_NAME = "hpc-bridge-cache"
-_FILES = {"token": "token", "cert": "cert.pem", "key": "key.pem"}
+#: Field -> file (and Secret key) name.
+FILES = {"token": "token", "cert": "cert.pem", "key": "key.pem"}
+_FILES = FILES
 
 
 class CredentialsError(Exception):
@@ -68,29 +69,40 @@ def _write(path: Path, data: bytes) -> None:
         fh.write(data)
 
 
+def generate() -> Credentials:
+    """Fresh credentials: a random token, an EC P-256 key and a self-signed certificate
+    for :data:`SERVER_NAME` (valid from an hour ago, for ten years: it lives as long as
+    the job), made with ``cryptography``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(SERVER_NAME)]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return Credentials(
+        secrets.token_hex(32), cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                          serialization.NoEncryption()))
+
+
 def make(directory: Path) -> Credentials:
-    """Make the job's credentials in ``directory`` (see the module docstring)."""
-    token = secrets.token_hex(32)
-    with tempfile.TemporaryDirectory(dir=directory) as work:
-        cert, key = Path(work, "c"), Path(work, "k")
-        try:
-            subprocess.run(
-                ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                 "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out", str(cert),
-                 "-subj", f"/CN={SERVER_NAME}", "-days", "3650",
-                 "-addext", f"subjectAltName=DNS:{SERVER_NAME}"],
-                check=True, capture_output=True, timeout=60)
-        except FileNotFoundError:
-            raise CredentialsError("openssl is not installed on this node") from None
-        except subprocess.CalledProcessError as exc:
-            raise CredentialsError(f"openssl failed: {exc.stderr.decode(errors='replace')}"
-                                   ) from None
-        made = Credentials(token, cert.read_bytes(), key.read_bytes())
+    """Make the job's credentials (:func:`generate`) in ``directory``."""
+    made = generate()
     _write(directory / _FILES["cert"], made.cert or b"")
     _write(directory / _FILES["key"], made.key or b"")
     # The token last: its presence says the others are complete.
     tmp = directory / ".token.tmp"
-    _write(tmp, token.encode())
+    _write(tmp, made.token.encode())
     os.replace(tmp, directory / _FILES["token"])
     return made
 
@@ -123,9 +135,11 @@ def location(host: str, port: int, tls: bool) -> str:
     return f"grpc{'+tls' if tls else ''}://{host}:{port}"
 
 
-def client(address: str, creds: Credentials) -> flight.FlightClient:
+def client(address: str, creds: Credentials) -> Any:
     """A Flight client of ``address`` that presents the job's certificate (when it has
     one) and trusts only the job's certificate under :data:`SERVER_NAME`."""
+    import pyarrow.flight as flight
+
     if creds.tls is None:
         return flight.FlightClient(address)
     cert, key = creds.tls

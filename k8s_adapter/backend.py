@@ -230,7 +230,7 @@ class KubernetesBackend:
                                kube.core.patch_namespaced_secret, data_cache.secret(
                                    name, namespace, {MANAGED_BY_LABEL: MANAGED_BY_VALUE,
                                                      UID_LABEL: request.job_uid},
-                                   data_cache.new_token())))
+                                   data_cache.new_credentials())))
         report = request.status_secret
         status_secret: dict[str, Any] | None = None
         if report:  # progress reports (k8s_adapter/trainer_status.py)

@@ -20,16 +20,19 @@ Layout, when ``plan.data_cache`` is set (:func:`replicated_job`, :func:`finish`)
 * every other replicated job (``node``; ``launcher`` for MPI) ``dependsOn:
   [{name: data-cache, status: Ready}]`` (JobSet ≥ v0.8): JobSet creates their Jobs
   only once every cache pod is ready. Their containers get ``HPC_BRIDGE_DATA_CACHE``
-  (the address list, in server order) and ``HPC_BRIDGE_DATA_CACHE_TOKEN``;
-* the token is a per-job Secret ``<jobset>-data-cache-token`` (:func:`secret`,
-  32 random bytes, hex; ``immutable``), made before the JobSet and then handed to it
-  as owner, as the MPI Secret is (k8s_adapter/backend.py): a retry after a crash
-  keeps the Secret an earlier attempt made, so every pod reads the same token
-  (``secretKeyRef``, never a literal value in the JobSet).
+  (the ``grpc+tls://`` address list, in server order) and the job's credentials;
+* the credentials (:func:`data_cache.credentials.generate`: a token of 32 random bytes,
+  hex; a self-signed TLS certificate and key, with which servers and readers speak
+  mutual TLS) are a per-job Secret ``<jobset>-data-cache-token`` (:func:`secret`,
+  keys ``token``, ``cert.pem``, ``key.pem``; ``immutable``), made before the JobSet and
+  then handed to it as owner, as the MPI Secret is (k8s_adapter/backend.py): a retry
+  after a crash keeps the Secret an earlier attempt made, so every pod has the same
+  credentials (``secretKeyRef``, never a literal value in the JobSet).
 
 Trainer's own cache is a LeaderWorkerSet ``<trainjob>-cache`` behind a Service
 ``<trainjob>-cache-service:50051``, without authentication; here the servers are pods
-of the job's own JobSet, reached one by one by their stable names, with a token.
+of the job's own JobSet, reached one by one by their stable names, over mutual TLS with
+a token.
 
 Contract: :func:`check_name` (called by :func:`replicated_job`) raises
 :class:`BackendRejected` for a JobSet name too long for the cache's pod names; every
@@ -40,17 +43,26 @@ from __future__ import annotations
 
 import base64
 import copy
-import secrets
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from typing import Any
 
 from bridge.backend import BackendRejected
-from bridge.dataset import DATASET_FIELD, DataCacheSpec
+from bridge.dataset import DATASET_FIELD, DataCacheSpec, serve_options
+from data_cache.credentials import (
+    CERT_ENV,
+    FILES,
+    KEY_ENV,
+    TOKEN_ENV,
+    Credentials,
+    generate,
+    location,
+)
 from k8s_adapter import trainer_layout
 
 __all__ = ["ADDRESSES_ENV", "CACHE", "PORT", "TOKEN_ENV", "addresses", "check_name",
-           "data_budget", "finish", "new_token", "replicated_job", "secret", "secret_name",
-           "training_env"]
+           "credential_env", "data_budget", "finish", "new_credentials", "replicated_job",
+           "secret", "secret_name", "training_env"]
 
 #: The replicated job (and its container).
 CACHE = "data-cache"
@@ -58,11 +70,9 @@ CACHE = "data-cache"
 PORT = 50051
 #: What the training ranks read (data_cache/reader.py, data_cache/server.py).
 ADDRESSES_ENV = "HPC_BRIDGE_DATA_CACHE"
-TOKEN_ENV = "HPC_BRIDGE_DATA_CACHE_TOKEN"  # noqa: S105 - a variable name
 #: The cache pod's completion index, for ``$(...)`` in its arguments.
 INDEX_ENV = "HPC_BRIDGE_DATA_CACHE_INDEX"
 SECRET_SUFFIX = "-data-cache-token"  # noqa: S105 - a name, not a password
-TOKEN_KEY = "token"  # noqa: S105 - a key name
 COMMAND = "data-cache"
 #: Trainer's ``trainjob-ancestor-step`` of a dataset initializer.
 ANCESTOR = "dataset-initializer"
@@ -82,7 +92,7 @@ def _host(jobset: str, index: int | str) -> str:
 
 def addresses(jobset: str, count: int) -> list[str]:
     """Every cache server's address, in server order."""
-    return [f"grpc://{_host(jobset, i)}:{PORT}" for i in range(count)]
+    return [location(_host(jobset, i), PORT, True) for i in range(count)]
 
 
 def check_name(jobset: str, count: int) -> None:
@@ -97,17 +107,21 @@ def check_name(jobset: str, count: int) -> None:
             f"characters): give the TrainJob a name of at most {room} characters")
 
 
-def token_env(jobset: str) -> dict[str, Any]:
-    return {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {
-        "name": secret_name(jobset), "key": TOKEN_KEY}}}
+def credential_env(jobset: str) -> list[dict[str, Any]]:
+    """The job's cache credentials (token, TLS certificate and key: what
+    :func:`data_cache.credentials.from_env` reads) from its Secret."""
+    return [{"name": var, "valueFrom": {"secretKeyRef": {
+        "name": secret_name(jobset), "key": FILES[field]}}}
+        for var, field in ((TOKEN_ENV, "token"), (CERT_ENV, "cert"), (KEY_ENV, "key"))]
 
 
 def training_env(env: list[dict[str, Any]], jobset: str, count: int) -> list[dict[str, Any]]:
     """``env`` of the training containers with the servers' addresses and the token
     (in place of a value the job gave those names)."""
-    return [*(e for e in env if e.get("name") not in (ADDRESSES_ENV, TOKEN_ENV)),
+    return [*(e for e in env if e.get("name") not in (ADDRESSES_ENV, TOKEN_ENV, CERT_ENV,
+                                                         KEY_ENV)),
             {"name": ADDRESSES_ENV, "value": ",".join(addresses(jobset, count))},
-            token_env(jobset)]
+            *credential_env(jobset)]
 
 
 def data_budget(memory: int) -> int:
@@ -125,20 +139,16 @@ def _literal(value: str) -> str:
 def container(jobset: str, spec: DataCacheSpec, count: int, image: str) -> dict[str, Any]:
     """The ``data-cache`` container (see the module docstring)."""
     index = f"$({INDEX_ENV})"
-    args = ["serve", "--source", _literal(spec.source), "--index", index,
+    budget = replace(spec, memory_bytes=data_budget(spec.memory_bytes)
+                     if spec.memory_bytes else None)
+    args = ["serve", *(_literal(a) for a in serve_options(budget)), "--index", index,
             "--count", str(count)]
-    if spec.fmt:
-        args += ["--format", spec.fmt]
-    if spec.block_rows:
-        args += ["--block-rows", str(spec.block_rows)]
-    if spec.memory_bytes:
-        args += ["--memory-limit", str(data_budget(spec.memory_bytes))]
     args += ["--port", str(PORT), "--advertise", _host(jobset, index),
              "--peers", ",".join(addresses(jobset, count))]
     out: dict[str, Any] = {
         "name": CACHE, "image": image, "command": [COMMAND], "args": args,
         "env": [{"name": INDEX_ENV, "valueFrom": {"fieldRef": {
-            "fieldPath": trainer_layout.COMPLETION_INDEX}}}, token_env(jobset)],
+            "fieldPath": trainer_layout.COMPLETION_INDEX}}}, *credential_env(jobset)],
         "ports": [{"name": CACHE, "containerPort": PORT}],
         "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
         # A server that cannot load its partition says why on stderr, then exits 1:
@@ -205,16 +215,17 @@ def finish(body: dict[str, Any], training: str, training_container: str,
             have_volumes.add(mount["name"])
 
 
-def new_token() -> str:
-    """A fresh token: 32 random bytes, hex."""
-    return secrets.token_hex(32)
+def new_credentials() -> Credentials:
+    """Fresh credentials: a token of 32 random bytes (hex), a TLS certificate and key."""
+    return generate()
 
 
 def secret(jobset: str, namespace: str, labels: Mapping[str, str],
-           token: str) -> dict[str, Any]:
-    """The token's Secret (made before its JobSet; the back end hands it to the JobSet
-    after, so that it is garbage-collected with it)."""
+           creds: Credentials) -> dict[str, Any]:
+    """The credentials' Secret (made before its JobSet; the back end hands it to the
+    JobSet after, so that it is garbage-collected with it)."""
+    values = {"token": creds.token.encode(), "cert": creds.cert or b"", "key": creds.key or b""}
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
             "metadata": {"name": secret_name(jobset), "namespace": namespace,
                          "labels": dict(labels)},
-            "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()}}
+            "data": {FILES[f]: base64.b64encode(v).decode() for f, v in values.items()}}

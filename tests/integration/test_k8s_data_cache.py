@@ -97,7 +97,7 @@ def token_of(secret: dict[str, Any]) -> str:
 
 def check_jobset(js: dict[str, Any], name: str) -> None:
     """The layout as created: the cache first, the training depending on it."""
-    peers = ",".join(f"grpc://{name}-data-cache-0-{i}.{name}:50051" for i in range(2))
+    peers = ",".join(f"grpc+tls://{name}-data-cache-0-{i}.{name}:50051" for i in range(2))
     token_ref = {"secretKeyRef": {"name": f"{name}-data-cache-token", "key": "token"}}
     assert list(rjobs(js)) == ["data-cache", "node"]
     assert rjobs(js)["node"]["dependsOn"] == [{"name": "data-cache", "status": "Ready"}]
@@ -117,12 +117,18 @@ def check_jobset(js: dict[str, Any], name: str) -> None:
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in server["env"]}
     assert "job-completion-index" in env["HPC_BRIDGE_DATA_CACHE_INDEX"]["fieldRef"]["fieldPath"]
     assert env["HPC_BRIDGE_DATA_CACHE_TOKEN"] == token_ref
+    for var, key in (("CERT", "cert.pem"), ("KEY", "key.pem")):
+        assert env[f"HPC_BRIDGE_DATA_CACHE_{var}"] == {"secretKeyRef": {
+            "name": f"{name}-data-cache-token", "key": key}}
     assert server["readinessProbe"]["tcpSocket"] == {"port": 50051}
     assert server["resources"]["limits"]["memory"] == str(1 << 30)
     [node] = containers(js, "node")
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in node["env"]}
     assert env["HPC_BRIDGE_DATA_CACHE"] == peers
     assert env["HPC_BRIDGE_DATA_CACHE_TOKEN"] == token_ref
+    for var, key in (("CERT", "cert.pem"), ("KEY", "key.pem")):
+        assert env[f"HPC_BRIDGE_DATA_CACHE_{var}"] == {"secretKeyRef": {
+            "name": f"{name}-data-cache-token", "key": key}}
 
 
 def test_the_training_waits_for_its_cache_and_the_token_goes_with_the_job(

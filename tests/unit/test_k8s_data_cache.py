@@ -28,6 +28,7 @@ from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from bridge.store import Store
 from data_cache.__main__ import _parser as serve_parser
+from data_cache.credentials import CERT_ENV, KEY_ENV
 from data_cache.reader import ADDRESSES_ENV
 from data_cache.server import TOKEN_ENV
 from k8s_adapter import data_cache
@@ -43,6 +44,9 @@ from tests.unit.golden_files import GOLDEN, check_golden, json_text
 OPTS = JobSetOptions()
 INDEX_REF = {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
 TOKEN_REF = {"secretKeyRef": {"name": "train-data-cache-token", "key": "token"}}
+CERT_REF = {"secretKeyRef": {"name": "train-data-cache-token", "key": "cert.pem"}}
+KEY_REF = {"secretKeyRef": {"name": "train-data-cache-token", "key": "key.pem"}}
+CREDS = {TOKEN_ENV: TOKEN_REF, CERT_ENV: CERT_REF, KEY_ENV: KEY_REF}
 
 
 def doc(runtime: str = "torch-distributed", *, nodes: int = 2, name: str = "train",
@@ -156,7 +160,7 @@ def test_the_cache_comes_first_one_server_per_node_and_the_rest_wait_for_it(
         assert rjobs(body)[name]["dependsOn"] == [{"name": "data-cache", "status": "Ready"}]
         env = env_of(the_container(body, name))
         assert env[ADDRESSES_ENV] == ",".join(data_cache.addresses("train", nodes))
-        assert env[TOKEN_ENV] == TOKEN_REF
+        assert {k: env[k] for k in CREDS} == CREDS
     # The JobSet still succeeds with its training, not with the servers (which never end).
     assert body["spec"]["successPolicy"]["targetReplicatedJobs"] == [training[0]]
     # The cache pods are the job's pods: its labels, its owner's identity.
@@ -183,7 +187,7 @@ def test_each_server_parses_its_place_its_peers_and_its_own_name(nodes: int) -> 
     # Pod i's stable name is the one JobSet gives it (as for the node pods).
     hosts = jobset_allocation("train", nodes=nodes, slots=1, pod_index=0,
                               replicated_job="data-cache").names
-    peers = [f"grpc://{h}:50051" for h in hosts]
+    peers = [f"grpc+tls://{h}:50051" for h in hosts]
     assert data_cache.addresses("train", nodes) == peers
     for i in range(nodes):
         args = served_args(body, i)
@@ -193,7 +197,7 @@ def test_each_server_parses_its_place_its_peers_and_its_own_name(nodes: int) -> 
         assert args.source == "file:///data/ds"
         assert (args.format, args.memory_limit, args.dir) == (None, None, None)
     c = the_container(body, "data-cache")
-    assert env_of(c) == {"HPC_BRIDGE_DATA_CACHE_INDEX": INDEX_REF, TOKEN_ENV: TOKEN_REF}
+    assert env_of(c) == {"HPC_BRIDGE_DATA_CACHE_INDEX": INDEX_REF, **CREDS}
     assert c["image"] == IMAGE  # the trainer's
     assert c["ports"] == [{"name": "data-cache", "containerPort": 50051}]
     assert c["readinessProbe"]["tcpSocket"] == {"port": 50051}
@@ -271,9 +275,10 @@ def test_the_deadline_and_the_exclusions_hold_for_the_cache_too() -> None:
 
 def test_a_jobs_own_values_of_the_cache_variables_are_replaced() -> None:
     env = env_of(the_container(render(job(env={ADDRESSES_ENV: "grpc://evil:1",
-                                               TOKEN_ENV: "known", "KEEP": "me"})), "node"))
+                                               TOKEN_ENV: "known", CERT_ENV: "mine",
+                                               "KEEP": "me"})), "node"))
     assert env[ADDRESSES_ENV] == ",".join(data_cache.addresses("train", 2))
-    assert env[TOKEN_ENV] == TOKEN_REF and env["KEEP"] == "me"
+    assert {k: env[k] for k in CREDS} == CREDS and env["KEEP"] == "me"
 
 
 # --------------------------------------------------------------------------- patches
@@ -356,15 +361,21 @@ def test_admission_on_kubernetes_takes_a_dataset_and_refuses_a_name_too_long(
 # --------------------------------------------------------------------------- Secret
 
 
-def test_the_token_secret() -> None:
-    token = data_cache.new_token()
-    assert len(token) == 64 and int(token, 16) >= 0 and token != data_cache.new_token()
-    secret = data_cache.secret("train", "team-a", {"l": "v"}, token)
+def test_the_credentials_secret() -> None:
+    creds = data_cache.new_credentials()
+    assert len(creds.token) == 64 and int(creds.token, 16) >= 0
+    assert creds.token != data_cache.new_credentials().token
+    assert creds.cert and creds.cert.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert creds.key and creds.key.startswith(b"-----BEGIN PRIVATE KEY-----")
+    secret = data_cache.secret("train", "team-a", {"l": "v"}, creds)
     assert secret["metadata"] == {"name": "train-data-cache-token", "namespace": "team-a",
                                   "labels": {"l": "v"}}
     assert secret["immutable"] is True and secret["type"] == "Opaque"
-    assert base64.b64decode(secret["data"]["token"]).decode() == token
-    assert TOKEN_REF["secretKeyRef"]["name"] == data_cache.secret_name("train")
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    assert data == {"token": creds.token.encode(), "cert.pem": creds.cert,
+                    "key.pem": creds.key}
+    assert {r["secretKeyRef"]["name"] for r in CREDS.values()} == {
+        data_cache.secret_name("train")}
 
 
 def test_the_log_pod_is_never_a_cache_server() -> None:

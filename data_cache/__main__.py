@@ -7,22 +7,24 @@ Usage::
                       [--iceberg-catalog-name NAME]]
                      [--block-rows B] [--memory-limit BYTES] [--advertise HOST]
                      [--port P] [--peers ADDR,ADDR...]
-    data-cache wait --dir DIR --count N [--pid PID] [--timeout SECONDS]
+    data-cache wait --dir DIR --count N [--pid PID] [--timeout SECONDS] [--remove]
+    data-cache credentials
     data-cache run --source URI [serve options] --tasks-per-node T -- LAUNCH ARGS...
 
 ``serve`` (one per cache node, e.g. a background ``srun`` step) loads its partition
 (``--index``/``--count`` default to the node's place in the allocation:
 ``SLURM_NODEID``/``SLURM_NNODES``, ``FLUX_TASK_RANK``/``FLUX_JOB_SIZE``), then listens
 on ``--port`` (default: a free one) and writes ``DIR/server-K.json`` =
-``{"address": "grpc://HOST:PORT"}`` (or ``{"error": ...}`` when the dataset cannot be
-served, and exits 1). It serves until it is signalled. The token comes from
-``HPC_BRIDGE_DATA_CACHE_TOKEN`` (required); with ``HPC_BRIDGE_DATA_CACHE_CERT`` and
-``_KEY`` it speaks mutual TLS (``grpc+tls://``). ``--peers`` gives every server's address
-up front (where they are known in advance: a JobSet's stable pod names), instead of
-``wait`` telling them.
+``{"address": "grpc+tls://HOST:PORT"}`` (``grpc://`` without a certificate), or
+``{"error": ...}`` when the dataset cannot be served (and exits 1). It serves until it
+is signalled. The token comes from ``HPC_BRIDGE_DATA_CACHE_TOKEN`` (required); with
+``HPC_BRIDGE_DATA_CACHE_CERT`` and ``_KEY`` it speaks mutual TLS. ``--peers`` gives
+every server's address up front (where they are known in advance: a JobSet's stable
+pod names), instead of ``wait`` telling them.
 
-``credentials`` makes the job's token, TLS certificate and key in ``DIR``
-(data_cache/credentials.py); the batch script exports them to the job's steps.
+``credentials`` prints ``export`` lines with fresh credentials (a token, a TLS
+certificate and key: data_cache/credentials.py) for the batch script to ``eval``: they
+reach the job's steps through the environment and are never written to a file.
 
 ``wait`` returns once all ``N`` servers are serving: it tells each the others'
 addresses and prints them, comma-separated, for ``HPC_BRIDGE_DATA_CACHE``. It exits 1
@@ -80,7 +82,12 @@ def serve(args: argparse.Namespace) -> None:
     count = _place(args.count, ("SLURM_NNODES", "FLUX_JOB_SIZE"), "count")
     if not 0 <= index < count:
         _fail(f"--index {index} is outside --count {count}")
-    status = Path(args.dir) / f"server-{index}.json" if args.dir else None
+    from data_cache.rendezvous import CacheStartError, PrivateDir
+
+    try:  # opened once, before anything is loaded: later swaps of the path change nothing
+        status = PrivateDir.open(Path(args.dir))[0] if args.dir else None
+    except CacheStartError as exc:
+        _fail(str(exc))
     peers = [p for p in args.peers.split(",") if p] if args.peers else None
     if peers is not None and len(peers) != count:
         _fail(f"--peers names {len(peers)} servers, not --count {count}")
@@ -97,7 +104,7 @@ def serve(args: argparse.Namespace) -> None:
         batches = source.load(blocks, args.block_rows, args.memory_limit)
     except SourceError as exc:
         if status is not None:
-            write_status(status, {"error": str(exc)})
+            write_status(status, index, {"error": str(exc)})
         _fail(str(exc))
     tls = creds.tls is not None
     server = CacheServer(location("0.0.0.0", args.port, tls), token=creds.token,  # noqa: S104
@@ -106,7 +113,7 @@ def serve(args: argparse.Namespace) -> None:
                          tls=creds.tls)
     address = location(args.advertise or socket.gethostname(), server.port, tls)
     if status is not None:
-        write_status(status, {"address": address})
+        write_status(status, index, {"address": address})
     print(f"{PROG}: server {index} of {count} serves {sum(b.num_rows for b in batches)} rows "
           f"at {address}", file=sys.stderr, flush=True)
     server.serve()
@@ -114,17 +121,24 @@ def serve(args: argparse.Namespace) -> None:
 
 def wait(args: argparse.Namespace) -> None:
     from data_cache.credentials import TOKEN_ENV, from_env
-    from data_cache.rendezvous import CacheStartError, tell_peers, wait_for_servers
+    from data_cache.rendezvous import CacheStartError, PrivateDir, tell_peers, wait_for_servers
 
     creds = from_env()
     if creds is None:
         _fail(f"{TOKEN_ENV} is not set")
     try:
-        addresses = wait_for_servers(Path(args.dir), args.count, pid=args.pid,
+        directory, _ = PrivateDir.open(Path(args.dir))
+    except CacheStartError as exc:
+        _fail(str(exc))
+    try:
+        addresses = wait_for_servers(directory, args.count, pid=args.pid,
                                      timeout=args.timeout)
         tell_peers(addresses, creds)
     except CacheStartError as exc:
         _fail(str(exc))
+    finally:
+        if args.remove:
+            directory.remove()
     print(",".join(addresses), flush=True)
 
 
@@ -149,14 +163,15 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--index", type=int)
     s.add_argument("--count", type=int)
     s.add_argument("--advertise")
-    c = sub.add_parser("credentials", help="make the job's token, certificate and key in "
-                                            "DIR (a private directory)")
-    c.add_argument("--dir", required=True)
+    sub.add_parser("credentials", help="print export lines with fresh credentials (a "
+                                       "token, a TLS certificate and key) for eval")
     w = sub.add_parser("wait", help="wait until every server serves; print their addresses")
     w.add_argument("--dir", required=True)
     w.add_argument("--count", type=int, required=True)
     w.add_argument("--pid", type=int)
     w.add_argument("--timeout", type=float)
+    w.add_argument("--remove", action="store_true",
+                   help="remove DIR (its status files) when done, whatever the outcome")
     r = sub.add_parser("run", help="a Flux task: start this node's server, wait for all, "
                                    "run the launch command")
     _serve_options(r)
@@ -178,14 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "wait":
         wait(args)
     elif args.command == "credentials":
-        from data_cache import credentials
-        from data_cache.rendezvous import CacheStartError, check_private
+        from data_cache.credentials import generate, shell_exports
 
-        try:
-            check_private(Path(args.dir))
-            credentials.make(Path(args.dir))
-        except (CacheStartError, credentials.CredentialsError) as exc:
-            _fail(str(exc))
+        sys.stdout.write(shell_exports(generate()))
     else:
         from data_cache.rendezvous import CacheStartError
         from data_cache.run import run

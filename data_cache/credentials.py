@@ -9,9 +9,10 @@ Contract:
 
 * :func:`generate` makes them (``cryptography``: EC P-256, subject and DNS name
   :data:`SERVER_NAME`); :func:`make` writes them as ``token``, ``cert.pem`` and
-  ``key.pem`` (mode 0600, ``O_EXCL``, never through a link) into a private directory;
-  the Kubernetes back end puts them in the job's Secret under the same names
-  (:data:`FILES`).
+  ``key.pem`` (mode 0600) into an open private directory (a Flux job's tasks share them
+  so); the Kubernetes back end puts them in the job's Secret under the same names
+  (:data:`FILES`); :func:`shell_exports` spells them for a Slurm batch script (which
+  never writes them to a file).
 * :func:`read` reads them back (another task of the job); :func:`from_env` from
   :data:`TOKEN_ENV`, :data:`CERT_ENV`, :data:`KEY_ENV` (no certificate: plain gRPC, the
   token alone).
@@ -24,12 +25,15 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
+import shlex
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from data_cache.privatedir import PrivateDir
 
 __all__ = ["CERT_ENV", "FILES", "KEY_ENV", "SERVER_NAME", "TOKEN_ENV", "Credentials",
-           "client", "from_env", "generate", "location", "make", "read"]
+           "client", "from_env", "generate", "location", "make", "read", "shell_exports"]
 
 #: Environment variables of the job's processes (readable by the job's user and root).
 TOKEN_ENV = "HPC_BRIDGE_DATA_CACHE_TOKEN"  # noqa: S105 - a variable name
@@ -39,7 +43,6 @@ KEY_ENV = "HPC_BRIDGE_DATA_CACHE_KEY"
 SERVER_NAME = "hpc-bridge-cache"
 #: Field -> file (and Secret key) name.
 FILES = {"token": "token", "cert": "cert.pem", "key": "key.pem"}
-_FILES = FILES
 
 
 class CredentialsError(Exception):
@@ -61,12 +64,6 @@ class Credentials:
         if self.cert and self.key:
             out.update({CERT_ENV: self.cert.decode(), KEY_ENV: self.key.decode()})
         return out
-
-
-def _write(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
 
 
 def generate() -> Credentials:
@@ -95,29 +92,30 @@ def generate() -> Credentials:
                           serialization.NoEncryption()))
 
 
-def make(directory: Path) -> Credentials:
+def make(directory: PrivateDir) -> Credentials:
     """Make the job's credentials (:func:`generate`) in ``directory``."""
     made = generate()
-    _write(directory / _FILES["cert"], made.cert or b"")
-    _write(directory / _FILES["key"], made.key or b"")
-    # The token last: its presence says the others are complete.
-    tmp = directory / ".token.tmp"
-    _write(tmp, made.token.encode())
-    os.replace(tmp, directory / _FILES["token"])
+    directory.write(FILES["cert"], made.cert or b"")
+    directory.write(FILES["key"], made.key or b"")
+    directory.write(FILES["token"], made.token.encode())  # last: the others are there
     return made
 
 
-def read(directory: Path) -> Credentials:
-    """The credentials :func:`make` wrote in ``directory``."""
+def read(directory: PrivateDir) -> Credentials:
+    """The credentials :func:`make` wrote in ``directory`` (files of this user only)."""
     out = {}
-    for name, file in _FILES.items():
-        try:
-            fd = os.open(directory / file, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise CredentialsError(f"{directory / file}: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as fh:
-            out[name] = fh.read(64 * 1024)
+    for field, name in FILES.items():
+        data = directory.read(name, 64 * 1024)
+        if data is None:
+            raise CredentialsError(f"{directory.path / name}: missing")
+        out[field] = data
     return Credentials(out["token"].decode().strip(), out["cert"], out["key"])
+
+
+def shell_exports(creds: Credentials) -> str:
+    """``export`` lines that set ``creds`` in a POSIX shell (``eval`` them)."""
+    return "".join(f"export {name}={shlex.quote(value)}\n"
+                   for name, value in creds.env().items())
 
 
 def from_env(env: dict[str, str] | None = None) -> Credentials | None:

@@ -5,26 +5,31 @@ Contract (the task's place comes from Flux's ``FLUX_TASK_RANK``,
 ``FLUX_TASK_LOCAL_ID``, ``FLUX_JOB_NNODES`` and ``FLUX_JOB_ID``; node ``n`` holds tasks
 ``n*T .. n*T+T-1``, as Flux places them with ``per-resource: node``):
 
-1. The first task to get there makes ``<cwd>/.hpc-bridge-cache-<job id>``
-   (:func:`data_cache.rendezvous.private_dir`: 0700, checked by every task so that a
-   directory someone else planted is refused) and makes the job's credentials in it
-   (a random token, a TLS certificate and key: data_cache/credentials.py); every task
-   reads them. They never leave the job's processes and this directory.
+1. The first task to get there makes ``<cwd>/.hpc-bridge-cache-<job id>``; every task
+   opens it once (:class:`data_cache.privatedir.PrivateDir`: 0700, this user's, a
+   planted one refused) and reaches everything in it through that descriptor only. The
+   maker writes the job's credentials in it (a random token, a TLS certificate and key:
+   data_cache/credentials.py); every task reads them. They never leave the job's
+   processes and this directory.
 2. The first task of each node starts that node's server (``data-cache serve --index
-   n --count N --dir DIR``) as a child process.
+   n --count N --dir DIR``) as a child process. If it ends before serving without saying
+   why, the task writes that as the server's status, so no other task waits on it.
 3. Every task waits until all servers serve (a server's failure, with its reason, ends
    every task with status 1 before the training starts), then runs LAUNCH with
-   ``HPC_BRIDGE_DATA_CACHE`` and the credentials set, passing on SIGTERM, SIGINT and SIGHUP,
-   and exits with its status (128+signal when it was killed).
+   ``HPC_BRIDGE_DATA_CACHE`` and the credentials set, and exits with its status
+   (128+signal when it was killed). SIGTERM, SIGINT and SIGHUP go to LAUNCH while it
+   runs; at any other time they end the task (its server stopped first).
 4. A node's server outlives the node's own training until every node's is done (other
-   ranks may still read from it): the first task of each node marks ``done-n``, waits
-   for all, stops its server and marks ``left-n``; node 0 removes the directory once
-   every node has left.
+   ranks may still read from it): the first task of each node writes ``done-n`` with its
+   status and waits until every node is done or one failed, stops its server and writes
+   ``left-n``; node 0 removes the directory once every node has left (at once after a
+   failure: the job is ending).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -36,7 +41,14 @@ from types import FrameType
 
 from data_cache import credentials
 from data_cache.credentials import Credentials
-from data_cache.rendezvous import CacheStartError, private_dir, tell_peers, wait_for_servers
+from data_cache.rendezvous import (
+    CacheStartError,
+    PrivateDir,
+    status_name,
+    tell_peers,
+    wait_for_servers,
+    write_status,
+)
 
 __all__ = ["run"]
 
@@ -68,68 +80,95 @@ def _poll(ready: Callable[[], bool], what: str, timeout: float | None = None) ->
         delay = min(delay * 2, 0.5)
 
 
-def _credentials(directory: Path, made: bool) -> Credentials:
+def _credentials(directory: PrivateDir, made: bool) -> Credentials:
     if made:
-        try:
-            return credentials.make(directory)
-        except credentials.CredentialsError as exc:
-            raise CacheStartError(str(exc)) from None
-    _poll((directory / "token").exists, "the cache credentials", TOKEN_WAIT_SECONDS)
+        return credentials.make(directory)
+    _poll(lambda: directory.exists(credentials.FILES["token"]), "the cache credentials",
+          TOKEN_WAIT_SECONDS)
     try:
         return credentials.read(directory)
     except credentials.CredentialsError as exc:
         raise CacheStartError(str(exc)) from None
 
 
-def _launch(argv: list[str], env: dict[str, str]) -> int:
-    try:
-        proc = subprocess.Popen(argv, env=env)
-    except OSError as exc:
-        print(f"data-cache: error: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr,
-              flush=True)
-        return 127
+class _Stop(Exception):
+    """A signal arrived while no launched command was running."""
 
-    def forward(signum: int, frame: FrameType | None) -> None:
-        proc.send_signal(signum)
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
-    rc = proc.wait()
-    return 128 - rc if rc < 0 else rc
+
+def _done(directory: PrivateDir, nodes: int) -> bool:
+    """Every node's training ended, or one failed."""
+    codes = [directory.read(f"done-{n}", 64) for n in range(nodes)]
+    return all(c is not None for c in codes) or any(c not in (None, b"0") for c in codes)
 
 
 def run(args: argparse.Namespace, serve_argv: list[str], launch: list[str]) -> int:
     """Run one task (see the module docstring); ``serve_argv`` are the ``serve`` options
     (``--source`` ...) given to this node's server. Returns the exit status."""
     node, local, nodes, job = _flux_place(args.tasks_per_node)
-    directory = Path.cwd() / f".hpc-bridge-cache-{job}"
-    made = private_dir(directory)
-    creds = _credentials(directory, made)
-    env = {**os.environ, **creds.env()}
+    child: list[subprocess.Popen[bytes]] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if child and child[0].poll() is None:
+            child[0].send_signal(signum)
+        else:
+            raise _Stop(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    directory, made = PrivateDir.open(Path.cwd() / f".hpc-bridge-cache-{job}", create=True)
     server: subprocess.Popen[bytes] | None = None
-    if local == 0:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "data_cache", "serve", *serve_argv, "--dir", str(directory),
-             "--index", str(node), "--count", str(nodes)], env=env)
+    rc = 1
     try:
-        addresses = wait_for_servers(directory, nodes,
-                                     pid=server.pid if server is not None else None)
+        creds = _credentials(directory, made)
+        env = {**os.environ, **creds.env()}
+        if local == 0:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "data_cache", "serve", *serve_argv, "--dir",
+                 str(directory.path), "--index", str(node), "--count", str(nodes)], env=env)
+        try:
+            addresses = wait_for_servers(directory, nodes,
+                                         pid=server.pid if server is not None else None)
+        except CacheStartError:
+            if (server is not None and server.poll() is not None
+                    and not directory.exists(status_name(node))):
+                write_status(directory, node, {
+                    "error": f"its process ended with status {server.returncode} "
+                             "before serving"})
+            raise
         if server is not None:
             tell_peers(addresses, creds, only=node)
-        rc = _launch(launch, {**env, "HPC_BRIDGE_DATA_CACHE": ",".join(addresses)})
+        try:
+            child.append(subprocess.Popen(
+                launch, env={**env, "HPC_BRIDGE_DATA_CACHE": ",".join(addresses)}))
+        except OSError as exc:
+            print(f"data-cache: error: cannot run {launch[0]!r}: {exc.strerror}",
+                  file=sys.stderr, flush=True)
+            rc = 127
+        else:
+            status = child[0].wait()
+            rc = 128 - status if status < 0 else status
         if server is not None:
-            (directory / f"done-{node}").touch(mode=0o600)
-            _poll(lambda: all((directory / f"done-{n}").exists() for n in range(nodes)),
-                  "every node's training ending")
+            with contextlib.suppress(OSError):  # gone: a failed node 0 removed it
+                directory.write(f"done-{node}", str(rc).encode())
+            if rc == 0:
+                _poll(lambda: _done(directory, nodes), "every node's training ending")
+        return rc
+    except _Stop as stop:
+        rc = 128 + stop.signum
         return rc
     finally:
         if server is not None:
             server.terminate()
             server.wait()
-            (directory / f"left-{node}").touch(mode=0o600)
+            with contextlib.suppress(OSError):
+                directory.write(f"left-{node}", b"")
             if node == 0:
-                _poll(lambda: all((directory / f"left-{n}").exists() for n in range(nodes)),
-                      "every node's server stopping", timeout=600)
-                for entry in directory.iterdir():
-                    entry.unlink()
-                directory.rmdir()
+                if rc == 0:
+                    _poll(lambda: all(directory.exists(f"left-{n}") for n in range(nodes)),
+                          "every node's server stopping", timeout=600)
+                directory.remove()
+        directory.close()

@@ -225,12 +225,13 @@ class KubernetesBackend:
                  kube.core.patch_namespaced_config_map, cm),
                 ("Secret", kube.core.create_namespaced_secret,
                  kube.core.patch_namespaced_secret, secret)]
+        cache_secret: dict[str, Any] | None = None
         if request.plan.data_cache is not None:  # the cache's token: a retry keeps the first
+            cache_secret = data_cache.secret(
+                name, namespace, {MANAGED_BY_LABEL: MANAGED_BY_VALUE, UID_LABEL: request.job_uid},
+                data_cache.new_credentials())
             dependents.append(("Secret", kube.core.create_namespaced_secret,
-                               kube.core.patch_namespaced_secret, data_cache.secret(
-                                   name, namespace, {MANAGED_BY_LABEL: MANAGED_BY_VALUE,
-                                                     UID_LABEL: request.job_uid},
-                                   data_cache.new_credentials())))
+                               kube.core.patch_namespaced_secret, cache_secret))
         report = request.status_secret
         status_secret: dict[str, Any] | None = None
         if report:  # progress reports (k8s_adapter/trainer_status.py)
@@ -249,6 +250,17 @@ class KubernetesBackend:
             except BackendRejected as exc:
                 if not is_status(exc, 409):  # made by an earlier attempt: keep it
                     raise
+                if obj is cache_secret:  # an earlier attempt's, or someone else's?
+                    found = await kube.call(
+                        f"get Secret {namespace}/{obj['metadata']['name']}",
+                        kube.core.read_namespaced_secret, obj["metadata"]["name"], namespace)
+                    labels = getattr(getattr(found, "metadata", None), "labels", None) or {}
+                    if labels.get(UID_LABEL) != request.job_uid:
+                        raise BackendRejected(
+                            f"a Secret named {namespace}/{obj['metadata']['name']} exists and "
+                            f"is not this job's (its {UID_LABEL} is "
+                            f"{labels.get(UID_LABEL)!r}): its credentials could be known to "
+                            "whoever made it") from None
                 if obj is status_secret:  # whoever made it, it holds this job's token now
                     await kube.call(f"update Secret {namespace}/{obj['metadata']['name']}",
                                     patch_fn, obj["metadata"]["name"], namespace,

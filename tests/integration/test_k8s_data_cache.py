@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -160,7 +159,12 @@ def test_the_training_waits_for_its_cache_and_the_token_goes_with_the_job(
     # The cache pods cannot be scheduled: no training Job is made meanwhile.
     k8s.wait_for(lambda: len(pods(k8s, ns, "jobset.sigs.k8s.io/replicatedjob-name=data-cache"))
                  == 2, 60, "the 2 cache pods")
-    time.sleep(8)
+    # The JobSet controller has reconciled with the cache's Job active (its pods exist,
+    # not ready): that pass would have made the node Job, were it not gated.
+    k8s.wait_for(lambda: any(
+        r.get("name") == "data-cache" and r.get("active") == 1 and not r.get("ready")
+        for r in (k8s.get_json("-n", ns, JOBSETS, "cached").get("status") or {}).get(
+            "replicatedJobsStatus") or []), 60, "the JobSet to count the cache's Job active")
     assert jobs_of(k8s, ns, "cached", "data-cache")
     assert not jobs_of(k8s, ns, "cached", "node"), "training started before its cache"
     assert not pods(k8s, ns, "jobset.sigs.k8s.io/replicatedjob-name=node")
@@ -187,15 +191,34 @@ def test_the_training_waits_for_its_cache_and_the_token_goes_with_the_job(
                  "the token's Secret to go with its JobSet")
 
 
-def test_a_retry_keeps_the_token_an_earlier_attempt_made(
+def test_a_planted_secret_is_refused_and_a_retry_keeps_its_own(
         k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
-    """A daemon that made the Secret and crashed before the JobSet: the retry finds it
-    (409) and keeps it, so every pod reads the same token; it is still handed over."""
+    """A Secret under the cache's name that is not this job's (planted by someone who
+    may create Secrets in the namespace, who would then know the credentials) fails the
+    job, naming it. One an earlier attempt of the same job made (a daemon that made the
+    Secret and crashed before the JobSet; here: made while the job is held) is kept on
+    the retry's 409, so every pod reads the same token; it is still handed over."""
     ns = k8s_namespace
+    k8s.kubectl("-n", ns, "create", "secret", "generic", "planted-data-cache-token",
+                "--from-literal=token=known")
+    apply(k8s, ns, cached_trainjob("planted"))
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "planted"), "Failed"), 90,
+                 "TrainJob planted to fail")
+    message = conditions(k8s, ns, "planted")["Failed"].get("message", "")
+    assert "planted-data-cache-token exists and is not this job's" in message, message
+    assert k8s.kubectl("-n", ns, "get", JOBSETS, "planted", check=False).returncode != 0
+
     earlier = "ab" * 32
+    held = cached_trainjob("again")
+    held["spec"]["suspend"] = True
+    apply(k8s, ns, held)
+    uid = k8s.get_json("-n", ns, TRAINJOBS, "again")["metadata"]["uid"]
     k8s.kubectl("-n", ns, "create", "secret", "generic", "again-data-cache-token",
                 f"--from-literal=token={earlier}")
-    apply(k8s, ns, cached_trainjob("again"))
+    k8s.kubectl("-n", ns, "label", "secret", "again-data-cache-token",
+                f"hpc-bridge.io/job-uid={uid}")
+    k8s.kubectl("-n", ns, "patch", TRAINJOBS, "again", "--type=merge", "-p",
+                json.dumps({"spec": {"suspend": False}}))
     k8s.wait_for(lambda: k8s.kubectl("-n", ns, "get", JOBSETS, "again",
                                      check=False).returncode == 0, 60, "the JobSet")
     check_jobset(k8s.get_json("-n", ns, JOBSETS, "again"), "again")

@@ -218,11 +218,12 @@ def test_wait_reports_a_servers_reason_and_a_dead_step(tmp_path: Path) -> None:
         timeout=60)
     assert serve.returncode == 1
     assert f"dataset {tmp_path}/missing.parquet: No such file" in serve.stderr
-    wait = subprocess.run(_command("wait", "--dir", str(status), "--count", "1"), env=_env(),
-                          capture_output=True, text=True, timeout=60)
+    wait = subprocess.run(_command("wait", "--remove", "--dir", str(status), "--count", "1"),
+                          env=_env(), capture_output=True, text=True, timeout=60)
     assert wait.returncode == 1
     assert "data-cache: error: cache server 0: dataset" in wait.stderr
     assert "missing.parquet: No such file" in wait.stderr
+    assert not status.exists()  # --remove, whatever the outcome
     dead = subprocess.Popen(["true"])
     dead.wait()
     empty = tmp_path / "empty"
@@ -230,7 +231,7 @@ def test_wait_reports_a_servers_reason_and_a_dead_step(tmp_path: Path) -> None:
     wait = subprocess.run(_command("wait", "--dir", str(empty), "--count", "2", "--pid",
                                    str(dead.pid)), env=_env(), capture_output=True, text=True,
                           timeout=60)
-    assert wait.returncode == 1 and "ended before 2 of them were serving" in wait.stderr
+    assert wait.returncode == 1 and "ended before every server was serving" in wait.stderr
 
 
 def test_a_server_dying_mid_epoch_is_a_clear_error(parquet_dir: Path, tmp_path: Path) -> None:
@@ -262,49 +263,72 @@ def test_a_server_dying_mid_epoch_is_a_clear_error(parquet_dir: Path, tmp_path: 
 
 
 def test_a_directory_someone_else_planted_is_refused(tmp_path: Path) -> None:
-    from data_cache.rendezvous import CacheStartError, private_dir
+    from data_cache.privatedir import CacheStartError, PrivateDir
 
     mine = tmp_path / "mine"
-    assert private_dir(mine) is True and private_dir(mine) is False
-    assert (mine.stat().st_mode & 0o777) == 0o700
+    _, made = PrivateDir.open(mine, create=True)
+    _, made_again = PrivateDir.open(mine, create=True)
+    assert made and not made_again and (mine.stat().st_mode & 0o777) == 0o700
     (tmp_path / "open").mkdir(mode=0o755)
     (tmp_path / "theirs").mkdir(mode=0o700)
     os.chown(tmp_path / "theirs", 65534, 65534)
     (tmp_path / "link").symlink_to(mine)
-    for name in ("open", "theirs", "link"):
+    for name in ("open", "theirs"):
         with pytest.raises(CacheStartError, match="not a private directory"):
-            private_dir(tmp_path / name)
+            PrivateDir.open(tmp_path / name)
+    with pytest.raises(CacheStartError, match="Not a directory"):  # O_NOFOLLOW
+        PrivateDir.open(tmp_path / "link")
+
+
+def test_the_directory_is_reached_through_its_descriptor_only(tmp_path: Path) -> None:
+    """Renamed away and replaced by a link to someone's files (a shared working
+    directory without the sticky bit): writing and removing still act on the real
+    directory; the files behind the link are untouched."""
+    from data_cache.privatedir import PrivateDir
+
+    victim = tmp_path / "home"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work")
+    cache, _ = PrivateDir.open(tmp_path / ".cache-1", create=True)
+    cache.write("server-0.json", b"{}")
+    (tmp_path / ".cache-1").rename(tmp_path / ".moved")
+    (tmp_path / ".cache-1").symlink_to(victim)
+    cache.write("left-0", b"")
+    assert not (victim / "left-0").exists() and (tmp_path / ".moved" / "left-0").exists()
+    cache.remove()
+    assert (victim / "thesis.tex").read_text() == "years of work"
+    assert (tmp_path / ".cache-1").is_symlink()
+    assert list((tmp_path / ".moved").iterdir()) == []  # emptied, not rmdir'd by name
 
 
 def test_a_malformed_or_oversized_status_is_an_error_not_a_crash(tmp_path: Path) -> None:
-    from data_cache.rendezvous import CacheStartError, wait_for_servers, write_status
+    from data_cache.privatedir import CacheStartError, PrivateDir
+    from data_cache.rendezvous import wait_for_servers, write_status
 
-    tmp_path.chmod(0o700)
-    write_status(tmp_path / "server-0.json", {"address": "grpc://h:1"})
-    assert wait_for_servers(tmp_path, 1) == ["grpc://h:1"]
+    path = tmp_path / "status"
+    directory, _ = PrivateDir.open(path, create=True)
+    write_status(directory, 0, {"address": "grpc://h:1"})
+    assert wait_for_servers(directory, 1) == ["grpc://h:1"]
     for body in (b"[1]", b'{"address": 3}', b"{}", b"x" * 70000):
-        (tmp_path / "server-0.json").write_bytes(body)
+        (path / "server-0.json").write_bytes(body)
         with pytest.raises(CacheStartError, match="malformed status"):
-            wait_for_servers(tmp_path, 1)
-    (tmp_path / "server-0.json").unlink()
-    (tmp_path / "server-0.json").symlink_to("/etc/shadow")
-    with pytest.raises(CacheStartError, match="unreadable status"):
-        wait_for_servers(tmp_path, 1)
-    (tmp_path / "server-0.json").unlink()
+            wait_for_servers(directory, 1)
+    (path / "server-0.json").unlink()
+    (path / "server-0.json").symlink_to("/etc/shadow")
+    with pytest.raises(CacheStartError, match="unreadable"):
+        wait_for_servers(directory, 1)
+    (path / "server-0.json").unlink()
     with pytest.raises(CacheStartError, match=r"not serving after 0\.05 s"):
-        wait_for_servers(tmp_path, 1, timeout=0.05)
-    # Planted: a file of another user (or one others may write), or an open directory.
-    write_status(tmp_path / "server-0.json", {"address": "grpc://attacker:1"})
-    os.chown(tmp_path / "server-0.json", 65534, 65534)
+        wait_for_servers(directory, 1, timeout=0.05)
+    # Planted: a file of another user, or one others may write.
+    write_status(directory, 0, {"address": "grpc://attacker:1"})
+    os.chown(path / "server-0.json", 65534, 65534)
     with pytest.raises(CacheStartError, match="not written by this user"):
-        wait_for_servers(tmp_path, 1)
-    os.chown(tmp_path / "server-0.json", 0, 0)
-    (tmp_path / "server-0.json").chmod(0o622)
+        wait_for_servers(directory, 1)
+    os.chown(path / "server-0.json", 0, 0)
+    (path / "server-0.json").chmod(0o622)
     with pytest.raises(CacheStartError, match="not written by this user"):
-        wait_for_servers(tmp_path, 1)
-    tmp_path.chmod(0o755)
-    with pytest.raises(CacheStartError, match="not a private directory"):
-        wait_for_servers(tmp_path, 1)
+        wait_for_servers(directory, 1)
 
 
 def test_run_outside_flux_says_what_it_needs(tmp_path: Path) -> None:
@@ -404,13 +428,18 @@ def test_mutual_tls_ends_a_stranger_at_the_handshake(parquet_dir: Path, tmp_path
     """With the job's certificate (data-cache credentials), a client without it cannot
     send a request at all — not even a huge one the server would have to read first."""
     from data_cache import credentials
+    from data_cache.privatedir import PrivateDir
 
-    private = tmp_path / "private"
-    private.mkdir(mode=0o700)
+    private, _ = PrivateDir.open(tmp_path / "private", create=True)
     creds = credentials.make(private)
     assert credentials.read(private) == creds
-    assert {p.name: p.stat().st_mode & 0o777 for p in private.iterdir()} == {
+    assert {p.name: p.stat().st_mode & 0o777 for p in private.path.iterdir()} == {
         "token": 0o600, "cert.pem": 0o600, "key.pem": 0o600}
+    # What a Slurm batch script evals: the same three, quoted for the shell.
+    exported = subprocess.run(
+        ["bash", "-c", 'eval "$1"; printf %s "$HPC_BRIDGE_DATA_CACHE_KEY"', "-",
+         credentials.shell_exports(creds)], capture_output=True, check=True).stdout
+    assert exported == creds.key
     source = open_source(str(parquet_dir))
     server = CacheServer("grpc+tls://127.0.0.1:0", token=creds.token, schema=source.schema,
                          batches=source.load(range(0, 27), 128), total_rows=3352,
@@ -425,8 +454,7 @@ def test_mutual_tls_ends_a_stranger_at_the_handshake(parquet_dir: Path, tmp_path
                                        override_hostname=credentials.SERVER_NAME)
         with pytest.raises(flight.FlightUnavailableError):
             list(stranger.do_action(flight.Action("layout", b"x" * (8 << 20)), options))
-        (tmp_path / "other-job").mkdir(mode=0o700)
-        other = credentials.make(tmp_path / "other-job")  # another job's certificate
+        other = credentials.generate()  # another job's certificate
         with pytest.raises(flight.FlightUnavailableError):
             list(credentials.client(address, other).do_action(flight.Action("layout", b""),
                                                               options))
@@ -435,3 +463,58 @@ def test_mutual_tls_ends_a_stranger_at_the_handshake(parquet_dir: Path, tmp_path
             list(plain.do_action(flight.Action("layout", b""), options))
     finally:
         server.shutdown()
+
+
+def _flux_task(node: int, cwd: Path, source: Path, launch: list[str],
+               extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = {k: v for k, v in _env().items() if k != "HPC_BRIDGE_DATA_CACHE_TOKEN"}
+    env.update({"FLUX_TASK_RANK": str(node), "FLUX_TASK_LOCAL_ID": "0",
+                "FLUX_JOB_NNODES": "2", "FLUX_JOB_ID": "f3abc", **(extra or {})})
+    return subprocess.Popen(_command("run", "--source", str(source), "--block-rows", "500",
+                                     "--", *launch),
+                            env=env, cwd=cwd, stderr=subprocess.PIPE, text=True)
+
+
+def test_flux_a_failed_node_ends_at_once_and_sigterm_reaches_the_command(
+        parquet_dir: Path, tmp_path: Path) -> None:
+    """Node 0's command fails while node 1's still runs: node 0 does not wait for node 1
+    (it would hold a failed job until its time limit), and SIGTERM to node 1's task ends
+    its command, so the task ends with 128+15."""
+    work = tmp_path / "work"
+    work.mkdir()
+    slow = _flux_task(1, work, parquet_dir, ["sleep", "120"])
+    failing = _flux_task(0, work, parquet_dir, ["sh", "-c", "exit 3"])
+    try:
+        assert failing.wait(timeout=90) == 3, failing.stderr
+        slow.terminate()
+        assert slow.wait(timeout=60) == 143
+    finally:
+        for p in (slow, failing):
+            p.kill()
+            p.wait()
+    assert not list(work.glob(".hpc-bridge-cache-*"))
+
+
+def test_flux_a_server_that_dies_silently_fails_every_task(parquet_dir: Path,
+                                                           tmp_path: Path) -> None:
+    """Node 1's server dies before serving without a word (as the OOM killer would end
+    it): its task says so in the server's status, so node 0 stops waiting too."""
+    work, hook = tmp_path / "work", tmp_path / "hook"
+    work.mkdir()
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if os.environ.get('KILL_SERVE') and 'serve' in sys.argv:\n    os._exit(9)\n")
+    repo = str(Path(__file__).resolve().parents[2])
+    tasks = [_flux_task(0, work, parquet_dir, ["true"]),
+             _flux_task(1, work, parquet_dir, ["true"],
+                        {"KILL_SERVE": "1", "PYTHONPATH": f"{hook}:{repo}"})]
+    try:
+        for task in tasks:
+            assert task.wait(timeout=90) == 1
+        errors = [t.stderr.read() if t.stderr else "" for t in tasks]
+        assert "cache server 1: its process ended with status 9 before serving" in errors[0]
+    finally:
+        for task in tasks:
+            task.kill()
+            task.wait()

@@ -85,6 +85,10 @@ from bridge.topology import Topology
 
 log = structlog.get_logger("hpc_bridge.engine")
 
+#: Seconds a stopping engine waits for its cancelled tasks (below the 30 s a service
+#: manager or a test gives a stopping daemon).
+SHUTDOWN_GRACE = 10.0
+
 
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
@@ -267,9 +271,22 @@ class Engine:
         self._wake.set()
 
     async def _shutdown(self) -> None:
-        for task in [*self._tasks, *self._inflight.values()]:
+        """Cancel the engine's tasks and wait at most :data:`SHUTDOWN_GRACE` for them: a
+        back-end call that does not end when cancelled must not keep the daemon from
+        stopping (what it leaves half done is found again by its key at the next start,
+        as after a crash)."""
+        tasks = [*self._tasks, *self._inflight.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._inflight.values(), return_exceptions=True)
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE)
+            for task in done:
+                if not task.cancelled():
+                    task.exception()  # retrieved: a task's end is no news at shutdown
+            for task in pending:
+                log.warning("task did not end within the shutdown grace after its "
+                            "cancellation; left behind", task=task.get_name(),
+                            grace_s=SHUTDOWN_GRACE)
         for backend in self.backends.values():
             with suppress(Exception):
                 await backend.close()

@@ -59,6 +59,8 @@ log = structlog.get_logger(__name__)
 
 #: PATH of the Slurm commands themselves.
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Seconds a killed command is waited for (its exit report) before it is left behind.
+KILL_WAIT = 5.0
 #: squeue states (``%T``: a flag state where one is set) of a job on its nodes
 #: (``requeuehold`` takes it off them) and of one waiting (``hold`` keeps it there).
 _RUNNING_STATES = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "STOPPED", "SIGNALING",
@@ -197,10 +199,13 @@ class SlurmCli:
 
     @staticmethod
     async def _kill(proc: asyncio.subprocess.Process) -> None:
+        """SIGKILL ``proc`` and wait for its end, a few seconds at most: the caller is
+        cancelled or timed out, and must not hang on an exit report that does not come."""
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), KILL_WAIT)
 
     async def ping(self) -> None:
         """``scontrol ping``; :class:`BackendUnavailable` unless slurmctld is UP."""

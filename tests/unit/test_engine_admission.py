@@ -66,3 +66,34 @@ def test_pod_fields_are_refused_by_a_back_end_without_pods(tmp_path: Path, field
         e.admit(load_trainjob(job), ALICE)
     assert f"spec.{field}: back end 'slurm' runs no pods" in str(err.value)
     assert e.store.list_jobs() == []
+
+
+async def test_a_task_that_ignores_its_cancellation_does_not_keep_the_engine_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A back-end call stuck past its cancellation (an exit report that never comes):
+    the engine stops after its grace, leaving that task behind, instead of hanging."""
+    import asyncio
+
+    from bridge import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "SHUTDOWN_GRACE", 0.2)
+    stuck, watching = asyncio.Event(), asyncio.Event()
+
+    class Stubborn(FakeBackend):
+        async def watch(self, interval: float):  # type: ignore[no-untyped-def,override]
+            while True:
+                try:
+                    watching.set()
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    stuck.set()
+                    await asyncio.get_running_loop().create_future()  # never done
+                yield  # pragma: no cover
+
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": Stubborn(inventory())},
+               RuntimeCatalog(), EngineSettings(default_backend="slurm"))
+    running = asyncio.create_task(e.run())
+    await asyncio.wait_for(watching.wait(), 30)
+    await e.stop()
+    await asyncio.wait_for(running, 30)
+    assert stuck.is_set()

@@ -91,6 +91,9 @@ SSHD_COMMAND = ("/usr/sbin/sshd", "-De")
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 #: The longest pod hostname part is ``<name>-launcher-0-<index>``; a label is ≤ 63.
 _MAX_NAME = 63 - len("-launcher-0-") - 5
+#: With a launcher (MPI), JobSet's webhook also wants its pod's *name*,
+#: ``<name>-launcher-0-0`` and the Job controller's 5-character suffix, within 63.
+_MAX_NAME_WITH_LAUNCHER = 63 - len("-launcher-0-0") - len("-abcde")
 
 
 @dataclass(frozen=True)
@@ -107,15 +110,18 @@ class JobSetOptions:
 
 
 def jobset_name(request: SubmitRequest) -> str:
-    """The JobSet's name: the TrainJob's when it makes valid pod hostnames, else a
-    cleaned, shortened form with a hash of the uid (stable across retries)."""
+    """The JobSet's name: the TrainJob's when it makes valid pod hostnames (and, with an
+    MPI launcher, a launcher pod name JobSet accepts), else a cleaned, shortened form
+    with a hash of the uid (stable across retries)."""
     name = request.job.metadata.name or ""
-    if _DNS1035.fullmatch(name) and len(name) <= _MAX_NAME:
+    limit = (_MAX_NAME_WITH_LAUNCHER if request.plan.framework is Framework.MPI
+             else _MAX_NAME)
+    if _DNS1035.fullmatch(name) and len(name) <= limit:
         return name
     clean = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
     clean = re.sub(r"^[^a-z]+", "", clean) or "tj"
     suffix = hashlib.sha256(request.job_uid.encode()).hexdigest()[:8]
-    return f"{clean[:_MAX_NAME - 9].rstrip('-')}-{suffix}"
+    return f"{clean[:limit - 9].rstrip('-')}-{suffix}"
 
 
 def hostfile_configmap_name(name: str) -> str:

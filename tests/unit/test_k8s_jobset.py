@@ -475,6 +475,21 @@ def test_jobset_name_keeps_valid_names() -> None:
     assert long != "a" * (MAX_NAME + 1) and long.startswith("aaaa")
 
 
+def test_an_mpi_jobs_name_leaves_room_for_its_launcher_pod() -> None:
+    """JobSet's webhook refuses a JobSet whose launcher pod name (``<name>-launcher-0-0``
+    and the Job controller's 5-character suffix) passes 63 characters: 44 at most."""
+    def named(name: str, runtime: str) -> SubmitRequest:
+        req = request(trainjob(runtime, name="x", command=["mpirun", "t"]))
+        req.job.metadata.name = name
+        return req
+
+    assert jobset_name(named("a" * 44, "mpi-distributed")) == "a" * 44
+    for length in (45, 46):
+        got = jobset_name(named("a" * length, "mpi-distributed"))
+        assert len(got) <= 44 and len(f"{got}-launcher-0-0-abcde") <= 63, got
+    assert jobset_name(named("a" * 46, "torch-distributed")) == "a" * 46  # no launcher
+
+
 def test_jobset_name_trailing_newline() -> None:
     assert DNS1035.fullmatch(jobset_name(_named("abc\n")))
 

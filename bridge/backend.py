@@ -162,6 +162,10 @@ class BackendJob:
     #: Why it ended, in words, when the world says more than a state (the failing pod's
     #: container status); appended to the job's message.
     detail: str | None = None
+    #: The reason a failed job ends with, when the back end knows it better than its
+    #: exit status says (k8s-on-slurm: ``AllocationEnded``); else it comes from the exit
+    #: code or signal (bridge/outcome.py).
+    failure_reason: str | None = None
 
 
 @dataclass(frozen=True)

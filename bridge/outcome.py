@@ -13,7 +13,8 @@ exit code), or None when nothing changed. The engine writes it with
 * finished: ``Succeeded`` (exit code 0), ``Cancelled`` (``Cancelled`` when the bridge
   asked, ``DependencyNeverSatisfied`` when Slurm ended it for its dependency, else
   ``CancelledInBackend``), ``Failed`` with ``DeadlineExceeded``,
-  ``Signaled``, ``NonZeroExitCode`` or ``BackendFailed``; the back end's native state
+  the back end's ``failure_reason``, else ``Signaled``, ``NonZeroExitCode`` or
+  ``BackendFailed``; the back end's native state
   and detail (e.g. Flux's exception note) are kept in the message.
 """
 
@@ -57,6 +58,8 @@ def _changed_fields(rec: JobRecord, bj: BackendJob) -> dict[str, Any]:
 
 
 def _failure(bj: BackendJob) -> tuple[str, str]:
+    if bj.failure_reason:  # the back end's words say it all
+        return bj.failure_reason, bj.detail or bj.native_state or bj.failure_reason
     if bj.signal:
         reason, message = "Signaled", f"killed by signal {bj.signal}"
     elif bj.exit_code:

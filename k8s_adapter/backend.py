@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,8 +159,12 @@ class KubernetesBackend:
     runs_data_cache = True
 
     def __init__(self, name: str, kube: KubeSettings, options: JobSetOptions,
-                 access: AccessPolicy | None = None):
+                 access: AccessPolicy | None = None,
+                 amend: Callable[[dict[str, Any], SubmitRequest], None] | None = None):
         self.name = name
+        #: Changes a composing back end makes to every rendered JobSet, before the
+        #: identity's checks and the dry run (:mod:`pool_adapter`: suspended, pinned).
+        self.amend = amend
         self.kube = Kube(kube)
         self.options = options
         self.access = access or access_policy(f"backends.{name}", {})
@@ -186,7 +190,22 @@ class KubernetesBackend:
         """At admission (:class:`bridge.backend.Validating`): the JobSet renders, so that
         a job Kubernetes could not be given (no image, a runtime patch of the wrong
         shape) is refused (400) rather than failing at submission."""
-        _render(request, self.options, None)
+        self._render(request, None)
+
+    def _render(self, request: SubmitRequest, owner_ref: dict[str, Any] | None
+                ) -> dict[str, Any]:
+        body = _render(request, self.options, owner_ref)
+        if self.amend is not None:
+            self.amend(body, request)
+        return body
+
+    def jobset_object(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The JobSet as the status watch last saw it (None: not seen)."""
+        return self._cache.jobset(namespace, name)
+
+    async def jobset_client(self, namespace: str, name: str) -> Kube:
+        """The client acting as the identity the JobSet was created as."""
+        return await self._jobset_client(namespace, name)
 
     def _client(self, identity: Identity | None) -> Kube:
         return self.kube if identity is None else self.kube.impersonating(identity.username)
@@ -204,7 +223,7 @@ class KubernetesBackend:
         if from_cr_door(job) and job.metadata.uid:
             owner_ref = controller_reference(f"{TRAINER_GROUP}/{TRAINER_VERSION}", "TrainJob",
                                              job.metadata.name, job.metadata.uid)
-        body = _render(request, self.options, owner_ref)
+        body = self._render(request, owner_ref)
         self.access.secure(body, job, request.owner, self.options.service_account,
                            impersonated=identity is not None)
         annotations = body["metadata"].setdefault("annotations", {})
@@ -334,6 +353,22 @@ class KubernetesBackend:
             "list JobSets", self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
             label_selector=SELECTOR)
         return list(listing.get("items") or [])
+
+    async def jobsets_of(self, job_uids: Collection[str]
+                         ) -> list[tuple[dict[str, Any], BackendJob]]:
+        """Every JobSet labelled with one of these uids, with its state, from one list."""
+        wanted = set(job_uids)
+        return [(obj, bj) for obj in await self._list_jobsets()
+                if (bj := self._cache.backend_job(obj)) is not None and bj.job_uid in wanted]
+
+    def state_of(self, obj: Mapping[str, Any]) -> BackendJob | None:
+        """JobSet ``obj`` as the engine would see it from this back end (its pods' nodes
+        and failures included); None when it is not one of the bridge's."""
+        return self._cache.backend_job(obj)
+
+    def known_nodes(self) -> list[dict[str, Any]]:
+        """The nodes as the inventory's watch last listed them (trimmed: names, labels)."""
+        return list(self._capacity.nodes.values())
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
         """Every JobSet labelled with one of these uids, in any namespace (the engine

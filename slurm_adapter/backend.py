@@ -193,14 +193,15 @@ class SlurmBackend:
 
     # --- jobs -----------------------------------------------------------------------
 
-    def _submission(self, request: SubmitRequest
+    def _submission(self, request: SubmitRequest, script: str | None = None
                     ) -> tuple[JobSpec, str, dict[str, str], dict[str, str]]:
-        """What :meth:`submit` hands Slurm: the spec, the script, the job's environment
-        and the environment sbatch gets."""
+        """What :meth:`submit` hands Slurm: the spec, the script (``script``, else the
+        job's own rendered), the job's environment and the environment sbatch gets."""
         spec = job_spec(request, default_chdir=request.owner.home(),
                         default_partition=self.default_partition)
-        script = render_script(request, self.mpi_launch, sibling_command(self.mpi_launch,
-                                                                         "data-cache"))
+        if script is None:
+            script = render_script(request, self.mpi_launch,
+                                   sibling_command(self.mpi_launch, "data-cache"))
         env = job_environment(request)
         # What a login shell gives the owner, unless the plan says otherwise: Open MPI 5+
         # refuses to start without HOME ("Unable to get the user home directory").
@@ -233,9 +234,11 @@ class SlurmBackend:
                                         spec.script_args)
         return re.sub(r"^Job \d+ ", "Job ", text)
 
-    async def submit(self, request: SubmitRequest) -> str:
-        """Submit as ``request.owner``; the Slurm job id. See the module docstring."""
-        spec, script, env, cli_env = self._submission(request)
+    async def submit(self, request: SubmitRequest, script: str | None = None) -> str:
+        """Submit as ``request.owner``; the Slurm job id. See the module docstring.
+        ``script`` replaces the job's own batch script (the job's shape, options and key
+        stay): an allocation holder's (:mod:`pool_adapter`)."""
+        spec, script, env, cli_env = self._submission(request, script)
         # A script that is not UTF-8 (a Latin-1 comment) cannot travel in JSON: sbatch.
         if self.rest is not None and is_utf8(script):
             rest = await self._rest_client()
@@ -322,6 +325,13 @@ class SlurmBackend:
             await (await self._rest_client()).cancel(owner.user, backend_id)
         else:
             await self.cli.cancel(backend_id, owner)
+
+    async def signal(self, backend_id: str, signame: str, owner: Owner) -> None:
+        """Send ``signame`` to the job's batch shell only, as ``owner``
+        (:meth:`SlurmCli.signal`; needs scancel on the daemon's host)."""
+        if not self.cli.has("scancel"):
+            raise BackendRejected("signalling a Slurm job needs scancel on the daemon's host")
+        await self.cli.signal(backend_id, signame, owner)
 
     async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
         """Suspend: the job leaves its nodes and waits held (:meth:`SlurmCli.hold`:

@@ -351,6 +351,23 @@ class SlurmCli:
             raise BackendUnavailable(f"scancel {job_id}: {message}")
         raise BackendRejected(f"scancel {job_id}: {message}")
 
+    async def signal(self, job_id: str, signame: str, owner: Owner) -> None:
+        """``scancel --batch --signal=SIG JOB`` as ``owner``: the signal reaches only
+        the batch shell (an allocation holder's, :mod:`pool_adapter.holder`); an unknown
+        or finished job is no error."""
+        if not job_id.isdigit() or not signame.isalnum():
+            raise BackendRejected(f"not a Slurm job id and signal: {job_id!r} {signame!r}")
+        done = await self.run(["scancel", "--batch", f"--signal={signame}", job_id],
+                              owner=owner)
+        if done.returncode == 0:
+            return
+        message = done.message or f"scancel exited with {done.returncode}"
+        if any(m in message.lower() for m in _CANCEL_NOOP):
+            return
+        if is_transient_message(message):
+            raise BackendUnavailable(f"scancel --signal={signame} {job_id}: {message}")
+        raise BackendRejected(f"scancel --signal={signame} {job_id}: {message}")
+
     async def hold(self, job_id: str, owner: Owner) -> None:
         """Take the job off its nodes until released, as ``owner`` (Slurm checks that
         they may): ``scontrol requeuehold`` for a running job (it is requeued, held,

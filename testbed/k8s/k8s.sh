@@ -15,6 +15,9 @@
 #   * kube-controller-manager (https 16257), kube-scheduler (https 16259);
 #   * kwok: 4 fake nodes kwok-node-1..4 with topology labels; pods on them go
 #     Running, pods owned by a Job go Succeeded (kwok's default "fast" stages);
+#   * kwok: the shared pool node1..4, named and sized like the Slurm bed's nodes (same
+#     leaves), labelled POOL_LABEL and tainted POOL_TAINT so that only pods of Slurm
+#     allocations land there (the k8s-on-slurm back end, docs/kubernetes.md);
 #   * the JobSet controller, its webhooks served on https://127.0.0.1:16444;
 #   * the Kubeflow Trainer CRDs (TRAINER_VERSION, no Trainer controller), the
 #     TrainJob one patched to admit spec.managedBy=hpc-bridge.io/controller.
@@ -65,6 +68,16 @@ KWOK_NODES=(
   "kwok-node-4 block-a rack-2"
 )
 TOPOLOGY_LABEL_PREFIX=topology.hpc-bridge.io
+# The shared pool: the Slurm bed's node1..4 (2 CPUs, 2000 MB each; leaf1 = node1-2,
+# leaf2 = node3-4), known to Kubernetes under the same names, labelled and tainted.
+POOL_NODES=(
+  "node1 block-a rack-1"
+  "node2 block-a rack-1"
+  "node3 block-a rack-2"
+  "node4 block-a rack-2"
+)
+POOL_LABEL=hpc-bridge.io/slurm-pool
+POOL_TAINT=hpc-bridge.io/slurm-pool=true:NoSchedule
 KWOK_ANNOTATION=kwok.x-k8s.io/node
 
 # Daemons in start order: NAME (= pidfile/log name; /proc comm is its first 15 chars).
@@ -359,7 +372,16 @@ start_kwok() {
     --node-ip=127.0.0.1
 }
 
-node_manifest() { # NAME BLOCK RACK
+node_manifest() { # NAME BLOCK RACK [pool]
+  local cpu=32 memory=256Gi gpu=8 pool='' taints=''
+  if [[ ${4:-} == pool ]]; then
+    local key=${POOL_TAINT%%=*} rest=${POOL_TAINT#*=}
+    cpu=2 memory=2000Mi gpu=0
+    pool="    ${POOL_LABEL}: \"true\""
+    taints="spec:
+  taints:
+  - {key: ${key}, value: \"${rest%%:*}\", effect: ${rest#*:}}"
+  fi
   cat <<EOF
 apiVersion: v1
 kind: Node
@@ -375,15 +397,17 @@ metadata:
     type: kwok
     $TOPOLOGY_LABEL_PREFIX/block: $2
     $TOPOLOGY_LABEL_PREFIX/rack: $3
+$pool
+$taints
 status:
-  allocatable: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
-  capacity: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
+  allocatable: {cpu: "$cpu", memory: $memory, pods: "110", nvidia.com/gpu: "$gpu"}
+  capacity: {cpu: "$cpu", memory: $memory, pods: "110", nvidia.com/gpu: "$gpu"}
 EOF
 }
 
 nodes_ready() {
   local n
-  for n in "${KWOK_NODES[@]}"; do
+  for n in "${KWOK_NODES[@]}" "${POOL_NODES[@]}"; do
     read -r n _ <<<"$n"
     [[ $(kubectl get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]] || return 1
   done
@@ -394,6 +418,10 @@ ensure_nodes() {
   for spec in "${KWOK_NODES[@]}"; do
     read -r name block rack <<<"$spec"
     node_manifest "$name" "$block" "$rack" | kubectl apply -f - >/dev/null
+  done
+  for spec in "${POOL_NODES[@]}"; do
+    read -r name block rack <<<"$spec"
+    node_manifest "$name" "$block" "$rack" pool | kubectl apply -f - >/dev/null
   done
   wait_for nodes "$UP_TIMEOUT" nodes_ready || {
     kubectl get nodes -o wide >&2 || true
@@ -568,6 +596,9 @@ JOBSET_VERSION=$JOBSET_VERSION
 KWOK_VERSION=$KWOK_VERSION
 TRAINER_VERSION=$TRAINER_VERSION
 K8S_NODES=$(for n in "${KWOK_NODES[@]}"; do read -r n _ <<<"$n"; printf '%s,' "$n"; done | sed 's/,$//')
+K8S_POOL_NODES=$(for n in "${POOL_NODES[@]}"; do read -r n _ <<<"$n"; printf '%s,' "$n"; done | sed 's/,$//')
+K8S_POOL_LABEL=$POOL_LABEL
+K8S_POOL_TAINT=$POOL_TAINT
 K8S_TOPOLOGY_LABELS=$TOPOLOGY_LABEL_PREFIX/block,$TOPOLOGY_LABEL_PREFIX/rack,kubernetes.io/hostname
 EOF
   )" || true

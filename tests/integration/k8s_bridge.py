@@ -28,18 +28,19 @@ KWOK_STAY_RUNNING = "stay-running.test.hpc-bridge.io"
 
 def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
                parallel_submits: int = 16, kubeconfig: str | None = None,
-               **door: Any) -> Daemon:
+               extra: str = "", **door: Any) -> Daemon:
     """A daemon (not started) for ``namespace``; ``door`` overrides front-door settings;
-    ``kubeconfig`` replaces the bed's admin one (e.g. a service account's)."""
+    ``kubeconfig`` replaces the bed's admin one (e.g. a service account's); ``extra``
+    is appended to its configuration (more back ends)."""
     kubeconfig = kubeconfig or k8s.kubeconfig
     labels = k8s.env.get("K8S_TOPOLOGY_LABELS", "kubernetes.io/hostname").split(",")
     settings: dict[str, Any] = {"kind": "kubernetes", "kubeconfig": kubeconfig,
                                 "namespaces": [namespace], "backend": "kubernetes",
                                 "allowed_backends": ["slurm"] if slurm else [],
                                 "run_as": "alice", "status_interval": 0.3, **door}
-    extra = ["[frontdoors.kubernetes]", *(f"{k} = {json.dumps(v)}" for k, v in settings.items())]
+    lines = ["[frontdoors.kubernetes]", *(f"{k} = {json.dumps(v)}" for k, v in settings.items())]
     if slurm is not None:
-        extra += ["", "[backends.slurm]", 'kind = "slurm"',
+        lines += ["", "[backends.slurm]", 'kind = "slurm"',
                   f"rest_socket = {json.dumps(slurm['SLURMRESTD_SOCKET'])}",
                   f"rest_version = {json.dumps(slurm.get('SLURM_REST_VERSION', 'v0.0.38'))}",
                   f"jwt_key = {json.dumps(slurm['SLURM_JWT_KEY'])}"]
@@ -49,7 +50,7 @@ def k8s_daemon(k8s: K8sBed, namespace: str, slurm: dict[str, str] | None = None,
                   backend_name="kubernetes", backend_kind="kubernetes",
                   runtime_paths=[str(IMAGELESS_RUNTIME), str(ONCE_RUNTIME)],
                   engine_settings={"max_parallel_submits": parallel_submits},
-                  extra_toml="\n".join(extra) + "\n")
+                  extra_toml="\n".join(lines) + "\n" + extra)
 
 
 def trainjob(name: str, *, runtime: str = "torch-distributed", nodes: int = 2,

@@ -1,0 +1,197 @@
+"""Kubernetes on Slurm-backed nodes (the ``k8s-on-slurm`` back end, pool_adapter/,
+docs/kubernetes.md "Kubernetes on Slurm-backed nodes"), on the real slurmctld and the
+real kube-apiserver, JobSet controller and scheduler.
+
+The Kubernetes bed's pool nodes node1..4 are the Slurm bed's nodes under the same
+names, tainted. A TrainJob routed to the pool gets one Slurm holder job of its whole
+shape (its owner alice, the bridge's key), and its pods are bound to exactly that
+job's nodes once Slurm runs it; the two end together, whichever ends first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.bed import Daemon, squeue_bridge_jobs
+from tests.integration.k8s_bridge import (
+    JOBSETS,
+    KWOK_STAY_RUNNING,
+    apply,
+    conditions,
+    is_true,
+    k8s_daemon,
+    pods,
+    trainjob,
+)
+from tests.integration.k8sbed import K8sBed
+from tests.integration.test_k8s_trainjobs import release
+
+pytestmark = pytest.mark.integration
+
+POOL = "pool"
+
+
+def pool_settings(k8s: K8sBed, slurm: dict[str, str]) -> str:
+    """The ``[backends.pool]`` section: Slurm through slurmrestd, the bed's apiserver."""
+    return "\n".join([
+        "", f"[backends.{POOL}]", 'kind = "k8s-on-slurm"', 'placement = "none"',
+        f"taint_key = {json.dumps(k8s.env['K8S_POOL_TAINT'].partition('=')[0])}",
+        f"pool_label = {json.dumps(k8s.env['K8S_POOL_LABEL'])}",
+        f"[backends.{POOL}.slurm]",
+        f"rest_socket = {json.dumps(slurm['SLURMRESTD_SOCKET'])}",
+        f"rest_version = {json.dumps(slurm.get('SLURM_REST_VERSION', 'v0.0.38'))}",
+        f"jwt_key = {json.dumps(slurm['SLURM_JWT_KEY'])}",
+        f"[backends.{POOL}.kubernetes]",
+        f"kubeconfig = {json.dumps(k8s.kubeconfig)}", ""])
+
+
+@pytest.fixture
+def bridge(k8s: K8sBed, k8s_namespace: str, testbed: dict[str, str]) -> Iterator[Daemon]:
+    daemon = k8s_daemon(k8s, k8s_namespace, slurm=testbed, allowed_backends=["slurm", POOL],
+                        extra=pool_settings(k8s, testbed))
+    daemon.start()
+    yield daemon
+    release(k8s, k8s_namespace, daemon)
+
+
+def pool_job(name: str, nodes: int = 2, stay_running: bool = False) -> dict[str, Any]:
+    doc = trainjob(name, nodes=nodes, backend=POOL,
+                   pod_labels={KWOK_STAY_RUNNING: "true"} if stay_running else None)
+    return doc
+
+
+def trainjob_uid(k8s: K8sBed, ns: str, name: str) -> str:
+    uid: str = k8s.get_json("-n", ns, "trainjobs.trainer.kubeflow.org", name)["metadata"]["uid"]
+    return uid
+
+
+def holders(uid: str) -> list[dict[str, Any]]:
+    """The Slurm jobs carrying TrainJob ``uid``'s key."""
+    return [j for j in squeue_bridge_jobs()
+            if str(j.get("comment") or "").split(" ")[0] == f"hpc-bridge:{uid}"]
+
+
+def state_of(job: dict[str, Any]) -> str:
+    state = job.get("job_state")
+    return str(state[0] if isinstance(state, list) else state)
+
+
+def expand(nodes: str) -> set[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True,
+                         text=True, check=True, timeout=30).stdout
+    return set(out.split())
+
+
+def bound_nodes(k8s: K8sBed, ns: str, jobset: str) -> list[str]:
+    return [p["spec"].get("nodeName") or "" for p in
+            pods(k8s, ns, f"jobset.sigs.k8s.io/jobset-name={jobset},"
+                          "jobset.sigs.k8s.io/replicatedjob-name=node")]
+
+
+def test_a_trainjob_gets_one_slurm_allocation_and_its_pods_bind_to_exactly_its_nodes(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    ns = k8s_namespace
+    apply(k8s, ns, pool_job("pooled"))
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "pooled"), "Complete"), 90,
+                 "the pooled TrainJob to complete")
+    uid = trainjob_uid(k8s, ns, "pooled")
+    held = holders(uid)
+    assert len(held) == 1, held
+    holder = held[0]
+    assert holder["user_name"] == "alice" and holder["name"] == "pooled", holder
+    assert holder["node_count"]["number"] == 2 if isinstance(holder.get("node_count"), dict) \
+        else holder["node_count"] == 2
+    nodes = expand(holder["nodes"])
+    assert len(nodes) == 2 and nodes <= {"node1", "node2", "node3", "node4"}, nodes
+    assert sorted(bound_nodes(k8s, ns, "pooled")) == sorted(nodes)
+    # The JobSet ended the holder as it ended: COMPLETED, exit 0.
+    k8s.wait_for(lambda: state_of(holders(uid)[0]) == "COMPLETED", 60,
+                 "the holder job to end COMPLETED")
+    # Its nodes lose the allocation's label.
+    label = f"slurm.hpc-bridge.io/job-{holder['job_id']}"
+    k8s.wait_for(lambda: not k8s.get_json("nodes", "-l", label).get("items"), 30,
+                 "the allocation's node labels to go")
+    record = bridge.job("pooled")
+    assert record["state"] == "Succeeded", record
+
+
+def test_scancel_of_the_holder_deletes_the_jobset_and_fails_the_trainjob(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    ns = k8s_namespace
+    apply(k8s, ns, pool_job("evicted", stay_running=True))
+    k8s.wait_for(lambda: len([n for n in bound_nodes(k8s, ns, "evicted") if n]) == 2, 90,
+                 "the pods to be bound")
+    uid = trainjob_uid(k8s, ns, "evicted")
+    (holder,) = holders(uid)
+    assert state_of(holder) == "RUNNING", holder
+    assert sorted(bound_nodes(k8s, ns, "evicted")) == sorted(expand(holder["nodes"]))
+    subprocess.run(["scancel", str(holder["job_id"])], check=True, timeout=30)
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "evicted"), "Failed"), 60,
+                 "the TrainJob to fail")
+    failed = conditions(k8s, ns, "evicted")["Failed"]
+    assert failed["reason"] == "AllocationEnded", failed
+    assert f"Slurm job {holder['job_id']} ended CANCELLED" in failed["message"], failed
+    k8s.wait_for(lambda: not k8s.get_json("-n", ns, JOBSETS).get("items"), 60,
+                 "the JobSet to be deleted")
+
+
+def test_a_trainjob_waits_pending_with_slurms_reason_while_the_nodes_are_taken(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    ns = k8s_namespace
+    blocker = subprocess.run(
+        ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "-N4", "--exclusive",
+         "-o", "/dev/null", "--chdir=/tmp", "--wrap", "sleep 600"],
+        capture_output=True, text=True, check=True, timeout=30).stdout.strip().split(";")[0]
+    try:
+        k8s.wait_for(lambda: subprocess.run(
+            ["squeue", "-h", "-j", blocker, "-o", "%T"], capture_output=True, text=True,
+            timeout=30).stdout.strip() == "RUNNING", 60, "the blocking job to run")
+        apply(k8s, ns, pool_job("waiting"))
+
+        def reason() -> str | None:
+            resp = bridge.api("GET", "/v1/jobs/waiting")
+            if resp.status_code == 404:  # not admitted yet
+                return None
+            rec = resp.json()
+            if rec.get("state") == "Submitted" and rec.get("reason") in (
+                    "Resources", "Priority"):
+                return str(rec["reason"])
+            return None
+
+        k8s.wait_for(reason, 60, "the job to wait with Slurm's reason")
+        js = k8s.get_json("-n", ns, JOBSETS, "waiting")
+        assert js["spec"]["suspend"] is True
+        assert not pods(k8s, ns, "jobset.sigs.k8s.io/jobset-name=waiting")
+    finally:
+        subprocess.run(["scancel", blocker], check=False, timeout=30)
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "waiting"), "Complete"), 90,
+                 "the job to run once the nodes are free")
+
+
+def test_a_pod_without_the_pools_toleration_never_lands_on_the_pool(
+        k8s: K8sBed, k8s_namespace: str) -> None:
+    ns = k8s_namespace
+    label = k8s.env["K8S_POOL_LABEL"]
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "outsider"},
+             "spec": {"nodeSelector": {label: "true"},
+                      "containers": [{"name": "c", "image": "busybox"}]}}
+    free = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "anywhere"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    apply(k8s, ns, plain, free)
+
+    def unschedulable() -> bool:
+        pod = k8s.get_json("-n", ns, "pods", "outsider")
+        return any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                   and "taint" in (c.get("message") or "")
+                   for c in (pod.get("status") or {}).get("conditions") or [])
+
+    k8s.wait_for(unschedulable, 60, "the scheduler to refuse the pool to the outsider")
+    k8s.wait_for(lambda: k8s.get_json("-n", ns, "pods", "anywhere")["spec"].get("nodeName"),
+                 60, "the free pod to be bound")
+    node = k8s.get_json("-n", ns, "pods", "anywhere")["spec"]["nodeName"]
+    assert node not in k8s.env["K8S_POOL_NODES"].split(","), node

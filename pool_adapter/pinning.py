@@ -4,7 +4,9 @@ At creation (:func:`amend`) the JobSet is made *suspended* (no pod exists until 
 starts the holder), every pod template tolerates the pool's taint and carries the
 pool's node label as a node selector, and the training pods ("node") of one JobSet
 repel each other per host (one pod per allocated node). Its annotations name the back
-end and the uid its holder must belong to.
+end and the uid its holder must belong to. A Job deadline the time limit gave is
+dropped: the holder's time limit ends the job, on Slurm's one clock (a shorter deadline
+a runtime patch set stays).
 
 Pinning (:func:`pin_patch`): when the holder runs, each of its nodes gets the label
 ``slurm.hpc-bridge.io/job-<id>`` (:func:`allocation_label`) and every pod template's
@@ -52,6 +54,12 @@ def amend(body: dict[str, Any], request: SubmitRequest, *, pool: str, taint_key:
     meta.setdefault("annotations", {}).update(
         {ANN_POOL: pool, ANN_OWNER_UID: str(request.owner.uid)})
     name = meta["name"]
+    limit = request.options.time_limit_minutes or request.job_shape.time_limit_minutes
+    for rj in body["spec"]["replicatedJobs"]:
+        job_spec = rj["template"]["spec"]
+        deadline = job_spec.get("activeDeadlineSeconds")
+        if limit and isinstance(deadline, int) and deadline >= limit * 60:
+            del job_spec["activeDeadlineSeconds"]  # the holder's limit ends the job: one clock
     for rjob, spec in pod_specs(body):
         spec.setdefault("tolerations", []).append(
             {"key": taint_key, "operator": "Exists", "effect": "NoSchedule"})

@@ -195,3 +195,94 @@ def test_a_pod_without_the_pools_toleration_never_lands_on_the_pool(
                  60, "the free pod to be bound")
     node = k8s.get_json("-n", ns, "pods", "anywhere")["spec"]["nodeName"]
     assert node not in k8s.env["K8S_POOL_NODES"].split(","), node
+
+
+def test_the_time_limit_ends_the_allocation_and_the_trainjob(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    """A one-minute limit (the least Slurm takes): Slurm ends the holder TIMEOUT, the
+    JobSet goes, the TrainJob fails with the allocation's end."""
+    ns = k8s_namespace
+    doc = pool_job("limited", nodes=1, stay_running=True)
+    doc["metadata"]["annotations"]["hpc-bridge.io/scheduling"] = json.dumps(
+        {"time_limit_minutes": 1})
+    apply(k8s, ns, doc)
+    k8s.wait_for(lambda: any(bound_nodes(k8s, ns, "limited")), 90, "the pod to be bound")
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "limited"), "Failed"), 180,
+                 "the TrainJob to fail at the time limit")
+    failed = conditions(k8s, ns, "limited")["Failed"]
+    assert failed["reason"] == "DeadlineExceeded", failed
+    (holder,) = holders(trainjob_uid(k8s, ns, "limited"))
+    assert state_of(holder) == "TIMEOUT", holder
+    k8s.wait_for(lambda: not k8s.get_json("-n", ns, JOBSETS).get("items"), 60,
+                 "the JobSet to be deleted")
+
+
+def test_sigkills_at_every_step_leave_one_holder_and_one_jobset_per_trainjob(
+        k8s: K8sBed, k8s_namespace: str, testbed: dict[str, str]) -> None:
+    """Twelve 1-node TrainJobs; the daemon is SIGKILLed once the first JobSet exists,
+    again once the first holder does, again once the first job completed. Each
+    TrainJob completes with exactly one JobSet and one holder job, and every holder
+    carrying these jobs' keys is one of theirs."""
+    ns = k8s_namespace
+    daemon = k8s_daemon(k8s, ns, slurm=testbed, allowed_backends=["slurm", POOL],
+                        extra=pool_settings(k8s, testbed))
+    names = [f"crash-{i:02d}" for i in range(12)]
+    daemon.start()
+    try:
+        apply(k8s, ns, *[pool_job(n, nodes=1) for n in names])
+        uids = {n: trainjob_uid(k8s, ns, n) for n in names}
+
+        def keyed() -> list[dict[str, Any]]:
+            return [j for j in squeue_bridge_jobs()
+                    if str(j.get("comment") or "").split(" ")[0].removeprefix("hpc-bridge:")
+                    in uids.values()]
+
+        steps = [(lambda: k8s.get_json("-n", ns, JOBSETS).get("items"), "a JobSet"),
+                 (keyed, "a holder job"),
+                 (lambda: any(is_true(conditions(k8s, ns, n), "Complete") for n in names),
+                  "a completed TrainJob")]
+        for ready, what in steps:
+            k8s.wait_for(ready, 90, what)
+            daemon.kill()
+            daemon.start()
+        k8s.wait_for(lambda: all(is_true(conditions(k8s, ns, n), "Complete") for n in names),
+                     240, "all TrainJobs to complete")
+        per_uid: dict[str, list[str]] = {}
+        for job in keyed():
+            uid = str(job["comment"]).split(" ")[0].removeprefix("hpc-bridge:")
+            per_uid.setdefault(uid, []).append(state_of(job))
+        assert per_uid == {u: ["COMPLETED"] for u in uids.values()}, per_uid
+        sets = k8s.get_json("-n", ns, JOBSETS).get("items") or []
+        assert sorted(js["metadata"]["name"] for js in sets) == names
+    finally:
+        release(k8s, ns, daemon)
+
+
+def test_suspend_and_resume_map_to_both_worlds(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    """Suspending the TrainJob holds its Slurm job (requeued: its nodes are free) and
+    suspends the JobSet (its pods go); resuming releases it, and the pods are bound
+    again to the nodes Slurm gives it then."""
+    ns = k8s_namespace
+    apply(k8s, ns, pool_job("pausing", stay_running=True))
+    k8s.wait_for(lambda: len([n for n in bound_nodes(k8s, ns, "pausing") if n]) == 2, 90,
+                 "the pods to be bound")
+    uid = trainjob_uid(k8s, ns, "pausing")
+    k8s.kubectl("-n", ns, "patch", "trainjobs.trainer.kubeflow.org", "pausing",
+                "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "pausing"), "Suspended"), 60,
+                 "the TrainJob to be suspended")
+    k8s.wait_for(lambda: not pods(k8s, ns, "jobset.sigs.k8s.io/jobset-name=pausing"), 60,
+                 "the pods to go")
+    (holder,) = holders(uid)
+    assert state_of(holder) == "PENDING", holder
+    assert k8s.get_json("-n", ns, JOBSETS, "pausing")["spec"]["suspend"] is True
+    k8s.kubectl("-n", ns, "patch", "trainjobs.trainer.kubeflow.org", "pausing",
+                "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    # Slurm makes a requeued job wait for its BeginTime (about two minutes) first.
+    k8s.wait_for(lambda: state_of(holders(uid)[0]) == "RUNNING", 240,
+                 "the holder to run again")
+    k8s.wait_for(lambda: sorted(n for n in bound_nodes(k8s, ns, "pausing") if n)
+                 == sorted(expand(holders(uid)[0]["nodes"])), 90,
+                 "the pods to be bound to the new allocation")
+    assert len(holders(uid)) == 1

@@ -16,8 +16,13 @@ class _Owner:
     uid = 1001
 
 
+class _Options:
+    time_limit_minutes = 10
+
+
 class _Request:
     owner = _Owner()
+    options = _Options()
 
 
 def body() -> dict[str, Any]:
@@ -49,6 +54,14 @@ def test_the_pools_jobset_is_suspended_tolerates_the_pool_and_spreads_its_nodes(
     assert term["labelSelector"]["matchLabels"] == {
         "jobset.sigs.k8s.io/jobset-name": "job", "jobset.sigs.k8s.io/replicatedjob-name": "node"}
     assert "affinity" not in launcher
+
+
+def test_the_deadline_of_the_time_limit_is_the_holders_a_shorter_one_stays() -> None:
+    b = body()
+    node, launcher = (rj["template"]["spec"] for rj in b["spec"]["replicatedJobs"])
+    node["activeDeadlineSeconds"], launcher["activeDeadlineSeconds"] = 600, 300
+    pinning.amend(b, _Request(), pool="pool", taint_key="t", pool_label=None)  # type: ignore[arg-type]
+    assert "activeDeadlineSeconds" not in node and launcher["activeDeadlineSeconds"] == 300
 
 
 def test_pinning_replaces_an_earlier_allocation_and_keeps_other_selectors() -> None:

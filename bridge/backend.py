@@ -166,6 +166,9 @@ class BackendJob:
     #: exit status says (k8s-on-slurm: ``AllocationEnded``); else it comes from the exit
     #: code or signal (bridge/outcome.py).
     failure_reason: str | None = None
+    #: The back end's own words kept beside the job's key (Slurm: the comment after
+    #: it), e.g. what made the job (k8s-on-slurm's holders).
+    note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from pool_adapter.holder import (
     holder_script,
 )
 from pool_adapter.nodemap import NodeMap
+from pool_adapter.nodestate import NodeStates
 from pool_adapter.options import SUPPORT
 from pool_adapter.settings import PoolSettings
 from slurm_adapter import backend as slurm_backend
@@ -71,6 +72,9 @@ log = structlog.get_logger(__name__)
 
 #: Seconds before an action whose effect has not shown yet is tried again.
 RETRY_SECONDS = 5.0
+#: Seconds a holder of this back end must be seen without its JobSet before it is
+#: cancelled as an orphan (a JobSet just created may not have reached the watch yet).
+ORPHAN_GRACE = 10.0
 
 
 def split_pool_id(backend_id: str) -> tuple[str, str | None]:
@@ -108,8 +112,12 @@ class PoolBackend:
 
     def __init__(self, name: str, slurm: slurm_backend.SlurmBackend,
                  k8s: k8s_backend.KubernetesBackend, nodes: NodeMap, taint_key: str,
-                 pool_label: str | None):
+                 pool_label: str | None, node_state_interval: float = 30.0):
         self.name = name
+        self.node_states = NodeStates(name, slurm, k8s, nodes, pool_label,
+                                      node_state_interval)
+        #: Holders of this back end without a JobSet: Slurm id -> when first seen so.
+        self._orphans: dict[str, float] = {}
         self.slurm = slurm
         self.k8s = k8s
         self.nodes = nodes
@@ -155,8 +163,12 @@ class PoolBackend:
         (the holder prints nothing), its comment naming the JobSet. No node list: the
         placement's prediction is recorded by the engine; Slurm decides."""
         options = request.options.model_copy(update={
-            "output": "/dev/null", "error": None, "comment": f"{HOLDER_COMMENT} {jobset_id}"})
+            "output": "/dev/null", "error": None, "comment": self._holder_note(jobset_id)})
         return replace(request, options=options, placement=None)
+
+    def _holder_note(self, jobset_id: str) -> str:
+        """What follows the key in a holder's comment: ``k8s-on-slurm:POOL ns/name``."""
+        return f"{HOLDER_COMMENT}:{self.name} {jobset_id}"
 
     async def submit(self, request: SubmitRequest) -> str:
         """See the module docstring: the JobSet, then the holder (one per job)."""
@@ -303,19 +315,7 @@ class PoolBackend:
         if now - self._acted.get(key, -RETRY_SECONDS) < RETRY_SECONDS:
             return
         self._acted[key] = now
-
-        async def run() -> None:
-            try:
-                await self._act(uid, pair, composed)
-            except (BackendError, ValueError, KeyError) as exc:
-                log.warning("job %s: %s for Slurm job %s failed (retried): %s", uid,
-                            composed.action.value, holder.backend_id, exc)
-            except Exception:
-                log.exception("job %s: %s failed", uid, composed.action.value)
-
-        task = asyncio.create_task(run(), name=f"{self.name}-{composed.action}-{uid}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(f"{composed.action.value}-{uid}", self._act(uid, pair, composed))
 
     def _cleanup_labels(self, holder: BackendJob) -> None:
         """Once per ended holder (per daemon run): its nodes lose its label."""
@@ -326,14 +326,11 @@ class PoolBackend:
         async def run() -> None:
             try:
                 await self._unlabel(holder.backend_id)
-            except BackendError as exc:
-                self._unlabelled.discard(holder.backend_id)
-                log.warning("Slurm job %s ended; its node labels stay for now: %s",
-                            holder.backend_id, exc)
+            except BackendError:
+                self._unlabelled.discard(holder.backend_id)  # the next pass tries again
+                raise
 
-        task = asyncio.create_task(run(), name=f"{self.name}-unlabel-{holder.backend_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(f"unlabel-{holder.backend_id}", run())
 
     def _compose(self, uid: str) -> BackendJob | None:
         """The job's state now, its action started."""
@@ -367,6 +364,47 @@ class PoolBackend:
             mine = [h for h in by_uid.get(uid, ()) if owner is not None and h.owner_uid == owner]
             mine.sort(key=lambda h: (not h.state.finished, h.start_time or 0))
             pair.holder = mine[-1] if mine else None
+        self._sweep_orphans(jobs)
+
+    def _sweep_orphans(self, jobs: Collection[BackendJob]) -> None:
+        """Cancel this back end's holders (their comment says so) that have had no
+        JobSet for ``ORPHAN_GRACE`` seconds, as their owners: no Slurm allocation is
+        held for a job that is gone."""
+        if not self._k8s_synced:
+            return
+        now = time.monotonic()
+        prefix = f"{HOLDER_COMMENT}:{self.name} "
+        seen: set[str] = set()
+        for h in jobs:
+            if h.state.finished or not (h.note or "").startswith(prefix) \
+                    or h.job_uid in self._pairs or h.owner_uid is None:
+                continue
+            seen.add(h.backend_id)
+            first = self._orphans.setdefault(h.backend_id, now)
+            if now - first < ORPHAN_GRACE:
+                continue
+            self._orphans[h.backend_id] = now  # at most once per grace
+            log.warning("k8s-on-slurm %s: Slurm job %s holds nodes for JobSet %s, which does "
+                        "not exist; cancelling it", self.name, h.backend_id,
+                        (h.note or "")[len(prefix):])
+            self._spawn(f"cancel-orphan-{h.backend_id}",
+                        self.slurm.cancel(h.backend_id, owner_of(h.owner_uid)))
+        for gone in set(self._orphans) - seen:
+            del self._orphans[gone]
+
+    def _spawn(self, what: str, coro: Any) -> None:
+        """Run ``coro`` in the background; a failure is logged (the next pass retries)."""
+        async def run() -> None:
+            try:
+                await coro
+            except (BackendError, ValueError, KeyError) as exc:
+                log.warning("k8s-on-slurm %s: %s failed (retried): %s", self.name, what, exc)
+            except Exception:
+                log.exception("k8s-on-slurm %s: %s failed", self.name, what)
+
+        task = asyncio.create_task(run(), name=f"{self.name}-{what}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _take_jobsets(self, jobs: Collection[BackendJob], complete: bool) -> None:
         if complete:
@@ -390,7 +428,8 @@ class PoolBackend:
         tasks = [asyncio.create_task(follow("slurm", self.slurm.watch(interval)),
                                      name=f"{self.name}-watch-slurm"),
                  asyncio.create_task(follow("k8s", self.k8s.watch(interval)),
-                                     name=f"{self.name}-watch-k8s")]
+                                     name=f"{self.name}-watch-k8s"),
+                 asyncio.create_task(self.node_states.run(), name=f"{self.name}-node-states")]
         try:
             while True:
                 what, batch = await queue.get()
@@ -431,5 +470,6 @@ def create(name: str, settings: Mapping[str, Any]) -> PoolBackend:
         raise ValueError(f"backends.{name}.node_map: {exc}") from None
     slurm = slurm_backend.create(f"{name}.slurm", s.slurm)
     k8s = k8s_backend.create(f"{name}.kubernetes", s.kubernetes)
-    return PoolBackend(name, slurm, k8s, nodes, s.taint_key, s.pool_label)
+    return PoolBackend(name, slurm, k8s, nodes, s.taint_key, s.pool_label,
+                       s.node_state_interval)
 

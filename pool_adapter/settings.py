@@ -17,7 +17,9 @@ class PoolSettings(PluginSettings):
     it; nothing else should). ``pool_label``: a node label every pool node has
     (``"true"``), required of every pod as well; empty: none. ``node_map``: how Slurm
     node names become Kubernetes ones, ``same``, ``label:KEY`` or ``table`` (then
-    ``node_table``, ``{slurm = kubernetes}``; :mod:`pool_adapter.nodemap`)."""
+    ``node_table``, ``{slurm = kubernetes}``; :mod:`pool_adapter.nodemap`).
+    ``node_state_interval``: seconds between copies of Slurm's node states onto the
+    pool's Kubernetes nodes (:mod:`pool_adapter.nodestate`)."""
 
     slurm: dict[str, Any] = Field(default_factory=dict)
     kubernetes: dict[str, Any] = Field(default_factory=dict)
@@ -25,3 +27,4 @@ class PoolSettings(PluginSettings):
     pool_label: str | None = "hpc-bridge.io/slurm-pool"
     node_map: str = "same"
     node_table: dict[str, str] = Field(default_factory=dict)
+    node_state_interval: float = Field(default=30.0, gt=0)

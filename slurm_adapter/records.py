@@ -83,7 +83,8 @@ HELD_REASONS = frozenset({"JobHeldUser"})
 #: those are Slurm's reasons to keep, not a suspension for the bridge to undo.
 HELD_DESCRIPTIONS = frozenset({"", "None", "job requeued in held state"})
 #: Node states/flags under which a node takes no new work (its free capacity is 0).
-_UNUSABLE_NODE = frozenset({
+#: Node states (or flags) that take a node out of use.
+UNUSABLE_NODE_STATES = _UNUSABLE_NODE = frozenset({
     "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "UNKNOWN",
     "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "MAINTENANCE",
     "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID", "INVALID_REG",
@@ -181,6 +182,7 @@ def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | Non
         queue=str(raw.get("partition") or "") or None,
         owner_uid=owner_uid,
         detail=detail,
+        note=comment[len(COMMENT_PREFIX) + len(job_uid):].strip() or None,
     )
 
 

@@ -42,6 +42,7 @@ def pool_settings(k8s: K8sBed, slurm: dict[str, str]) -> str:
         "", f"[backends.{POOL}]", 'kind = "k8s-on-slurm"', 'placement = "none"',
         f"taint_key = {json.dumps(k8s.env['K8S_POOL_TAINT'].partition('=')[0])}",
         f"pool_label = {json.dumps(k8s.env['K8S_POOL_LABEL'])}",
+        "node_state_interval = 1",
         f"[backends.{POOL}.slurm]",
         f"rest_socket = {json.dumps(slurm['SLURMRESTD_SOCKET'])}",
         f"rest_version = {json.dumps(slurm.get('SLURM_REST_VERSION', 'v0.0.38'))}",
@@ -286,3 +287,46 @@ def test_suspend_and_resume_map_to_both_worlds(
                  == sorted(expand(holders(uid)[0]["nodes"])), 90,
                  "the pods to be bound to the new allocation")
     assert len(holders(uid)) == 1
+
+
+def test_a_drained_slurm_node_is_tainted_on_kubernetes_until_it_is_resumed(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    def taints() -> list[dict[str, Any]]:
+        node: dict[str, Any] = k8s.get_json("nodes", "node4")
+        return [t for t in node["spec"].get("taints") or []
+                if t["key"] == "hpc-bridge.io/slurm-unavailable"]
+
+    assert not taints()
+    subprocess.run(["scontrol", "update", "nodename=node4", "state=drain",
+                    "reason=hpc-bridge test"], check=True, timeout=30)
+    try:
+        k8s.wait_for(lambda: [(t["value"], t["effect"]) for t in taints()]
+                     == [("DRAIN", "NoSchedule")], 60, "node4's taint")
+        pool_taint = k8s.env["K8S_POOL_TAINT"].partition("=")[0]
+        assert any(t["key"] == pool_taint for t in k8s.get_json("nodes", "node4")["spec"][
+            "taints"]), "the pool's own taint stays"
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=node4", "state=resume"], check=True,
+                       timeout=30)
+    k8s.wait_for(lambda: not taints(), 60, "node4's taint to go")
+
+
+def test_a_holder_without_its_jobset_is_cancelled_as_an_orphan(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    """A Slurm job whose comment makes it a holder of this back end, for a JobSet that
+    does not exist (as a crash between a TrainJob's deletion and its holder's cancel
+    leaves one), is cancelled."""
+    ghost = subprocess.run(
+        ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "-o", "/dev/null",
+         "--chdir=/tmp", f"--comment=hpc-bridge:0b5e7a1c-0000-4000-8000-00000000dead "
+         f"k8s-on-slurm:{POOL} {k8s_namespace}/ghost", "--wrap", "sleep 600"],
+        capture_output=True, text=True, check=True, timeout=30).stdout.strip().split(";")[0]
+
+    def state() -> str:
+        return subprocess.run(["squeue", "-h", "--states=all", "-j", ghost, "-o", "%T"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+
+    try:
+        k8s.wait_for(lambda: state() == "CANCELLED", 60, "the orphan holder to be cancelled")
+    finally:
+        subprocess.run(["scancel", ghost], check=False, timeout=30)

@@ -46,15 +46,20 @@ _SCHEDULING_FIELDS = {"nodeName": "nodeName", "priorityClassName": "priorityClas
                       "priority": "priorityClassName", "schedulerName": "schedulerName",
                       "runtimeClassName": "runtimeClassName"}
 #: Taints a user's pod must not tolerate (nodes kept for the control plane or taken
-#: out of service); a toleration without a key tolerates them all.
+#: out of service, and the bridge's own: a Slurm-backed pool's nodes, which only pods
+#: of a Slurm allocation may use, and a node Slurm has drained); a toleration without a
+#: key tolerates them all.
 _RESERVED_TAINTS = ("node-role.kubernetes.io/", "node.kubernetes.io/",
                     "node.cloudprovider.kubernetes.io/", "CriticalAddonsOnly",
-                    "cluster-autoscaler.kubernetes.io/", "ToBeDeletedByClusterAutoscaler")
+                    "cluster-autoscaler.kubernetes.io/", "ToBeDeletedByClusterAutoscaler",
+                    "hpc-bridge.io/")
 #: Node labels a user's pod must not select on: a node's role (the control plane) and
-#: the labels only the node's kubelet may not set (``--constraint`` refuses them too).
+#: the labels only the node's kubelet may not set (``--constraint`` refuses them too),
+#: and the bridge's (a Slurm allocation's nodes, a Slurm-backed pool).
 #: Choosing a node by name is the user's own business (it only narrows where the pod
 #: may go; taints still keep it off the control plane).
-_RESERVED_LABELS = ("node-role.kubernetes.io/", "node-restriction.kubernetes.io/")
+_RESERVED_LABELS = ("node-role.kubernetes.io/", "node-restriction.kubernetes.io/",
+                    "slurm.hpc-bridge.io/", "hpc-bridge.io/")
 
 
 class Forbidden(BridgeError):

@@ -32,7 +32,7 @@ import asyncio
 import pwd
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -42,6 +42,7 @@ from bridge.backend import (
     BackendError,
     BackendJob,
     BackendRejected,
+    BackendState,
     Inventory,
     Owner,
     StatusBatch,
@@ -51,9 +52,8 @@ from bridge.model import TrainJob
 from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
 from k8s_adapter import backend as k8s_backend
-from k8s_adapter.jobset import GROUP, PLURAL, VERSION
-from k8s_adapter.kube import JSON_PATCH
 from pool_adapter import pinning
+from pool_adapter.binding import Binder
 from pool_adapter.holder import (
     HOLDER_COMMENT,
     Composed,
@@ -65,6 +65,7 @@ from pool_adapter.holder import (
 from pool_adapter.nodemap import NodeMap
 from pool_adapter.nodestate import NodeStates
 from pool_adapter.options import SUPPORT
+from pool_adapter.pairs import Pair, Pairs
 from pool_adapter.settings import PoolSettings
 from slurm_adapter import backend as slurm_backend
 
@@ -75,29 +76,29 @@ RETRY_SECONDS = 5.0
 #: Seconds a holder of this back end must be seen without its JobSet before it is
 #: cancelled as an orphan (a JobSet just created may not have reached the watch yet).
 ORPHAN_GRACE = 10.0
+#: A new holder is looked at every FOLLOW_EVERY s for FOLLOW_SECONDS (_follow_start).
+FOLLOW_EVERY = 0.2
+FOLLOW_SECONDS = 5.0
+#: At most this many orphan holders are being cancelled at once.
+ORPHAN_CANCELS_AT_ONCE = 4
+#: Bound of the remembered ended holders.
+MEMORY = 10_000
 
 
 def split_pool_id(backend_id: str) -> tuple[str, str | None]:
     """``namespace/name@slurmid`` → (``namespace/name``, slurm id or None)."""
     jobset, sep, holder = backend_id.partition("@")
-    if "/" not in jobset or (sep and not holder.isdigit()):
+    if "/" not in jobset or (sep and not (holder.isascii() and holder.isdigit())):
         raise BackendRejected(f"not a k8s-on-slurm id (namespace/name@slurmid): "
                               f"{backend_id!r}")
     return jobset, holder or None
 
 
 def owner_of(uid: int) -> Owner:
-    """The Unix account of ``uid`` (a holder's owner, for acting on it as them)."""
+    """The Unix account of ``uid`` (a holder's owner, for acting on it as them); a
+    blocking lookup (NSS): call it in a worker thread. KeyError when there is none."""
     entry = pwd.getpwuid(uid)
     return Owner(uid=uid, gid=entry.pw_gid, user=entry.pw_name)
-
-
-@dataclass
-class _Pair:
-    """One job as the two worlds last showed it."""
-
-    jobset_id: str
-    holder: BackendJob | None = None
 
 
 class PoolBackend:
@@ -112,29 +113,41 @@ class PoolBackend:
 
     def __init__(self, name: str, slurm: slurm_backend.SlurmBackend,
                  k8s: k8s_backend.KubernetesBackend, nodes: NodeMap, taint_key: str,
-                 pool_label: str | None, node_state_interval: float = 30.0):
+                 pool_label: str | None, node_state_interval: float = 30.0,
+                 partition: str | None = None):
         self.name = name
-        self.node_states = NodeStates(name, slurm, k8s, nodes, pool_label,
-                                      node_state_interval)
-        #: Holders of this back end without a JobSet: Slurm id -> when first seen so.
-        self._orphans: dict[str, float] = {}
         self.slurm = slurm
         self.k8s = k8s
-        self.nodes = nodes
+        self.partition = partition
         k8s.amend = partial(pinning.amend, pool=name, taint_key=taint_key,
                             pool_label=pool_label)
-        #: job uid -> its JobSet id and its holder (the owner's, from the last snapshot).
-        self._pairs: dict[str, _Pair] = {}
+        self.binder = Binder(k8s, nodes)
+        self.node_states = NodeStates(name, slurm, k8s, nodes, pool_label,
+                                      node_state_interval)
+        self.pairs = Pairs(name, f"{HOLDER_COMMENT}:{name} ")
         self._k8s_synced = False
-        #: (uid, action, holder id) -> when it was last started.
+        self._slurm_synced = False
+        #: (JobSet id, action, holder id) -> when it was last started.
         self._acted: dict[tuple[str, Do, str], float] = {}
+        #: JobSet ids with an action in flight (one at a time per job).
+        self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Slurm ids whose node labels were removed after they ended.
+        #: Slurm ids whose node labels were removed after they ended (bounded).
         self._unlabelled: set[str] = set()
+        #: Holders of this back end without a JobSet: Slurm id -> when first seen so.
+        self._orphans: dict[str, float] = {}
+        self._orphan_slots = asyncio.Semaphore(ORPHAN_CANCELS_AT_ONCE)
+        #: The merged status stream while :meth:`watch` runs.
+        self._queue: asyncio.Queue[tuple[str, StatusBatch]] | None = None
 
     # -- life cycle ------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Both worlds answer; ``scancel`` is on the daemon's host (a holder is ended
+        by a signal to its batch shell)."""
+        if not self.slurm.cli.has("scancel"):
+            raise BackendRejected(f"back end {self.name}: k8s-on-slurm needs scancel on the "
+                                  "daemon's host (holders are ended by signals)")
         await self.slurm.start()
         await self.k8s.start()
 
@@ -153,244 +166,248 @@ class PoolBackend:
         self.k8s.check_admission(job, plan, owner, origin)
 
     def validate(self, request: SubmitRequest) -> None:
-        """The JobSet renders (with the pool's changes)."""
+        """The JobSet renders (with the pool's changes); a partition other than the
+        pool's is refused (its nodes would not be the pool's)."""
+        asked = request.options.partition
+        if self.partition and asked and asked != self.partition:
+            raise BackendRejected(f"--partition={asked}: back end {self.name} allocates in "
+                                  f"partition {self.partition} (the shared pool's nodes)")
         self.k8s.validate(replace(request, placement=None))
 
     # -- jobs ---------------------------------------------------------------------------
 
     def _holder_request(self, request: SubmitRequest, jobset_id: str) -> SubmitRequest:
-        """The job's request as a holder: its shape and Slurm options, no output file
-        (the holder prints nothing), its comment naming the JobSet. No node list: the
-        placement's prediction is recorded by the engine; Slurm decides."""
+        """The job's request as a holder: its shape and Slurm options, the whole nodes
+        (``--exclusive``: the pods use what kubelet gives them, not what Slurm counted),
+        the pool's partition, no output file (the holder prints nothing), its comment
+        naming the JobSet. No node list: the placement's prediction is recorded by the
+        engine; Slurm decides."""
         options = request.options.model_copy(update={
-            "output": "/dev/null", "error": None, "comment": self._holder_note(jobset_id)})
+            "output": "/dev/null", "error": None, "exclusive": True,
+            "partition": self.partition or request.options.partition,
+            "comment": self.pairs.note_of(jobset_id)})
         return replace(request, options=options, placement=None)
 
-    def _holder_note(self, jobset_id: str) -> str:
-        """What follows the key in a holder's comment: ``k8s-on-slurm:POOL ns/name``."""
-        return f"{HOLDER_COMMENT}:{self.name} {jobset_id}"
-
     async def submit(self, request: SubmitRequest) -> str:
-        """See the module docstring: the JobSet, then the holder (one per job)."""
+        """See the module docstring: the JobSet, then the holder (one per job). A holder
+        Slurm refuses takes the JobSet with it (nothing waits for an allocation that
+        will never come)."""
         jobset_id = await self.k8s.submit(replace(request, placement=None))
+        note = self.pairs.note_of(jobset_id)
         holders = [h for h in await self.slurm.lookup([request.job_uid])
-                   if h.owner_uid == request.owner.uid and not h.state.finished]
+                   if h.owner_uid == request.owner.uid and h.note == note
+                   and not h.state.finished]
         if holders:
             holder_id = holders[0].backend_id
             log.info("job %s: holder Slurm job %s already exists; adopted",
                      request.job_uid, holder_id)
-        else:
-            try:
-                script = holder_script(jobset_id, request.job_uid)
-            except ValueError as exc:
-                raise BackendRejected(str(exc)) from None
+            return f"{jobset_id}@{holder_id}"
+        try:
+            script = holder_script(jobset_id, request.job_uid)
             holder_id = await self.slurm.submit(self._holder_request(request, jobset_id),
                                                 script)
+        except (BackendRejected, ValueError) as exc:
+            await self.binder.delete(jobset_id)
+            raise BackendRejected(str(exc)) from None
+        self._spawn(f"follow-{holder_id}", self._follow_start(request.job_uid))
         return f"{jobset_id}@{holder_id}"
 
-    def _view(self, jobset_id: str) -> JobSetView | None:
-        """The JobSet as the watch last saw it, if it is this back end's."""
-        namespace, _, name = jobset_id.partition("/")
+    def _view_of(self, pair: Pair) -> JobSetView | None:
+        """The pair's JobSet as the watch last saw it (None: gone)."""
+        namespace, _, name = pair.jobset_id.partition("/")
         obj = self.k8s.jobset_object(namespace, name)
-        if obj is None:
+        bj = self.k8s.state_of(obj) if obj is not None else None
+        if obj is None or bj is None:
             return None
-        return self._view_of(obj)
-
-    def _view_of(self, obj: dict[str, Any]) -> JobSetView | None:
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        if annotations.get(pinning.ANN_POOL) != self.name:
-            return None
-        bj = self.k8s.state_of(obj)
-        if bj is None:
-            return None
-        return JobSetView(bj, bool((obj.get("spec") or {}).get("suspend")),
-                          pinning.pinned_to(obj))
-
-    @staticmethod
-    def _owner_uid(obj: Mapping[str, Any]) -> int | None:
-        text = ((obj.get("metadata") or {}).get("annotations") or {}).get(pinning.ANN_OWNER_UID)
-        return int(text) if isinstance(text, str) and text.isdigit() else None
+        pinned = pinning.pinned_to(obj)
+        if pinned is not None and pair.holder is not None \
+                and pair.holder.backend_id == pinned and pair.holder.nodes:
+            if pair.pinned_nodes is None:  # pinned before a restart: to these nodes
+                pair.pinned_nodes = pair.holder.nodes
+            elif pair.pinned_nodes != pair.holder.nodes:
+                pinned = None  # requeued onto other nodes under the same id: pin again
+        return JobSetView(bj, bool((obj.get("spec") or {}).get("suspend")), pinned)
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
-        """Each of these jobs whose JobSet (this back end's) and holder (its recorded
-        owner's) both exist, composed. A JobSet without a holder is not reported: the
-        engine submits again, which adopts the JobSet and makes the holder."""
+        """Each of these jobs whose JobSet (this back end's) and holder (naming it,
+        its recorded owner's) both exist, composed. A JobSet without a holder is not
+        reported: the engine submits again, which adopts the JobSet and makes the
+        holder."""
         holders = await self.slurm.lookup(job_uids)
         found: list[BackendJob] = []
         for obj, js in await self.k8s.jobsets_of(job_uids):
-            view = self._view_of(obj)
-            owner = self._owner_uid(obj)
-            if view is None or owner is None:
+            pairs = Pairs(self.name, self.pairs.note_prefix)
+            pair = pairs.take_jobset(js.backend_id, obj, time.monotonic())
+            if pair is None:
                 continue
-            for h in holders:
-                if h.job_uid == js.job_uid and h.owner_uid == owner:
-                    composed = compose(f"{js.backend_id}@{h.backend_id}", h, view, True)
-                    if composed.job is not None:
-                        found.append(composed.job)
+            pairs.take_holders(holders, complete=True)
+            if pair.holder is None:
+                continue
+            view = JobSetView(js, bool((obj.get("spec") or {}).get("suspend")),
+                              pinning.pinned_to(obj))
+            composed = compose(f"{js.backend_id}@{pair.holder.backend_id}", pair.holder,
+                               view, True)
+            if composed.job is not None:
+                found.append(composed.job)
         return found
 
     async def cancel(self, backend_id: str, owner: Owner) -> None:
         """Delete the JobSet, cancel the holder (both: a missing one is no error)."""
         jobset_id, holder_id = split_pool_id(backend_id)
-        await self.k8s.cancel(jobset_id, owner)
+        await self.binder.delete(jobset_id)
         if holder_id is not None:
             await self.slurm.cancel(holder_id, owner)
 
     async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
-        """Suspend: the holder is held (requeued if it runs: it leaves its nodes), the
-        JobSet suspended and unpinned. Resume: the holder is released; the watch pins
-        the JobSet again once Slurm starts it."""
-        jobset_id, holder_id = split_pool_id(backend_id)
+        """Suspend: the holder is held (requeued if it runs: it leaves its nodes); the
+        watch then suspends and unpins the JobSet. Resume: the holder is released; the
+        watch pins the JobSet again once Slurm starts it."""
+        _, holder_id = split_pool_id(backend_id)
         if holder_id is None:
             raise BackendRejected(f"{backend_id}: no Slurm job to suspend")
         await self.slurm.set_suspended(holder_id, suspend, owner)
-        if suspend:
-            await self._repin(jobset_id, None)
 
     def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, Any]] | None:
         return self.k8s.jobs_status(namespace, job_uid)
 
-    # -- binding --------------------------------------------------------------------------
+    # -- keeping the worlds in line ------------------------------------------------------
 
-    async def _repin(self, jobset_id: str, holder: BackendJob | None) -> None:
-        """Pin the JobSet's pods to ``holder``'s nodes and unsuspend it (None: unpin and
-        suspend). The nodes are labelled first, so no pod waits for a label."""
-        namespace, _, name = jobset_id.partition("/")
+    async def _act(self, pair: Pair, holder: BackendJob | None, composed: Composed) -> None:
+        """Do ``composed.action`` for ``holder`` (the holder :func:`compose` saw; None:
+        none, only an unpin)."""
+        namespace, _, name = pair.jobset_id.partition("/")
         obj = self.k8s.jobset_object(namespace, name)
-        if obj is None:
+        action = composed.action
+        if holder is None:
+            if action is Do.UNPIN and obj is not None:
+                pinned = pinning.pinned_to(obj)
+                await self.binder.unpin(obj)
+                if pinned is not None:
+                    await self.binder.unlabel(pinned)
             return
-        if holder is not None:
-            names = self.nodes.to_kubernetes(holder.nodes, self.k8s.known_nodes())
-            label = pinning.allocation_label(holder.backend_id)
-            await self._unlabel(holder.backend_id, keep=set(names))
-            for node in names:
-                await self.k8s.kube.call(
-                    f"label node {node} {label}", self.k8s.kube.core.patch_node, node,
-                    {"metadata": {"labels": {label: "true"}}})
-        kube = await self.k8s.jobset_client(namespace, name)
-        ops = pinning.pin_patch(obj, holder.backend_id if holder else None,
-                                suspend=holder is None)
-        await kube.call(f"{'pin' if holder else 'unpin'} JobSet {jobset_id}",
-                        kube.custom.patch_namespaced_custom_object, GROUP, VERSION,
-                        namespace, PLURAL, name, ops, _content_type=JSON_PATCH)
-        if holder is not None:
-            log.info("JobSet %s pinned to Slurm job %s on %s", jobset_id, holder.backend_id,
-                     ",".join(holder.nodes))
+        if action is Do.PIN and obj is not None:
+            await self.binder.pin(obj, holder)
+            pair.pinned_nodes = holder.nodes
+            log.info("JobSet %s pinned to Slurm job %s on %s", pair.jobset_id,
+                     holder.backend_id, ",".join(holder.nodes))
+        elif action is Do.UNPIN:
+            if obj is not None:
+                await self.binder.unpin(obj)
+            pair.pinned_nodes = None
+            await self.binder.unlabel(holder.backend_id)
+        elif action is Do.DELETE_JOBSET:
+            await self.binder.delete(pair.jobset_id)
+        elif action in (Do.END_HOLDER, Do.CANCEL_HOLDER):
+            owner = await asyncio.to_thread(owner_of, pair.owner_uid)
+            if action is Do.END_HOLDER:
+                assert composed.signal is not None
+                await self.slurm.signal(holder.backend_id, composed.signal, owner)
+            else:
+                await self.slurm.cancel(holder.backend_id, owner)
 
-    async def _unlabel(self, slurm_id: str, keep: Collection[str] = ()) -> None:
-        """Remove the allocation label of ``slurm_id`` from every node but ``keep``."""
-        label = pinning.allocation_label(slurm_id)
-        listing = await self.k8s.kube.raw(f"list nodes labelled {label}",
-                                          self.k8s.kube.core.list_node, label_selector=label)
-        for node in listing.get("items") or []:
-            name = (node.get("metadata") or {}).get("name")
-            if name and name not in keep:
-                await self.k8s.kube.call(
-                    f"unlabel node {name} {label}", self.k8s.kube.core.patch_node, name,
-                    {"metadata": {"labels": {label: None}}})
-
-    async def _act(self, uid: str, pair: _Pair, composed: Composed) -> None:
+    def _start_action(self, pair: Pair, composed: Composed) -> None:
+        """Start the action unless one runs for this job, or this one was started less
+        than ``RETRY_SECONDS`` ago (its effect not shown yet)."""
         holder = pair.holder
-        assert holder is not None
-        owner = owner_of(holder.owner_uid) if holder.owner_uid is not None else None
-        if composed.action is Do.PIN:
-            await self._repin(pair.jobset_id, holder)
-        elif composed.action is Do.UNPIN:
-            await self._repin(pair.jobset_id, None)
-            await self._unlabel(holder.backend_id)
-        elif composed.action is Do.END_HOLDER and owner is not None:
-            assert composed.signal is not None
-            await self.slurm.signal(holder.backend_id, composed.signal, owner)
-        elif composed.action is Do.CANCEL_HOLDER and owner is not None:
-            await self.slurm.cancel(holder.backend_id, owner)
-        elif composed.action is Do.DELETE_JOBSET and owner is not None:
-            await self.k8s.cancel(pair.jobset_id, owner)
-
-    def _start_action(self, uid: str, pair: _Pair, composed: Composed) -> None:
-        holder = pair.holder
-        if composed.action is Do.NOTHING or holder is None:
+        if composed.action is Do.NOTHING or pair.jobset_id in self._busy:
             return
-        key = (uid, composed.action, holder.backend_id)
+        key = (pair.jobset_id, composed.action, holder.backend_id if holder else "")
         now = time.monotonic()
         if now - self._acted.get(key, -RETRY_SECONDS) < RETRY_SECONDS:
             return
         self._acted[key] = now
-        self._spawn(f"{composed.action.value}-{uid}", self._act(uid, pair, composed))
-
-    def _cleanup_labels(self, holder: BackendJob) -> None:
-        """Once per ended holder (per daemon run): its nodes lose its label."""
-        if holder.backend_id in self._unlabelled:
-            return
-        self._unlabelled.add(holder.backend_id)
+        self._busy.add(pair.jobset_id)
 
         async def run() -> None:
             try:
-                await self._unlabel(holder.backend_id)
+                await self._act(pair, holder, composed)
+            finally:
+                self._busy.discard(pair.jobset_id)
+
+        self._spawn(f"{composed.action.value}-{pair.jobset_id}", run())
+
+    def _cleanup_labels(self, holder_id: str) -> None:
+        """Once per ended holder (per daemon run): its nodes lose its label."""
+        if holder_id in self._unlabelled:
+            return
+        if len(self._unlabelled) >= MEMORY:
+            self._unlabelled.clear()
+        self._unlabelled.add(holder_id)
+
+        async def run() -> None:
+            try:
+                await self.binder.unlabel(holder_id)
             except BackendError:
-                self._unlabelled.discard(holder.backend_id)  # the next pass tries again
+                self._unlabelled.discard(holder_id)  # the next pass tries again
                 raise
 
-        self._spawn(f"unlabel-{holder.backend_id}", run())
+        self._spawn(f"unlabel-{holder_id}", run())
 
-    def _compose(self, uid: str) -> BackendJob | None:
+    def _compose(self, pair: Pair) -> BackendJob | None:
         """The job's state now, its action started."""
-        pair = self._pairs.get(uid)
-        if pair is None:
-            return None
-        view = self._view(pair.jobset_id)
-        holder_id = pair.holder.backend_id if pair.holder else None
+        view = self._view_of(pair)
+        holder_id = pair.holder.backend_id if pair.holder else pair.holder_id
+        if holder_id is None and view is not None:
+            holder_id = view.pinned_to
         composed = compose(f"{pair.jobset_id}@{holder_id}" if holder_id else pair.jobset_id,
-                           pair.holder, view, self._k8s_synced)
-        self._start_action(uid, pair, composed)
+                           pair.holder, view, self._k8s_synced and self._slurm_synced)
+        self._start_action(pair, composed)
         if pair.holder is not None and pair.holder.state.finished:
-            self._cleanup_labels(pair.holder)
-        if view is None and self._k8s_synced and (pair.holder is None
-                                                  or pair.holder.state.finished):
-            del self._pairs[uid]  # both ended: nothing left to keep in line
+            self._cleanup_labels(pair.holder.backend_id)
         return composed.job
 
-    # -- status ---------------------------------------------------------------------------
+    def _forget(self) -> None:
+        for pair in self.pairs.forget_done(time.monotonic()):
+            for key in [k for k in self._acted if k[0] == pair.jobset_id]:
+                del self._acted[key]
 
-    def _take_holders(self, jobs: Collection[BackendJob]) -> None:
-        """A complete Slurm snapshot: each pool job's holder (its recorded owner's; of
-        several, the unfinished one)."""
-        by_uid: dict[str, list[BackendJob]] = {}
-        for bj in jobs:
-            by_uid.setdefault(bj.job_uid, []).append(bj)
-        for uid, pair in self._pairs.items():
-            namespace, _, name = pair.jobset_id.partition("/")
-            obj = self.k8s.jobset_object(namespace, name)
-            owner = self._owner_uid(obj) if obj is not None else None
-            mine = [h for h in by_uid.get(uid, ()) if owner is not None and h.owner_uid == owner]
-            mine.sort(key=lambda h: (not h.state.finished, h.start_time or 0))
-            pair.holder = mine[-1] if mine else None
-        self._sweep_orphans(jobs)
+    # -- holders -------------------------------------------------------------------------
+
+    async def _follow_start(self, job_uid: str) -> None:
+        """Right after a holder is submitted, look at it more often than the status poll
+        does (every ``FOLLOW_EVERY`` s, for at most ``FOLLOW_SECONDS``) until Slurm has
+        started it: binding then waits for Slurm, not for the next poll. Each look is
+        one listing, answered from the last one when nothing changed (slurmrestd's
+        ``update_time``); a holder that waits longer is left to the status poll."""
+        deadline = time.monotonic() + FOLLOW_SECONDS
+        while time.monotonic() < deadline:
+            await asyncio.sleep(FOLLOW_EVERY)
+            jobs = await self.slurm.lookup([job_uid])
+            if self._queue is not None:
+                self._queue.put_nowait(("holder", StatusBatch(tuple(jobs), complete=False,
+                                                              at=time.time())))
+            if any(h.state is not BackendState.PENDING for h in jobs):
+                return
 
     def _sweep_orphans(self, jobs: Collection[BackendJob]) -> None:
-        """Cancel this back end's holders (their comment says so) that have had no
-        JobSet for ``ORPHAN_GRACE`` seconds, as their owners: no Slurm allocation is
-        held for a job that is gone."""
+        """Cancel this back end's holders whose JobSet is not there, as their owners,
+        once they have been seen so for ``ORPHAN_GRACE`` seconds and the apiserver
+        (not only the watch) says the JobSet is gone: no Slurm allocation is held for a
+        job that is gone. At most ``ORPHAN_CANCELS_AT_ONCE`` cancels run at once."""
         if not self._k8s_synced:
             return
         now = time.monotonic()
-        prefix = f"{HOLDER_COMMENT}:{self.name} "
         seen: set[str] = set()
-        for h in jobs:
-            if h.state.finished or not (h.note or "").startswith(prefix) \
-                    or h.job_uid in self._pairs or h.owner_uid is None:
-                continue
-            seen.add(h.backend_id)
-            first = self._orphans.setdefault(h.backend_id, now)
+        for holder, jobset_id in self.pairs.orphans(jobs):
+            seen.add(holder.backend_id)
+            first = self._orphans.setdefault(holder.backend_id, now)
             if now - first < ORPHAN_GRACE:
                 continue
-            self._orphans[h.backend_id] = now  # at most once per grace
-            log.warning("k8s-on-slurm %s: Slurm job %s holds nodes for JobSet %s, which does "
-                        "not exist; cancelling it", self.name, h.backend_id,
-                        (h.note or "")[len(prefix):])
-            self._spawn(f"cancel-orphan-{h.backend_id}",
-                        self.slurm.cancel(h.backend_id, owner_of(h.owner_uid)))
+            self._orphans[holder.backend_id] = now  # at most once per grace
+            self._spawn(f"orphan-{holder.backend_id}", self._cancel_orphan(holder, jobset_id))
         for gone in set(self._orphans) - seen:
             del self._orphans[gone]
+
+    async def _cancel_orphan(self, holder: BackendJob, jobset_id: str) -> None:
+        async with self._orphan_slots:
+            if "/" in jobset_id and await self.binder.exists(jobset_id, self.name,
+                                                             holder.job_uid):
+                return  # the watch is behind
+            assert holder.owner_uid is not None
+            owner = await asyncio.to_thread(owner_of, holder.owner_uid)
+            log.warning("k8s-on-slurm %s: Slurm job %s holds nodes for JobSet %s, which does "
+                        "not exist; cancelling it", self.name, holder.backend_id, jobset_id)
+            await self.slurm.cancel(holder.backend_id, owner)
 
     def _spawn(self, what: str, coro: Any) -> None:
         """Run ``coro`` in the background; a failure is logged (the next pass retries)."""
@@ -406,20 +423,45 @@ class PoolBackend:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _take_jobsets(self, jobs: Collection[BackendJob], complete: bool) -> None:
+    # -- status ---------------------------------------------------------------------------
+
+    def _batch(self, what: str, batch: StatusBatch) -> StatusBatch | None:
+        """One batch of either world → the pool's batch (None: nothing to say)."""
+        now = time.monotonic()
+        if what == "k8s":
+            if batch.complete:
+                self._k8s_synced = True
+            touched: dict[str, Pair] = {}
+            for bj in batch.jobs:
+                if "/" not in bj.backend_id:
+                    continue
+                namespace, _, name = bj.backend_id.partition("/")
+                pair = self.pairs.take_jobset(bj.backend_id,
+                                              self.k8s.jobset_object(namespace, name), now)
+                if pair is not None:
+                    touched[pair.jobset_id] = pair
+            jobs = [j for p in touched.values() if (j := self._compose(p))]
+            self._forget()
+            return StatusBatch(tuple(jobs), complete=False, at=batch.at) if jobs else None
+        complete = what == "slurm"
+        pairs = self.pairs.take_holders(batch.jobs, complete)
         if complete:
-            self._k8s_synced = True
-        for bj in jobs:
-            if "/" not in bj.backend_id:
-                continue
-            if self._view(bj.backend_id) is None and bj.job_uid not in self._pairs:
-                continue  # another back end's JobSet
-            self._pairs.setdefault(bj.job_uid, _Pair(bj.backend_id)).jobset_id = bj.backend_id
+            self._slurm_synced = True
+            self._sweep_orphans(batch.jobs)
+            pairs = list(self.pairs.by_jobset.values())
+        jobs = [j for p in pairs if (j := self._compose(p))]
+        self._forget()
+        if not complete:
+            return StatusBatch(tuple(jobs), complete=False, at=batch.at) if jobs else None
+        return StatusBatch(tuple(jobs), complete=self._k8s_synced, at=batch.at)
 
     async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
         """Both worlds merged (see the module docstring): after every Slurm snapshot a
-        complete batch of every pool job; after every JobSet change, that job."""
+        complete batch of every pool job; after every JobSet change, that job; after a
+        look at a new holder, its job. A batch that cannot be read is logged and
+        skipped (the stream goes on)."""
         queue: asyncio.Queue[tuple[str, StatusBatch]] = asyncio.Queue()
+        self._queue = queue
 
         async def follow(what: str, stream: AsyncIterator[StatusBatch]) -> None:
             async for batch in stream:
@@ -433,17 +475,16 @@ class PoolBackend:
         try:
             while True:
                 what, batch = await queue.get()
-                if what == "k8s":
-                    self._take_jobsets(batch.jobs, batch.complete)
-                    uids = [bj.job_uid for bj in batch.jobs if bj.job_uid in self._pairs]
-                    jobs = [j for u in dict.fromkeys(uids) if (j := self._compose(u))]
-                    if jobs:
-                        yield StatusBatch(tuple(jobs), complete=False, at=batch.at)
+                try:
+                    out = self._batch(what, batch)
+                except Exception:
+                    log.exception("k8s-on-slurm %s: a %s status batch was not read", self.name,
+                                  what)
                     continue
-                self._take_holders(batch.jobs)
-                jobs = [j for u in list(self._pairs) if (j := self._compose(u))]
-                yield StatusBatch(tuple(jobs), complete=self._k8s_synced, at=batch.at)
+                if out is not None:
+                    yield out
         finally:
+            self._queue = None
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -471,5 +512,4 @@ def create(name: str, settings: Mapping[str, Any]) -> PoolBackend:
     slurm = slurm_backend.create(f"{name}.slurm", s.slurm)
     k8s = k8s_backend.create(f"{name}.kubernetes", s.kubernetes)
     return PoolBackend(name, slurm, k8s, nodes, s.taint_key, s.pool_label,
-                       s.node_state_interval)
-
+                       s.node_state_interval, s.partition)

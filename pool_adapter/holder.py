@@ -97,11 +97,14 @@ def compose(backend_id: str, holder: BackendJob | None, jobset: JobSetView | Non
 
     * neither: nothing to report (the engine's lost-job rule applies);
     * no holder: the JobSet's state once it finished; else nothing (not submitted yet,
-      or purged from Slurm's table);
+      or purged from Slurm's table), and a JobSet pinned or running without one is
+      unpinned (``synced``: both worlds listed);
     * no JobSet (synced): a living holder is cancelled, the job reported ``CANCELLED``
-      (``JobSetDeleted``); an ended holder is reported as it ended;
+      (the engine's ``CancelledInBackend``; the detail says the JobSet was deleted); an
+      ended holder is reported as it ended;
     * the holder waits (``PENDING``/``SUSPENDED``): its state and Slurm's reason; a
-      JobSet pinned or running meanwhile is unpinned (suspended);
+      JobSet pinned or running meanwhile is unpinned (suspended); a JobSet that has
+      finished is the job's state, and the holder is cancelled;
     * the holder runs: a finished JobSet ends it (USR1/USR2) and is the job's state; an
       unpinned or suspended one is pinned; else ``RUNNING`` on the holder's nodes;
     * the holder ended: a finished JobSet is the job's state; else the JobSet is deleted
@@ -111,6 +114,8 @@ def compose(backend_id: str, holder: BackendJob | None, jobset: JobSetView | Non
     if holder is None:
         if jobset is not None and jobset.job.state.finished:
             return Composed(replace(jobset.job, backend_id=backend_id))
+        if synced and jobset is not None and (jobset.pinned_to or not jobset.suspended):
+            return Composed(None, Do.UNPIN)  # no allocation: no pod may run
         return Composed(None)
     base = replace(holder, backend_id=backend_id,
                    namespace=jobset.job.namespace if jobset is not None else None)
@@ -126,8 +131,10 @@ def compose(backend_id: str, holder: BackendJob | None, jobset: JobSetView | Non
     js = jobset.job
     pinned = jobset.pinned_to == holder.backend_id
     if holder.state in (BackendState.PENDING, BackendState.SUSPENDED, BackendState.UNKNOWN):
-        action = Do.UNPIN if (jobset.pinned_to or not jobset.suspended) \
-            and not js.state.finished else Do.NOTHING
+        if js.state.finished:  # nothing left to hold nodes for
+            return Composed(replace(js, backend_id=backend_id, owner_uid=holder.owner_uid),
+                            Do.CANCEL_HOLDER)
+        action = Do.UNPIN if (jobset.pinned_to or not jobset.suspended) else Do.NOTHING
         return Composed(base, action)
     if holder.state is BackendState.RUNNING:
         if js.state.finished:

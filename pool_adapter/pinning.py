@@ -18,6 +18,7 @@ affinity, hence the label rather than a host list. A node may hold several alloc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from bridge.backend import SubmitRequest
@@ -34,7 +35,7 @@ RJOB_NAME_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 
 def allocation_label(slurm_job_id: str) -> str:
     """The node label of Slurm job ``slurm_job_id``'s allocation."""
-    if not slurm_job_id.isdigit():
+    if not (slurm_job_id.isascii() and slurm_job_id.isdigit()):
         raise ValueError(f"not a Slurm job id: {slurm_job_id!r}")
     return LABEL_PREFIX + slurm_job_id
 
@@ -73,7 +74,7 @@ def amend(body: dict[str, Any], request: SubmitRequest, *, pool: str, taint_key:
                  "topologyKey": HOST_LABEL})
 
 
-def pinned_to(obj: dict[str, Any]) -> str | None:
+def pinned_to(obj: Mapping[str, Any]) -> str | None:
     """The Slurm job id the JobSet's pods are pinned to (the node-selector label of its
     first pod template), or None."""
     try:
@@ -85,7 +86,7 @@ def pinned_to(obj: dict[str, Any]) -> str | None:
     return ids[0] if len(ids) == 1 else None
 
 
-def pin_patch(obj: dict[str, Any], slurm_job_id: str | None, *, suspend: bool
+def pin_patch(obj: Mapping[str, Any], slurm_job_id: str | None, *, suspend: bool
               ) -> list[dict[str, Any]]:
     """A JSON patch that sets every pod template's node selector to require the label of
     ``slurm_job_id``'s allocation (None: no allocation's, for unpinning), other keys

@@ -18,7 +18,9 @@ class PoolSettings(PluginSettings):
     (``"true"``), required of every pod as well; empty: none. ``node_map``: how Slurm
     node names become Kubernetes ones, ``same``, ``label:KEY`` or ``table`` (then
     ``node_table``, ``{slurm = kubernetes}``; :mod:`pool_adapter.nodemap`).
-    ``node_state_interval``: seconds between copies of Slurm's node states onto the
+    ``partition``: the Slurm partition of the pool's nodes (every holder is
+    submitted there; a job asking for another is refused); unset: the job's, else
+    Slurm's default. ``node_state_interval``: seconds between copies of Slurm's node states onto the
     pool's Kubernetes nodes (:mod:`pool_adapter.nodestate`)."""
 
     slurm: dict[str, Any] = Field(default_factory=dict)
@@ -28,3 +30,4 @@ class PoolSettings(PluginSettings):
     node_map: str = "same"
     node_table: dict[str, str] = Field(default_factory=dict)
     node_state_interval: float = Field(default=30.0, gt=0)
+    partition: str | None = None

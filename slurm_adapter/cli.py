@@ -355,7 +355,8 @@ class SlurmCli:
         """``scancel --batch --signal=SIG JOB`` as ``owner``: the signal reaches only
         the batch shell (an allocation holder's, :mod:`pool_adapter.holder`); an unknown
         or finished job is no error."""
-        if not job_id.isdigit() or not signame.isalnum():
+        if not (job_id.isascii() and job_id.isdigit() and signame.isascii()
+                and signame.isalnum()):
             raise BackendRejected(f"not a Slurm job id and signal: {job_id!r} {signame!r}")
         done = await self.run(["scancel", "--batch", f"--signal={signame}", job_id],
                               owner=owner)

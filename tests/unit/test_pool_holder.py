@@ -144,7 +144,11 @@ def test_compose_invariants(h: BackendState | None, j: BackendState | None, susp
         assert (c.signal == SIGNAL_SUCCESS) == (j is S.COMPLETED)
     if c.action is Do.DELETE_JOBSET:
         assert h is not None and h.finished and j is not None and not j.finished
-    if c.action is Do.CANCEL_HOLDER:
-        assert synced and j is None and h is not None and not h.finished
+    if c.action is Do.CANCEL_HOLDER:  # the JobSet is gone, or ended while it waits
+        assert h is not None and not h.finished
+        assert (synced and j is None) or (j is not None and j.finished and h is not S.RUNNING)
+    if c.action is Do.UNPIN:  # never while an allocation runs
+        assert h is not S.RUNNING and j is not None and not j.finished
+        assert h is not None or synced
     if h is not None and h.finished and j is not None and j.finished:
         assert c.job is not None and c.job.state is j  # the JobSet's outcome is the job's

@@ -1,0 +1,102 @@
+"""The Kubernetes side of binding a JobSet to its Slurm allocation (I/O).
+
+Everything here acts with the bridge's own identity, not the job's: a namespace
+user who points the JobSet's identity annotation at an account without rights must
+not keep pods on nodes whose allocation ended (an unpin or a delete that fails would
+be retried for ever while the pods run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import structlog
+
+from bridge.backend import BackendJob, BackendRejected
+from k8s_adapter.backend import KubernetesBackend
+from k8s_adapter.jobset import GROUP, PLURAL, VERSION
+from k8s_adapter.kube import JSON_PATCH, is_status
+from pool_adapter import pinning
+from pool_adapter.nodemap import NodeMap
+
+log = structlog.get_logger(__name__)
+
+
+class Binder:
+    """Labels a holder's nodes and pins, unpins or deletes its JobSet."""
+
+    def __init__(self, k8s: KubernetesBackend, nodes: NodeMap):
+        self.k8s = k8s
+        self.nodes = nodes
+
+    def node_names(self, holder: BackendJob) -> list[str]:
+        """The Kubernetes nodes of ``holder``'s Slurm nodes (UnmappedNode if one has
+        none)."""
+        return self.nodes.to_kubernetes(holder.nodes, self.k8s.known_nodes())
+
+    async def pin(self, obj: Mapping[str, Any], holder: BackendJob) -> list[str]:
+        """Label the holder's nodes, then pin the JobSet ``obj`` to them and unsuspend
+        it; the Kubernetes node names."""
+        kube = self.k8s.kube
+        names = self.node_names(holder)
+        label = pinning.allocation_label(holder.backend_id)
+        await self.unlabel(holder.backend_id, keep=names)
+        for node in names:
+            await kube.call(f"label node {node} {label}", kube.core.patch_node, node,
+                            {"metadata": {"labels": {label: "true"}}})
+        await self._patch(obj, pinning.pin_patch(obj, holder.backend_id, suspend=False))
+        return names
+
+    async def unpin(self, obj: Mapping[str, Any]) -> None:
+        """Suspend the JobSet ``obj`` (its pods go) and drop its allocation label."""
+        await self._patch(obj, pinning.pin_patch(obj, None, suspend=True))
+
+    async def _patch(self, obj: Mapping[str, Any], ops: list[dict[str, Any]]) -> None:
+        meta = obj["metadata"]
+        kube = self.k8s.kube
+        await kube.call(f"patch JobSet {meta['namespace']}/{meta['name']}",
+                        kube.custom.patch_namespaced_custom_object, GROUP, VERSION,
+                        meta["namespace"], PLURAL, meta["name"], ops,
+                        _content_type=JSON_PATCH)
+
+    async def unlabel(self, slurm_id: str, keep: Collection[str] = ()) -> None:
+        """Remove the allocation label of ``slurm_id`` from every node but ``keep``."""
+        kube = self.k8s.kube
+        label = pinning.allocation_label(slurm_id)
+        listing = await kube.raw(f"list nodes labelled {label}", kube.core.list_node,
+                                 label_selector=label)
+        for node in listing.get("items") or []:
+            name = (node.get("metadata") or {}).get("name")
+            if name and name not in keep:
+                await kube.call(f"unlabel node {name} {label}", kube.core.patch_node, name,
+                                {"metadata": {"labels": {label: None}}})
+
+    async def delete(self, jobset_id: str) -> None:
+        """Delete the JobSet (its Jobs and pods first); a missing one is no error."""
+        namespace, _, name = jobset_id.partition("/")
+        kube = self.k8s.kube
+        try:
+            await kube.call(f"delete JobSet {jobset_id}",
+                            kube.custom.delete_namespaced_custom_object, GROUP, VERSION,
+                            namespace, PLURAL, name, propagation_policy="Foreground")
+        except BackendRejected as exc:
+            if not is_status(exc, 404):
+                raise
+
+    async def exists(self, jobset_id: str, pool: str, uid: str) -> bool:
+        """Whether ``jobset_id`` exists now (asked of the apiserver, not the watch) as
+        this pool's JobSet of job ``uid``."""
+        namespace, _, name = jobset_id.partition("/")
+        kube = self.k8s.kube
+        try:
+            obj = await kube.call(f"get JobSet {jobset_id}",
+                                  kube.custom.get_namespaced_custom_object, GROUP, VERSION,
+                                  namespace, PLURAL, name)
+        except BackendRejected as exc:
+            if is_status(exc, 404):
+                return False
+            raise
+        meta = obj.get("metadata") or {}
+        return bool((meta.get("annotations") or {}).get(pinning.ANN_POOL) == pool
+                    and (meta.get("labels") or {}).get("hpc-bridge.io/job-uid") == uid)

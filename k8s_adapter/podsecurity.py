@@ -55,11 +55,12 @@ _RESERVED_TAINTS = ("node-role.kubernetes.io/", "node.kubernetes.io/",
                     "hpc-bridge.io/")
 #: Node labels a user's pod must not select on: a node's role (the control plane) and
 #: the labels only the node's kubelet may not set (``--constraint`` refuses them too),
-#: and the bridge's (a Slurm allocation's nodes, a Slurm-backed pool).
+#: and the bridge's labels of a Slurm allocation's nodes (the pool's own label is
+#: harmless to select: its taint keeps every pod off that does not tolerate it).
 #: Choosing a node by name is the user's own business (it only narrows where the pod
 #: may go; taints still keep it off the control plane).
 _RESERVED_LABELS = ("node-role.kubernetes.io/", "node-restriction.kubernetes.io/",
-                    "slurm.hpc-bridge.io/", "hpc-bridge.io/")
+                    "slurm.hpc-bridge.io/")
 
 
 class Forbidden(BridgeError):

@@ -131,6 +131,13 @@ def test_each_privilege_is_refused_naming_its_field(pod_spec: dict[str, Any],
      "tolerations[0]", "tolerations"),
     ({"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}},
      "nodeSelector[node-role.kubernetes.io/control-plane]", "nodeName"),
+    # A Slurm-backed pool's nodes: only pods of a Slurm allocation (k8s-on-slurm).
+    ({"tolerations": [{"key": "hpc-bridge.io/slurm-pool", "operator": "Exists"}]},
+     "tolerations[0]", "tolerations"),
+    ({"tolerations": [{"key": "hpc-bridge.io/slurm-unavailable", "operator": "Exists"}]},
+     "tolerations[0]", "tolerations"),
+    ({"nodeSelector": {"slurm.hpc-bridge.io/job-42": "true"}},
+     "nodeSelector[slurm.hpc-bridge.io/job-42]", "nodeName"),
     ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
             {"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}]}}}},

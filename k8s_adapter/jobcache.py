@@ -59,6 +59,8 @@ class JobCache:
 
     def __init__(self) -> None:
         self.jobsets: dict[Key, dict[str, Any]] = {}
+        #: (namespace, name) -> the key of ``jobsets`` (a JobSet found by name in O(1)).
+        self._by_name: dict[tuple[str, str], Key] = {}
         self.pods: dict[Key, PodsSeen] = {}
 
     # -- JobSets ---------------------------------------------------------------------
@@ -86,14 +88,19 @@ class JobCache:
     def sync_jobsets(self, objs: Iterable[dict[str, Any]]) -> list[BackendJob]:
         """A complete listing: replaces what was known; every JobSet's view."""
         self.jobsets = {}
+        self._by_name = {}
         jobs = []
         for obj in objs:
             key = key_of(obj)
             bj = self.backend_job(obj)
             if bj is not None and key is not None:
-                self.jobsets[key] = obj
+                self._keep(key, obj)
                 jobs.append(bj)
         return jobs
+
+    def _keep(self, key: Key, obj: dict[str, Any]) -> None:
+        self.jobsets[key] = obj
+        self._by_name[(key[0], str(_meta(obj).get("name")))] = key
 
     def jobset_event(self, obj: dict[str, Any], deleted: bool) -> BackendJob | None:
         """One watch event of a JobSet; its view (None: not one of the bridge's)."""
@@ -102,16 +109,20 @@ class JobCache:
         if bj is None or key is None:
             return None
         if deleted:
-            self.jobsets.pop(key, None)
+            gone = self.jobsets.pop(key, None)
             self.pods.pop(key, None)
+            name = (key[0], str(_meta(gone if gone is not None else obj).get("name")))
+            if self._by_name.get(name) == key:
+                del self._by_name[name]
         else:
-            self.jobsets[key] = obj
+            self._keep(key, obj)
         return bj
 
     def jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The watched JobSet ``namespace/name``, if any."""
-        return next((o for (ns, _), o in self.jobsets.items()
-                     if ns == namespace and _meta(o).get("name") == name), None)
+        key = self._by_name.get((namespace, name))
+        obj = self.jobsets.get(key) if key is not None else None
+        return obj if obj is not None and _meta(obj).get("name") == name else None
 
     def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, Any]] | None:
         """The ``replicatedJobsStatus`` of job ``job_uid``'s JobSet in ``namespace``

@@ -137,6 +137,7 @@ class PoolBackend:
         #: Holders of this back end without a JobSet: Slurm id -> when first seen so.
         self._orphans: dict[str, float] = {}
         self._orphan_slots = asyncio.Semaphore(ORPHAN_CANCELS_AT_ONCE)
+        self._orphans_busy: set[str] = set()
         #: The merged status stream while :meth:`watch` runs.
         self._queue: asyncio.Queue[tuple[str, StatusBatch]] | None = None
 
@@ -280,10 +281,11 @@ class PoolBackend:
         action = composed.action
         if holder is None:
             if action is Do.UNPIN and obj is not None:
-                pinned = pinning.pinned_to(obj)
                 await self.binder.unpin(obj)
-                if pinned is not None:
-                    await self.binder.unlabel(pinned)
+                # Only a holder once verified as this job's: the JobSet's own selector
+                # is its namespace user's to write (it may name someone else's).
+                if pair.holder_id is not None and pinning.pinned_to(obj) == pair.holder_id:
+                    await self.binder.unlabel(pair.holder_id)
             return
         if action is Do.PIN and obj is not None:
             await self.binder.pin(obj, holder)
@@ -347,8 +349,6 @@ class PoolBackend:
         """The job's state now, its action started."""
         view = self._view_of(pair)
         holder_id = pair.holder.backend_id if pair.holder else pair.holder_id
-        if holder_id is None and view is not None:
-            holder_id = view.pinned_to
         composed = compose(f"{pair.jobset_id}@{holder_id}" if holder_id else pair.jobset_id,
                            pair.holder, view, self._k8s_synced and self._slurm_synced)
         self._start_action(pair, composed)
@@ -391,23 +391,31 @@ class PoolBackend:
         for holder, jobset_id in self.pairs.orphans(jobs):
             seen.add(holder.backend_id)
             first = self._orphans.setdefault(holder.backend_id, now)
-            if now - first < ORPHAN_GRACE:
+            if now - first < ORPHAN_GRACE or holder.backend_id in self._orphans_busy:
                 continue
             self._orphans[holder.backend_id] = now  # at most once per grace
+            self._orphans_busy.add(holder.backend_id)  # one task per holder at a time
             self._spawn(f"orphan-{holder.backend_id}", self._cancel_orphan(holder, jobset_id))
         for gone in set(self._orphans) - seen:
             del self._orphans[gone]
 
     async def _cancel_orphan(self, holder: BackendJob, jobset_id: str) -> None:
-        async with self._orphan_slots:
-            if "/" in jobset_id and await self.binder.exists(jobset_id, self.name,
-                                                             holder.job_uid):
-                return  # the watch is behind
-            assert holder.owner_uid is not None
-            owner = await asyncio.to_thread(owner_of, holder.owner_uid)
-            log.warning("k8s-on-slurm %s: Slurm job %s holds nodes for JobSet %s, which does "
-                        "not exist; cancelling it", self.name, holder.backend_id, jobset_id)
-            await self.slurm.cancel(holder.backend_id, owner)
+        """Cancel one orphan (at most one task per holder at a time)."""
+        try:
+            async with self._orphan_slots:
+                pair = self.pairs.by_jobset.get(jobset_id)
+                unpaired = pair is not None and not self.pairs.is_holder_of(pair, holder)
+                if not unpaired and "/" in jobset_id and await self.binder.exists(
+                        jobset_id, self.name, holder.job_uid):
+                    return  # the watch is behind
+                assert holder.owner_uid is not None
+                owner = await asyncio.to_thread(owner_of, holder.owner_uid)
+                log.warning("k8s-on-slurm %s: Slurm job %s holds nodes for JobSet %s, which "
+                            "is not its job's; cancelling it", self.name, holder.backend_id,
+                            jobset_id)
+                await self.slurm.cancel(holder.backend_id, owner)
+        finally:
+            self._orphans_busy.discard(holder.backend_id)
 
     def _spawn(self, what: str, coro: Any) -> None:
         """Run ``coro`` in the background; a failure is logged (the next pass retries)."""
@@ -431,6 +439,7 @@ class PoolBackend:
         if what == "k8s":
             if batch.complete:
                 self._k8s_synced = True
+                self.pairs.mark_gone_except({bj.backend_id for bj in batch.jobs}, now)
             touched: dict[str, Pair] = {}
             for bj in batch.jobs:
                 if "/" not in bj.backend_id:

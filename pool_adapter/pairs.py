@@ -44,6 +44,9 @@ class Pair:
     jobset_id: str
     uid: str
     owner_uid: int
+    #: The JobSet object's own ``metadata.uid``: a JobSet made again under the same
+    #: name (a job resubmitted) is a new pair.
+    object_uid: str = ""
     holder: BackendJob | None = None
     #: The holder id last paired (kept when Slurm forgets the holder: the job's id).
     holder_id: str | None = None
@@ -81,12 +84,23 @@ class Pairs:
             return pair
         uid = (meta.get("labels") or {}).get(UID_LABEL)
         owner = owner_uid_of(obj)
+        object_uid = str(meta.get("uid") or "")
+        if pair is not None and pair.object_uid != object_uid:
+            pair = None  # the name's JobSet was made again: another job
         if pair is None:
+            self.by_jobset.pop(jobset_id, None)
             if not isinstance(uid, str) or not uid or owner is None:
                 return None
-            pair = self.by_jobset[jobset_id] = Pair(jobset_id, uid, owner)
+            pair = self.by_jobset[jobset_id] = Pair(jobset_id, uid, owner, object_uid)
         pair.gone_since = None
         return pair
+
+    def mark_gone_except(self, listed: Collection[str], now: float) -> None:
+        """A complete listing of the JobSets: every pair not in ``listed`` is gone (one
+        deleted while the watch was away)."""
+        for jobset_id, pair in self.by_jobset.items():
+            if jobset_id not in listed and pair.gone_since is None:
+                pair.gone_since = now
 
     def is_holder_of(self, pair: Pair, job: BackendJob) -> bool:
         return (job.note == self.note_of(pair.jobset_id) and job.job_uid == pair.uid
@@ -94,8 +108,8 @@ class Pairs:
 
     def take_holders(self, jobs: Collection[BackendJob], complete: bool) -> list[Pair]:
         """Slurm's jobs (a complete listing, or the jobs of one followed holder): each
-        pair's holder, of several the unfinished one (else the newest). Returns the
-        pairs whose holder was looked at."""
+        pair's holder, of several the first (lowest id). Returns the pairs whose holder
+        was looked at."""
         by_note: dict[str, list[BackendJob]] = {}
         for job in jobs:
             if job.note and job.note.startswith(self.note_prefix):
@@ -105,17 +119,20 @@ class Pairs:
             found = [j for j in by_note.get(jobset_id, ()) if self.is_holder_of(pair, j)]
             if not found and not complete:
                 continue
-            found.sort(key=lambda h: (not h.state.finished, h.start_time or 0,
-                                      int(h.backend_id) if h.backend_id.isdigit() else 0))
-            pair.holder = found[-1] if found else None
+            # The first one: the bridge submits the holder as soon as the JobSet exists,
+            # before anyone else can know the uid to write in a comment of their own
+            # (a Slurm job keeps its id when requeued); later ones are never chosen.
+            found.sort(key=lambda h: int(h.backend_id) if h.backend_id.isascii()
+                       and h.backend_id.isdigit() else 1 << 62)
+            pair.holder = found[0] if found else None
             if pair.holder is not None:
                 pair.holder_id = pair.holder.backend_id
             touched.append(pair)
         return touched
 
     def orphans(self, jobs: Collection[BackendJob]) -> list[tuple[BackendJob, str]]:
-        """Unfinished holders of this pool whose named JobSet is no pair: (the holder,
-        the ``namespace/name`` its comment names)."""
+        """Unfinished holders of this pool whose named JobSet is no pair, or whose pair
+        they are not the holder of: (the holder, the ``namespace/name`` it names)."""
         out: list[tuple[BackendJob, str]] = []
         for job in jobs:
             if job.state.finished or job.owner_uid is None or not job.note \
@@ -123,7 +140,10 @@ class Pairs:
                 continue
             jobset_id = job.note[len(self.note_prefix):]
             pair = self.by_jobset.get(jobset_id)
-            if pair is None or pair.gone_since is not None:
+            # No pair, a gone one, or one this job is not the holder of (another job
+            # of the name, or a job its owner marked so by hand): cancelled as its own
+            # owner, it holds nodes for nothing.
+            if pair is None or pair.gone_since is not None or not self.is_holder_of(pair, job):
                 out.append((job, jobset_id))
         return out
 

@@ -254,3 +254,68 @@ async def test_finished_jobs_are_forgotten_with_their_bookkeeping() -> None:
         see_slurm(b, holder(S.COMPLETED, jid=str(i), uid=f"u{i}", jobset_id=f"alice/j{i}"))
     await settle()
     assert b.pairs.by_jobset == {} and b._acted == {}
+
+
+async def test_a_jobset_naming_someone_elses_allocation_removes_no_label() -> None:
+    """bob's JobSet, without a holder, pins itself (its own selector) to alice's
+    allocation 42: unpinning it touches only bob's JobSet, never the nodes' labels."""
+    b, k8s, _slurm = backend()
+    alice_runs(b, k8s)
+    k8s.objs["bob/evil"] = jobset("bob", "evil", "uid-bob", owner="1002", pinned="42",
+                                  suspend=False)
+    see_jobsets(b, k8s, "bob/evil")
+    see_slurm(b, holder(S.RUNNING))
+    await settle()
+    assert "patch JobSet bob/evil" in k8s.kube.calls
+    assert not any("job-42" in c for c in k8s.kube.calls if "label" in c), k8s.kube.calls
+
+
+async def test_a_jobset_made_again_under_its_name_is_a_new_job() -> None:
+    b, k8s, _slurm = backend()
+    alice_runs(b, k8s)
+    k8s.objs["alice/job"] = jobset("alice", "job", "uid-second")
+    k8s.objs["alice/job"]["metadata"]["uid"] = "object-2"
+    see_jobsets(b, k8s, "alice/job")
+    pair = b.pairs.by_jobset["alice/job"]
+    assert pair.uid == "uid-second" and pair.holder is None
+    # the first job's holder still runs: it is no holder of the new JobSet's, and is
+    # cancelled as an orphan once the grace is over
+    b._orphans["42"] = -1e9
+    see_slurm(b, holder(S.RUNNING))
+    await asyncio.wait_for(asyncio.gather(*list(b._tasks)), 10)
+    assert _slurm.cancelled == ["42"]
+    assert not any("pin" in c or "label node" in c for c in k8s.kube.calls[-3:])
+
+
+async def test_a_relisting_marks_the_jobsets_deleted_meanwhile_gone() -> None:
+    b, k8s, _slurm = backend()
+    alice_runs(b, k8s)
+    k8s.objs.pop("alice/job")
+    see_jobsets(b, k8s, complete=True)
+    assert b.pairs.by_jobset["alice/job"].gone_since is not None
+
+
+async def test_the_first_holder_is_the_jobs_a_later_one_of_the_owner_is_never_chosen(
+        ) -> None:
+    b, k8s, _slurm = backend()
+    k8s.objs["alice/job"] = jobset("alice", "job", UID)
+    see_jobsets(b, k8s, "alice/job", complete=True)
+    out = see_slurm(b, holder(S.PENDING, jid="42"), holder(S.RUNNING, jid="50"))
+    assert out is not None and [j.backend_id for j in out.jobs] == ["alice/job@42"]
+    await settle()
+    assert not any("label node" in c for c in k8s.kube.calls)
+
+
+async def test_orphan_cancels_do_not_pile_up() -> None:
+    b, k8s, _slurm = backend()
+    see_jobsets(b, k8s, complete=True)
+    ghosts = [holder(S.PENDING, jid=str(100 + i), jobset_id=f"alice/none{i}")
+              for i in range(50)]
+    for g in ghosts:
+        b._orphans[g.backend_id] = -1e9
+    see_slurm(b, *ghosts)
+    for g in ghosts:
+        b._orphans[g.backend_id] = -1e9
+    see_slurm(b, *ghosts)
+    assert len([t for t in b._tasks if "orphan" in t.get_name()]) == 50
+    await asyncio.wait_for(asyncio.gather(*list(b._tasks)), 10)

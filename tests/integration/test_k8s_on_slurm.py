@@ -109,7 +109,11 @@ def test_a_trainjob_gets_one_slurm_allocation_and_its_pods_bind_to_exactly_its_n
         else holder["node_count"] == 2
     nodes = expand(holder["nodes"])
     assert len(nodes) == 2 and nodes <= {"node1", "node2", "node3", "node4"}, nodes
-    assert sorted(bound_nodes(k8s, ns, "pooled")) == sorted(nodes)
+    # Every pod on the allocation. (kwok ends a pod at once, and a Succeeded pod no
+    # longer repels the next one, so both may have run on one of the nodes in turn;
+    # with pods running together, one per node is checked by the scancel test.)
+    bound = bound_nodes(k8s, ns, "pooled")
+    assert len(bound) == 2 and set(bound) <= nodes, (bound, nodes)
     # The JobSet ended the holder as it ended: COMPLETED, exit 0.
     k8s.wait_for(lambda: state_of(holders(uid)[0]) == "COMPLETED", 60,
                  "the holder job to end COMPLETED")

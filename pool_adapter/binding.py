@@ -36,7 +36,8 @@ class Binder:
         return self.nodes.to_kubernetes(holder.nodes, self.k8s.known_nodes())
 
     async def pin(self, obj: Mapping[str, Any], holder: BackendJob) -> list[str]:
-        """Label the holder's nodes, then pin the JobSet ``obj`` to them and unsuspend
+        """Label the holder's nodes (the value: the JobSet's namespace,
+        :mod:`pool_adapter.pinning`), then pin the JobSet ``obj`` to them and unsuspend
         it; the Kubernetes node names."""
         kube = self.k8s.kube
         names = self.node_names(holder)
@@ -44,7 +45,7 @@ class Binder:
         await self.unlabel(holder.backend_id, keep=names)
         for node in names:
             await kube.call(f"label node {node} {label}", kube.core.patch_node, node,
-                            {"metadata": {"labels": {label: "true"}}})
+                            {"metadata": {"labels": {label: obj["metadata"]["namespace"]}}})
         await self._patch(obj, pinning.pin_patch(obj, holder.backend_id, suspend=False))
         return names
 

@@ -10,7 +10,10 @@ a runtime patch set stays).
 
 Pinning (:func:`pin_patch`): when the holder runs, each of its nodes gets the label
 ``slurm.hpc-bridge.io/job-<id>`` (:func:`allocation_label`) and every pod template's
-node selector requires it; the JobSet is unsuspended in the same update. JobSet lets a
+node selector requires it; the JobSet is unsuspended in the same update. The label's
+value is the JobSet's namespace, so that an admission policy can let a pod that
+tolerates the pool's taint in only when it is pinned to an allocation of its own
+namespace (charts/hpc-bridge/templates/slurm-pool-policy.yaml). JobSet lets a
 suspended JobSet's pod templates change their node selector (as Kueue does), not their
 affinity, hence the label rather than a host list. A node may hold several allocations
 (Slurm may share it): one label per allocation.
@@ -89,7 +92,8 @@ def pinned_to(obj: Mapping[str, Any]) -> str | None:
 def pin_patch(obj: Mapping[str, Any], slurm_job_id: str | None, *, suspend: bool
               ) -> list[dict[str, Any]]:
     """A JSON patch that sets every pod template's node selector to require the label of
-    ``slurm_job_id``'s allocation (None: no allocation's, for unpinning), other keys
+    ``slurm_job_id``'s allocation (its value: the JobSet's namespace; None: no
+    allocation's, for unpinning), other keys
     kept, and ``spec.suspend``. Guarded by the JobSet's ``resourceVersion`` (a ``test``
     operation): a patch of a JobSet changed meanwhile fails and is redone."""
     ops: list[dict[str, Any]] = [
@@ -100,7 +104,7 @@ def pin_patch(obj: Mapping[str, Any], slurm_job_id: str | None, *, suspend: bool
         selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items()
                     if not k.startswith(LABEL_PREFIX)}
         if slurm_job_id is not None:
-            selector[allocation_label(slurm_job_id)] = "true"
+            selector[allocation_label(slurm_job_id)] = obj["metadata"]["namespace"]
         ops.append({"op": "add",
                     "path": f"/spec/replicatedJobs/{i}/template/spec/template/spec/nodeSelector",
                     "value": selector})

@@ -17,7 +17,9 @@
 #     Running, pods owned by a Job go Succeeded (kwok's default "fast" stages);
 #   * kwok: the shared pool node1..4, named and sized like the Slurm bed's nodes (same
 #     leaves), labelled POOL_LABEL and tainted POOL_TAINT so that only pods of Slurm
-#     allocations land there (the k8s-on-slurm back end, docs/kubernetes.md);
+#     allocations land there (the k8s-on-slurm back end, docs/kubernetes.md), and
+#     the chart's admission policy of the pool (POOL_POLICY) keeps off the pods that
+#     tolerate the taint, or name a pool node, without a Slurm allocation;
 #   * the JobSet controller, its webhooks served on https://127.0.0.1:16444;
 #   * the Kubeflow Trainer CRDs (TRAINER_VERSION, no Trainer controller), the
 #     TrainJob one patched to admit spec.managedBy=hpc-bridge.io/controller.
@@ -405,6 +407,20 @@ status:
 EOF
 }
 
+# The chart's own policy (charts/hpc-bridge/templates/slurm-pool-policy.yaml), rendered
+# for the bed's pool with the chart's helm: every test runs under what a site installs.
+POOL_POLICY=hpc-bridge-slurm-pool
+apply_pool_policy() {
+  local nodes
+  nodes=$(for n in "${POOL_NODES[@]}"; do read -r n _ <<<"$n"; printf '%s,' "$n"; done | sed 's/,$//')
+  "$BIN/helm" template hpc-bridge "$HERE/../../charts/hpc-bridge" \
+      --kube-version "${K8S_VERSION#v}" --show-only templates/slurm-pool-policy.yaml \
+      --set slurmPool.admissionPolicy.enabled=true \
+      --set "slurmPool.admissionPolicy.taintKey=${POOL_TAINT%%=*}" \
+      --set "slurmPool.admissionPolicy.nodes={$nodes}" | kubectl apply -f - >/dev/null
+  log "pool admission policy $POOL_POLICY applied (nodes $nodes)"
+}
+
 nodes_ready() {
   local n
   for n in "${KWOK_NODES[@]}" "${POOL_NODES[@]}"; do
@@ -599,6 +615,7 @@ K8S_NODES=$(for n in "${KWOK_NODES[@]}"; do read -r n _ <<<"$n"; printf '%s,' "$
 K8S_POOL_NODES=$(for n in "${POOL_NODES[@]}"; do read -r n _ <<<"$n"; printf '%s,' "$n"; done | sed 's/,$//')
 K8S_POOL_LABEL=$POOL_LABEL
 K8S_POOL_TAINT=$POOL_TAINT
+K8S_POOL_POLICY=$POOL_POLICY
 K8S_TOPOLOGY_LABELS=$TOPOLOGY_LABEL_PREFIX/block,$TOPOLOGY_LABEL_PREFIX/rack,kubernetes.io/hostname
 EOF
   )" || true
@@ -730,6 +747,7 @@ cmd_up() {
   start_scheduler
   start_kwok
   ensure_nodes
+  apply_pool_policy
   start_jobset
   install_trainer_crds
   write_env

@@ -178,7 +178,11 @@ def test_values_the_schema_refuses(k8s: K8sBed) -> None:
                 ["--set", "events.mqtt.tls.caSecret=ca"],               # tls off
                 ["--set", "trainerStatus.enabled=true"],                # no Secrets
                 ["--set", "trainerStatus.url=http://x"],                # https only
-                ["--set", "events.mqtt.passwordSecret.name=Not_A_Name,events.mqtt.username=u"]):
+                ["--set", "events.mqtt.passwordSecret.name=Not_A_Name,events.mqtt.username=u"],
+                # the pool policy's CEL is built from these: names only
+                ["--set", "slurmPool.admissionPolicy.taintKey=a\" || true || \"b"],
+                ["--set", "slurmPool.admissionPolicy.nodes={node1,Node_2}"],
+                ["--set", "slurmPool.admissionPolicy.exemptNamespaces={kube-system,a.b}"]):
         res = subprocess.run([helm, "template", "x", str(CHART), "--kube-version",
                               _kube_version(k8s), *bad], capture_output=True, text=True,
                              timeout=60, check=False)

@@ -114,6 +114,12 @@ def test_a_trainjob_gets_one_slurm_allocation_and_its_pods_bind_to_exactly_its_n
     # with pods running together, one per node is checked by the scancel test.)
     bound = bound_nodes(k8s, ns, "pooled")
     assert len(bound) == 2 and set(bound) <= nodes, (bound, nodes)
+    # Pinned to the allocation's label, valued with the namespace: what the bed's pool
+    # admission policy let in (test_k8s_pool_policy.py).
+    selectors = [p["spec"]["nodeSelector"] for p in
+                 pods(k8s, ns, "jobset.sigs.k8s.io/jobset-name=pooled")]
+    assert selectors and all(
+        s.get(f"slurm.hpc-bridge.io/job-{holder['job_id']}") == ns for s in selectors), selectors
     # The JobSet ended the holder as it ended: COMPLETED, exit 0.
     k8s.wait_for(lambda: state_of(holders(uid)[0]) == "COMPLETED", 60,
                  "the holder job to end COMPLETED")

@@ -28,7 +28,7 @@ class _Request:
 def body() -> dict[str, Any]:
     def rjob(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         return {"name": name, "template": {"spec": {"template": {"spec": spec}}}}
-    return {"metadata": {"name": "job", "namespace": "ns", "resourceVersion": "7"},
+    return {"metadata": {"name": "job", "namespace": "team-a", "resourceVersion": "7"},
             "spec": {"replicatedJobs": [
                 rjob("node", {"nodeSelector": {"gpu": "a100"},
                               "tolerations": [{"key": "mine", "operator": "Exists"}]}),
@@ -72,8 +72,9 @@ def test_pinning_replaces_an_earlier_allocation_and_keeps_other_selectors() -> N
     ops = pinning.pin_patch(b, "42", suspend=False)
     assert b == before  # the watch's object is not touched
     assert ops[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
-    assert ops[1]["value"] == {"gpu": "a100", "slurm.hpc-bridge.io/job-42": "true"}
-    assert ops[2]["value"] == {"slurm.hpc-bridge.io/job-42": "true"}
+    # the value is the namespace: what the pool's admission policy checks a pod against
+    assert ops[1]["value"] == {"gpu": "a100", "slurm.hpc-bridge.io/job-42": "team-a"}
+    assert ops[2]["value"] == {"slurm.hpc-bridge.io/job-42": "team-a"}
     assert ops[-1] == {"op": "add", "path": "/spec/suspend", "value": False}
     assert pinning.pinned_to(b) == "41"
     unpin = pinning.pin_patch(b, None, suspend=True)

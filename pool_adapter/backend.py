@@ -18,6 +18,10 @@
 * ``cancel`` deletes the JobSet and cancels the holder; ``set_suspended`` holds the
   holder (it leaves its nodes) and suspends and unpins the JobSet; resuming releases
   the holder, and the JobSet is pinned again when Slurm starts it.
+* An allocation's end takes its node labels and the unfinished pods that select them
+  (:meth:`pool_adapter.binding.Binder.unlabel`); labels of Slurm jobs no longer alive,
+  left while the daemon was down, go after ``ORPHAN_GRACE`` seconds
+  (:mod:`pool_adapter.allocations`).
 * ``inventory`` is Slurm's (its switches): the placement engine predicts on Slurm's
   nodes, Slurm decides; the JobSet follows Slurm's choice.
 
@@ -53,6 +57,7 @@ from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
 from k8s_adapter import backend as k8s_backend
 from pool_adapter import pinning
+from pool_adapter.allocations import StaleLabels
 from pool_adapter.binding import Binder
 from pool_adapter.holder import (
     HOLDER_COMMENT,
@@ -138,6 +143,8 @@ class PoolBackend:
         self._orphans: dict[str, float] = {}
         self._orphan_slots = asyncio.Semaphore(ORPHAN_CANCELS_AT_ONCE)
         self._orphans_busy: set[str] = set()
+        #: Allocation labels on nodes whose Slurm job is gone (pool_adapter/allocations).
+        self._stale = StaleLabels(ORPHAN_GRACE)
         #: The merged status stream while :meth:`watch` runs.
         self._queue: asyncio.Queue[tuple[str, StatusBatch]] | None = None
 
@@ -457,6 +464,8 @@ class PoolBackend:
         if complete:
             self._slurm_synced = True
             self._sweep_orphans(batch.jobs)
+            for slurm_id in self._stale.update(self.k8s.known_nodes(), batch.jobs, now):
+                self._cleanup_labels(slurm_id)
             pairs = list(self.pairs.by_jobset.values())
         jobs = [j for p in pairs if (j := self._compose(p))]
         self._forget()

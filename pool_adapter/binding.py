@@ -62,7 +62,8 @@ class Binder:
                         _content_type=JSON_PATCH)
 
     async def unlabel(self, slurm_id: str, keep: Collection[str] = ()) -> None:
-        """Remove the allocation label of ``slurm_id`` from every node but ``keep``."""
+        """Remove the allocation label of ``slurm_id`` from every node but ``keep``,
+        and delete the unfinished pods there that select it (:meth:`evict`)."""
         kube = self.k8s.kube
         label = pinning.allocation_label(slurm_id)
         listing = await kube.raw(f"list nodes labelled {label}", kube.core.list_node,
@@ -72,6 +73,33 @@ class Binder:
             if name and name not in keep:
                 await kube.call(f"unlabel node {name} {label}", kube.core.patch_node, name,
                                 {"metadata": {"labels": {label: None}}})
+                await self.evict(label, name)
+
+    async def evict(self, label: str, node: str) -> None:
+        """Delete every pod bound to ``node`` that is not finished and selects the
+        allocation label ``label``, in any namespace: the allocation has left the node,
+        and nothing else would stop them (the pool's taint is ``NoSchedule``, which
+        never evicts a running pod, and a node selector is not checked again once a
+        pod runs). A team's own pods pinned to its job's allocation end with it as the
+        job's pods do. Finished pods stay (their logs)."""
+        kube = self.k8s.kube
+        listing = await kube.raw(f"list pods on node {node}",
+                                 kube.core.list_pod_for_all_namespaces,
+                                 field_selector=f"spec.nodeName={node},"
+                                                "status.phase!=Succeeded,status.phase!=Failed")
+        for pod in listing.get("items") or []:
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            if label not in (spec.get("nodeSelector") or {}):
+                continue
+            namespace, name = meta.get("namespace"), meta.get("name")
+            log.info("pod %s/%s on node %s selects ended allocation %s; deleting it",
+                     namespace, name, node, label)
+            try:
+                await kube.call(f"delete pod {namespace}/{name}",
+                                kube.core.delete_namespaced_pod, name, namespace)
+            except BackendRejected as exc:
+                if not is_status(exc, 404):
+                    raise
 
     async def delete(self, jobset_id: str) -> None:
         """Delete the JobSet (its Jobs and pods first); a missing one is no error."""

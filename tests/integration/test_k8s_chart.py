@@ -190,6 +190,18 @@ def test_values_the_schema_refuses(k8s: K8sBed) -> None:
             bad, res.stderr)
 
 
+def test_the_pool_policy_needs_its_nodes_and_a_cluster_that_has_the_api(k8s: K8sBed) -> None:
+    helm = _tool(k8s, "helm")
+    for version, extra, message in (
+            (_kube_version(k8s), [], "slurmPool.admissionPolicy.nodes: list the pool's"),
+            ("1.29.0", ["--set", "slurmPool.admissionPolicy.nodes={node1}"],
+             "needs Kubernetes 1.30 or later")):
+        res = subprocess.run([helm, "template", "x", str(CHART), "--kube-version", version,
+                              "--set", "slurmPool.admissionPolicy.enabled=true", *extra],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode != 0 and message in res.stderr, (version, res.stderr)
+
+
 def test_the_service_monitor_scrapes_the_services_metrics_port(
         k8s: K8sBed, schemas: list[str]) -> None:
     """The ServiceMonitor (no schema on the bed: the Prometheus Operator is not installed)

@@ -141,6 +141,18 @@ def test_scancel_of_the_holder_deletes_the_jobset_and_fails_the_trainjob(
     (holder,) = holders(uid)
     assert state_of(holder) == "RUNNING", holder
     assert sorted(bound_nodes(k8s, ns, "evicted")) == sorted(expand(holder["nodes"]))
+    # A pod of the team's own, pinned to the job's allocation (the pool's admission
+    # policy lets it in): it must end with the allocation, as the job's pods do; a
+    # NoSchedule taint would never evict it.
+    label = f"slurm.hpc-bridge.io/job-{holder['job_id']}"
+    apply(k8s, ns, {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "sidecar", "labels": {KWOK_STAY_RUNNING: "true"}},
+                    "spec": {"nodeSelector": {label: ns},
+                             "tolerations": [{"key": k8s.env["K8S_POOL_TAINT"].partition(
+                                 "=")[0], "operator": "Exists", "effect": "NoSchedule"}],
+                             "containers": [{"name": "c", "image": "busybox"}]}})
+    k8s.wait_for(lambda: k8s.get_json("-n", ns, "pod", "sidecar")["status"].get("phase")
+                 == "Running", 60, "the team's pinned pod to run")
     subprocess.run(["scancel", str(holder["job_id"])], check=True, timeout=30)
     k8s.wait_for(lambda: is_true(conditions(k8s, ns, "evicted"), "Failed"), 60,
                  "the TrainJob to fail")
@@ -149,6 +161,23 @@ def test_scancel_of_the_holder_deletes_the_jobset_and_fails_the_trainjob(
     assert f"Slurm job {holder['job_id']} ended CANCELLED" in failed["message"], failed
     k8s.wait_for(lambda: not k8s.get_json("-n", ns, JOBSETS).get("items"), 60,
                  "the JobSet to be deleted")
+    k8s.wait_for(lambda: not k8s.get_json("-n", ns, "pods", "--field-selector",
+                                          "metadata.name=sidecar").get("items"), 60,
+                 "the team's pod on the ended allocation to be deleted")
+
+
+def test_an_allocation_label_left_behind_is_removed(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    """A label of a Slurm job that is not alive (left while the daemon was down) would
+    let the namespace's pods past the pool's admission policy: it goes."""
+    node = k8s.env["K8S_POOL_NODES"].split(",")[0]
+    label = "slurm.hpc-bridge.io/job-987654321"
+    k8s.kubectl("label", "node", node, f"{label}={k8s_namespace}", "--overwrite")
+    try:
+        k8s.wait_for(lambda: label not in k8s.get_json("node", node)["metadata"]["labels"],
+                     60, "the stale allocation label to be removed")
+    finally:
+        k8s.kubectl("label", "node", node, f"{label}-", check=False)
 
 
 def test_a_trainjob_waits_pending_with_slurms_reason_while_the_nodes_are_taken(

@@ -60,7 +60,8 @@ def test_the_policy_is_installed_on_the_bed(k8s: K8sBed) -> None:
 
 
 @pytest.mark.parametrize("case", ["tolerates the pool", "tolerates every taint",
-                                  "names a pool node", "pinned to another namespace"])
+                                  "names a pool node", "pinned to another namespace",
+                                  "names a pool node, pinned"])
 def test_a_namespace_user_cannot_put_a_pod_on_the_pool_outside_an_allocation(
         k8s: K8sBed, k8s_namespace: str, mallory: str, case: str) -> None:
     ns = k8s_namespace
@@ -73,6 +74,10 @@ def test_a_namespace_user_cannot_put_a_pod_on_the_pool_outside_an_allocation(
         "names a pool node": {"nodeName": node},
         "pinned to another namespace": {"tolerations": tolerate,
                                         "nodeSelector": {ALLOC: "someone-else"}},
+        # the scheduler places an allocation's pods: nodeName would leave the check of
+        # the selector to the kubelet (kwok has none)
+        "names a pool node, pinned": {"nodeName": node, "tolerations": tolerate,
+                                      "nodeSelector": {ALLOC: ns}},
     }[case]
     rc, out = create(k8s, ns, mallory, pod("intruder", **spec))
     assert rc != 0 and "Forbidden" in out and k8s.env["K8S_POOL_POLICY"] in out, out
@@ -100,3 +105,26 @@ def test_a_pod_pinned_to_its_own_namespaces_allocation_is_admitted_and_may_not_g
     # A change that leaves the tolerations alone is not checked (controllers' label and
     # finalizer updates of the pool's own pods).
     k8s.kubectl("-n", ns, "label", "pod", "mine", "touched=yes", mallory)
+
+
+def test_a_workload_whose_pods_would_tolerate_the_pool_gets_none(
+        k8s: K8sBed, k8s_namespace: str, mallory: str) -> None:
+    """A controller creates the pods (not mallory): the policy refuses them all the
+    same, and the controller reports why."""
+    ns = k8s_namespace
+    job = json.dumps({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sneaky"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "c", "image": "busybox"}]}}}})
+    rc, out = create(k8s, ns, mallory, job)
+    assert rc == 0, out
+
+    def refused() -> bool:
+        events = k8s.get_json("-n", ns, "events", "--field-selector",
+                              "involvedObject.name=sneaky,reason=FailedCreate")
+        return any(k8s.env["K8S_POOL_POLICY"] in (e.get("message") or "")
+                   for e in events.get("items") or [])
+
+    k8s.wait_for(refused, 60, "the Job controller to report the policy's refusal")
+    assert not k8s.get_json("-n", ns, "pods", "-l", "job-name=sneaky").get("items")

@@ -138,6 +138,8 @@ def _trim(obj: Mapping[str, Any]) -> dict[str, Any]:
                          "labels": meta.get("labels") or {}},
             "spec": {"nodeName": spec.get("nodeName"), "unschedulable": spec.get("unschedulable"),
                      "taints": spec.get("taints") or [],
+                     "nodeSelector": spec.get("nodeSelector") or {},
+                     "terminationGracePeriodSeconds": spec.get("terminationGracePeriodSeconds"),
                      "containers": resources(spec.get("containers")),
                      "initContainers": resources(spec.get("initContainers"))},
             "status": {"phase": status.get("phase"),
@@ -369,6 +371,16 @@ class KubernetesBackend:
     def known_nodes(self) -> list[dict[str, Any]]:
         """The nodes as the inventory's watch last listed them (trimmed: names, labels)."""
         return list(self._capacity.nodes.values())
+
+    def bound_pods(self) -> list[dict[str, Any]]:
+        """The unfinished pods bound to a node, as the inventory's watch last listed
+        them (trimmed: names, node, node selector, resources, phase)."""
+        return list(self._capacity.pods.values())
+
+    def capacity_version(self) -> int:
+        """A number that changes whenever :meth:`known_nodes` or :meth:`bound_pods`
+        does."""
+        return self._capacity.version
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
         """Every JobSet labelled with one of these uids, in any namespace (the engine

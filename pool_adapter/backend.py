@@ -19,9 +19,9 @@
   holder (it leaves its nodes) and suspends and unpins the JobSet; resuming releases
   the holder, and the JobSet is pinned again when Slurm starts it.
 * An allocation's end takes its node labels and the unfinished pods that select them
-  (:meth:`pool_adapter.binding.Binder.unlabel`); labels of Slurm jobs no longer alive,
-  left while the daemon was down, go after ``ORPHAN_GRACE`` seconds
-  (:mod:`pool_adapter.allocations`).
+  (:meth:`pool_adapter.binding.Binder.unlabel`); labels of Slurm jobs no longer alive
+  and pods pinned to labels their node lost (a crash, a failed call) go after
+  ``ORPHAN_GRACE`` seconds (:mod:`pool_adapter.sweeper`).
 * ``inventory`` is Slurm's (its switches): the placement engine predicts on Slurm's
   nodes, Slurm decides; the JobSet follows Slurm's choice.
 
@@ -57,7 +57,6 @@ from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
 from k8s_adapter import backend as k8s_backend
 from pool_adapter import pinning
-from pool_adapter.allocations import StaleLabels
 from pool_adapter.binding import Binder
 from pool_adapter.holder import (
     HOLDER_COMMENT,
@@ -72,6 +71,7 @@ from pool_adapter.nodestate import NodeStates
 from pool_adapter.options import SUPPORT
 from pool_adapter.pairs import Pair, Pairs
 from pool_adapter.settings import PoolSettings
+from pool_adapter.sweeper import AllocationSweeper
 from slurm_adapter import backend as slurm_backend
 
 log = structlog.get_logger(__name__)
@@ -129,6 +129,7 @@ class PoolBackend:
         self.binder = Binder(k8s, nodes)
         self.node_states = NodeStates(name, slurm, k8s, nodes, pool_label,
                                       node_state_interval)
+        self.binder.scope = lambda: self.node_states.pool_nodes
         self.pairs = Pairs(name, f"{HOLDER_COMMENT}:{name} ")
         self._k8s_synced = False
         self._slurm_synced = False
@@ -143,8 +144,9 @@ class PoolBackend:
         self._orphans: dict[str, float] = {}
         self._orphan_slots = asyncio.Semaphore(ORPHAN_CANCELS_AT_ONCE)
         self._orphans_busy: set[str] = set()
-        #: Allocation labels on nodes whose Slurm job is gone (pool_adapter/allocations).
-        self._stale = StaleLabels(ORPHAN_GRACE)
+        #: Labels and pinned pods that outlived their allocation (pool_adapter/sweeper).
+        self._sweeper = AllocationSweeper(name, slurm, k8s, self.binder, self.node_states,
+                                          self._spawn, ORPHAN_GRACE)
         #: The merged status stream while :meth:`watch` runs.
         self._queue: asyncio.Queue[tuple[str, StatusBatch]] | None = None
 
@@ -346,7 +348,7 @@ class PoolBackend:
         async def run() -> None:
             try:
                 await self.binder.unlabel(holder_id)
-            except BackendError:
+            except BaseException:
                 self._unlabelled.discard(holder_id)  # the next pass tries again
                 raise
 
@@ -464,8 +466,7 @@ class PoolBackend:
         if complete:
             self._slurm_synced = True
             self._sweep_orphans(batch.jobs)
-            for slurm_id in self._stale.update(self.k8s.known_nodes(), batch.jobs, now):
-                self._cleanup_labels(slurm_id)
+            self._sweeper.on_snapshot(batch.jobs, now)
             pairs = list(self.pairs.by_jobset.values())
         jobs = [j for p in pairs if (j := self._compose(p))]
         self._forget()

@@ -8,7 +8,7 @@ be retried for ever while the pods run).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import structlog
@@ -18,6 +18,7 @@ from k8s_adapter.backend import KubernetesBackend
 from k8s_adapter.jobset import GROUP, PLURAL, VERSION
 from k8s_adapter.kube import JSON_PATCH, is_status
 from pool_adapter import pinning
+from pool_adapter.allocations import MAX_STOP_SECONDS
 from pool_adapter.nodemap import NodeMap
 
 log = structlog.get_logger(__name__)
@@ -29,6 +30,10 @@ class Binder:
     def __init__(self, k8s: KubernetesBackend, nodes: NodeMap):
         self.k8s = k8s
         self.nodes = nodes
+        #: The pool's nodes of this Slurm cluster (None: not known yet, any node): the
+        #: only ones whose allocation labels :meth:`unlabel` touches (another Slurm
+        #: cluster's pool may label its nodes with the same job ids).
+        self.scope: Callable[[], frozenset[str] | None] = lambda: None
 
     def node_names(self, holder: BackendJob) -> list[str]:
         """The Kubernetes nodes of ``holder``'s Slurm nodes (UnmappedNode if one has
@@ -62,15 +67,17 @@ class Binder:
                         _content_type=JSON_PATCH)
 
     async def unlabel(self, slurm_id: str, keep: Collection[str] = ()) -> None:
-        """Remove the allocation label of ``slurm_id`` from every node but ``keep``,
-        and delete the unfinished pods there that select it (:meth:`evict`)."""
+        """Remove the allocation label of ``slurm_id`` from every node of the pool
+        (:attr:`scope`) but ``keep``, and delete the unfinished pods there that select
+        it (:meth:`evict`)."""
         kube = self.k8s.kube
         label = pinning.allocation_label(slurm_id)
         listing = await kube.raw(f"list nodes labelled {label}", kube.core.list_node,
                                  label_selector=label)
+        scope = self.scope()
         for node in listing.get("items") or []:
             name = (node.get("metadata") or {}).get("name")
-            if name and name not in keep:
+            if name and name not in keep and (scope is None or name in scope):
                 await kube.call(f"unlabel node {name} {label}", kube.core.patch_node, name,
                                 {"metadata": {"labels": {label: None}}})
                 await self.evict(label, name)
@@ -81,7 +88,8 @@ class Binder:
         and nothing else would stop them (the pool's taint is ``NoSchedule``, which
         never evicts a running pod, and a node selector is not checked again once a
         pod runs). A team's own pods pinned to its job's allocation end with it as the
-        job's pods do. Finished pods stay (their logs)."""
+        job's pods do. Finished pods stay (their logs). A failure here is caught
+        later by :mod:`pool_adapter.sweeper` (the label is gone by then)."""
         kube = self.k8s.kube
         listing = await kube.raw(f"list pods on node {node}",
                                  kube.core.list_pod_for_all_namespaces,
@@ -91,15 +99,24 @@ class Binder:
             meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
             if label not in (spec.get("nodeSelector") or {}):
                 continue
-            namespace, name = meta.get("namespace"), meta.get("name")
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
             log.info("pod %s/%s on node %s selects ended allocation %s; deleting it",
                      namespace, name, node, label)
-            try:
-                await kube.call(f"delete pod {namespace}/{name}",
-                                kube.core.delete_namespaced_pod, name, namespace)
-            except BackendRejected as exc:
-                if not is_status(exc, 404):
-                    raise
+            grace = spec.get("terminationGracePeriodSeconds")
+            await self.delete_pod(namespace, name,
+                                  min(grace, MAX_STOP_SECONDS) if isinstance(grace, int)
+                                  and grace >= 0 else MAX_STOP_SECONDS)
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int) -> None:
+        """Delete a pod, giving it at most ``grace_seconds`` to stop; a missing one is no
+        error."""
+        kube = self.k8s.kube
+        try:
+            await kube.call(f"delete pod {namespace}/{name}", kube.core.delete_namespaced_pod,
+                            name, namespace, grace_period_seconds=grace_seconds)
+        except BackendRejected as exc:
+            if not is_status(exc, 404):
+                raise
 
     async def delete(self, jobset_id: str) -> None:
         """Delete the JobSet (its Jobs and pods first); a missing one is no error."""

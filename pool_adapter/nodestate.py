@@ -82,6 +82,11 @@ class NodeStates:
         self.nodemap = nodemap
         self.pool_label = pool_label
         self.interval = interval
+        #: The pool's Kubernetes nodes that are this Slurm cluster's (the last pass's;
+        #: None before the first): the only nodes whose allocation labels and pinned
+        #: pods the pool may clean up (another Slurm cluster's pool may share the
+        #: Kubernetes cluster).
+        self.pool_nodes: frozenset[str] | None = None
 
     def _pool(self) -> dict[str, Mapping[str, Any]]:
         """The pool's Kubernetes nodes (with the pool label, when there is one)."""
@@ -97,6 +102,7 @@ class NodeStates:
         """One pass; the Kubernetes nodes whose taint was changed."""
         k8s_nodes = self._pool()
         if not k8s_nodes:
+            self.pool_nodes = frozenset()
             return []
         inventory = await self.slurm.inventory()
         to_k8s: dict[str, str] = {}
@@ -106,6 +112,7 @@ class NodeStates:
                 (to_k8s[node.name],) = self.nodemap.to_kubernetes([node.name], known)
             except UnmappedNode:
                 continue
+        self.pool_nodes = frozenset(to_k8s.values()) & frozenset(k8s_nodes)
         changed: list[str] = []
         kube = self.k8s.kube
         for name in changes(inventory.nodes, to_k8s, k8s_nodes):

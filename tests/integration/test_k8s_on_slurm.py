@@ -166,18 +166,34 @@ def test_scancel_of_the_holder_deletes_the_jobset_and_fails_the_trainjob(
                  "the team's pod on the ended allocation to be deleted")
 
 
-def test_an_allocation_label_left_behind_is_removed(
+def test_an_allocation_label_left_behind_goes_and_so_do_the_pods_pinned_to_it(
         k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
     """A label of a Slurm job that is not alive (left while the daemon was down) would
-    let the namespace's pods past the pool's admission policy: it goes."""
+    let the namespace's pods past the pool's admission policy: it goes (squeue
+    confirms the job is unknown), and so does a pod that was pinned to it. The same
+    label on a node outside the pool (another Slurm cluster's, say) stays."""
+    ns = k8s_namespace
     node = k8s.env["K8S_POOL_NODES"].split(",")[0]
+    outside = k8s.env["K8S_NODES"].split(",")[0]
     label = "slurm.hpc-bridge.io/job-987654321"
-    k8s.kubectl("label", "node", node, f"{label}={k8s_namespace}", "--overwrite")
+    for n in (node, outside):
+        k8s.kubectl("label", "node", n, f"{label}={ns}", "--overwrite")
     try:
+        apply(k8s, ns, {"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": "leftover", "labels": {KWOK_STAY_RUNNING: "true"}},
+                        "spec": {"nodeSelector": {label: ns, "kubernetes.io/hostname": node},
+                                 "tolerations": [{"key": k8s.env["K8S_POOL_TAINT"].partition(
+                                     "=")[0], "operator": "Exists", "effect": "NoSchedule"}],
+                                 "containers": [{"name": "c", "image": "busybox"}]}})
         k8s.wait_for(lambda: label not in k8s.get_json("node", node)["metadata"]["labels"],
                      60, "the stale allocation label to be removed")
+        k8s.wait_for(lambda: not k8s.get_json("-n", ns, "pods", "--field-selector",
+                                              "metadata.name=leftover").get("items"), 60,
+                     "the pod pinned to the stale label to be deleted")
+        assert k8s.get_json("node", outside)["metadata"]["labels"].get(label) == ns
     finally:
-        k8s.kubectl("label", "node", node, f"{label}-", check=False)
+        for n in (node, outside):
+            k8s.kubectl("label", "node", n, f"{label}-", check=False)
 
 
 def test_a_trainjob_waits_pending_with_slurms_reason_while_the_nodes_are_taken(

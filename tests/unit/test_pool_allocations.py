@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.backend import BackendJob, BackendState
-from pool_adapter.allocations import StaleLabels, labelled_ids
+from pool_adapter.allocations import (
+    MAX_STOP_SECONDS,
+    StaleLabels,
+    StrandedPod,
+    StrandedPods,
+    labelled_ids,
+)
 
 S = BackendState
 
@@ -57,7 +63,17 @@ def test_a_label_that_went_is_forgotten() -> None:
     stale = StaleLabels(grace=0)
     assert stale.update([node("n1", "3")], [], now=0) == ["3"]
     assert stale.update([node("n1")], [], now=1) == []
-    assert stale._dead_since == {}
+    assert not stale.pending
+
+
+def test_retry_later_waits_another_grace() -> None:
+    stale = StaleLabels(grace=10)
+    nodes = [node("n1", "3")]
+    assert stale.update(nodes, [], now=0) == []
+    assert stale.update(nodes, [], now=10) == ["3"]
+    stale.retry_later("3", now=10)
+    assert stale.update(nodes, [], now=19) == []
+    assert stale.update(nodes, [], now=20) == ["3"]
 
 
 @given(st.sets(st.integers(1, 50)), st.sets(st.integers(1, 50)))
@@ -69,3 +85,34 @@ def test_never_a_running_job_and_always_every_dead_one(labelled: set[int],
     stale.update(nodes, jobs, now=0)
     got = set(stale.update(nodes, jobs, now=1))
     assert got == {str(i) for i in labelled - running}
+
+
+def pod(name: str, node_name: str | None, *ids: str, grace: int | None = None,
+        **selector: str) -> dict[str, Any]:
+    sel = {f"slurm.hpc-bridge.io/job-{i}": "team-a" for i in ids} | selector
+    return {"metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"nodeName": node_name, "nodeSelector": sel,
+                     "terminationGracePeriodSeconds": grace}}
+
+
+def test_a_pod_is_stranded_when_its_node_lost_the_allocation_it_selects() -> None:
+    nodes = {"n1": node("n1", "5"), "n2": node("n2")}
+    pods = [pod("ok", "n1", "5"), pod("left", "n2", "5", grace=3600),
+            pod("plain", "n2", gpu="a100"), pod("elsewhere", "kwok-1", "5"),
+            pod("unbound", None, "5"), pod("quick", "n1", "6", grace=2)]
+    stranded = StrandedPods(grace=10)
+    assert stranded.update(pods, nodes, now=0) == []
+    assert stranded.update(pods, nodes, now=10) == [
+        # a pod's own grace is capped: one ignoring SIGTERM keeps no node for long
+        StrandedPod("team-a", "left", "n2", "slurm.hpc-bridge.io/job-5", MAX_STOP_SECONDS),
+        StrandedPod("team-a", "quick", "n1", "slurm.hpc-bridge.io/job-6", 2)]
+
+
+def test_a_pin_whose_label_shows_late_is_not_stranded() -> None:
+    """The node watch may show a new allocation's label after its pods are bound."""
+    stranded = StrandedPods(grace=10)
+    pods = [pod("new", "n1", "7")]
+    assert stranded.update(pods, {"n1": node("n1")}, now=0) == []
+    assert stranded.update(pods, {"n1": node("n1", "7")}, now=5) == []
+    assert stranded.update(pods, {"n1": node("n1", "7")}, now=30) == []
+    assert not stranded.pending

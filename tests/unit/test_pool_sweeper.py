@@ -1,0 +1,176 @@
+"""pool_adapter.sweeper: what the safety net removes and deletes, on which nodes, and
+what it asks Slurm first (fakes for the two worlds; the real ones in
+tests/integration/test_k8s_on_slurm.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from bridge.backend import BackendJob, BackendState
+from pool_adapter.sweeper import AllocationSweeper
+
+LABEL = "slurm.hpc-bridge.io/job-"
+
+
+class FakeCli:
+    def __init__(self, states: dict[str, str], squeue: bool = True):
+        self.states = states
+        self.squeue = squeue
+        self.asked: list[str] = []
+
+    def has(self, name: str) -> bool:
+        return self.squeue
+
+    async def job_state(self, job_id: str) -> str:
+        self.asked.append(job_id)
+        return self.states.get(job_id, "")
+
+
+class FakeK8s:
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]):
+        self.nodes, self.pods, self.version = nodes, pods, 1
+        self.pod_reads = 0
+
+    def known_nodes(self) -> list[dict[str, Any]]:
+        return self.nodes
+
+    def bound_pods(self) -> list[dict[str, Any]]:
+        self.pod_reads += 1
+        return self.pods
+
+    def capacity_version(self) -> int:
+        return self.version
+
+
+class FakeBinder:
+    def __init__(self) -> None:
+        self.unlabelled: list[str] = []
+        self.deleted: list[tuple[str, str, int]] = []
+
+    async def unlabel(self, slurm_id: str) -> None:
+        self.unlabelled.append(slurm_id)
+
+    async def delete_pod(self, namespace: str, name: str, grace: int) -> None:
+        self.deleted.append((namespace, name, grace))
+
+
+def node(name: str, *ids: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {LABEL + i: "ns" for i in ids}}}
+
+
+def pod(name: str, node_name: str, slurm_id: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns"},
+            "spec": {"nodeName": node_name, "nodeSelector": {LABEL + slurm_id: "ns"}}}
+
+
+def sweeper(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
+            states: dict[str, str], pool: frozenset[str] | None = frozenset({"node1", "node2"}),
+            squeue: bool = True) -> tuple[AllocationSweeper, FakeBinder, FakeCli, FakeK8s,
+                                          list[Coroutine[Any, Any, None]]]:
+    cli, k8s, binder = FakeCli(states, squeue), FakeK8s(nodes, pods), FakeBinder()
+    spawned: list[Coroutine[Any, Any, None]] = []
+
+    class Slurm:
+        pass
+
+    slurm = Slurm()
+    slurm.cli = cli  # type: ignore[attr-defined]
+
+    class States:
+        pool_nodes = pool
+
+    sw = AllocationSweeper("pool", slurm, k8s, binder, States(),  # type: ignore[arg-type]
+                           lambda what, coro: spawned.append(coro), grace=10)
+    return sw, binder, cli, k8s, spawned
+
+
+def run_all(spawned: list[Coroutine[Any, Any, None]]) -> None:
+    async def go() -> None:
+        while spawned:
+            await spawned.pop(0)
+    asyncio.run(go())
+
+
+def running(jid: str) -> BackendJob:
+    return BackendJob(jid, f"uid-{jid}", BackendState.RUNNING)
+
+
+def test_a_stale_label_goes_only_after_squeue_confirms_and_only_on_the_pools_nodes() -> None:
+    nodes = [node("node1", "5", "6", "7"), node("kwok-1", "8")]  # kwok-1: another cluster's
+    sw, binder, cli, _, spawned = sweeper(nodes, [], {"6": "RUNNING", "7": "COMPLETED"})
+    sw.on_snapshot([], now=0)
+    sw.on_snapshot([], now=10)
+    run_all(spawned)
+    # 5 unknown to Slurm, 7 completed: removed; 6 missing from the listing but running
+    # per squeue: kept; 8 is not on this pool's nodes: never asked about.
+    assert sorted(cli.asked) == ["5", "6", "7"]
+    assert sorted(binder.unlabelled) == ["5", "7"]
+    # Asked again only after another grace (6 still looks stale in the listing).
+    sw.on_snapshot([], now=15)
+    assert not spawned
+    sw.on_snapshot([], now=20)
+    assert len(spawned) == 3
+    run_all(spawned)
+
+
+def test_a_label_that_comes_back_is_cleared_again() -> None:
+    """No once-per-run memory: a pin written after the cleanup is caught too."""
+    nodes = [node("node1", "5")]
+    sw, binder, _, k8s, spawned = sweeper(nodes, [], {})
+    for now in (0, 10):
+        sw.on_snapshot([], now=now)
+    run_all(spawned)
+    k8s.nodes = [node("node1")]
+    sw.on_snapshot([], now=11)
+    k8s.nodes = [node("node1", "5")]
+    for now in (12, 22):
+        sw.on_snapshot([], now=now)
+    run_all(spawned)
+    assert binder.unlabelled == ["5", "5"]
+
+
+def test_nothing_is_removed_without_squeue_or_before_the_pool_is_known() -> None:
+    sw, binder, _, _, spawned = sweeper([node("node1", "5")], [], {}, squeue=False)
+    for now in (0, 10):
+        sw.on_snapshot([], now=now)
+    run_all(spawned)
+    assert binder.unlabelled == []
+    sw, binder, _, _, spawned = sweeper([node("node1", "5")], [], {}, pool=None)
+    for now in (0, 10):
+        sw.on_snapshot([], now=now)
+    assert not spawned
+
+
+def test_a_running_holder_keeps_its_label_and_its_pods() -> None:
+    nodes = [node("node1", "5")]
+    sw, _, cli, _, spawned = sweeper(nodes, [pod("p", "node1", "5")], {})
+    for now in (0, 10, 20):
+        sw.on_snapshot([running("5")], now=now)
+    assert not spawned and not cli.asked
+
+
+def test_pods_stranded_on_the_pools_nodes_are_deleted_once_per_grace() -> None:
+    nodes = [node("node1"), node("node2", "9"), node("kwok-1")]
+    pods = [pod("left", "node1", "5"), pod("fine", "node2", "9"),
+            pod("theirs", "kwok-1", "5")]
+    sw, binder, _, _, spawned = sweeper(nodes, pods, {"9": "RUNNING"})
+    sw.on_snapshot([running("9")], now=0)
+    sw.on_snapshot([running("9")], now=10)
+    run_all(spawned)
+    assert binder.deleted == [("ns", "left", 30)]
+    sw.on_snapshot([running("9")], now=12)
+    assert not spawned
+
+
+def test_pods_are_not_read_again_while_nothing_changed() -> None:
+    """A cost per change: an idle pool reads no pods at each Slurm snapshot."""
+    sw, _, _, k8s, _ = sweeper([node("node1", "9")], [pod("fine", "node1", "9")],
+                               {"9": "RUNNING"})
+    for now in range(5):
+        sw.on_snapshot([running("9")], now=now)
+    assert k8s.pod_reads == 1
+    k8s.version += 1
+    sw.on_snapshot([running("9")], now=6)
+    assert k8s.pod_reads == 2

@@ -135,7 +135,8 @@ def _trim(obj: Mapping[str, Any]) -> dict[str, Any]:
         return [{"resources": c.get("resources") or {}} for c in cs or []]
 
     return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "labels": meta.get("labels") or {}},
+                         "uid": meta.get("uid"), "labels": meta.get("labels") or {},
+                         "deletionTimestamp": meta.get("deletionTimestamp")},
             "spec": {"nodeName": spec.get("nodeName"), "unschedulable": spec.get("unschedulable"),
                      "taints": spec.get("taints") or [],
                      "nodeSelector": spec.get("nodeSelector") or {},

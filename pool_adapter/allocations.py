@@ -14,12 +14,15 @@ its own Slurm cluster (another cluster's pool may share the Kubernetes cluster):
 * :class:`StaleLabels`: the node labels against each complete Slurm snapshot of the
   bridge's jobs (holders are bridge jobs, so a running holder is in it, whichever
   daemon's pool on this Slurm cluster it is). A label is a candidate once its job has
-  been missing from, or finished in, every snapshot for ``grace`` seconds (a holder
-  that has just started may be newer than the snapshot being read); the caller asks
-  Slurm about that one job before it removes the label (a listing may be wrong).
+  not held nodes (:func:`holds_nodes`: running, or suspended by Slurm in place) in any
+  snapshot for ``grace`` seconds: missing, finished, or waiting (requeued, held by the
+  bridge's suspend: the nodes are Slurm's again). A holder that has just started may be
+  newer than the snapshot being read, so the caller asks Slurm about that one job
+  before it removes the label (a listing may be wrong).
 * :class:`StrandedPods`: the bound, unfinished pods on those nodes that select an
   allocation label their node does not carry, for ``grace`` seconds (the node and pod
-  watches are two streams: a pin's label may show after its pods).
+  watches are two streams: a pin's label may show after its pods; the caller reads the
+  node again before it deletes). A pod already being deleted is left to finish.
 """
 
 from __future__ import annotations
@@ -28,8 +31,21 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.backend import BackendJob
+from bridge.backend import BackendJob, BackendState
 from pool_adapter.pinning import LABEL_PREFIX
+from slurm_adapter.records import backend_state
+
+#: Slurm's states of a job suspended in place (``scontrol suspend``, SIGSTOP): it keeps
+#: its nodes. (The bridge's own suspend requeues and holds: the job waits.)
+_SUSPENDED_IN_PLACE = frozenset({"SUSPENDED", "STOPPED"})
+
+
+def holds_nodes(slurm_state: str) -> bool:
+    """Whether a job in Slurm's state ``slurm_state`` (names joined by ``+``, as
+    ``BackendJob.native_state`` and squeue's ``%T`` give them) holds its nodes."""
+    names = [n for n in slurm_state.upper().split("+") if n]
+    return (backend_state(names) is BackendState.RUNNING
+            or any(n in _SUSPENDED_IN_PLACE for n in names))
 
 
 def allocation_ids(labels: Mapping[str, Any]) -> set[str]:
@@ -81,7 +97,7 @@ class StaleLabels(_Grace):
         """From the pool's nodes and one complete Slurm snapshot at ``now``: the ids
         whose labels are candidates now, sorted (again at later calls while still
         labelled, unless :meth:`retry_later`)."""
-        alive = {j.backend_id for j in jobs if not j.state.finished}
+        alive = {j.backend_id for j in jobs if holds_nodes(j.native_state)}
         return sorted(self.due(labelled_ids(nodes) - alive, now))
 
 
@@ -89,6 +105,8 @@ class StaleLabels(_Grace):
 class StrandedPod:
     namespace: str
     name: str
+    #: The pod's uid: a pod made again under its name is not the one judged here.
+    uid: str
     node: str
     #: The allocation label it selects that its node lacks.
     label: str
@@ -113,7 +131,7 @@ class StrandedPods(_Grace):
         for pod in pods:
             meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
             node = nodes.get(str(spec.get("nodeName")))
-            if node is None:
+            if node is None or meta.get("deletionTimestamp"):
                 continue
             wanted = allocation_ids(spec.get("nodeSelector") or {})
             missing = wanted - allocation_ids((node.get("metadata") or {}).get("labels") or {})
@@ -122,7 +140,8 @@ class StrandedPods(_Grace):
             grace = spec.get("terminationGracePeriodSeconds")
             key = (str(meta.get("namespace")), str(meta.get("name")))
             found[key] = StrandedPod(
-                key[0], key[1], str(spec.get("nodeName")), LABEL_PREFIX + min(missing),
+                key[0], key[1], str(meta.get("uid") or ""), str(spec.get("nodeName")),
+                LABEL_PREFIX + min(missing),
                 min(grace, MAX_STOP_SECONDS) if isinstance(grace, int) and grace >= 0
                 else MAX_STOP_SECONDS)
         return [found[k] for k in sorted(self.due(found, now))]

@@ -466,7 +466,10 @@ class PoolBackend:
         if complete:
             self._slurm_synced = True
             self._sweep_orphans(batch.jobs)
-            self._sweeper.on_snapshot(batch.jobs, now)
+            try:
+                self._sweeper.on_snapshot(batch.jobs, now)
+            except Exception:  # the safety net must not stop the pool's status
+                log.exception("k8s-on-slurm %s: the allocation sweep failed", self.name)
             pairs = list(self.pairs.by_jobset.values())
         jobs = [j for p in pairs if (j := self._compose(p))]
         self._forget()

@@ -46,6 +46,11 @@ class Binder:
         it; the Kubernetes node names."""
         kube = self.k8s.kube
         names = self.node_names(holder)
+        scope = self.scope()
+        if scope is not None and not set(names) <= scope:
+            log.warning("Slurm job %s has nodes outside the pool (%s): their allocation "
+                        "label is never cleaned up by the pool", holder.backend_id,
+                        ",".join(sorted(set(names) - scope)))
         label = pinning.allocation_label(holder.backend_id)
         await self.unlabel(holder.backend_id, keep=names)
         for node in names:
@@ -107,15 +112,19 @@ class Binder:
                                   min(grace, MAX_STOP_SECONDS) if isinstance(grace, int)
                                   and grace >= 0 else MAX_STOP_SECONDS)
 
-    async def delete_pod(self, namespace: str, name: str, grace_seconds: int) -> None:
-        """Delete a pod, giving it at most ``grace_seconds`` to stop; a missing one is no
-        error."""
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int,
+                         uid: str | None = None) -> None:
+        """Delete a pod, giving it at most ``grace_seconds`` to stop; with ``uid``, only
+        that very pod (not one made again under its name). A missing one is no error."""
         kube = self.k8s.kube
+        body: dict[str, Any] = {"gracePeriodSeconds": grace_seconds}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
             await kube.call(f"delete pod {namespace}/{name}", kube.core.delete_namespaced_pod,
-                            name, namespace, grace_period_seconds=grace_seconds)
+                            name, namespace, body=body)
         except BackendRejected as exc:
-            if not is_status(exc, 404):
+            if not (is_status(exc, 404) or (uid and is_status(exc, 409))):
                 raise
 
     async def delete(self, jobset_id: str) -> None:

@@ -4,24 +4,29 @@
 each complete Slurm snapshot, on the pool's nodes of this Slurm cluster only (what the
 node-state pass last mapped, :attr:`pool_adapter.nodestate.NodeStates.pool_nodes`):
 
-* an allocation label whose Slurm job has not been alive for ``grace`` seconds is
-  removed, after ``squeue`` confirms that one job is finished or unknown (one listing
-  may be wrong: a job missing from it is not proof enough to take nodes from a
-  running job);
+* an allocation label whose Slurm job has not held nodes for ``grace`` seconds is
+  removed, after ``squeue -j`` confirms that one job does not hold nodes (finished,
+  waiting, or unknown to Slurm; an empty answer proves nothing and keeps the label):
+  one listing may be wrong, and a job missing from it is not proof enough to take
+  nodes from a running job. Without squeue on the host no label is removed (the pool
+  needs scancel and scontrol there anyway);
 * a bound, unfinished pod that selects an allocation label its node no longer carries
   (for ``grace`` seconds) is deleted, with at most
-  :data:`pool_adapter.allocations.MAX_STOP_SECONDS` to stop.
+  :data:`pool_adapter.allocations.MAX_STOP_SECONDS` to stop, once a fresh read of its
+  node (not the watch's copy, which may lag) shows the label missing, and only the
+  very pod judged (a uid precondition).
 
 Both are the safety net under the holder's own cleanup (``Binder.unlabel`` and its
 eviction when the pool sees a holder end): they catch what a crash, a failed call or a
 label written late left. The pods are looked at only when the node or pod watch
 changed (or something is still pending): a cost per change, not per pod per poll.
-Each cleanup is one task per label or pod at a time, tried again after ``grace`` while
-its cause holds.
+Each cleanup is one task per label or pod at a time, at most
+:data:`CLEANUPS_AT_ONCE` at once, tried again after ``grace`` while its cause holds.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Coroutine
 from functools import partial
 from typing import Any
@@ -30,15 +35,17 @@ import structlog
 
 from bridge.backend import BackendJob
 from k8s_adapter.backend import KubernetesBackend
-from pool_adapter.allocations import StaleLabels, StrandedPod, StrandedPods
+from pool_adapter.allocations import StaleLabels, StrandedPod, StrandedPods, holds_nodes
 from pool_adapter.binding import Binder
 from pool_adapter.nodestate import NodeStates
 from slurm_adapter.backend import SlurmBackend
-from slurm_adapter.records import backend_state
 
 log = structlog.get_logger(__name__)
 
 Spawn = Callable[[str, Coroutine[Any, Any, None]], None]
+
+#: Cleanups (a squeue, a node read, a patch or delete each) running at once.
+CLEANUPS_AT_ONCE = 4
 
 
 class AllocationSweeper:
@@ -56,6 +63,7 @@ class AllocationSweeper:
         self.labels = StaleLabels(grace)
         self.pods = StrandedPods(grace)
         self._busy: set[tuple[str, ...]] = set()
+        self._slots = asyncio.Semaphore(CLEANUPS_AT_ONCE)
         self._pods_seen_at = -1
 
     def on_snapshot(self, jobs: Collection[BackendJob], now: float) -> None:
@@ -85,7 +93,8 @@ class AllocationSweeper:
 
         async def run() -> None:
             try:
-                await work()
+                async with self._slots:
+                    await work()
             finally:
                 self._busy.discard(key)
 
@@ -96,15 +105,19 @@ class AllocationSweeper:
             log.warning("k8s-on-slurm %s: allocation label of Slurm job %s looks stale, but "
                         "without squeue on this host it is left", self.name, slurm_id)
             return
-        state = await self.slurm.cli.job_state(slurm_id)
-        if state and not backend_state([state]).finished:
-            return  # alive after all (the listing was behind)
+        state = await self.slurm.cli.job_state_if_known(slurm_id)
+        if state == "" or (state is not None and holds_nodes(state)):
+            return  # it holds its nodes after all (the listing was behind), or unproven
         log.warning("k8s-on-slurm %s: Slurm job %s is %s; removing its allocation label "
-                    "from the pool's nodes", self.name, slurm_id, state or "gone")
+                    "from the pool's nodes", self.name, slurm_id, state or "unknown to Slurm")
         await self.binder.unlabel(slurm_id)
 
     async def _delete_pod(self, pod: StrandedPod) -> None:
+        kube = self.k8s.kube
+        node = await kube.raw(f"get node {pod.node}", kube.core.read_node, pod.node)
+        if pod.label in ((node.get("metadata") or {}).get("labels") or {}):
+            return  # the watch's copy of the node was behind
         log.warning("k8s-on-slurm %s: pod %s/%s on %s selects %s, which its node no longer "
                     "carries (the allocation ended); deleting it", self.name, pod.namespace,
                     pod.name, pod.node, pod.label)
-        await self.binder.delete_pod(pod.namespace, pod.name, pod.grace_seconds)
+        await self.binder.delete_pod(pod.namespace, pod.name, pod.grace_seconds, uid=pod.uid)

@@ -398,12 +398,18 @@ class SlurmCli:
 
     async def job_state(self, job_id: str) -> str:
         """The job's state as ``squeue --states=all -j JOB -o %T`` prints it ("" when
-        Slurm does not know it)."""
+        Slurm does not know it, or shows nothing)."""
+        return await self.job_state_if_known(job_id) or ""
+
+    async def job_state_if_known(self, job_id: str) -> str | None:
+        """As :meth:`job_state`, but None only when Slurm says it does not know the job
+        ("Invalid job id"), and "" when squeue shows nothing (a job hidden by
+        ``PrivateData``, say: not proof that it is gone)."""
         done = await self.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T"])
         if done.returncode != 0:
             message = done.message or f"exit {done.returncode}"
             if "invalid job id" in message.lower():
-                return ""
+                return None
             self._check(done, f"squeue -j {job_id}")
         lines = done.stdout.decode(errors="replace").split()
         return lines[0] if lines else ""

@@ -15,6 +15,7 @@ from pool_adapter.allocations import (
     StaleLabels,
     StrandedPod,
     StrandedPods,
+    holds_nodes,
     labelled_ids,
 )
 
@@ -27,7 +28,7 @@ def node(name: str, *ids: str, **other: str) -> dict[str, Any]:
 
 
 def job(jid: str, state: BackendState) -> BackendJob:
-    return BackendJob(jid, f"uid-{jid}", state)
+    return BackendJob(jid, f"uid-{jid}", state, native_state=state.value.upper())
 
 
 def test_only_well_formed_allocation_labels_count() -> None:
@@ -39,14 +40,15 @@ def test_only_well_formed_allocation_labels_count() -> None:
     assert labelled_ids(nodes) == {"5", "7"}
 
 
-def test_a_label_is_stale_after_its_job_has_been_gone_or_finished_for_the_grace() -> None:
+def test_a_label_is_stale_after_its_job_has_not_held_nodes_for_the_grace() -> None:
     stale = StaleLabels(grace=10)
     nodes = [node("n1", "5", "6", "7", "8")]
     jobs = [job("5", S.RUNNING), job("6", S.COMPLETED), job("8", S.PENDING)]
     assert stale.update(nodes, jobs, now=100) == []
     assert stale.update(nodes, jobs, now=109.9) == []
-    # 6 finished, 7 absent: stale; 5 runs, 8 waits (requeued: the bridge unpins it).
-    assert stale.update(nodes, jobs, now=110) == ["6", "7"]
+    # 6 finished, 7 absent, 8 waits (requeued: its nodes are Slurm's again): stale;
+    # 5 runs.
+    assert stale.update(nodes, jobs, now=110) == ["6", "7", "8"]
 
 
 def test_a_job_seen_alive_again_starts_its_grace_anew() -> None:
@@ -104,8 +106,18 @@ def test_a_pod_is_stranded_when_its_node_lost_the_allocation_it_selects() -> Non
     assert stranded.update(pods, nodes, now=0) == []
     assert stranded.update(pods, nodes, now=10) == [
         # a pod's own grace is capped: one ignoring SIGTERM keeps no node for long
-        StrandedPod("team-a", "left", "n2", "slurm.hpc-bridge.io/job-5", MAX_STOP_SECONDS),
-        StrandedPod("team-a", "quick", "n1", "slurm.hpc-bridge.io/job-6", 2)]
+        StrandedPod("team-a", "left", "", "n2", "slurm.hpc-bridge.io/job-5",
+                    MAX_STOP_SECONDS),
+        StrandedPod("team-a", "quick", "", "n1", "slurm.hpc-bridge.io/job-6", 2)]
+
+
+def test_which_slurm_states_hold_nodes() -> None:
+    for state in ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RUNNING+SIGNALING",
+                  "completing"):
+        assert holds_nodes(state), state
+    for state in ("PENDING", "COMPLETED", "CANCELLED", "TIMEOUT", "REQUEUED",
+                  "PENDING+REQUEUE_HOLD", "CONFIGURING", "", "UNKNOWN", "NODE_FAIL"):
+        assert not holds_nodes(state), state
 
 
 def test_a_pin_whose_label_shows_late_is_not_stranded() -> None:

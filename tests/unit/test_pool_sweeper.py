@@ -15,6 +15,8 @@ LABEL = "slurm.hpc-bridge.io/job-"
 
 
 class FakeCli:
+    """squeue: a job not in ``states`` is unknown to Slurm (None)."""
+
     def __init__(self, states: dict[str, str], squeue: bool = True):
         self.states = states
         self.squeue = squeue
@@ -23,15 +25,30 @@ class FakeCli:
     def has(self, name: str) -> bool:
         return self.squeue
 
-    async def job_state(self, job_id: str) -> str:
+    async def job_state_if_known(self, job_id: str) -> str | None:
         self.asked.append(job_id)
-        return self.states.get(job_id, "")
+        return self.states.get(job_id)
+
+
+class FakeKube:
+    """The apiserver's nodes (what a fresh read sees)."""
+
+    def __init__(self, nodes: list[dict[str, Any]]):
+        self.nodes = nodes
+        self.core = self
+
+    def read_node(self, name: str) -> None:  # the call raw() is given
+        raise AssertionError("raw() is faked")
+
+    async def raw(self, what: str, fn: Any, name: str) -> dict[str, Any]:
+        return next(n for n in self.nodes if n["metadata"]["name"] == name)
 
 
 class FakeK8s:
     def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]):
         self.nodes, self.pods, self.version = nodes, pods, 1
         self.pod_reads = 0
+        self.kube = FakeKube(nodes)
 
     def known_nodes(self) -> list[dict[str, Any]]:
         return self.nodes
@@ -47,21 +64,22 @@ class FakeK8s:
 class FakeBinder:
     def __init__(self) -> None:
         self.unlabelled: list[str] = []
-        self.deleted: list[tuple[str, str, int]] = []
+        self.deleted: list[tuple[str, str, int, str | None]] = []
 
     async def unlabel(self, slurm_id: str) -> None:
         self.unlabelled.append(slurm_id)
 
-    async def delete_pod(self, namespace: str, name: str, grace: int) -> None:
-        self.deleted.append((namespace, name, grace))
+    async def delete_pod(self, namespace: str, name: str, grace: int,
+                         uid: str | None = None) -> None:
+        self.deleted.append((namespace, name, grace, uid))
 
 
 def node(name: str, *ids: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {LABEL + i: "ns" for i in ids}}}
 
 
-def pod(name: str, node_name: str, slurm_id: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "ns"},
+def pod(name: str, node_name: str, slurm_id: str, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", **meta},
             "spec": {"nodeName": node_name, "nodeSelector": {LABEL + slurm_id: "ns"}}}
 
 
@@ -93,8 +111,8 @@ def run_all(spawned: list[Coroutine[Any, Any, None]]) -> None:
     asyncio.run(go())
 
 
-def running(jid: str) -> BackendJob:
-    return BackendJob(jid, f"uid-{jid}", BackendState.RUNNING)
+def running(jid: str, native: str = "RUNNING") -> BackendJob:
+    return BackendJob(jid, f"uid-{jid}", BackendState.RUNNING, native_state=native)
 
 
 def test_a_stale_label_goes_only_after_squeue_confirms_and_only_on_the_pools_nodes() -> None:
@@ -159,7 +177,7 @@ def test_pods_stranded_on_the_pools_nodes_are_deleted_once_per_grace() -> None:
     sw.on_snapshot([running("9")], now=0)
     sw.on_snapshot([running("9")], now=10)
     run_all(spawned)
-    assert binder.deleted == [("ns", "left", 30)]
+    assert binder.deleted == [("ns", "left", 30, "uid-left")]
     sw.on_snapshot([running("9")], now=12)
     assert not spawned
 
@@ -174,3 +192,64 @@ def test_pods_are_not_read_again_while_nothing_changed() -> None:
     k8s.version += 1
     sw.on_snapshot([running("9")], now=6)
     assert k8s.pod_reads == 2
+
+
+def test_a_waiting_holders_label_goes_its_nodes_are_slurms_again() -> None:
+    """Requeued, or held by the bridge's suspend: the unpin's label removal may have
+    failed; the net removes it (squeue says PENDING). A holder suspended in place by
+    Slurm, or completing, keeps its nodes and its label."""
+    nodes = [node("node1", "5", "6", "7")]
+    held = BackendJob("5", "uid-5", BackendState.SUSPENDED, native_state="PENDING")
+    jobs = [held, BackendJob("6", "uid-6", BackendState.SUSPENDED, native_state="SUSPENDED"),
+            running("7", "COMPLETING")]
+    sw, binder, cli, _, spawned = sweeper(nodes, [], {"5": "PENDING"})
+    for now in (0, 10):
+        sw.on_snapshot(jobs, now=now)
+    run_all(spawned)
+    assert cli.asked == ["5"] and binder.unlabelled == ["5"]
+
+
+def test_an_empty_squeue_answer_proves_nothing() -> None:
+    """PrivateData hides a job: squeue prints nothing with exit 0."""
+    sw, binder, _, _, spawned = sweeper([node("node1", "5")], [], {"5": ""})
+    for now in (0, 10):
+        sw.on_snapshot([], now=now)
+    run_all(spawned)
+    assert binder.unlabelled == []
+
+
+def test_a_stranded_pod_is_kept_when_the_apiserver_shows_the_label() -> None:
+    """The node watch may lag (or stall): a fresh read decides."""
+    pods = [pod("new", "node1", "9")]
+    sw, binder, _, k8s, spawned = sweeper([node("node1")], pods, {"9": "RUNNING"})
+    k8s.kube.nodes = [node("node1", "9")]
+    for now in (0, 10):
+        sw.on_snapshot([running("9")], now=now)
+    run_all(spawned)
+    assert binder.deleted == []
+
+
+def test_a_pod_being_deleted_is_left_to_finish_and_costs_nothing_more() -> None:
+    pods = [pod("going", "node1", "5", deletionTimestamp="2026-12-05T06:00:00Z")]
+    sw, _, _, k8s, spawned = sweeper([node("node1")], pods, {})
+    for now in (0, 10, 20):
+        sw.on_snapshot([], now=now)
+    assert not spawned and k8s.pod_reads == 1
+
+
+def test_the_watch_cache_keeps_what_the_sweep_reads_of_a_pod() -> None:
+    """Without these fields in the Kubernetes back end's trimmed pods the stranded-pod
+    net would silently find nothing."""
+    from k8s_adapter.backend import _trim
+
+    full = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1",
+                         "deletionTimestamp": "2026-12-05T06:00:00Z",
+                         "annotations": {"big": "x" * 1000}},
+            "spec": {"nodeName": "node1", "nodeSelector": {LABEL + "5": "ns"},
+                     "terminationGracePeriodSeconds": 7, "containers": []}}
+    trimmed = _trim(full)
+    assert trimmed["metadata"]["uid"] == "u1"
+    assert trimmed["metadata"]["deletionTimestamp"] == "2026-12-05T06:00:00Z"
+    assert "annotations" not in trimmed["metadata"]
+    assert trimmed["spec"]["nodeSelector"] == {LABEL + "5": "ns"}
+    assert trimmed["spec"]["terminationGracePeriodSeconds"] == 7

@@ -102,7 +102,8 @@ class NodeStates:
         """One pass; the Kubernetes nodes whose taint was changed."""
         k8s_nodes = self._pool()
         if not k8s_nodes:
-            self.pool_nodes = frozenset()
+            if self.k8s.known_nodes():  # else the node watch has not listed yet: unknown
+                self.pool_nodes = frozenset()
             return []
         inventory = await self.slurm.inventory()
         to_k8s: dict[str, str] = {}

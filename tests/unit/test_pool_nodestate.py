@@ -34,3 +34,54 @@ def test_changes_cover_mapped_pool_nodes_only() -> None:
     out = changes([node("n1", "IDLE+DRAIN"), node("n2", "IDLE"), node("n3", "DOWN")],
                   {"n1": "k1", "n2": "k2", "n3": "k3"}, k8s)
     assert out == {"k1": [POOL, {"key": TAINT_KEY, "value": "DRAIN", "effect": "NoSchedule"}]}
+
+
+class _Inventory:
+    def __init__(self, nodes: list[NodeInfo]):
+        self.nodes = nodes
+
+
+class _Slurm:
+    def __init__(self, names: list[str]):
+        self.names = names
+
+    async def inventory(self) -> _Inventory:
+        return _Inventory([node(n, "IDLE") for n in self.names])
+
+
+class _K8s:
+    def __init__(self, nodes: list[dict[str, object]]):
+        self.nodes = nodes
+        self.kube = None  # no taint changes here: never called
+
+    def known_nodes(self) -> list[dict[str, object]]:
+        return self.nodes
+
+
+def k8s_node(name: str, pool: bool = True) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": {"p": "true"} if pool else {}},
+            "spec": {"taints": []}}
+
+
+def test_the_pools_nodes_are_this_slurm_clusters_pool_nodes_and_unknown_before_a_listing(
+        ) -> None:
+    """What the allocation cleanup may touch (pool_adapter/sweeper.py): pool-labelled
+    Kubernetes nodes that map to a node of this Slurm cluster; unknown (None) while the
+    node watch has listed nothing, not "none" (which would let no label be removed)."""
+    import asyncio
+
+    from pool_adapter.nodemap import NodeMap
+    from pool_adapter.nodestate import NodeStates
+
+    k8s = _K8s([])
+    states = NodeStates("pool", _Slurm(["node1", "node2"]), k8s,  # type: ignore[arg-type]
+                        NodeMap.parse("same"), "p", 30)
+    asyncio.run(states.sync_once())
+    assert states.pool_nodes is None
+    k8s.nodes = [k8s_node("node1"), k8s_node("node2", pool=False), k8s_node("node9"),
+                 k8s_node("kwok-1", pool=False)]
+    asyncio.run(states.sync_once())
+    assert states.pool_nodes == frozenset({"node1"})  # node9: another Slurm cluster's
+    k8s.nodes = [k8s_node("kwok-1", pool=False)]
+    asyncio.run(states.sync_once())
+    assert states.pool_nodes == frozenset()

@@ -119,6 +119,14 @@ class StrandedPod:
 MAX_STOP_SECONDS = 30
 
 
+def stop_seconds(pod_spec: Mapping[str, Any]) -> int:
+    """The seconds a pod gets to stop when its allocation ended: its own
+    ``terminationGracePeriodSeconds``, at most :data:`MAX_STOP_SECONDS`."""
+    grace = pod_spec.get("terminationGracePeriodSeconds")
+    return (min(grace, MAX_STOP_SECONDS) if isinstance(grace, int) and grace >= 0
+            else MAX_STOP_SECONDS)
+
+
 class StrandedPods(_Grace):
     """Pods pinned to an allocation their node no longer carries (module docstring)."""
 
@@ -137,11 +145,8 @@ class StrandedPods(_Grace):
             missing = wanted - allocation_ids((node.get("metadata") or {}).get("labels") or {})
             if not missing:
                 continue
-            grace = spec.get("terminationGracePeriodSeconds")
             key = (str(meta.get("namespace")), str(meta.get("name")))
             found[key] = StrandedPod(
                 key[0], key[1], str(meta.get("uid") or ""), str(spec.get("nodeName")),
-                LABEL_PREFIX + min(missing),
-                min(grace, MAX_STOP_SECONDS) if isinstance(grace, int) and grace >= 0
-                else MAX_STOP_SECONDS)
+                LABEL_PREFIX + min(missing), stop_seconds(spec))
         return [found[k] for k in sorted(self.due(found, now))]

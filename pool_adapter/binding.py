@@ -18,7 +18,7 @@ from k8s_adapter.backend import KubernetesBackend
 from k8s_adapter.jobset import GROUP, PLURAL, VERSION
 from k8s_adapter.kube import JSON_PATCH, is_status
 from pool_adapter import pinning
-from pool_adapter.allocations import MAX_STOP_SECONDS
+from pool_adapter.allocations import stop_seconds
 from pool_adapter.nodemap import NodeMap
 
 log = structlog.get_logger(__name__)
@@ -107,10 +107,7 @@ class Binder:
             namespace, name = str(meta.get("namespace")), str(meta.get("name"))
             log.info("pod %s/%s on node %s selects ended allocation %s; deleting it",
                      namespace, name, node, label)
-            grace = spec.get("terminationGracePeriodSeconds")
-            await self.delete_pod(namespace, name,
-                                  min(grace, MAX_STOP_SECONDS) if isinstance(grace, int)
-                                  and grace >= 0 else MAX_STOP_SECONDS)
+            await self.delete_pod(namespace, name, stop_seconds(spec))
 
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int,
                          uid: str | None = None) -> None:

@@ -24,9 +24,8 @@ from bridge.placement import (
     LevelUse,
     Placement,
     PlacementRequest,
-    domain_capacities,
+    capacity,
     domain_index,
-    fitting_units,
     no_fit,
     placement_of,
     shortage,
@@ -72,8 +71,7 @@ def block_placement(topology: Topology, request: PlacementRequest,
         ratio = b // base
         if b <= a or b % base or ratio & (ratio - 1):
             raise ValueError(f"block sizes must grow by powers of two of {base}: {sizes}")
-    units = fitting_units(topology, request)
-    caps = domain_capacities(topology, units)
+    units, caps = capacity(topology, request)
     index = domain_index(topology)
     count = request.count
     total = sum(caps[id(b)] for b in bblocks)
@@ -177,8 +175,7 @@ def kueue_tas(topology: Topology, request: PlacementRequest, level: str,
     all_levels = [*topology.levels, topology.host_level]
     if level not in all_levels:
         return no_fit(algorithm, request, f"no requested topology level: {level}")
-    units = fitting_units(topology, request)
-    caps = domain_capacities(topology, units)
+    units, caps = capacity(topology, request)
     count = request.count
 
     def state(n: Node) -> int:
@@ -272,7 +269,7 @@ def _to_minimum(items: Sequence[Node], count: int, state: Callable[[Node], int],
 def first_fit(topology: Topology, request: PlacementRequest) -> Placement:
     """The first hosts in topology order that fit, ignoring the tree (the benchmark
     baseline; what a topology-blind scheduler does). All-or-nothing."""
-    units = fitting_units(topology, request)
+    units = capacity(topology, request).units
     if sum(units.values()) < request.count:
         return no_fit("first_fit", request, shortage(request, sum(units.values())))
     chosen: list[tuple[str, int]] = []

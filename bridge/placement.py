@@ -12,9 +12,10 @@ Every algorithm (here and in ``bench/placement_algorithms.py``)
 * reports its **score**: the domains used at each level, leaf level first
   (:attr:`Placement.levels`).
 
-This module holds the request and answer types, the building blocks every algorithm
-shares (what fits on each host and domain, best-fit host choice, the result), and the
-algorithm the engine uses (docs/placement.md has worked examples):
+This module holds the answer type, the building blocks every algorithm shares
+(best-fit host choice, the result; what fits on each host and domain, and the request
+type, come from :mod:`bridge.placement_capacity`, which keeps them per change and is
+re-exported here), and the algorithm the engine uses (docs/placement.md has worked examples):
 :func:`tree_best_fit` — Slurm ``topology/tree`` + ``select/cons_tres`` best fit; with
 ``max_leaf_domains`` it is ``--switches=N`` (:func:`within_switches`). The emulations
 that only the benchmark compares it with (Slurm ``topology/block``, Kueue TAS, a
@@ -33,13 +34,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.topology import Domain, Host, Topology
+from bridge.placement_capacity import (
+    PlacementRequest,
+    Units,
+    capacity,
+    domain_capacities,
+    fitting_units,
+)
+from bridge.topology import Domain, Topology
 
 __all__ = [
     "LevelUse",
     "Placement",
     "PlacementRequest",
     "Units",
+    "capacity",
     "domain_capacities",
     "domain_index",
     "fitting_units",
@@ -50,80 +59,6 @@ __all__ = [
     "tree_best_fit",
     "within_switches",
 ]
-
-
-@dataclass(frozen=True)
-class PlacementRequest:
-    """What one job needs: ``count`` units, each with these resources.
-
-    ``exclusive``: a unit needs a whole idle host (Slurm ``--exclusive``).
-    ``partition``/``features``/``excluded`` restrict the hosts (a host with no
-    partitions listed is in every partition).
-    """
-
-    count: int
-    cpu_millis: int = 1000
-    memory_mb: int = 0
-    gpus: int = 0
-    exclusive: bool = False
-    one_per_host: bool = True
-    partition: str | None = None
-    features: frozenset[str] = frozenset()
-    excluded: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        if self.count < 1:
-            raise ValueError(f"count must be >= 1, got {self.count}")
-        if min(self.cpu_millis, self.memory_mb, self.gpus) < 0:
-            raise ValueError("resources per unit must not be negative")
-
-    @property
-    def unit(self) -> str:
-        return "node" if self.one_per_host else "pod"
-
-    def units_on(self, host: Host) -> int:
-        """How many units fit on ``host`` now (0 if it may not be used). At most
-        ``count``; at most 1 when ``one_per_host``."""
-        if not host.usable or host.name in self.excluded:
-            return 0
-        if self.partition is not None and host.partitions and (
-                self.partition not in host.partitions):
-            return 0
-        if not self.features <= host.features:
-            return 0
-        if host.free_slots is not None and host.free_slots <= 0:
-            return 0
-        if self.exclusive:
-            enough = (host.cpu_millis >= self.cpu_millis and host.memory_mb >= self.memory_mb
-                      and host.gpus >= self.gpus)
-            return 1 if host.idle and enough else 0
-        n = self.count
-        if self.cpu_millis:
-            n = min(n, host.free_cpu_millis // self.cpu_millis)
-        if self.memory_mb:
-            n = min(n, host.free_memory_mb // self.memory_mb)
-        if self.gpus:
-            n = min(n, host.free_gpus // self.gpus)
-        if host.free_slots is not None:
-            n = min(n, host.free_slots)
-        if self.one_per_host:
-            n = min(n, 1)
-        return max(n, 0)
-
-    def allocate(self, host: Host, units: int) -> Host:
-        """``host`` after ``units`` of this request started on it."""
-        if self.exclusive:
-            return Host(**{**vars(host), "free_cpu_millis": 0, "free_memory_mb": 0,
-                           "free_gpus": 0,
-                           "free_slots": None if host.free_slots is None
-                           else host.free_slots - units})
-        return Host(**{
-            **vars(host),
-            "free_cpu_millis": host.free_cpu_millis - units * self.cpu_millis,
-            "free_memory_mb": host.free_memory_mb - units * self.memory_mb,
-            "free_gpus": host.free_gpus - units * self.gpus,
-            "free_slots": None if host.free_slots is None else host.free_slots - units,
-        })
 
 
 @dataclass(frozen=True)
@@ -187,60 +122,9 @@ class Placement:
 
 # --- building blocks shared by the algorithms ------------------------------------------
 
-#: Host name -> units of the request that fit on it now.
-Units = dict[str, int]
-
-
-def fitting_units(topology: Topology, request: PlacementRequest) -> Units:
-    """Host -> units that fit now, for hosts in the tree with room for at least one.
-
-    The same as :meth:`PlacementRequest.units_on` for every host (a test checks it),
-    written out because it runs for every host for every job."""
-    if (request.exclusive or request.partition is not None or request.features
-            or request.excluded):
-        out: Units = {}
-        for name in topology.order:
-            n = request.units_on(topology.hosts[name])
-            if n > 0:
-                out[name] = n
-        return out
-    hosts = topology.hosts
-    cpu, mem, gpus = request.cpu_millis, request.memory_mb, request.gpus
-    cap = 1 if request.one_per_host else request.count
-    out = {}
-    for name in topology.order:
-        h = hosts[name]
-        if not h.usable:
-            continue
-        n = cap
-        if cpu:
-            n = min(n, h.free_cpu_millis // cpu)
-        if mem:
-            n = min(n, h.free_memory_mb // mem)
-        if gpus:
-            n = min(n, h.free_gpus // gpus)
-        if h.free_slots is not None:
-            n = min(n, h.free_slots)
-        if n > 0:
-            out[name] = n
-    return out
-
-
-def domain_capacities(topology: Topology, units: Units) -> dict[int, int]:
-    """``id(domain)`` -> units that fit in the whole domain."""
-    caps = dict.fromkeys(map(id, topology.domains), 0)
-    leaf_of = topology.leaf_of
-    for name, n in units.items():
-        caps[id(leaf_of[name])] += n
-    for d in reversed(topology.domains):  # children before parents
-        if d.children:
-            caps[id(d)] += sum(caps[id(c)] for c in d.children)
-    return caps
-
-
-def domain_index(topology: Topology) -> dict[int, int]:
+def domain_index(topology: Topology) -> Mapping[int, int]:
     """``id(domain)`` -> its position in the topology's order (the tie-breaker)."""
-    return {id(d): i for i, d in enumerate(topology.domains)}
+    return topology.position
 
 
 def _tightness(topology: Topology, name: str) -> tuple[int, int, int, int]:
@@ -251,7 +135,7 @@ def _tightness(topology: Topology, name: str) -> tuple[int, int, int, int]:
 
 
 def take_hosts(topology: Topology, hosts: Iterable[str], need: int,
-               units: Units) -> list[tuple[str, int]]:
+               units: Mapping[str, int]) -> list[tuple[str, int]]:
     """``need`` units from ``hosts``, tightest hosts first (Slurm's node best fit)."""
     chosen: list[tuple[str, int]] = []
     for name in sorted((h for h in hosts if units.get(h, 0) > 0),
@@ -341,8 +225,7 @@ def tree_best_fit(topology: Topology, request: PlacementRequest, *,
     that fit"). All-or-nothing; never more than a host's free capacity.
     """
     algorithm = "tree_best_fit"
-    units = fitting_units(topology, request)
-    caps = domain_capacities(topology, units)
+    units, caps = capacity(topology, request)
     index = domain_index(topology)
     count = request.count
     total = sum(caps[id(r)] for r in topology.roots)
@@ -372,7 +255,8 @@ def _within(limit: int | None) -> str:
     return "" if limit is None else f"does not fit within {limit} leaf switch(es) now: "
 
 
-def _fill(topology: Topology, candidates: Sequence[Domain], need: int, units: Units,
+def _fill(topology: Topology, candidates: Sequence[Domain], need: int,
+          units: Mapping[str, int],
           caps: Mapping[int, int], index: Mapping[int, int]) -> list[tuple[str, int]]:
     """``need`` units from ``candidates`` (siblings), step 2 of :func:`tree_best_fit`."""
     room = {id(d): caps[id(d)] for d in candidates}
@@ -404,7 +288,8 @@ def _leaves_under(domain: Domain) -> list[Domain]:
 _ABOVE_ROOTS = 1 << 30
 
 
-def _within_leaves(topology: Topology, request: PlacementRequest, limit: int, units: Units,
+def _within_leaves(topology: Topology, request: PlacementRequest, limit: int,
+                   units: Mapping[str, int],
                    caps: Mapping[int, int], index: Mapping[int, int]) -> Placement:
     """Step 4 of :func:`tree_best_fit`."""
     count = request.count

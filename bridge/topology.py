@@ -45,8 +45,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from bridge.hostmap import ChunkedMap
 
 if TYPE_CHECKING:
     from bridge.nodes import Inventory, NodeInfo
@@ -144,6 +145,7 @@ class _Shape:
         self.parent: dict[int, Domain] = {}
         self.leaf_of: dict[str, Domain] = {}
         self.leaves: tuple[Domain, ...] = ()
+        self.position: dict[int, int] = {}
 
     def compute(self, roots: tuple[Domain, ...]) -> None:
         self.domains = tuple(d for root in roots for d in root.walk())
@@ -151,7 +153,24 @@ class _Shape:
         self.parent = {id(c): d for d in self.domains for c in d.children}
         self.leaf_of = {h: d for d in self.domains for h in d.hosts}
         self.leaves = tuple(d for d in self.domains if d.hosts)
+        self.position = {id(d): i for i, d in enumerate(self.domains)}
         self.roots = roots
+
+
+class Memo:
+    """What :mod:`bridge.placement_capacity` remembers about one topology's free
+    capacity (``data``, its own), and the hosts changed since it was last brought up
+    to date (``changed``). :meth:`Topology.with_hosts` hands it on to the new
+    topology, and the old one starts again from nothing: a lineage of topologies
+    keeps one memo, at its newest member."""
+
+    __slots__ = ("chains", "changed", "data")
+
+    def __init__(self) -> None:
+        self.data: dict[Any, Any] = {}
+        self.changed: set[str] = set()
+        #: id(leaf domain) -> the ids of it and its ancestors (from the tree only).
+        self.chains: dict[int, tuple[int, ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -170,6 +189,12 @@ class Topology:
 
     _shape: _Shape = field(default_factory=lambda: _Shape(), compare=False, repr=False,
                            hash=False)
+
+    _memo: Memo = field(default_factory=Memo, compare=False, repr=False, hash=False)
+
+    def memo(self) -> Memo:
+        """This topology's free-capacity memo (for :mod:`bridge.placement_capacity`)."""
+        return self._memo
 
     def _derived(self) -> _Shape:
         shape = self._shape
@@ -202,6 +227,11 @@ class Topology:
         """Domains that hold hosts, in tree order (Slurm's leaf switches)."""
         return self._derived().leaves
 
+    @property
+    def position(self) -> Mapping[int, int]:
+        """``id(domain)`` -> its position in :attr:`domains` (the tie-breaker)."""
+        return self._derived().position
+
     def ancestors(self, domain: Domain) -> list[Domain]:
         """``domain`` and its ancestors up to its root."""
         chain = [domain]
@@ -211,10 +241,15 @@ class Topology:
 
     def with_hosts(self, updated: Iterable[Host]) -> Topology:
         """The same tree with some hosts replaced (by name)."""
-        hosts = dict(self.hosts)
-        for h in updated:
-            hosts[h.name] = h
-        return replace(self, hosts=MappingProxyType(hosts))
+        changes = {h.name: h for h in updated}
+        names = set(changes)
+        base = self.hosts if isinstance(self.hosts, ChunkedMap) else ChunkedMap(self.hosts)
+        hosts = base.replaced(changes.items())
+        memo, old = Memo(), self._memo
+        memo.data, memo.chains = old.data, old.chains
+        memo.changed = old.changed | names if old.data else set()
+        old.data, old.changed = {}, set()
+        return replace(self, hosts=hosts, _memo=memo)
 
 
 # --- quantities ------------------------------------------------------------------------
@@ -297,7 +332,7 @@ def topology_from_inventory(inventory: Inventory, partition: str | None = None) 
         raise ValueError(f"the topology of partition {partition!r} could not be read")
     if not switches:
         root = Domain(FLAT_ROOT, "leaf", 0, (FLAT_ROOT,), (), tuple(hosts))
-        return Topology(roots=(root,), hosts=MappingProxyType(hosts), levels=("leaf",),
+        return Topology(roots=(root,), hosts=ChunkedMap(hosts), levels=("leaf",),
                         host_level="node", spanning=False)
     named_children = {c for children, _ in switches.values() for c in children
                       if c in switches}
@@ -320,7 +355,7 @@ def topology_from_inventory(inventory: Inventory, partition: str | None = None) 
 
     forest = tuple(build(r, (), frozenset({r})) for r in roots)
     heights = sorted({d.height for root in forest for d in root.walk()}, reverse=True)
-    return Topology(roots=forest, hosts=MappingProxyType(hosts),
+    return Topology(roots=forest, hosts=ChunkedMap(hosts),
                     levels=tuple(_level_name(h) for h in heights), host_level="node",
                     spanning=False)
 
@@ -392,7 +427,7 @@ def topology_from_node_labels(nodes: Sequence[LabelledNode],
     hosts = {n.host.name: n.host for n in nodes}
     if not keys:  # only the hostname level: every host is its own domain's content
         root = Domain(FLAT_ROOT, FLAT_ROOT, 0, (FLAT_ROOT,), (), tuple(sorted(hosts)))
-        return Topology((root,), MappingProxyType(hosts), (), host_level, spanning=True)
+        return Topology((root,), ChunkedMap(hosts), (), host_level, spanning=True)
     tree: dict[tuple[str, ...], list[str]] = {}
     for n in nodes:
         values = tuple(n.labels.get(k) for k in keys)
@@ -410,4 +445,4 @@ def topology_from_node_labels(nodes: Sequence[LabelledNode],
         return Domain(prefix[-1], keys[depth - 1], len(keys) - depth, prefix, kids, ())
 
     roots = tuple(build((v,)) for v in sorted({p[0] for p in tree}))
-    return Topology(roots, MappingProxyType(hosts), tuple(keys), host_level, spanning=True)
+    return Topology(roots, ChunkedMap(hosts), tuple(keys), host_level, spanning=True)

@@ -61,7 +61,7 @@ from bridge.engine_dependency import (
     UnreadableDependency,
     check_dependency_ids,
 )
-from bridge.engine_hold import set_suspend
+from bridge.engine_hold import can_hold_in_backend, set_held_in_backend, set_suspend
 from bridge.engine_request import report_env, stored_shape, submit_request
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
@@ -235,6 +235,20 @@ class Engine:
         self._signals.asked(record.id)  # a new request: a refused one may be tried again
         if wake:
             self._wake.set()
+        return updated
+
+    def can_hold_in_backend(self, record: JobRecord) -> bool:
+        """Whether ``record`` waits in a back end's queue that can hold it
+        (:func:`bridge.engine_hold.can_hold_in_backend`)."""
+        return can_hold_in_backend(self.backends, record)
+
+    def set_held_in_backend(self, record: JobRecord, hold: str | None,
+                            caller: Owner) -> JobRecord:
+        """Hold (reason ``hold``) or release (None) a job waiting in its back end's queue;
+        the loop sends it (:func:`bridge.engine_hold.set_held_in_backend`)."""
+        updated = set_held_in_backend(self.store, self.backends, record, hold, caller)
+        self._signals.asked(record.id)
+        self._wake.set()
         return updated
 
     # -- the loop --------------------------------------------------------------------

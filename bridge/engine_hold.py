@@ -8,6 +8,18 @@ is a :class:`~bridge.errors.Conflict`). A job its back end runs is suspended onl
 that back end is :class:`bridge.backend.Suspendable`: the request is recorded in the
 document and the loop sends it. Returns the job as stored now and whether the loop
 must be woken.
+
+Contract (:func:`set_held_in_backend`, ``tcontrol hold``/``release`` of a job already in
+its back end's queue): only a Submitted job that has never started, on a
+:class:`~bridge.backend.Suspendable` back end (Slurm: ``scontrol hold``/``release``;
+Kubernetes: the JobSet's ``spec.suspend``). The hold is recorded in the document
+(``spec.suspend`` and :data:`bridge.model.ANN_HOLD`, naming ``JobHeldUser`` or
+``JobHeldAdmin``; after a release ``Released``/``ReleasedAdmin`` until the release is
+sent, so that a restart still sends it, as root for an administrator's hold) in one
+transaction that expects the job still Submitted, and the loop
+sends it (:mod:`bridge.engine_signals`, as root for an administrator's hold); the
+job's reason then comes from its back end (``JobHeldUser``/``JobHeldAdmin`` from Slurm).
+A job that changed meanwhile is a :class:`~bridge.errors.Conflict`.
 """
 
 from __future__ import annotations
@@ -17,10 +29,11 @@ from collections.abc import Mapping
 
 from bridge.backend import Backend, Owner, Suspendable
 from bridge.errors import Conflict, PermissionDenied
+from bridge.model import ANN_HOLD
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
 
-__all__ = ["set_suspend"]
+__all__ = ["set_held_in_backend", "set_suspend"]
 
 #: How a suspend/resume reason reads in the job's message.
 _VERBS = {"JobHeldUser": "held", "Released": "released"}
@@ -64,3 +77,43 @@ def set_suspend(store: Store, backends: Mapping[str, Backend], record: JobRecord
         return store.get(record.id), True
     raise Conflict(f"cannot {'suspend' if suspend else 'resume'} a job in state "
                    f"{record.state} on back end {record.backend}")
+
+
+def held_in_backend(record: JobRecord) -> str | None:
+    """``JobHeldUser``/``JobHeldAdmin`` when ``record`` is held in its back end's queue by
+    ``tcontrol hold`` (from the summary: no document decoded), else None."""
+    held = record.summary.get("heldInBackend")
+    return str(held) if held in ("JobHeldUser", "JobHeldAdmin") else None
+
+
+def can_hold_in_backend(backends: Mapping[str, Backend], record: JobRecord) -> bool:
+    """Whether ``record`` waits in a back end that can hold it (module docstring)."""
+    return (record.state is JobState.SUBMITTED and record.started_at is None
+            and record.backend_id is not None
+            and isinstance(backends.get(record.backend), Suspendable))
+
+
+def set_held_in_backend(store: Store, backends: Mapping[str, Backend], record: JobRecord,
+                        hold: str | None, caller: Owner) -> JobRecord:
+    """Hold ``record`` in its back end's queue with reason ``hold`` (``JobHeldUser`` or
+    ``JobHeldAdmin``), or release it (``hold`` None); the caller checked who may. The
+    job's reason stays what its back end last said until the back end says it is held
+    (then a restart still knows whether the hold was sent)."""
+    if not can_hold_in_backend(backends, record):
+        raise Conflict(f"Job is no longer pending execution ({record.state} in back end "
+                       f"{record.backend!r})")
+    job = record.job
+    job.spec.suspend = hold is not None
+    if hold is None:  # marked until the release is sent (bridge/engine_signals.py)
+        was = job.metadata.annotations.get(ANN_HOLD)
+        job.metadata.annotations[ANN_HOLD] = (
+            "ReleasedAdmin" if was == "JobHeldAdmin" else "Released")
+    else:
+        job.metadata.annotations[ANN_HOLD] = hold
+    verb = "released" if hold is None else "held"
+    updated = store.transition_from(
+        record.id, JobState.SUBMITTED, JobState.SUBMITTED, record.reason,
+        f"{verb} by {caller.user} (sent to {record.backend})", **store.document_fields(job))
+    if updated is None:
+        raise Conflict("Job is no longer pending execution (it changed meanwhile)")
+    return updated

@@ -9,7 +9,8 @@ exit code), or None when nothing changed. The engine writes it with
   reason (``Queued`` when it gives none) is recorded.
 * ``RUNNING``/``SUSPENDED``/``UNKNOWN``: ``Running`` (reason ``BackendSuspended`` while
   the back end holds it); a job suspended before it ever started stays ``Submitted``
-  (reason ``BackendSuspended``); a running job keeps the reason ``SuspendRefused``.
+  (reason ``BackendSuspended``, or the hold's ``JobHeldUser``/``JobHeldAdmin`` when
+  ``tcontrol hold`` held it there); a running job keeps the reason ``SuspendRefused``.
 * finished: ``Succeeded`` (exit code 0), ``Cancelled`` (``Cancelled`` when the bridge
   asked, ``DependencyNeverSatisfied`` when Slurm ended it for its dependency, else
   ``CancelledInBackend``), ``Failed`` with ``DeadlineExceeded``,
@@ -84,9 +85,12 @@ def outcome(rec: JobRecord, bj: BackendJob) -> Outcome | None:
         return None
     if (state is BackendState.SUSPENDED and rec.state is JobState.SUBMITTED
             and rec.started_at is None and not bj.start_time):
-        # Held in the back end before it ever ran: still waiting, not running.
-        if rec.reason != "BackendSuspended" or fields:
-            return Outcome(JobState.SUBMITTED, "BackendSuspended", bj.native_state, fields)
+        # Held in the back end before it ever ran: still waiting, not running (with
+        # the hold's reason when tcontrol hold made it: bridge/engine_hold.py).
+        held = rec.summary.get("heldInBackend")
+        reason = str(held) if held in ("JobHeldUser", "JobHeldAdmin") else "BackendSuspended"
+        if rec.reason != reason or fields:
+            return Outcome(JobState.SUBMITTED, reason, bj.native_state, fields)
         return None
     if (state is BackendState.RUNNING and rec.state is JobState.RUNNING
             and rec.reason == SUSPEND_REFUSED and rec.suspend_requested):

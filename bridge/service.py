@@ -39,6 +39,7 @@ from bridge.backend import (
     ReportsJobsStatus,
 )
 from bridge.engine import Engine, EngineError
+from bridge.engine_hold import held_in_backend
 from bridge.engine_settings import Admission
 from bridge.errors import BridgeError, Conflict, PermissionDenied
 from bridge.feed import EventFeed
@@ -214,25 +215,37 @@ class JobService:
     def hold(self, record: JobRecord, caller: Owner) -> JobRecord:
         """``scontrol hold``: a job that has not reached its back end waits until
         :meth:`release` (state Suspended, reason ``JobHeldUser``, or ``JobHeldAdmin`` when
-        root holds another user's job: then only root may release it). Only its owner or
-        root may; :class:`Conflict` for a job past pending (the bridge cannot hold a job
-        in its back end's queue) or suspended rather than held."""
+        root holds another user's job: then only root may release it). A job already
+        waiting in the queue of a back end that can hold it (Slurm, Kubernetes) and
+        never started is held there (it stays Submitted; its back end gives the reason:
+        :meth:`bridge.engine.Engine.set_held_in_backend`). Only its owner or root may;
+        :class:`Conflict` for a job that started, or suspended rather than held."""
         self._owner_or_root(record, caller)
+        admin = caller.uid == 0 and record.owner.uid != 0
+        reason = "JobHeldAdmin" if admin else "JobHeldUser"
         if record.state is JobState.SUSPENDED and record.attempts == 0:
             if record.reason in HELD:
                 return record
             raise Conflict("Job is suspended, not pending: resume it first")
+        if self._engine.can_hold_in_backend(record):
+            held = held_in_backend(record)
+            if held == "JobHeldAdmin" or held == reason:
+                return record  # held already (an administrator's hold stands)
+            return self._engine.set_held_in_backend(record, reason, caller)
         if record.state is not JobState.PENDING or record.attempts > 0:
             raise Conflict(f"Job is no longer pending execution ({record.state} in back end "
-                           f"{record.backend!r}; the bridge holds only jobs not yet there)")
-        admin = caller.uid == 0 and record.owner.uid != 0
-        return self._engine.set_suspend(record, True, caller,
-                                        reason="JobHeldAdmin" if admin else "JobHeldUser")
+                           f"{record.backend!r})")
+        return self._engine.set_suspend(record, True, caller, reason=reason)
 
     def release(self, record: JobRecord, caller: Owner) -> JobRecord:
         """``scontrol release``: a held job goes back to Pending (reason ``Released``);
         :class:`Conflict` for a job that is not held; an admin's hold only by root."""
         self._owner_or_root(record, caller)
+        held = held_in_backend(record)
+        if held is not None and self._engine.can_hold_in_backend(record):
+            if held == "JobHeldAdmin" and caller.uid != 0:
+                raise PermissionDenied("Access/permission denied (an administrator's hold)")
+            return self._engine.set_held_in_backend(record, None, caller)
         if record.state is not JobState.SUSPENDED or record.reason not in HELD:
             raise Conflict(f"Job is not held ({record.state}, {record.reason})")
         if record.reason == "JobHeldAdmin" and caller.uid != 0:

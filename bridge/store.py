@@ -406,12 +406,15 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries):
         """The jobs of ``backend`` in ``states`` that may need a suspend or resume sent:
         those whose document asks for ``spec.suspend`` (the summary's ``suspend``, or a
         row without one), and those the world last showed suspended (reason
-        ``Suspended``/``BackendSuspended``); oldest first. The others (neither asked
-        for nor shown) need nothing unless this process sent them a suspend."""
+        ``Suspended``/``BackendSuspended``), and those ``tcontrol`` held or released in
+        their back end's queue (the summary's ``heldInBackend``); oldest first. The
+        others (neither asked for nor shown) need nothing unless this process sent them
+        a suspend."""
         marks = ",".join("?" * len(states))
         sql = (f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE backend=? AND state IN ({marks}) "
                "AND (json_extract(summary, '$.suspend') IS NOT 0 "
-               "OR reason IN ('Suspended', 'BackendSuspended')) ORDER BY id")
+               "OR reason IN ('Suspended', 'BackendSuspended') "
+               "OR json_extract(summary, '$.heldInBackend') IS NOT NULL) ORDER BY id")
         rows = self._db.execute(sql, [backend, *(s.value for s in states)]).fetchall()
         return [row_to_record(r, self._document) for r in rows]
 

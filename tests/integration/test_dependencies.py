@@ -154,6 +154,36 @@ def test_hold_and_release_on_slurm(daemon: Daemon, outdir: Path) -> None:
     assert again.returncode == 1 and "no longer pending" in again.stderr, again
 
 
+def test_hold_and_release_in_slurms_queue(daemon: Daemon, outdir: Path) -> None:
+    """tcontrol hold of a job already waiting in Slurm holds it there (scontrol hold as
+    its owner: Slurm's JobHeldUser); bob may neither hold nor release it; root's hold is
+    Slurm's JobHeldAdmin, which alice cannot release; released, Slurm's own reason is
+    back. tqueue shows what squeue shows."""
+    job = tbatch(daemon, "--begin=now+1hour", "--wrap", "true", cwd=outdir)
+    slurm_id = with_reason(daemon, job, "BeginTime")["backendId"]
+    assert slurm_id and slurm_view(slurm_id) == ["(null)", "BeginTime"]
+    refused = daemon.cli("bob", "tcontrol", "hold", str(job))
+    assert refused.returncode == 1 and "Access/permission denied" in refused.stderr, refused
+    assert daemon.cli("alice", "tcontrol", "hold", str(job)).returncode == 0
+    held = with_reason(daemon, job, "JobHeldUser")
+    assert held["state"] == "Submitted" and held["backendId"] == slurm_id, held
+    assert slurm_view(slurm_id) == ["(null)", "JobHeldUser"]
+    queue = daemon.cli("alice", "tqueue", "-h", "-j", str(job), "-o", "%i %t %R")
+    assert queue.stdout.split() == [str(job), "PD", "(JobHeldUser)"], queue
+    refused = daemon.cli("bob", "tcontrol", "release", str(job))
+    assert refused.returncode == 1 and "Access/permission denied" in refused.stderr, refused
+    assert daemon.cli("root", "tcontrol", "hold", str(job)).returncode == 0
+    with_reason(daemon, job, "JobHeldAdmin")
+    assert slurm_view(slurm_id) == ["(null)", "JobHeldAdmin"]
+    refused = daemon.cli("alice", "tcontrol", "release", str(job))
+    assert refused.returncode == 1 and "administrator" in refused.stderr, refused
+    assert daemon.cli("root", "tcontrol", "release", str(job)).returncode == 0
+    assert with_reason(daemon, job, "BeginTime")["state"] == "Submitted"
+    assert slurm_view(slurm_id) == ["(null)", "BeginTime"]
+    assert daemon.cli("alice", "tcancel", str(job)).returncode == 0
+    assert daemon.wait_state(job, TERMINAL)["state"] == "Cancelled"
+
+
 def test_roots_hold_binds_the_owner(daemon: Daemon, outdir: Path) -> None:
     """Root holds alice's waiting job (JobHeldAdmin): alice cannot release it; root can,
     and the job then waits for its dependency again (the bridge's: the job it waits for

@@ -21,7 +21,7 @@ Routes (JSON unless stated):
   candidates when it names several users' jobs.
 * ``POST /v1/jobs/{ref}/cancel`` (also ``DELETE /v1/jobs/{ref}``) — 202 JobView.
 * ``POST /v1/jobs/{ref}/suspend`` and ``/resume``; ``/hold`` and ``/release`` (a job
-  that has not started, before its back end or in its queue, as ``scontrol
+  that has not started, before its back end or in Slurm's queue, as ``scontrol
   hold``/``release``).
 * ``GET /v1/jobs/{ref}/log?stream=stdout|stderr&offset=N&follow=0|1`` — the output
   bytes, streamed; with ``follow=1`` until the job has finished and its output is drained.

@@ -241,6 +241,19 @@ class Suspendable(Protocol):
 
 
 @runtime_checkable
+class QueueHolding(Protocol):
+    """A back end that can hold a job waiting in its queue, and release it, with an
+    administrator's hold that the job's owner cannot release (Slurm: ``scontrol
+    hold``/``release``; a hold by root is ``JobHeldAdmin``), for ``tcontrol hold`` of a
+    job already submitted."""
+
+    async def hold_in_queue(self, backend_id: str, hold: bool, owner: Owner) -> None:
+        """Hold (``True``) or release the waiting job, as ``owner`` (root: an
+        administrator's hold); :class:`BackendRejected` for a job that is not waiting
+        (it started, or ended): a hold never takes a job off its nodes."""
+
+
+@runtime_checkable
 class Estimating(Protocol):
     """A back end that can say when and where a job would start without submitting it
     (Slurm: ``sbatch --test-only``), for ``tbatch --test-only``."""

@@ -37,7 +37,6 @@ from bridge.job_summary import job_summary
 from bridge.model import (
     ANN_ADOPT_ONLY,
     ANN_BACKEND,
-    ANN_HOLD,
     ANN_SCHEDULING,
     TrainJob,
     ValidationError,
@@ -65,7 +64,6 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     not (a user who sets the door's finalizer on a new TrainJob gains nothing)."""
     validate_trainjob(job)
     job.metadata.annotations.pop(ANN_ADOPT_ONLY, None)  # the engine's word, never a client's
-    job.metadata.annotations.pop(ANN_HOLD, None)  # likewise
     options = scheduling_of(job)
     backend = (job.metadata.annotations.get(ANN_BACKEND)
                or settings.partition_routes.get(options.partition or "")

@@ -11,15 +11,17 @@ must be woken.
 
 Contract (:func:`set_held_in_backend`, ``tcontrol hold``/``release`` of a job already in
 its back end's queue): only a Submitted job that has never started, on a
-:class:`~bridge.backend.Suspendable` back end (Slurm: ``scontrol hold``/``release``;
-Kubernetes: the JobSet's ``spec.suspend``). The hold is recorded in the document
-(``spec.suspend`` and :data:`bridge.model.ANN_HOLD`, naming ``JobHeldUser`` or
+:class:`~bridge.backend.QueueHolding` back end (Slurm: ``scontrol hold``/``release``,
+never a requeue). The hold is recorded in ``jobs.held`` (``JobHeldUser`` or
 ``JobHeldAdmin``; after a release ``Released``/``ReleasedAdmin`` until the release is
-sent, so that a restart still sends it, as root for an administrator's hold) in one
-transaction that expects the job still Submitted, and the loop
-sends it (:mod:`bridge.engine_signals`, as root for an administrator's hold); the
-job's reason then comes from its back end (``JobHeldUser``/``JobHeldAdmin`` from Slurm).
-A job that changed meanwhile is a :class:`~bridge.errors.Conflict`.
+sent, so that a restart still sends it, as root for an administrator's hold) with
+``spec.suspend``, in one transaction that expects the job as read; only the engine
+writes ``held``. The loop sends it (:mod:`bridge.engine_signals`, as root for an
+administrator's hold); the job's reason then comes from its back end (Slurm's
+``JobHeldUser``/``JobHeldAdmin``). While a hold or a release is pending, suspend and
+resume are refused (the hold is released, not resumed), whoever asks (the TrainJob
+door's ``spec.suspend`` included). A job that changed meanwhile is a
+:class:`~bridge.errors.Conflict`.
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from bridge.backend import Backend, Owner, Suspendable
+from bridge.backend import Backend, Owner, QueueHolding, Suspendable
 from bridge.errors import Conflict, PermissionDenied
-from bridge.model import ANN_HOLD
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
 
@@ -46,6 +47,10 @@ def set_suspend(store: Store, backends: Mapping[str, Backend], record: JobRecord
     that has not reached its back end is given (default ``Suspended``/``Resumed``)."""
     if caller.uid not in (0, record.owner.uid):
         raise PermissionDenied("Access/permission denied")
+    if record.held in HELD_IN_QUEUE:
+        raise Conflict("Job is held in its back end's queue: release it (tcontrol release)")
+    if record.held in RELEASING:
+        raise Conflict("Job's release is being sent to its back end: try again shortly")
     job = record.job
     # Before its back end: the state says what to do, and the document changes with
     # it in one transaction (a crash between the two would leave a Pending job whose
@@ -79,18 +84,23 @@ def set_suspend(store: Store, backends: Mapping[str, Backend], record: JobRecord
                    f"{record.state} on back end {record.backend}")
 
 
+#: A hold asked in a back end's queue, and a release not yet sent (``JobRecord.held``).
+HELD_IN_QUEUE = ("JobHeldUser", "JobHeldAdmin")
+RELEASING = ("Released", "ReleasedAdmin")
+
+
 def held_in_backend(record: JobRecord) -> str | None:
-    """``JobHeldUser``/``JobHeldAdmin`` when ``record`` is held in its back end's queue by
-    ``tcontrol hold`` (from the summary: no document decoded), else None."""
-    held = record.summary.get("heldInBackend")
-    return str(held) if held in ("JobHeldUser", "JobHeldAdmin") else None
+    """``JobHeldUser``/``JobHeldAdmin`` when ``tcontrol hold`` held ``record`` in its
+    back end's queue, else None."""
+    return record.held if record.held in HELD_IN_QUEUE else None
 
 
 def can_hold_in_backend(backends: Mapping[str, Backend], record: JobRecord) -> bool:
-    """Whether ``record`` waits in a back end that can hold it (module docstring)."""
+    """Whether ``record`` waits in a back end's queue that can hold it (module
+    docstring): Submitted, never started, on a :class:`QueueHolding` back end."""
     return (record.state is JobState.SUBMITTED and record.started_at is None
             and record.backend_id is not None
-            and isinstance(backends.get(record.backend), Suspendable))
+            and isinstance(backends.get(record.backend), QueueHolding))
 
 
 def set_held_in_backend(store: Store, backends: Mapping[str, Backend], record: JobRecord,
@@ -99,21 +109,22 @@ def set_held_in_backend(store: Store, backends: Mapping[str, Backend], record: J
     ``JobHeldAdmin``), or release it (``hold`` None); the caller checked who may. The
     job's reason stays what its back end last said until the back end says it is held
     (then a restart still knows whether the hold was sent)."""
-    if not can_hold_in_backend(backends, record):
+    if hold is None and record.held in HELD_IN_QUEUE:
+        # A release, even of a job that started meanwhile (its hold was then refused
+        # and cleared, or it is still to be sent): nothing is left held.
+        held = "ReleasedAdmin" if record.held == "JobHeldAdmin" else "Released"
+    elif hold is not None and can_hold_in_backend(backends, record):
+        held = hold
+    else:
         raise Conflict(f"Job is no longer pending execution ({record.state} in back end "
                        f"{record.backend!r})")
     job = record.job
     job.spec.suspend = hold is not None
-    if hold is None:  # marked until the release is sent (bridge/engine_signals.py)
-        was = job.metadata.annotations.get(ANN_HOLD)
-        job.metadata.annotations[ANN_HOLD] = (
-            "ReleasedAdmin" if was == "JobHeldAdmin" else "Released")
-    else:
-        job.metadata.annotations[ANN_HOLD] = hold
     verb = "released" if hold is None else "held"
     updated = store.transition_from(
-        record.id, JobState.SUBMITTED, JobState.SUBMITTED, record.reason,
-        f"{verb} by {caller.user} (sent to {record.backend})", **store.document_fields(job))
+        record.id, record.state, record.state, record.reason,
+        f"{verb} by {caller.user} (sent to {record.backend})", held=held,
+        **store.document_fields(job))
     if updated is None:
         raise Conflict("Job is no longer pending execution (it changed meanwhile)")
     return updated

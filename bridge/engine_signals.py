@@ -14,7 +14,9 @@ Contract (one :class:`Signals` per engine, called once per pass):
   says so (``SuspendRefused``) and it is not asked again until a user asks again
   (:meth:`Signals.asked`); an unreachable back end is asked again next pass. At most
   :data:`SUSPENDS_PER_USER` requests per user go out in one pass (one user's
-  thousands of tasks cannot hold up the pass); the rest wait for the next.
+  thousands of tasks cannot hold up the pass); the rest wait for the next. A job held
+  or released in its back end's queue (``jobs.held``) is sent that instead
+  (:mod:`bridge.engine_queue_hold`).
 * :meth:`Signals.forget` drops what is kept about a finished job.
 """
 
@@ -25,8 +27,14 @@ from collections.abc import Mapping
 
 import structlog
 
-from bridge.backend import Backend, BackendRejected, BackendUnavailable, Owner, Suspendable
-from bridge.model import ANN_HOLD
+from bridge.backend import (
+    Backend,
+    BackendRejected,
+    BackendUnavailable,
+    QueueHolding,
+    Suspendable,
+)
+from bridge.engine_queue_hold import QueueHolds
 from bridge.outcome import SUSPEND_REFUSED
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
@@ -42,38 +50,6 @@ SUSPENDS_PER_USER = 8
 _ACTIVE = [JobState.SUBMITTED, JobState.RUNNING]
 
 
-#: What a job's back end is asked to hold it as: not at all (False), suspended or held
-#: by its owner (True), or held by an administrator (``"admin"``, sent as root).
-Target = bool | str
-ROOT = Owner(0, 0, "root")
-
-
-def _target(rec: JobRecord) -> Target:
-    """What ``rec`` asks of its back end (from the summary: no document decoded)."""
-    if not rec.suspend_requested:
-        return False
-    return "admin" if rec.summary.get("heldInBackend") == "JobHeldAdmin" else True
-
-
-def _shown(rec: JobRecord) -> Target:
-    """What the world last showed of ``rec``, for a job this process sent nothing:
-    a hold the bridge asked for (or a release it has not sent yet) by Slurm's reason; a
-    hold made in the world by someone else is not the bridge's to release."""
-    if rec.reason in ("Suspended", "BackendSuspended"):
-        return True
-    if rec.reason in ("JobHeldUser", "JobHeldAdmin") and rec.summary.get("heldInBackend"):
-        return "admin" if rec.reason == "JobHeldAdmin" else True
-    return False
-
-
-def _as_whom(rec: JobRecord, target: Target) -> Owner:
-    """Root for an administrator's hold, and for the release of one the bridge made."""
-    held = rec.summary.get("heldInBackend")
-    if target == "admin" or (target is False and held == "ReleasedAdmin"):
-        return ROOT
-    return rec.owner
-
-
 class Signals:
     """Cancels and suspends for jobs in their back ends (module docstring)."""
 
@@ -82,10 +58,12 @@ class Signals:
         self.backends = backends
         #: When a cancel was last sent, per job.
         self._cancel_sent: dict[int, float] = {}
-        #: Suspend state last sent to a back end per job (:func:`_target`).
-        self._suspend_sent: dict[int, Target] = {}
+        #: Suspend state last sent to a back end per job (``spec.suspend`` it applied).
+        self._suspend_sent: dict[int, bool] = {}
         #: The request a back end refused, per job: not sent again while it stands.
-        self._suspend_refused: dict[int, Target] = {}
+        self._suspend_refused: dict[int, bool] = {}
+        #: Holds and releases in back ends' queues (bridge/engine_queue_hold.py).
+        self.queue_holds = QueueHolds(store)
 
     def asked(self, job_id: int) -> None:
         """A user asked to suspend or resume the job again: a refusal no longer
@@ -96,6 +74,7 @@ class Signals:
         self._cancel_sent.pop(job_id, None)
         self._suspend_sent.pop(job_id, None)
         self._suspend_refused.pop(job_id, None)
+        self.queue_holds.forget(job_id)
 
     async def send_cancels(self, now: float) -> None:
         for rec in self.store.list_jobs(_ACTIVE, cancel_requested=True):
@@ -131,23 +110,25 @@ class Signals:
         sent_for: Counter[int] = Counter()
         for rec in active:
             backend = self.backends.get(rec.backend)
+            if rec.held is not None and isinstance(backend, QueueHolding):
+                await self.queue_holds.send(rec, backend, sent_for, SUSPENDS_PER_USER)
+                continue
             if not isinstance(backend, Suspendable) or rec.backend_id is None:
                 continue
-            target = _target(rec)
-            want = target is not False
+            want = rec.suspend_requested  # from the summary: no document decoded
             sent = self._suspend_sent.get(rec.id)
             if sent is None:  # not sent by this process: what the world last showed
-                sent = _shown(rec)
-            if sent == target or rec.cancel_requested:
+                sent = rec.reason in ("Suspended", "BackendSuspended")
+            if sent == want or rec.cancel_requested:
                 continue
-            if self._suspend_refused.get(rec.id) == target:
+            if self._suspend_refused.get(rec.id) is want:
                 continue  # refused, and not asked for otherwise since
             if sent_for[rec.owner.uid] >= SUSPENDS_PER_USER:
                 continue  # this user's turn is over for this pass
             sent_for[rec.owner.uid] += 1
             verb = "suspend" if want else "resume"
             try:
-                await backend.set_suspended(rec.backend_id, want, _as_whom(rec, target))
+                await backend.set_suspended(rec.backend_id, want, rec.owner)
             except BackendUnavailable as exc:
                 log.warning("suspend/resume failed; will retry", job_id=rec.id,
                             error=str(exc))
@@ -159,31 +140,10 @@ class Signals:
                 if self.store.transition_from(rec.id, rec.state, rec.state, SUSPEND_REFUSED,
                                               f"{rec.backend} refused to {verb} it: "
                                               f"{exc}") is not None:
-                    self._suspend_refused[rec.id] = target
+                    self._suspend_refused[rec.id] = want
                 continue
             self._suspend_refused.pop(rec.id, None)
             if self.store.transition_from(
-                    rec.id, rec.state, rec.state, *_sent_reason(rec, want),
-                    **_release_done(rec, want)) is not None:
-                self._suspend_sent[rec.id] = target
-
-
-def _sent_reason(rec: JobRecord, want: bool) -> tuple[str, str]:
-    """The reason and message of a job whose suspend, resume, hold or release was sent."""
-    held = rec.summary.get("heldInBackend")
-    if want and held in ("JobHeldUser", "JobHeldAdmin"):
-        return str(held), f"held in {rec.backend}"
-    if not want and held in ("Released", "ReleasedAdmin"):
-        return "Released", f"released in {rec.backend}"
-    return ("Suspended", f"suspended in {rec.backend}") if want else (
-        "Resumed", f"resumed in {rec.backend}")
-
-
-def _release_done(rec: JobRecord, want: bool) -> dict[str, str]:
-    """The document without the release mark, once the release is sent (rare: the only
-    path here that decodes a document)."""
-    if want or rec.summary.get("heldInBackend") not in ("Released", "ReleasedAdmin"):
-        return {}
-    job = rec.job
-    job.metadata.annotations.pop(ANN_HOLD, None)
-    return Store.document_fields(job)
+                    rec.id, rec.state, rec.state, "Suspended" if want else "Resumed",
+                    f"{'suspended' if want else 'resumed'} in {rec.backend}") is not None:
+                self._suspend_sent[rec.id] = want

@@ -16,7 +16,7 @@ import json
 import sqlite3
 from typing import Any
 
-from bridge.model import ANN_HOLD, TrainJob, ValidationError, load_document
+from bridge.model import TrainJob, ValidationError, load_document
 from bridge.scheduling import scheduling_of
 
 __all__ = ["add_shape_column", "add_summary_column", "job_summary"]
@@ -27,9 +27,7 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
     ``partition``, ``timeLimitMinutes`` (from its scheduling options, None when they are
     invalid), ``runtime``, ``numNodes`` (1 when not given) and ``suspend``; with a
     ``--dependency``, ``dependency`` and ``killOnInvalidDep`` too; with ``--hold``,
-    ``hold``; held in its back end's queue (``tcontrol hold`` after submission),
-    ``heldInBackend`` (``JobHeldUser``/``JobHeldAdmin``, ``Released``/``ReleasedAdmin``
-    until the release is sent); with ``--array``, ``array`` (its normal form)."""
+    ``hold``; with ``--array``, ``array`` (its normal form)."""
     try:
         options = scheduling_of(job)
         job_name, partition, limit = (options.job_name, options.partition,
@@ -48,9 +46,6 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
         summary.update(dependency=dependency, killOnInvalidDep=bool(kill))
     if hold:
         summary["hold"] = True
-    held = job.metadata.annotations.get(ANN_HOLD)
-    if held:  # held in its back end's queue: the sender reads who holds it
-        summary["heldInBackend"] = held
     if array:  # the engine's pass reads the throttle, a task's variables, without decoding
         summary["array"] = array
     return summary

@@ -51,11 +51,6 @@ ANN_BACKEND = ANNOTATION_PREFIX + "backend"
 #: back end refuses today: it is adopted if its back end has it, and never submitted
 #: (failed with this refusal) if not. Set only by admission; a client's is dropped.
 ANN_ADOPT_ONLY = ANNOTATION_PREFIX + "adopt-only"
-#: Annotation the engine sets on a job held in its back end's queue (``tcontrol hold`` of
-#: a job already submitted there): ``JobHeldUser``, or ``JobHeldAdmin`` when root held
-#: another user's job (then the hold is sent as root, and only root releases it). Set
-#: only by the engine; a client's is dropped at admission.
-ANN_HOLD = ANNOTATION_PREFIX + "hold"
 #: Annotation naming the TrainJob front door a job came through (set by the door, over
 #: any the TrainJob had): its cluster's runtimes are the job's (bridge/runtimes.py).
 ANN_FRONTDOOR = ANNOTATION_PREFIX + "frontdoor"

@@ -87,8 +87,8 @@ def outcome(rec: JobRecord, bj: BackendJob) -> Outcome | None:
             and rec.started_at is None and not bj.start_time):
         # Held in the back end before it ever ran: still waiting, not running (with
         # the hold's reason when tcontrol hold made it: bridge/engine_hold.py).
-        held = rec.summary.get("heldInBackend")
-        reason = str(held) if held in ("JobHeldUser", "JobHeldAdmin") else "BackendSuspended"
+        held = rec.held
+        reason = held if held in ("JobHeldUser", "JobHeldAdmin") else "BackendSuspended"
         if rec.reason != reason or fields:
             return Outcome(JobState.SUBMITTED, reason, bj.native_state, fields)
         return None

@@ -138,6 +138,16 @@ def _migrate_arrays(conn: sqlite3.Connection) -> None:
                  " WHERE array_job_id IS NOT NULL")
 
 
+def _migrate_held(conn: sqlite3.Connection) -> None:
+    """``jobs.held`` (no version change, as ``jobs.queue``: an older daemon ignores it):
+    a hold or release ``tcontrol`` asked for a job waiting in its back end's queue
+    (bridge/engine_hold.py). Only the engine writes it, never from a client's input.
+    Idempotent."""
+    columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "held" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN held TEXT")
+
+
 def migrate(conn: sqlite3.Connection) -> None:
     """Bring a database written by an older daemon up to :data:`SCHEMA_VERSION`
     (the first version-1 release had no ``jobs.queue``, added later without a version
@@ -180,6 +190,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     add_summary_column(conn)
     add_shape_column(conn)
     _migrate_arrays(conn)
+    _migrate_held(conn)
     # Version 4: names unique per owner (jobs_live_owner_name, made by _SCHEMA).
     conn.execute("DROP INDEX IF EXISTS jobs_live_name")
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",

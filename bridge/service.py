@@ -216,8 +216,8 @@ class JobService:
         """``scontrol hold``: a job that has not reached its back end waits until
         :meth:`release` (state Suspended, reason ``JobHeldUser``, or ``JobHeldAdmin`` when
         root holds another user's job: then only root may release it). A job already
-        waiting in the queue of a back end that can hold it (Slurm, Kubernetes) and
-        never started is held there (it stays Submitted; its back end gives the reason:
+        waiting in the queue of a back end that can hold it (Slurm) and never
+        started is held there (it stays Submitted; its back end gives the reason:
         :meth:`bridge.engine.Engine.set_held_in_backend`). Only its owner or root may;
         :class:`Conflict` for a job that started, or suspended rather than held."""
         self._owner_or_root(record, caller)
@@ -242,7 +242,7 @@ class JobService:
         :class:`Conflict` for a job that is not held; an admin's hold only by root."""
         self._owner_or_root(record, caller)
         held = held_in_backend(record)
-        if held is not None and self._engine.can_hold_in_backend(record):
+        if held is not None:  # held in its back end's queue (even if it started since)
             if held == "JobHeldAdmin" and caller.uid != 0:
                 raise PermissionDenied("Access/permission denied (an administrator's hold)")
             return self._engine.set_held_in_backend(record, None, caller)

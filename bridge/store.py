@@ -274,7 +274,7 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries):
         "state", "reason", "message", "backend_id", "exit_code", "nodes", "stdout_path",
         "stderr_path", "queue", "attempts", "submitting_since", "next_attempt_at",
         "cancel_requested", "updated_at", "started_at", "finished_at", "document",
-        "placement", "summary",
+        "placement", "summary", "held",
     })
 
     def _update(self, db: sqlite3.Connection, job_id: int, **fields: Any) -> None:
@@ -407,14 +407,14 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries):
         those whose document asks for ``spec.suspend`` (the summary's ``suspend``, or a
         row without one), and those the world last showed suspended (reason
         ``Suspended``/``BackendSuspended``), and those ``tcontrol`` held or released in
-        their back end's queue (the summary's ``heldInBackend``); oldest first. The
+        their back end's queue (``held``); oldest first. The
         others (neither asked for nor shown) need nothing unless this process sent them
         a suspend."""
         marks = ",".join("?" * len(states))
         sql = (f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE backend=? AND state IN ({marks}) "
                "AND (json_extract(summary, '$.suspend') IS NOT 0 "
                "OR reason IN ('Suspended', 'BackendSuspended') "
-               "OR json_extract(summary, '$.heldInBackend') IS NOT NULL) ORDER BY id")
+               "OR held IS NOT NULL) ORDER BY id")
         rows = self._db.execute(sql, [backend, *(s.value for s in states)]).fetchall()
         return [row_to_record(r, self._document) for r in rows]
 

@@ -66,6 +66,10 @@ class JobRecord:
     #: own id) and this task's index; None for a plain job.
     array_job_id: int | None = None
     array_task_id: int | None = None
+    #: A hold in its back end's queue (bridge/engine_hold.py): ``JobHeldUser`` or
+    #: ``JobHeldAdmin`` while asked, ``Released``/``ReleasedAdmin`` until the release
+    #: is sent; None otherwise.
+    held: str | None = None
 
     @property
     def display_id(self) -> str:
@@ -109,7 +113,7 @@ LIGHT_COLUMNS = (
     "reason, message, backend_id, exit_code, nodes, stdout_path, stderr_path, queue, "
     "attempts, submitting_since, next_attempt_at, cancel_requested, created_at, updated_at, "
     "started_at, finished_at, placement, summary, shape, idempotency_key, request_digest, "
-    "array_job_id, array_task_id")
+    "array_job_id, array_task_id, held")
 
 
 def row_to_record(row: sqlite3.Row,
@@ -153,4 +157,5 @@ def row_to_record(row: sqlite3.Row,
         load_document=loader,
         array_job_id=row["array_job_id"],
         array_task_id=row["array_task_id"],
+        held=row["held"] if "held" in keys else None,
     )

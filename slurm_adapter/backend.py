@@ -347,6 +347,17 @@ class SlurmBackend:
         else:
             await self.cli.release(backend_id, owner)
 
+    async def hold_in_queue(self, backend_id: str, hold: bool, owner: Owner) -> None:
+        """``scontrol hold`` (never a requeue: a job that started is refused) or
+        ``release``, as ``owner``; as root it is Slurm's administrator hold
+        (``JobHeldAdmin``), which the owner cannot release."""
+        if not self.cli.has("scontrol"):
+            raise BackendRejected("holding a Slurm job needs scontrol on the daemon's host")
+        if hold:
+            await self.cli.hold(backend_id, owner, requeue=False)
+        else:
+            await self.cli.release(backend_id, owner)
+
     # --- inventory --------------------------------------------------------------------
 
     async def inventory(self) -> Inventory:

@@ -369,7 +369,7 @@ class SlurmCli:
             raise BackendUnavailable(f"scancel --signal={signame} {job_id}: {message}")
         raise BackendRejected(f"scancel --signal={signame} {job_id}: {message}")
 
-    async def hold(self, job_id: str, owner: Owner) -> None:
+    async def hold(self, job_id: str, owner: Owner, *, requeue: bool = True) -> None:
         """Take the job off its nodes until released, as ``owner`` (Slurm checks that
         they may): ``scontrol requeuehold`` for a running job (it is requeued, held,
         and starts again from the beginning when released: Kubernetes' suspend), and
@@ -377,9 +377,16 @@ class SlurmCli:
         (and run it again): a job neither running nor waiting is refused
         (BackendRejected), as is one Slurm will not requeue (``--no-requeue``). A job
         that starts (or is requeued) between the look and the command gets the other
-        command; a job that ends in that instant could still be requeued by Slurm."""
+        command; a job that ends in that instant could still be requeued by Slurm.
+
+        ``requeue=False`` (``tcontrol hold`` of a waiting job): ``scontrol hold`` only;
+        a job that is not waiting is refused (BackendRejected), as scontrol refuses it."""
         if not job_id.isdigit():
             raise BackendRejected(f"not a Slurm job id: {job_id!r}")
+        if not requeue:
+            self._check(await self.run(["scontrol", "hold", job_id], owner=owner),
+                        f"scontrol hold {job_id}")
+            return
         state = await self.job_state(job_id)
         if state in _RUNNING_STATES:
             order = ("requeuehold", "hold")

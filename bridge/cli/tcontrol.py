@@ -10,8 +10,8 @@
 
 ``JOB`` is a job id, TrainJob uid or name; several may be given, comma- or space-
 separated, as scontrol takes them. ``hold`` works on a job that has not started, before
-its back end or waiting in its queue where the back end can hold it (Slurm, Kubernetes;
-else ``Job is no longer pending execution``); ``release`` on a held one. Each
+its back end or waiting in Slurm's queue (else ``Job is no longer pending
+execution``); ``release`` on a held one. Each
 refusal prints one line naming the job (``Invalid job id specified`` for 404, else the
 daemon's message: ``Access/permission denied`` …) and the other jobs are still
 tried; the exit status is 1 if any failed. Other errors as every command

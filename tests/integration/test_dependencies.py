@@ -177,6 +177,8 @@ def test_hold_and_release_in_slurms_queue(daemon: Daemon, outdir: Path) -> None:
     assert slurm_view(slurm_id) == ["(null)", "JobHeldAdmin"]
     refused = daemon.cli("alice", "tcontrol", "release", str(job))
     assert refused.returncode == 1 and "administrator" in refused.stderr, refused
+    refused = daemon.cli("alice", "tcontrol", "resume", str(job))
+    assert refused.returncode == 1 and "release it" in refused.stderr, refused
     assert daemon.cli("root", "tcontrol", "release", str(job)).returncode == 0
     assert with_reason(daemon, job, "BeginTime")["state"] == "Submitted"
     assert slurm_view(slurm_id) == ["(null)", "BeginTime"]

@@ -1,8 +1,9 @@
 """``tcontrol hold``/``release`` of a job already waiting in its back end's queue
-(bridge/engine_hold.py, bridge/engine_signals.py): held there as its owner, or as root
-for an administrator's hold that only root releases; a crash between the request and
-the back end still sends it; a client cannot forge the mark; a hold someone made in the
-world is not the bridge's to release."""
+(bridge/engine_hold.py, bridge/engine_queue_hold.py): held there as its owner, or as
+root for an administrator's hold that only root releases; suspend and resume (the
+TrainJob door's included) cannot undo a hold; a crash between the request and the back
+end still sends it; a refused hold is cleared; a hold someone made in the world is not
+the bridge's to release; back ends without an administrator's hold are refused."""
 
 from __future__ import annotations
 
@@ -10,13 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.backend import BackendJob, BackendState, Owner
+from bridge.backend import BackendRejected, Owner
 from bridge.engine import Engine
-from bridge.engine_signals import ROOT
 from bridge.errors import Conflict, PermissionDenied
 from bridge.feed import EventFeed
-from bridge.model import ANN_HOLD
-from bridge.outcome import outcome
 from bridge.runtimes import RuntimeCatalog
 from bridge.service import JobService
 from bridge.states import JobState
@@ -26,31 +24,40 @@ from tests.unit.builders import scheduled_trainjob as trainjob
 from tests.unit.fakes import settle
 from tests.unit.test_engine_kubernetes import PodBackend, _engine, pods_inventory
 
+ROOT = Owner(0, 0, "root")
+
 
 class HoldingBackend(PodBackend):
-    """Records as whom each suspend/resume (hold/release) was sent."""
+    """Records as whom each queue hold/release and each suspend/resume was sent."""
 
     def __init__(self) -> None:
         super().__init__(pods_inventory())
         self.sent: list[tuple[str, bool, str]] = []
+        self.refuse = False
+
+    async def hold_in_queue(self, backend_id: str, hold: bool, owner: Owner) -> None:
+        if self.refuse:
+            raise BackendRejected("Job is no longer pending execution")
+        self.sent.append((backend_id, hold, owner.user))
 
     async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
-        self.sent.append((backend_id, suspend, owner.user))
+        self.sent.append((backend_id, suspend, f"suspend:{owner.user}"))
 
 
-async def submitted(tmp_path: Path) -> tuple[Engine, HoldingBackend, JobService, JobRecord]:
-    backend = HoldingBackend()
+async def submitted(tmp_path: Path, backend: PodBackend | None = None
+                    ) -> tuple[Engine, HoldingBackend, JobService, JobRecord]:
+    backend = backend or HoldingBackend()
     e = _engine(tmp_path, backend)
     rec = e.admit(trainjob(nodes=1), ALICE)
     await settle(e)
     rec = e.store.get(rec.id)
     assert rec.state is JobState.SUBMITTED and rec.backend_id
-    return e, backend, JobService(e, EventFeed(e.store)), rec
+    return e, backend, JobService(e, EventFeed(e.store)), rec  # type: ignore[return-value]
 
 
-def report(rec: JobRecord, reason: str) -> BackendJob:
-    return BackendJob(rec.backend_id or "", rec.uid, BackendState.PENDING, reason=reason,
-                      native_state="PENDING")
+def shown(e: Engine, rec: JobRecord, reason: str) -> None:
+    """The back end's report: the job waits with ``reason``."""
+    e.store.transition(rec.id, JobState.SUBMITTED, reason, "PENDING")
 
 
 async def test_the_owner_holds_and_releases_a_job_in_its_back_ends_queue(
@@ -59,7 +66,7 @@ async def test_the_owner_holds_and_releases_a_job_in_its_back_ends_queue(
     with pytest.raises(PermissionDenied):
         service.hold(rec, BOB)
     held = service.hold(rec, ALICE)
-    assert held.state is JobState.SUBMITTED and held.summary["heldInBackend"] == "JobHeldUser"
+    assert held.state is JobState.SUBMITTED and held.held == "JobHeldUser"
     assert service.hold(held, ALICE) is held  # again: nothing to do
     await e.reconcile_once()
     await e.reconcile_once()  # sent once
@@ -68,29 +75,60 @@ async def test_the_owner_holds_and_releases_a_job_in_its_back_ends_queue(
     with pytest.raises(PermissionDenied):
         service.release(e.store.get(rec.id), BOB)
     released = service.release(e.store.get(rec.id), ALICE)
-    assert released.summary["heldInBackend"] == "Released"
+    assert released.held == "Released"
     await e.reconcile_once()
     assert backend.sent[-1] == (rec.backend_id, False, "alice")
     after = e.store.get(rec.id)
-    assert after.reason == "Released" and "heldInBackend" not in after.summary
-    assert ANN_HOLD not in after.job.metadata.annotations
+    assert after.reason == "Released" and after.held is None
+    assert after.job.spec.suspend is False
     with pytest.raises(Conflict, match="not held"):
         service.release(after, ALICE)
+    await e.reconcile_once()
+    assert len(backend.sent) == 2  # nothing else: no suspend/resume either
 
 
 async def test_roots_hold_is_sent_as_root_and_only_root_releases_it(tmp_path: Path) -> None:
     e, backend, service, rec = await submitted(tmp_path)
-    root = Owner(0, 0, "root")
-    service.hold(service.hold(rec, ALICE), root)  # the owner's hold, made an admin's
-    assert e.store.get(rec.id).summary["heldInBackend"] == "JobHeldAdmin"
-    assert service.hold(e.store.get(rec.id), ALICE).summary["heldInBackend"] == "JobHeldAdmin"
+    service.hold(service.hold(rec, ALICE), ROOT)  # the owner's hold, made an admin's
+    assert e.store.get(rec.id).held == "JobHeldAdmin"
+    assert service.hold(e.store.get(rec.id), ALICE).held == "JobHeldAdmin"
     await e.reconcile_once()
     assert backend.sent == [(rec.backend_id, True, "root")]
     with pytest.raises(PermissionDenied, match="administrator"):
         service.release(e.store.get(rec.id), ALICE)
-    service.release(e.store.get(rec.id), root)
+    service.release(e.store.get(rec.id), ROOT)
     await e.reconcile_once()
-    assert backend.sent[-1] == (rec.backend_id, False, "root") and ROOT.uid == 0
+    assert backend.sent[-1] == (rec.backend_id, False, "root")
+
+
+@pytest.mark.parametrize("who", [ALICE, ROOT])
+async def test_suspend_and_resume_cannot_undo_a_hold(tmp_path: Path, who: Owner) -> None:
+    """Root's hold, before and after it is sent: neither alice's resume nor the
+    TrainJob door's spec.suspend (as root) undoes it."""
+    e, backend, service, rec = await submitted(tmp_path)
+    service.hold(rec, ROOT)
+    for _ in range(2):
+        with pytest.raises(Conflict, match="release it"):
+            service.resume(e.store.get(rec.id), who)
+        with pytest.raises(Conflict, match="release it"):
+            e.set_suspend(e.store.get(rec.id), False, who)
+        await e.reconcile_once()
+    assert backend.sent == [(rec.backend_id, True, "root")]
+    assert e.store.get(rec.id).held == "JobHeldAdmin"
+
+
+async def test_a_release_before_the_hold_was_sent_sends_nothing_and_leaves_no_mark(
+        tmp_path: Path) -> None:
+    e, backend, service, rec = await submitted(tmp_path)
+    service.release(service.hold(rec, ROOT), ROOT)  # within one pass
+    await e.reconcile_once()
+    assert backend.sent == [] and e.store.get(rec.id).held is None
+    # Later suspends and resumes are the owner's, never root's.
+    e.set_suspend(e.store.get(rec.id), True, ALICE)
+    await e.reconcile_once()
+    e.set_suspend(e.store.get(rec.id), False, ALICE)
+    await e.reconcile_once()
+    assert [who for *_, who in backend.sent] == ["suspend:alice", "suspend:alice"]
 
 
 async def test_a_restart_sends_what_was_asked_and_not_what_someone_else_did(
@@ -100,45 +138,64 @@ async def test_a_restart_sends_what_was_asked_and_not_what_someone_else_did(
     again = Engine(e.store, {"slurm": backend}, RuntimeCatalog(), e.settings)
     await again.reconcile_once()
     assert backend.sent == [(rec.backend_id, True, "alice")]
-    # Slurm says it is held; the release is asked, and the daemon dies again.
-    e.store.transition(rec.id, JobState.SUBMITTED, "JobHeldUser", "PENDING")
+    shown(e, rec, "JobHeldUser")  # Slurm says so; the release is asked; the daemon dies
     JobService(again, EventFeed(e.store)).release(e.store.get(rec.id), ALICE)
     third = Engine(e.store, {"slurm": backend}, RuntimeCatalog(), e.settings)
     await third.reconcile_once()
     assert backend.sent[-1] == (rec.backend_id, False, "alice")
+    assert e.store.get(rec.id).held is None
     # A hold made in the world (the user's own scontrol hold) is left alone.
     other = e.admit(trainjob(nodes=1), ALICE)
     await settle(e)
-    e.store.transition(other.id, JobState.SUBMITTED, "JobHeldUser", "PENDING")
+    shown(e, e.store.get(other.id), "JobHeldUser")
     fourth = Engine(e.store, {"slurm": backend}, RuntimeCatalog(), e.settings)
     count = len(backend.sent)
     await fourth.reconcile_once()
     assert len(backend.sent) == count
 
 
-async def test_only_a_job_that_never_started_is_held_in_its_back_end(tmp_path: Path) -> None:
+async def test_a_release_the_back_end_already_applied_is_not_sent_again(
+        tmp_path: Path) -> None:
+    e, backend, service, rec = await submitted(tmp_path)
+    service.hold(rec, ALICE)
+    await e.reconcile_once()
+    shown(e, rec, "JobHeldUser")
+    service.release(e.store.get(rec.id), ALICE)
+    shown(e, rec, "Priority")  # sent by a daemon that died before recording it
+    again = Engine(e.store, {"slurm": backend}, RuntimeCatalog(), e.settings)
+    await again.reconcile_once()
+    assert len(backend.sent) == 1 and e.store.get(rec.id).held is None
+
+
+async def test_a_refused_hold_is_cleared_and_may_be_asked_again(tmp_path: Path) -> None:
+    e, backend, service, rec = await submitted(tmp_path)
+    backend.refuse = True  # it started meanwhile
+    service.hold(rec, ROOT)
+    await e.reconcile_once()
+    after = e.store.get(rec.id)
+    assert after.held is None and after.job.spec.suspend is False
+    assert after.reason == "SuspendRefused" and "no longer pending" in after.message
+    backend.refuse = False
+    service.hold(after, ROOT)
+    await e.reconcile_once()
+    assert backend.sent == [(rec.backend_id, True, "root")]
+
+
+async def test_a_job_that_started_is_not_held_but_a_hold_can_always_be_released(
+        tmp_path: Path) -> None:
     e, _backend, service, rec = await submitted(tmp_path)
-    running = e.store.transition(rec.id, JobState.RUNNING, "Running", "RUNNING",
+    held = service.hold(rec, ROOT)
+    running = e.store.transition(held.id, JobState.RUNNING, "Running", "RUNNING",
                                  started_at=1.0)
     with pytest.raises(Conflict, match="no longer pending"):
-        service.hold(running, ALICE)
+        service.hold(e.store.transition(running.id, JobState.RUNNING, "Running", "",
+                                        held=None), ALICE)
+    e.store.update(rec.id, held="JobHeldAdmin")
+    assert service.release(e.store.get(rec.id), ROOT).held == "ReleasedAdmin"
 
 
-async def test_a_client_cannot_forge_the_hold_mark(tmp_path: Path) -> None:
-    e, _backend, _service, _rec = await submitted(tmp_path)
-    job = trainjob(nodes=1)
-    job.metadata.annotations[ANN_HOLD] = "ReleasedAdmin"
-    forged = e.admit(job, ALICE)
-    assert "heldInBackend" not in forged.summary
-    assert ANN_HOLD not in e.store.get(forged.id).job.metadata.annotations
-
-
-async def test_a_kubernetes_style_report_keeps_the_holds_reason(tmp_path: Path) -> None:
-    e, _backend, service, rec = await submitted(tmp_path)
-    held = service.hold(rec, ALICE)
-    suspended = BackendJob(rec.backend_id or "", rec.uid, BackendState.SUSPENDED,
-                           native_state="Suspended")
-    change = outcome(held, suspended)
-    assert change is not None and (change.state, change.reason) == (
-        JobState.SUBMITTED, "JobHeldUser")
-    assert outcome(e.store.get(rec.id), report(rec, "Priority")) is not None
+async def test_back_ends_without_an_administrators_hold_hold_only_before_submission(
+        tmp_path: Path) -> None:
+    _e, _backend, service, rec = await submitted(tmp_path, PodBackend(pods_inventory()))
+    with pytest.raises(Conflict, match="no longer pending"):
+        service.hold(rec, ALICE)

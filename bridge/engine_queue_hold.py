@@ -1,0 +1,100 @@
+"""Sending ``tcontrol hold``/``release`` of jobs waiting in their back end's queue.
+
+Contract (:class:`QueueHolds`, called by :mod:`bridge.engine_signals` once per pass for
+the jobs whose ``jobs.held`` is set, see :mod:`bridge.engine_hold`):
+
+* ``JobHeldUser``/``JobHeldAdmin``: the back end's :meth:`~bridge.backend.QueueHolding.
+  hold_in_queue` is sent, as the owner or (an administrator's hold) as root, until the
+  back end has it: by this process, or, after a restart, when the job's reason (the back
+  end's word) names that hold. A refusal (the job started: a hold never takes a job off
+  its nodes) clears the hold (``held`` and ``spec.suspend``), reason ``SuspendRefused``
+  with the back end's words.
+* ``Released``/``ReleasedAdmin``: the release is sent (as root for an administrator's
+  hold) while the job's reason still shows a hold, then the mark is cleared; a refusal
+  clears it too (nothing is left to release).
+* Nothing is sent for a job with a cancel asked for; an unreachable back end is asked
+  again next pass; at most ``per_user`` requests per user go out in a pass, counted with
+  the suspends.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import structlog
+
+from bridge.backend import BackendRejected, BackendUnavailable, Owner, QueueHolding
+from bridge.engine_hold import HELD_IN_QUEUE
+from bridge.outcome import SUSPEND_REFUSED
+from bridge.store import JobRecord, Store
+
+__all__ = ["ROOT", "QueueHolds"]
+
+log = structlog.get_logger("hpc_bridge.engine")
+
+ROOT = Owner(0, 0, "root")
+
+
+class QueueHolds:
+    """Holds and releases in back ends' queues (module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        #: The ``held`` value this process sent, per job.
+        self._sent: dict[int, str] = {}
+
+    def forget(self, job_id: int) -> None:
+        self._sent.pop(job_id, None)
+
+    def applied(self, rec: JobRecord) -> bool:
+        """Whether the back end has what ``rec.held`` asks (module docstring)."""
+        held = rec.held or ""
+        if self._sent.get(rec.id) == held:
+            return True
+        if held in HELD_IN_QUEUE:
+            return rec.reason == held
+        return rec.reason not in HELD_IN_QUEUE  # a release: no hold shown any more
+
+    async def send(self, rec: JobRecord, backend: QueueHolding,
+                   sent_for: Counter[int], per_user: int) -> None:
+        """Send what ``rec.held`` asks, or clear a release already applied."""
+        held = rec.held or ""
+        hold = held in HELD_IN_QUEUE
+        if self.applied(rec):
+            if not hold:
+                self._clear(rec, rec.reason, rec.message)
+            return
+        if rec.cancel_requested or rec.backend_id is None or sent_for[rec.owner.uid] >= per_user:
+            return
+        sent_for[rec.owner.uid] += 1
+        as_whom = ROOT if held in ("JobHeldAdmin", "ReleasedAdmin") else rec.owner
+        verb = "hold" if hold else "release"
+        try:
+            await backend.hold_in_queue(rec.backend_id, hold, as_whom)
+        except BackendUnavailable as exc:
+            log.warning(f"{verb} failed; will retry", job_id=rec.id, error=str(exc))
+            return
+        except BackendRejected as exc:
+            log.warning(f"{verb} refused", job_id=rec.id, error=str(exc))
+            self._clear(rec, SUSPEND_REFUSED if hold else rec.reason,
+                        f"{rec.backend} refused to {verb} it: {exc}", unsuspend=hold)
+            return
+        if hold:
+            if self.store.transition_from(rec.id, rec.state, rec.state, held,
+                                          f"held in {rec.backend}") is not None:
+                self._sent[rec.id] = held
+        else:
+            self._clear(rec, "Released", f"released in {rec.backend}")
+
+    def _clear(self, rec: JobRecord, reason: str, message: str,
+               unsuspend: bool = False) -> None:
+        """No hold is asked any more (only while the job is as read)."""
+        fields: dict[str, Any] = {"held": None}
+        if unsuspend:  # rare: the only path here that decodes a document
+            job = rec.job
+            job.spec.suspend = False
+            fields.update(Store.document_fields(job))
+        if self.store.transition_from(rec.id, rec.state, rec.state, reason, message,
+                                      **fields) is not None:
+            self._sent.pop(rec.id, None)

@@ -12,7 +12,10 @@ A :class:`Topology` is what the placement algorithms (:mod:`bridge.placement`) r
 * the roots, in the order the world lists them (that order breaks ties, so the same
   input always gives the same placement).
 
-Everything here is a pure function of its arguments and every value is frozen.
+Everything here is a pure function of its arguments and every value is frozen, except
+a topology's free-capacity memo (:class:`Memo`, :mod:`bridge.placement_capacity`), which
+remembers answers, never changes one, and moves to the topology
+:meth:`Topology.with_hosts` makes.
 
 Builders:
 
@@ -190,7 +193,10 @@ class Topology:
     _shape: _Shape = field(default_factory=lambda: _Shape(), compare=False, repr=False,
                            hash=False)
 
-    _memo: Memo = field(default_factory=Memo, compare=False, repr=False, hash=False)
+    #: Not an init field: a copy made any other way than :meth:`with_hosts`
+    #: (``dataclasses.replace``) starts with a memo of its own.
+    _memo: Memo = field(default_factory=Memo, init=False, compare=False, repr=False,
+                        hash=False)
 
     def memo(self) -> Memo:
         """This topology's free-capacity memo (for :mod:`bridge.placement_capacity`)."""
@@ -240,7 +246,9 @@ class Topology:
         return chain
 
     def with_hosts(self, updated: Iterable[Host]) -> Topology:
-        """The same tree with some hosts replaced (by name)."""
+        """The same tree with some hosts replaced (by name). The free-capacity memo
+        (:class:`Memo`) moves to the new topology, which is the one the next placement
+        of a pass reads; this one starts again from nothing (its answers stay right)."""
         changes = {h.name: h for h in updated}
         names = set(changes)
         base = self.hosts if isinstance(self.hosts, ChunkedMap) else ChunkedMap(self.hosts)
@@ -249,7 +257,9 @@ class Topology:
         memo.data, memo.chains = old.data, old.chains
         memo.changed = old.changed | names if old.data else set()
         old.data, old.changed = {}, set()
-        return replace(self, hosts=hosts, _memo=memo)
+        new = replace(self, hosts=hosts)
+        object.__setattr__(new, "_memo", memo)
+        return new
 
 
 # --- quantities ------------------------------------------------------------------------

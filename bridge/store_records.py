@@ -55,9 +55,10 @@ class JobRecord:
     request_digest: str | None = None
     #: :func:`job_summary` of the document.
     summary: dict[str, Any] = field(default_factory=dict)
-    #: The job's shape as stored at admission (:meth:`bridge.shape.JobShape.to_json`);
-    #: None for a row an older daemon wrote.
-    shape: dict[str, Any] | None = None
+    #: The job's shape as stored at admission (JSON text of
+    #: :meth:`bridge.shape.JobShape.to_json`; :attr:`shape` decodes it on first use, so
+    #: a listing never pays for it); None for a row an older daemon wrote.
+    shape_json: str | None = None
     #: The stored document (JSON text), or None when the row was read without it ...
     document: str | None = field(default=None, repr=False, compare=False)
     #: ... and then how to read it.
@@ -89,6 +90,11 @@ class JobRecord:
         doc = load_document(json.loads(text))
         assert isinstance(doc, TrainJob)
         return doc
+
+    @cached_property
+    def shape(self) -> dict[str, Any] | None:
+        """The stored shape, decoded (None without one)."""
+        return json.loads(self.shape_json) if self.shape_json else None
 
     @property
     def suspend_requested(self) -> bool:
@@ -152,7 +158,7 @@ def row_to_record(row: sqlite3.Row,
         idempotency_key=row["idempotency_key"],
         request_digest=row["request_digest"],
         summary=json.loads(row["summary"]) if row["summary"] else {},
-        shape=json.loads(row["shape"]) if row["shape"] else None,
+        shape_json=row["shape"],
         document=document,
         load_document=loader,
         array_job_id=row["array_job_id"],

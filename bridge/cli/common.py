@@ -79,6 +79,8 @@ def run(prog: str, body: Callable[[], int]) -> int:
 def clean(value: object) -> str:
     """A value for a terminal: control characters (ESC, newline ...) shown escaped."""
     text = "" if value is None else str(value)
+    if text.isprintable():  # no control character (the common case: no regex)
+        return text
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 

@@ -224,3 +224,13 @@ def test_idempotency_keys_are_unique_per_owner_and_survive_a_v3_database(
     assert store.by_idempotency_key(ALICE.uid, "k") == first
     assert store.by_idempotency_key(bob.uid, "k") == bobs
     assert store.by_idempotency_key(ALICE.uid, "other") is None
+
+
+def test_a_listing_decodes_no_shape_until_it_is_read(tmp_path: Path) -> None:
+    """A listing of thousands of rows pays for each row's shape only where it is read."""
+    store = Store.open(tmp_path / "s.sqlite")
+    store.add(job(), ALICE, "slurm", shape={"version": 1, "nodes": 2})
+    [rec] = store.list_jobs()
+    assert "shape" not in vars(rec)  # not decoded yet
+    assert rec.shape == {"version": 1, "nodes": 2}
+    assert rec.shape_json is not None and "shape" in vars(rec)

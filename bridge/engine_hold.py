@@ -51,6 +51,11 @@ def set_suspend(store: Store, backends: Mapping[str, Backend], record: JobRecord
         raise Conflict("Job is held in its back end's queue: release it (tcontrol release)")
     if record.held in RELEASING:
         raise Conflict("Job's release is being sent to its back end: try again shortly")
+    if (not suspend and record.state == JobState.SUSPENDED and record.reason in HELD_IN_QUEUE
+            and reason != "Released"):
+        # Held before its back end (tbatch --hold, tcontrol hold): only a release ends
+        # it, whoever resumes (the TrainJob door's spec.suspend included).
+        raise Conflict("Job is held, not suspended: release it (tcontrol release)")
     job = record.job
     # Before its back end: the state says what to do, and the document changes with
     # it in one transaction (a crash between the two would leave a Pending job whose

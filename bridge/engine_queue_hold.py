@@ -14,7 +14,9 @@ the jobs whose ``jobs.held`` is set, see :mod:`bridge.engine_hold`):
   clears it too (nothing is left to release).
 * Nothing is sent for a job with a cancel asked for; an unreachable back end is asked
   again next pass; at most ``per_user`` requests per user go out in a pass, counted with
-  the suspends.
+  the suspends (an administrator's hold or release counts as root's, not the owner's).
+* What the back end answered is written only if the job's hold is still as read: a
+  hold or release asked while the loop waited for the back end is sent next pass.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import structlog
 from bridge.backend import BackendRejected, BackendUnavailable, Owner, QueueHolding
 from bridge.engine_hold import HELD_IN_QUEUE
 from bridge.outcome import SUSPEND_REFUSED
-from bridge.store import JobRecord, Store
+from bridge.store import JobNotFound, JobRecord, Store
 
 __all__ = ["ROOT", "QueueHolds"]
 
@@ -65,10 +67,12 @@ class QueueHolds:
             if not hold:
                 self._clear(rec, rec.reason, rec.message)
             return
-        if rec.cancel_requested or rec.backend_id is None or sent_for[rec.owner.uid] >= per_user:
-            return
-        sent_for[rec.owner.uid] += 1
         as_whom = ROOT if held in ("JobHeldAdmin", "ReleasedAdmin") else rec.owner
+        # Root's requests are counted as root's: an owner's own holds and releases
+        # cannot use up the turn of an administrator's hold of their job.
+        if rec.cancel_requested or rec.backend_id is None or sent_for[as_whom.uid] >= per_user:
+            return
+        sent_for[as_whom.uid] += 1
         verb = "hold" if hold else "release"
         try:
             await backend.hold_in_queue(rec.backend_id, hold, as_whom)
@@ -77,15 +81,26 @@ class QueueHolds:
             return
         except BackendRejected as exc:
             log.warning(f"{verb} refused", job_id=rec.id, error=str(exc))
-            self._clear(rec, SUSPEND_REFUSED if hold else rec.reason,
-                        f"{rec.backend} refused to {verb} it: {exc}", unsuspend=hold)
+            if self._unchanged(rec):
+                self._clear(rec, SUSPEND_REFUSED if hold else rec.reason,
+                            f"{rec.backend} refused to {verb} it: {exc}", unsuspend=hold)
             return
+        if not self._unchanged(rec):
+            return  # asked otherwise while this was sent: the next pass sends that
         if hold:
             if self.store.transition_from(rec.id, rec.state, rec.state, held,
                                           f"held in {rec.backend}") is not None:
                 self._sent[rec.id] = held
         else:
             self._clear(rec, "Released", f"released in {rec.backend}")
+
+    def _unchanged(self, rec: JobRecord) -> bool:
+        """Whether ``rec``'s hold is still as read (a hold or release may have been asked
+        while the loop waited for the back end; no await between this and the write)."""
+        try:
+            return self.store.get(rec.id).held == rec.held
+        except JobNotFound:
+            return False
 
     def _clear(self, rec: JobRecord, reason: str, message: str,
                unsuspend: bool = False) -> None:

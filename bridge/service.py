@@ -39,7 +39,7 @@ from bridge.backend import (
     ReportsJobsStatus,
 )
 from bridge.engine import Engine, EngineError
-from bridge.engine_hold import held_in_backend
+from bridge.engine_hold import RELEASING, held_in_backend
 from bridge.engine_settings import Admission
 from bridge.errors import BridgeError, Conflict, PermissionDenied
 from bridge.feed import EventFeed
@@ -227,6 +227,8 @@ class JobService:
             if record.reason in HELD:
                 return record
             raise Conflict("Job is suspended, not pending: resume it first")
+        if record.held in RELEASING:
+            raise Conflict("Job's release is being sent to its back end: try again shortly")
         if self._engine.can_hold_in_backend(record):
             held = held_in_backend(record)
             if held == "JobHeldAdmin" or held == reason:

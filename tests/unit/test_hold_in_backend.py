@@ -13,6 +13,7 @@ import pytest
 
 from bridge.backend import BackendRejected, Owner
 from bridge.engine import Engine
+from bridge.engine_signals import SUSPENDS_PER_USER
 from bridge.errors import Conflict, PermissionDenied
 from bridge.feed import EventFeed
 from bridge.runtimes import RuntimeCatalog
@@ -199,3 +200,54 @@ async def test_back_ends_without_an_administrators_hold_hold_only_before_submiss
     _e, _backend, service, rec = await submitted(tmp_path, PodBackend(pods_inventory()))
     with pytest.raises(Conflict, match="no longer pending"):
         service.hold(rec, ALICE)
+
+
+async def test_the_trainjob_doors_resume_cannot_end_a_hold_before_the_back_end(
+        tmp_path: Path) -> None:
+    e, _backend, service, _rec = await submitted(tmp_path)
+    waiting = e.admit(trainjob(nodes=1), ALICE)  # not submitted yet
+    held = service.hold(waiting, ROOT)
+    assert (held.state, held.reason) == (JobState.SUSPENDED, "JobHeldAdmin")
+    with pytest.raises(Conflict, match="release it"):
+        service.set_suspend(held, False, ROOT)  # what the door does on spec.suspend
+    assert service.release(e.store.get(held.id), ROOT).state is JobState.PENDING
+
+
+async def test_a_hold_asked_while_a_release_is_sent_is_not_lost(tmp_path: Path) -> None:
+    e, backend, service, rec = await submitted(tmp_path)
+    service.hold(rec, ALICE)
+    await e.reconcile_once()
+    shown(e, rec, "JobHeldUser")
+    service.release(e.store.get(rec.id), ALICE)
+    sent = backend.hold_in_queue
+
+    async def meanwhile(backend_id: str, hold: bool, owner: Owner) -> None:
+        await sent(backend_id, hold, owner)
+        if not hold:  # root's hold arrives while alice's release is in flight
+            e.store.update(rec.id, held="JobHeldAdmin")
+
+    backend.hold_in_queue = meanwhile  # type: ignore[method-assign]
+    await e.reconcile_once()
+    assert e.store.get(rec.id).held == "JobHeldAdmin"
+    await e.reconcile_once()
+    assert backend.sent[-1] == (rec.backend_id, True, "root")
+
+
+async def test_an_owners_own_holds_do_not_use_up_roots_turn(tmp_path: Path) -> None:
+    e, backend, service, _rec = await submitted(tmp_path)
+    own = [e.admit(trainjob(nodes=1), ALICE) for _ in range(SUSPENDS_PER_USER)]
+    target = e.admit(trainjob(nodes=1), ALICE)
+    while any(e.store.get(j.id).backend_id is None for j in [*own, target]):
+        await settle(e)  # a few a pass (max_parallel_submits)
+    for job in own:
+        service.hold(e.store.get(job.id), ALICE)
+    service.hold(e.store.get(target.id), ROOT)
+    await e.reconcile_once()
+    assert (e.store.get(target.id).backend_id, True, "root") in backend.sent
+
+
+async def test_no_hold_while_a_release_is_being_sent(tmp_path: Path) -> None:
+    e, _backend, service, rec = await submitted(tmp_path)
+    service.release(service.hold(rec, ROOT), ROOT)
+    with pytest.raises(Conflict, match="release is being sent"):
+        service.hold(e.store.get(rec.id), ALICE)

@@ -35,6 +35,7 @@ from bridge.filemodes import DAEMON_UMASK, secure_state_dir
 from bridge.frontdoor import FrontDoor, load_frontdoor
 from bridge.leader import Elector, load_elector, lost_lease, reset_store, stand_by, start_fence
 from bridge.limits import LimitSettings
+from bridge.memtrim import limit_arenas, trim_forever
 from bridge.metrics import Metrics
 from bridge.metrics_backend import instrument
 from bridge.model import ValidationError
@@ -44,6 +45,11 @@ from bridge.statelock import acquire as lock_state_dir
 from bridge.status_server import StatusEndpoint, report_settings
 from bridge.store import Store
 from bridge.systemd import listen_fds, sd_notify, watchdog_interval, watchdog_pings
+
+#: Seconds between two returns of freed heap memory to the system (bridge/memtrim.py).
+TRIM_INTERVAL = 20.0
+#: glibc malloc arenas at most (bridge/memtrim.py), as MALLOC_ARENA_MAX would set.
+MALLOC_ARENAS = 2
 
 log = structlog.get_logger("hpc_bridge.daemon")
 
@@ -200,6 +206,7 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     interval = watchdog_interval()
     pings = asyncio.create_task(watchdog_pings(interval)) if interval else None
     engine_task = asyncio.create_task(engine.run(), name="engine")
+    trim = asyncio.create_task(trim_forever(TRIM_INTERVAL), name="malloc-trim")
     await engine.ready.wait()
     door_tasks = [asyncio.create_task(door.run(service), name=f"frontdoor-{name}")
                   for name, door in frontdoors.items()]
@@ -220,6 +227,7 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     log.info("shutting down")
     if pings is not None:
         pings.cancel()
+    trim.cancel()
     for task in door_tasks:
         task.cancel()
     await asyncio.gather(*door_tasks, return_exceptions=True)
@@ -339,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     configure_logging(config.daemon.log_format, config.daemon.log_level)
     _dump_signals()
+    limit_arenas(MALLOC_ARENAS)  # before any worker thread
     try:
         asyncio.run(run_daemon(config))
     except ValueError as exc:  # InsecureFile is one

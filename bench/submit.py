@@ -11,9 +11,15 @@ Prints, for N jobs each:
 * one status poll: ``squeue --json`` (what the daemon runs per interval, for ALL jobs)
   against ``GET /v1/jobs`` from the daemon's store,
 
-and the ratios ``bridge / baseline`` (below 1: the bridge is faster).
+and the ratios ``bridge / baseline`` (below 1: the bridge is faster); then
+``--parallel-jobs`` (200) submissions from ``--clients`` (16) threads at once, each a
+loop of ``sbatch --wrap true`` as alice, then of ``tbatch --wrap true`` as alice, then of
+``POST /v1/jobs`` (one API client per thread), each until every job is in Slurm
+(sbatch: when the last returns; the bridge: when the daemon shows a Slurm id for
+each), as jobs per second and their ratios (above 1: the bridge
+is faster).
 
-    .venv/bin/python bench/submit.py [--jobs 50]
+    .venv/bin/python bench/submit.py [--jobs 50] [--clients 16] [--parallel-jobs 200]
 """
 
 from __future__ import annotations
@@ -22,8 +28,13 @@ import argparse
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -62,6 +73,8 @@ def summary(name: str, samples: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--parallel-jobs", type=int, default=200)
     args = parser.parse_args()
     n = args.jobs
     env = read_testbed_env()
@@ -103,6 +116,30 @@ def main() -> int:
                                               capture_output=True), 10)
         listing = timed(lambda: daemon.api("GET", "/v1/jobs",
                                            params={"states": "all"}).raise_for_status(), 10)
+        total, clients = args.parallel_jobs, args.clients
+        par_sbatch = at_once(sbatch, total, clients)
+        handed = handed_over(daemon)
+        start = time.perf_counter()
+        at_once(tbatch, total, clients)
+        wait_for(lambda: handed_over(daemon) >= handed + total, 600,
+                 "the parallel tbatch jobs to reach Slurm", 0.05)
+        par_tbatch = time.perf_counter() - start
+        local = threading.local()
+
+        def post() -> None:  # one client per thread (an httpx client is not shared)
+            client = getattr(local, "client", None)
+            if client is None:
+                client = local.client = httpx.Client(
+                    transport=httpx.HTTPTransport(uds=str(daemon.socket)),
+                    base_url="http://bridge", timeout=60)
+            client.post("/v1/jobs", json=WRAP_JOB).raise_for_status()
+
+        handed = handed_over(daemon)
+        start = time.perf_counter()
+        at_once(post, total, clients)
+        wait_for(lambda: handed_over(daemon) >= handed + total, 600,
+                 "the parallel API jobs to reach Slurm", 0.05)
+        par_api = time.perf_counter() - start
     finally:
         daemon.stop()
         cleanup(workdir)
@@ -122,7 +159,29 @@ def main() -> int:
     print(f"  API to Slurm / sbatch     {handover / sum(base):6.2f}  (whole batch)")
     print(f"  GET /v1/jobs / squeue     "
           f"{statistics.mean(listing) / statistics.mean(squeue):6.2f}")
+    print(f"{total} jobs from {clients} clients at once, until all are in Slurm:")
+    print(f"  {clients} sbatch loops      {total / par_sbatch:7.1f} jobs/s ({par_sbatch:.2f} s)")
+    print(f"  {clients} tbatch loops      {total / par_tbatch:7.1f} jobs/s ({par_tbatch:.2f} s)")
+    print(f"  {clients} API clients      {total / par_api:7.1f} jobs/s ({par_api:.2f} s)")
+    print(f"  tbatch / sbatch (jobs/s)  {par_sbatch / par_tbatch:6.2f}  (each tbatch is a "
+          f"Python process: its start bounds it)")
+    print(f"  API / sbatch (jobs/s)     {par_sbatch / par_api:6.2f}  (the daemon's side; "
+          f"goal >= 1.0)")
     return 0
+
+
+def at_once(fn: Callable[[], None], total: int, clients: int) -> float:
+    """``total`` calls of ``fn`` from ``clients`` threads; the seconds until all returned."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(lambda _: fn(), range(total)))
+    return time.perf_counter() - start
+
+
+def handed_over(daemon: Daemon) -> int:
+    """Jobs of the daemon with a Slurm id, in any state."""
+    items = daemon.api("GET", "/v1/jobs", params={"states": "all", "limit": "5000"}).json()
+    return sum(1 for j in items["items"] if j["backendId"])
 
 
 if __name__ == "__main__":

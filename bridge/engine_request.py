@@ -31,12 +31,12 @@ log = structlog.get_logger("hpc_bridge.engine")
 
 def stored_shape(rec: JobRecord, catalog: RuntimeCatalog) -> JobShape:
     """The job's shape (module docstring)."""
-    if rec.shape is not None:
-        try:
+    try:  # the stored text is decoded here, on first use (JSONDecodeError is a ValueError)
+        if rec.shape is not None:
             return JobShape.from_json(rec.shape)
-        except ValueError as exc:
-            log.warning("stored job shape unreadable; resolving it again",
-                        job_id=rec.id, error=str(exc))
+    except ValueError as exc:
+        log.warning("stored job shape unreadable; resolving it again",
+                    job_id=rec.id, error=str(exc))
     return resolve_shape(rec.job, catalog.resolve(rec.job, rec.origin), scheduling_of(rec.job))
 
 

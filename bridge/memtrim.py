@@ -2,18 +2,26 @@
 
 A burst of work (thousands of submissions, a large listing) leaves glibc's heap holding
 memory Python has freed: the daemon that admitted 10,000 jobs kept ~50 MB more than
-the same daemon restarted over the same store (``bench/scale.py``). :func:`trim_forever`
-calls glibc's ``malloc_trim(0)`` every ``interval`` seconds in a worker thread, which
-returns the free pages at the top and inside the heap. Elsewhere than glibc (musl, a
-platform without it) it does nothing. The standard library has no binding for it;
-``ctypes`` calls the C library's own.
+the same daemon restarted over the same store (``bench/scale.py``). Two glibc calls
+bring it back to 99 MB (docs/operations.md):
+
+* :func:`limit_arenas`, at start before any worker thread: at most 2 malloc arenas
+  (what ``MALLOC_ARENA_MAX=2`` does), unless the operator set ``MALLOC_ARENA_MAX`` or
+  ``GLIBC_TUNABLES`` (theirs stands);
+* :func:`trim_forever`: ``malloc_trim(0)`` every ``interval`` seconds in a worker
+  thread, returning the free pages of the heap.
+
+The C library is the one the process already loaded (``ctypes.CDLL(None)``: no
+``ldconfig`` or compiler is run to find it). Where it lacks these functions (musl,
+macOS) nothing happens; nothing here can stop the daemon. The standard library has no
+binding for either call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
+import os
 from collections.abc import Callable
 
 import structlog
@@ -22,52 +30,46 @@ __all__ = ["limit_arenas", "malloc_trim", "trim_forever"]
 
 log = structlog.get_logger("hpc_bridge.daemon")
 
-
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        return ctypes.CDLL(name)
-    except OSError:
-        return None
-
-
-def _load(libc: ctypes.CDLL | None) -> Callable[[int], int] | None:
-    trim = getattr(libc, "malloc_trim", None)
-    if trim is None:
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim  # type: ignore[no-any-return]
-
-
-_LIBC = _libc()
-_TRIM = _load(_LIBC)
 #: glibc's mallopt parameter for the number of malloc arenas.
-_M_ARENA_MAX = -8
+M_ARENA_MAX = -8
+
+
+def _function(name: str, argtypes: list[type], restype: type) -> Callable[..., int] | None:
+    """``name`` from the C library this process loaded, or None."""
+    try:
+        function = getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = argtypes
+    function.restype = restype
+    return function  # type: ignore[no-any-return]
 
 
 def limit_arenas(count: int) -> bool:
     """At most ``count`` glibc malloc arenas (call before threads start: each thread
-    that allocates may otherwise get an arena of its own, and the worker threads'
-    arenas keep what they once held); whether the C library took it."""
-    mallopt = getattr(_LIBC, "mallopt", None)
-    if mallopt is None:
+    that allocates may otherwise get an arena of its own, and a worker thread's arena
+    keeps what it once held); whether it was set (False: not glibc, or the operator's
+    ``MALLOC_ARENA_MAX``/``GLIBC_TUNABLES`` stands)."""
+    if "MALLOC_ARENA_MAX" in os.environ or "GLIBC_TUNABLES" in os.environ:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, count))
+    mallopt = _function("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
+    try:
+        return mallopt is not None and bool(mallopt(M_ARENA_MAX, count))
+    except Exception:  # never let this stop the daemon
+        log.exception("mallopt failed")
+        return False
 
 
 def malloc_trim() -> bool:
     """``malloc_trim(0)`` where the C library has it; whether it gave memory back."""
-    return bool(_TRIM(0)) if _TRIM is not None else False
+    trim = _function("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
+    return trim is not None and bool(trim(0))
 
 
 async def trim_forever(interval: float = 60.0) -> None:
-    """Trim the heap every ``interval`` seconds (cancel to stop)."""
-    if _TRIM is None:
+    """Trim the heap every ``interval`` seconds until cancelled (at once when the C
+    library has no ``malloc_trim``)."""
+    if _function("malloc_trim", [ctypes.c_size_t], ctypes.c_int) is None:
         return
     while True:
         await asyncio.sleep(interval)

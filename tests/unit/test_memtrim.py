@@ -1,23 +1,66 @@
-"""bridge/memtrim.py: the daemon gives freed heap memory back on glibc (the test bed's
-C library), and the periodic task stops when cancelled."""
+"""bridge/memtrim.py on the test bed's glibc: the arena limit holds for a process whose
+threads allocate at once, an operator's MALLOC_ARENA_MAX stands, malloc_trim is found
+and called, and the periodic task survives a failing trim and stops when cancelled."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from bridge import memtrim
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def test_glibc_takes_the_arena_limit_and_trims() -> None:
-    assert memtrim.limit_arenas(2) is True
-    blocks = [bytearray(64 * 1024) for _ in range(2000)]  # ~128 MB, then freed
+# 16 threads allocate small blocks at once (glibc then gives a contended thread a new
+# arena); malloc_stats() prints one "Arena N:" block per arena on stderr.
+ARENAS = """
+import ctypes, sys, threading
+sys.path.insert(0, {root!r})
+from bridge import memtrim
+print(memtrim.limit_arenas(2))
+start = threading.Barrier(16)
+def work():
+    start.wait()
+    for _ in range(200):
+        blocks = [bytearray(512) for _ in range(200)]
+        del blocks
+threads = [threading.Thread(target=work) for _ in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+def arenas(env: dict[str, str]) -> tuple[str, int]:
+    done = subprocess.run([sys.executable, "-c", ARENAS.format(root=str(ROOT))],
+                          capture_output=True, text=True, timeout=120, check=True,
+                          env={"PATH": "/usr/bin:/bin", **env})
+    return done.stdout.strip(), done.stderr.count("Arena ")
+
+
+def test_the_arena_limit_holds_while_threads_allocate() -> None:
+    took, count = arenas({})
+    assert took == "True" and 1 <= count <= 2
+
+
+def test_an_operators_malloc_arena_max_stands() -> None:
+    took, _count = arenas({"MALLOC_ARENA_MAX": "4"})
+    assert took == "False"
+
+
+def test_malloc_trim_is_found_and_called() -> None:
+    assert memtrim._function("malloc_trim", [], int) is not None  # glibc here
+    blocks = [bytearray(4096) for _ in range(20_000)]  # ~80 MB, then freed
     del blocks
     assert isinstance(memtrim.malloc_trim(), bool)
 
 
-async def test_the_trim_task_runs_until_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_trim_task_survives_a_failure_and_stops_when_cancelled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     third = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -26,7 +69,7 @@ async def test_the_trim_task_runs_until_cancelled(monkeypatch: pytest.MonkeyPatc
         calls.append(1)
         if len(calls) == 3:
             loop.call_soon_threadsafe(third.set)
-        return True
+        raise OSError("trim failed")  # logged; the task goes on
 
     monkeypatch.setattr(memtrim, "malloc_trim", trim)
     task = asyncio.create_task(memtrim.trim_forever(0.001))

@@ -30,7 +30,8 @@ Contract:
   engine puts it back to wait, as never tried: nothing reached the back end). Not
   handed over: ``singleton`` (Slurm cannot see the bridge's held jobs of that name),
   and anything while the back end's status has not been read since this start
-  (``confirmed``: a job the store calls live may have ended and been purged).
+  (``confirmed``: a job the store calls live may have ended and been purged); the
+  jobs held meanwhile are due again once it has been read (:meth:`wake`).
   As before, a job tried once (``attempts`` > 0) passes the gate: the engine looks it
   up in its back end first, and only if it is not there works out ``native`` again.
 """
@@ -211,8 +212,10 @@ class DependencyGate:
         #: held job id -> the job ids whose start or end may release it (``-A``: array
         #: A's combined facts, bridge.engine_dependency.array_facts).
         self._held: dict[int, frozenset[int]] = {}
-        #: The held jobs of back ends in :attr:`native_backends`.
-        self._native_held: set[int] = set()
+        #: The held jobs of back ends in :attr:`native_backends`, and their back ends.
+        self._native_held: dict[int, str] = {}
+        #: The native back ends whose first whole status this gate has seen.
+        self._confirmed: set[str] = set()
         #: The combined facts last seen of each watched array.
         self._arrays: dict[int, Facts | None] = {}
         self._seen = store.last_event_id()
@@ -227,6 +230,12 @@ class DependencyGate:
             for rec in self.store.list_jobs([JobState.PENDING]):
                 if rec.reason in (DEPENDENCY, NEVER_SATISFIED):
                     self.store.update(rec.id, next_attempt_at=now)
+        for backend in self.native_backends - self._confirmed:
+            if self.confirmed(backend):  # once per back end: jobs held only for want of it
+                self._confirmed.add(backend)
+                for job_id in [j for j, b in self._native_held.items() if b == backend]:
+                    self._release(job_id)
+                    self.store.update(job_id, next_attempt_at=now)
         newest = self.store.last_event_id()
         if newest <= self._seen:
             return set()
@@ -266,7 +275,7 @@ class DependencyGate:
         for job_id, watched in list(self._held.items()):
             if watched & changed or (job_id in self._native_held and watched & arrived):
                 del self._held[job_id]
-                self._native_held.discard(job_id)
+                self._native_held.pop(job_id, None)
                 self.store.update(job_id, next_attempt_at=now)
         return moved
 
@@ -411,7 +420,7 @@ class DependencyGate:
 
     def _release(self, job_id: int) -> None:
         self._held.pop(job_id, None)
-        self._native_held.discard(job_id)
+        self._native_held.pop(job_id, None)
 
     def _hold(self, rec: JobRecord, reason: str, message: str, due: float,
               watched: frozenset[int]) -> None:
@@ -419,7 +428,7 @@ class DependencyGate:
         if watched:
             self._held[rec.id] = watched
             if rec.backend in self.native_backends:
-                self._native_held.add(rec.id)
+                self._native_held[rec.id] = rec.backend
         else:
             self._release(rec.id)
         if (rec.reason, rec.message) != (reason, message):

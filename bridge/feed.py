@@ -37,7 +37,10 @@ class EventFeed:
         self.interval = interval
         self.last_id = store.last_event_id()
         self._observers = list(observers)
-        self._changed = asyncio.Condition()
+        #: Set, and replaced by a new one, at each change. No lock: a waiter cancelled
+        #: at any point holds nothing (asyncio.Condition must take its lock again when
+        #: a waiter is cancelled, and a cancelled shutdown was seen to hang there).
+        self._changed = asyncio.Event()
 
     async def run(self) -> None:
         while True:
@@ -65,13 +68,19 @@ class EventFeed:
                         log.exception("event observer failed")
                 seen = rows[-1].id
         self.last_id = newest
-        async with self._changed:
-            self._changed.notify_all()
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def wait_after(self, seq: int, seconds: float) -> bool:
         """Wait until an event newer than ``seq`` exists (True) or ``seconds`` passed
         (False)."""
-        with suppress(TimeoutError):
-            async with asyncio.timeout(seconds), self._changed:
-                await self._changed.wait_for(lambda: self.last_id > seq)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.last_id <= seq:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            changed = self._changed  # read with last_id, no await between: no miss
+            with suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
         return self.last_id > seq

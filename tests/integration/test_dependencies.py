@@ -68,8 +68,12 @@ def test_afterok_pipeline_on_slurm(daemon: Daemon, outdir: Path) -> None:
     slurm_first = daemon.wait_state(first, ["Submitted", "Running"])["backendId"]
     second = tbatch(daemon, f"--dependency=afterok:{first}", "-o", "b-%j.out", "--wrap",
                     f"cat {outdir}/go.done", cwd=outdir)
-    queued = with_reason(daemon, second, "Dependency")
-    assert queued["state"] == "Submitted" and queued["backendId"], queued
+    # Held by the bridge until the daemon has read Slurm's whole status once, then
+    # handed over: wait for what is asserted.
+    queued: dict[str, Any] = wait_for(
+        lambda: ((j := daemon.job(second))["state"] == "Submitted"
+                 and j["reason"] == "Dependency" and j), 120, "the job handed to Slurm")
+    assert queued["backendId"], queued
     assert slurm_view(queued["backendId"]) == [f"afterok:{slurm_first}(unfulfilled)",
                                                "Dependency"]
     queue = daemon.cli("alice", "tqueue", "-h", "-j", str(second), "-o", "%i %t %R")

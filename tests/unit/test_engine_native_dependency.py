@@ -223,6 +223,21 @@ async def test_nothing_is_handed_over_before_the_status_is_confirmed(tmp_path: P
     assert sent(engine)[second] is None  # met: released by the bridge
 
 
+async def test_a_job_held_before_the_status_was_confirmed_goes_once_it_is(
+        tmp_path: Path) -> None:
+    """Nothing it waits for changes: the first whole status alone hands it to Slurm, in
+    Slurm's ids (it would otherwise wait in the bridge until the job it names ends)."""
+    engine = make_engine(tmp_path / "s.sqlite", confirmed=False)
+    first = admit(engine)
+    await settle(engine)
+    second = admit(engine, dependency=f"afterok:{first}")
+    await settle(engine)
+    assert second not in sent(engine)
+    engine.apply_status("slurm", StatusBatch((), complete=True, at=time.time()))
+    await settle(engine)
+    assert sent(engine)[second] == f"afterok:{engine.store.get(first).backend_id}"
+
+
 async def test_a_refused_dependency_waits_in_the_bridge(tmp_path: Path) -> None:
     """Slurm answers "Job dependency problem" (it purged the job named): the job is not
     failed; it waits again, as never tried, and is looked at again later."""

@@ -185,9 +185,11 @@ async def _admit(request: web.Request, decode: Decoder, *, replay_extra: bool = 
         return web.json_response({"testOnly": True, "estimate": estimate,
                                   "backend": prepared.backend})
     # No await from the count to the insert: two submissions cannot both take the last
-    # place under limits.max_active_jobs.
-    limits.check_active(owner.uid, owner.user, service.count_active(owner.uid),
-                        len(prepared.tasks) or 1)
+    # place under limits.max_active_jobs. Counted only as far as the limit needs.
+    cap = limits.active_cap(owner.uid)
+    if cap is not None:
+        limits.check_active(owner.uid, owner.user, service.count_active(owner.uid, cap),
+                            len(prepared.tasks) or 1)
     # Two retries that raced past the replay: the loser answers with the winner's job.
     return _admitted(service.admit(job, owner, prepared=prepared, idempotency_key=key,
                                    request_digest=digest), key, extra)

@@ -3,9 +3,10 @@
 :class:`UserLimits` holds the three limits an admin sets in ``[limits]``
 (:class:`bridge.config.LimitsSection`):
 
-* **active jobs**: unfinished jobs per user (the caller counts them in the store and
-  asks :meth:`UserLimits.check_active` right before admitting, with no ``await`` in
-  between, so two submissions cannot both take the last place);
+* **active jobs**: unfinished jobs per user (the caller counts them in the store, up
+  to :meth:`UserLimits.active_cap`, and asks :meth:`UserLimits.check_active` right
+  before admitting, with no ``await`` in between, so two submissions cannot both take
+  the last place; where the limit does not apply nothing is counted);
 * **submission rate**: a token bucket per user (``submit_rate`` per second after a burst
   of ``submit_burst``), :meth:`UserLimits.check_submit`;
 * **requests**: a token bucket per user for all requests (``request_rate`` per second
@@ -189,15 +190,26 @@ class UserLimits:
                 f"limits.submit_burst); try again in {wait:.1f} s",
                 math.ceil(wait))
 
+    def active_cap(self, uid: int) -> int | None:
+        """How far the caller must count ``uid``'s unfinished jobs for
+        :meth:`check_active` to decide (``max_active_jobs + 1``: a count past the limit
+        need not be exact), or None when the limit does not apply to ``uid`` (root, or
+        the limit off): then nothing need be counted. The count costs the store one
+        index entry per job counted, so a user with many jobs costs no more than the
+        limit."""
+        limit = self.settings.max_active_jobs
+        return None if uid == 0 or limit <= 0 else limit + 1
+
     def check_active(self, uid: int, user: str, active: int, adding: int = 1) -> None:
         """Refuse ``adding`` new jobs (the tasks of an array) when ``uid`` already has
-        ``active`` unfinished ones and the sum would pass the most allowed
-        (``max_active_jobs``)."""
+        ``active`` unfinished ones (a count that may stop at :meth:`active_cap`) and the
+        sum would pass the most allowed (``max_active_jobs``)."""
         limit = self.settings.max_active_jobs
         if uid == 0 or limit <= 0 or active + adding <= limit:
             return
+        has = f"more than {limit}" if active > limit else str(active)
         what = f"an array of {adding} tasks would make {active + adding}, more than" if (
-            adding > 1) else f"{user} has {active},"
+            adding > 1 and active <= limit) else f"{user} has {has},"
         raise self._refuse(
             user, "max_active_jobs",
             f"too many unfinished jobs: {what} the most one user may have "

@@ -186,9 +186,10 @@ class JobService:
             record = self._store.update(record.id, attempts=1)
         return Admitted(record)
 
-    def count_active(self, owner_uid: int) -> int:
-        """How many unfinished jobs the user ``owner_uid`` has."""
-        return self._store.count_active(owner_uid)
+    def count_active(self, owner_uid: int, at_most: int | None = None) -> int:
+        """How many unfinished jobs the user ``owner_uid`` has (counted no further than
+        ``at_most``)."""
+        return self._store.count_active(owner_uid, at_most)
 
     # -- changing a job --------------------------------------------------------------
 

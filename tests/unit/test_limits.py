@@ -138,9 +138,15 @@ def test_active_jobs_and_zero_means_off() -> None:
         limits.check_active(1002, "bob", 3)
     assert "limits.max_active_jobs = 3" in str(info.value)
     limits.check_active(0, "root", 10**6)
+    # The count may stop one past the limit; nothing is counted where it cannot refuse.
+    assert limits.active_cap(1002) == 4 and limits.active_cap(0) is None
+    with pytest.raises(LimitExceeded) as info:
+        limits.check_active(1002, "bob", 4, adding=5)
+    assert "bob has more than 3," in str(info.value)
     off = UserLimits(LimitSettings(max_active_jobs=0, submit_rate=0,
                                    max_concurrent_requests=0))
     off.check_active(1002, "bob", 10**6)
+    assert off.active_cap(1002) is None
     for _ in range(1000):
         off.check_submit(1002, "bob")
         off.enter(1002, "bob")

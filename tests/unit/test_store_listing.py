@@ -70,6 +70,8 @@ def test_count_active_counts_unfinished_jobs_of_one_user(tmp_path: Path) -> None
     assert store.count_active(BOB.uid) == 3
     assert store.count_active(ALICE.uid) == 1
     assert store.count_active(4242) == 0
+    # Counted only as far as asked (the per-user limit's check needs no more).
+    assert [store.count_active(BOB.uid, n) for n in (0, 1, 2, 3, 4)] == [0, 1, 2, 3, 3]
 
 
 @settings(max_examples=40, deadline=None)

@@ -97,6 +97,9 @@ class EngineSection(BaseModel):
     default_namespace: str = "default"
     #: An inventory older than this is read again before a job is placed (seconds).
     placement_max_age: float = Field(default=5.0, ge=0)
+    #: After a submission the inventory is read again once it is this old (seconds);
+    #: until then the placements made since the last read are taken off it.
+    placement_min_reread: float = Field(default=1.0, ge=0)
 
 
 class LimitsSection(BaseModel):

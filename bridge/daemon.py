@@ -172,7 +172,7 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
         retry_base=e.retry_base, retry_cap=e.retry_cap,
         lost_after_seconds=e.lost_after_seconds, default_namespace=e.default_namespace,
         placement={name: section.placement for name, section in config.backends.items()},
-        placement_max_age=e.placement_max_age,
+        placement_max_age=e.placement_max_age, placement_min_reread=e.placement_min_reread,
         partition_routes=partition_routes(config),
         status_reports=(reports := report_settings(config.trainer_status, state_dir)),
     ))

@@ -30,6 +30,8 @@ class EngineSettings:
     placement: Mapping[str, str] = field(default_factory=dict)
     #: An inventory older than this (seconds) is read again before a job is placed.
     placement_max_age: float = 5.0
+    #: After a submission the inventory is read again once it is this old (seconds).
+    placement_min_reread: float = 1.0
     #: Routing rule: partition -> back end, for jobs that name no back end.
     partition_routes: Mapping[str, str] = field(default_factory=dict)
     #: Progress reports (``[trainer_status]``): None while they are off.

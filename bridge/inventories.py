@@ -1,12 +1,17 @@
 """The back ends' inventories as the engine last read them, and their topologies.
 
 One :class:`Inventories` per engine. An inventory is read again before a placement when
-it is older than ``max_age`` seconds or was marked stale (after a submission changed
-the world: :meth:`Inventories.mark_stale`); a background task per back end
-(:meth:`Inventories.refresh_forever`) keeps it from growing old while nothing is placed
-(every 60 s; every 5 s until the first read succeeds). The topology is built once per
-inventory read and partition, not once per placement. A back end that cannot answer keeps its last
-inventory (or none): placement then lets the back end choose.
+it is older than ``max_age`` seconds, or when it was marked stale (a submission changed
+the world: :meth:`Inventories.mark_stale`) and is at least ``min_reread`` seconds old.
+Until then the placements made since the last read are taken off it
+(:meth:`Inventories.book`), so a stream of submissions costs one read per
+``min_reread``, not one per submission, and books no host twice. A read drops the
+bookings made before it started (the back end's answer holds them) and keeps the
+later ones. A background task per back end (:meth:`Inventories.refresh_forever`) keeps
+it from growing old while nothing is placed (every 60 s; every 5 s until the first
+read succeeds). The topology is built once per inventory read and partition, not once
+per placement. A back end that cannot answer keeps its last inventory (or none):
+placement then lets the back end choose.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from bridge.topology import Topology, topology_from_inventory
 
 log = structlog.get_logger("hpc_bridge.engine")
 
-#: The read time of an inventory that must be read again before the next placement.
+#: The read time of an inventory never read (and the time of a stale mark never made).
 #: (Not 0: the monotonic clock counts from boot, so on a machine up for less than
 #: ``max_age`` a 0 would still look fresh.)
 STALE = float("-inf")
@@ -33,10 +38,16 @@ READ_TIMEOUT = 10.0
 class Inventories:
     """The last inventory of each back end, when it was read, and its topology."""
 
-    def __init__(self, max_age: float) -> None:
+    def __init__(self, max_age: float, min_reread: float = 1.0) -> None:
         self.max_age = max_age
+        self.min_reread = min_reread
         self._inventory: dict[str, Inventory] = {}
+        #: back end -> when its inventory was asked for (monotonic)
         self._read_at: dict[str, float] = {}
+        #: back end -> when a submission last made its inventory stale (monotonic)
+        self._stale_at: dict[str, float] = {}
+        #: back end -> the placements booked since its inventory was asked for
+        self._booked: dict[str, list[PlacementDecision]] = {}
         #: back end -> (the inventory, its topologies by the id of their units, which
         #: the inventory holds: see Inventory.switches_for)
         self._topology: dict[str, tuple[Inventory, dict[int, Topology]]] = {}
@@ -45,24 +56,48 @@ class Inventories:
         """The last inventory read from back end ``name`` (None before the first)."""
         return self._inventory.get(name)
 
-    def set(self, name: str, inventory: Inventory) -> None:
+    def set(self, name: str, inventory: Inventory, asked_at: float | None = None,
+            booked: int | None = None) -> None:
+        """``inventory`` is ``name``'s, as the back end answered a read asked for at
+        ``asked_at`` (default: now), when ``booked`` placements (default: all) were
+        booked: those are in the answer and dropped, a later stale mark stays."""
+        asked_at = time.monotonic() if asked_at is None else asked_at
         self._inventory[name] = inventory
-        self._read_at[name] = time.monotonic()
+        self._read_at[name] = asked_at
+        if self._stale_at.get(name, STALE) < asked_at:
+            self._stale_at.pop(name, None)
+        kept = self._booked.get(name, [])
+        self._booked[name] = kept[len(kept) if booked is None else booked:]
 
     def mark_stale(self, name: str) -> None:
-        """The next placement on ``name`` reads its inventory again."""
-        self._read_at[name] = STALE
+        """A submission changed ``name``: its inventory is read again before a
+        placement once it is ``min_reread`` seconds old."""
+        self._stale_at[name] = time.monotonic()
+
+    def book(self, name: str, decision: PlacementDecision) -> None:
+        """A fitting placement on ``name``: taken off its inventory until a read asked
+        for after this (module docstring)."""
+        if decision.placement is not None and decision.placement.fits:
+            self._booked.setdefault(name, []).append(decision)
+
+    def booked(self, name: str) -> list[PlacementDecision]:
+        """The placements booked on ``name`` since its inventory was asked for."""
+        return list(self._booked.get(name, ()))
 
     async def read(self, name: str, backend: Backend) -> None:
         """Read ``name``'s inventory now (at most :data:`READ_TIMEOUT` s);
         BackendUnavailable or TimeoutError if it cannot."""
-        self.set(name, await asyncio.wait_for(backend.inventory(), READ_TIMEOUT))
+        asked_at, booked = time.monotonic(), len(self._booked.get(name, ()))
+        inventory = await asyncio.wait_for(backend.inventory(), READ_TIMEOUT)
+        self.set(name, inventory, asked_at, booked)
 
     async def fresh(self, name: str, backend: Backend) -> Inventory | None:
-        """``name``'s inventory, read again first when it is older than ``max_age`` (or
-        stale after a submission). None without inventory."""
+        """``name``'s inventory, read again first when it is older than ``max_age``, or
+        stale after a submission and at least ``min_reread`` old. None without
+        inventory."""
         age = time.monotonic() - self._read_at.get(name, STALE)
-        if name not in self._inventory or age > self.max_age:
+        stale = name in self._stale_at and age >= self.min_reread
+        if name not in self._inventory or age > self.max_age or stale:
             try:
                 await self.read(name, backend)
             except (BackendUnavailable, TimeoutError) as exc:
@@ -97,7 +132,8 @@ class Inventories:
         while True:
             await asyncio.sleep(interval if name in self._inventory else 5.0)
             try:
-                self.set(name, await backend.inventory())
+                asked_at, booked = time.monotonic(), len(self._booked.get(name, ()))
+                self.set(name, await backend.inventory(), asked_at, booked)
             except BackendUnavailable as exc:
                 log.info("inventory not available", backend=name, error=str(exc))
             except Exception:
@@ -109,8 +145,10 @@ class PassTopologies:
 
     The inventory is read (if old) at most once per pass, at the first job that needs
     it, whatever partitions the jobs name; each partition's topology is built from that
-    one snapshot, once per distinct topology, with the hosts this pass booked taken
-    from it (:meth:`book`), so no host is booked twice whichever topology a job reads.
+    one snapshot, once per distinct topology, with the hosts booked since the snapshot
+    was asked for (by earlier passes, :meth:`Inventories.booked`, and by this one,
+    :meth:`book`) taken from it, so no host is booked twice whichever topology a job
+    reads.
     """
 
     def __init__(self, inventories: Inventories, name: str, backend: Backend) -> None:
@@ -127,6 +165,7 @@ class PassTopologies:
         chooses: no inventory, or that partition's topology could not be read)."""
         if not self._read:
             self._inventory = await self._inventories.fresh(self._name, self._backend)
+            self._booked = self._inventories.booked(self._name)
             self._read = True
         inventory = self._inventory
         if inventory is None:
@@ -144,5 +183,6 @@ class PassTopologies:
         """Take a fitting placement's hosts from every topology of the pass."""
         if decision.placement is None or not decision.placement.fits:
             return
+        self._inventories.book(self._name, decision)
         self._booked.append(decision)
         self._built = {k: booked_in(t, [decision]) for k, t in self._built.items()}

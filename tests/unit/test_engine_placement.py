@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from bridge.engine import Engine, EngineSettings
+from bridge.inventories import Inventories
 from bridge.model import ANN_BACKEND, ANN_SCHEDULING, TrainJob
 from bridge.nodes import Inventory
 from bridge.placement_decision import booked_in, plan_placement
@@ -170,7 +172,8 @@ async def test_switches_job_relaxed_after_its_wait(tmp_path: Path) -> None:
 async def test_inventory_is_read_again_when_stale(tmp_path: Path) -> None:
     backend = FakeBackend(inventory())
     e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
-               EngineSettings(default_backend="slurm", placement_max_age=3600))
+               EngineSettings(default_backend="slurm", placement_max_age=3600,
+                              placement_min_reread=0.0))
     e.admit(trainjob(), ALICE)
     await settle(e)
     e.admit(trainjob(), ALICE)
@@ -179,6 +182,65 @@ async def test_inventory_is_read_again_when_stale(tmp_path: Path) -> None:
     assert backend.inventory_calls == 2
     await settle(e)  # nothing to place: nothing read
     assert backend.inventory_calls == 2
+
+
+async def test_a_stream_of_submissions_reads_once_and_books_what_it_placed(
+        tmp_path: Path) -> None:
+    """Stale after each submission, the inventory is read again only once it is
+    ``placement_min_reread`` old; until then the jobs placed since the read are taken
+    off it, across passes: no host is booked twice."""
+    backend = FakeBackend(inventory())
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+               EngineSettings(default_backend="slurm", placement={"slurm": "nodelist"},
+                              placement_max_age=3600, placement_min_reread=3600))
+    first = e.admit(trainjob(cpus_per_task=2), ALICE)  # each takes both CPUs of 2 nodes
+    await settle(e)
+    second = e.admit(trainjob(cpus_per_task=2), ALICE)
+    await settle(e)
+    third = e.admit(trainjob(nodes=1), ALICE)
+    await settle(e)
+    assert backend.inventory_calls == 1
+    pins = [r.placement.hosts if r.placement else None for r in backend.submitted]
+    assert pins == [("node1", "node2"), ("node3", "node4"), None]
+    assert e.store.get(first.id).state is JobState.SUBMITTED
+    assert e.store.get(second.id).state is JobState.SUBMITTED
+    assert "queues it" in (e.store.get(third.id).placement or {})["note"]
+
+
+async def test_a_read_drops_the_bookings_made_before_it_was_asked_for() -> None:
+    """What was booked before a read started is in the back end's answer; what was
+    booked while it ran is not, and stays booked; a stale mark made during the read
+    stays too."""
+    decision = plan_placement(trainjob(cpus_per_task=2), RuntimeCatalog().resolve(
+        trainjob(cpus_per_task=2)), SchedulingOptions(cpus_per_task=2), "nodelist",
+        topology_from_inventory(inventory()), 0.0, 0.0)
+    assert decision.placement is not None and decision.placement.fits
+    backend = FakeBackend(inventory())
+    inventories = Inventories(max_age=3600, min_reread=0.0)
+    await inventories.read("slurm", backend)
+    inventories.book("slurm", decision)  # before the next read: dropped by it
+    release = asyncio.Event()
+    real = backend.inventory
+
+    async def slow() -> Inventory:
+        await release.wait()
+        return await real()
+
+    backend.inventory = slow  # type: ignore[method-assign]
+    reading = asyncio.create_task(inventories.read("slurm", backend))
+    await asyncio.sleep(0)  # the read has started
+    later = replace(decision)
+    inventories.book("slurm", later)
+    inventories.mark_stale("slurm")
+    release.set()
+    await reading
+    kept = inventories.booked("slurm")
+    assert len(kept) == 1 and kept[0] is later
+    await inventories.fresh("slurm", backend)  # still stale: read again
+    assert inventories.booked("slurm") == []
+    calls = backend.inventory_calls
+    await inventories.fresh("slurm", backend)  # fresh now: not read
+    assert backend.inventory_calls == calls
 
 
 async def test_placement_none_mode_reads_nothing(tmp_path: Path) -> None:

@@ -124,7 +124,8 @@ class Engine:
         self._tasks: list[asyncio.Task[None]] = []
         self._submit_slots = asyncio.Semaphore(settings.max_parallel_submits)
         self._started_at = time.time()
-        self._inventories = Inventories(settings.placement_max_age)
+        self._inventories = Inventories(settings.placement_max_age,
+                                        settings.placement_min_reread)
         self.ready = asyncio.Event()
 
     # -- front-door calls ----------------------------------------------------------
@@ -310,9 +311,23 @@ class Engine:
         now = time.time()
         self._arrays.changed(self._dependencies.wake(now, self._arrays.watching), now)
         # Only what is due, and only what has a cancel to send: a pass costs what
-        # changed, not every job the daemon tracks.
-        pending = self.store.list_jobs([JobState.PENDING], due_by=now)
-        due = [r for r in pending if r.id not in self._inflight]
+        # changed, not every job the daemon tracks. A user with max_parallel_submits
+        # submissions in flight has no turn this pass: their due jobs are not even read
+        # (a burst of one user's submissions would cost a pass per admission each), only
+        # those tried before or asked to cancel; the end of one of their submissions
+        # wakes the loop (_capped).
+        self._load = Counter(self._inflight_owner.values())
+        self._capped.clear()
+        cap = self.settings.max_parallel_submits
+        wanted: list[int] = []
+        for job_id, owner_uid, look in self.store.due_keys(now):
+            if job_id in self._inflight:
+                continue
+            if look or self._load[owner_uid] < cap:
+                wanted.append(job_id)
+            else:
+                self._capped.add(owner_uid)
+        due = self.store.by_ids(wanted)
         # Cancelled before reaching the world, and never attempted: done here.
         for rec in [r for r in due if r.cancel_requested and r.attempts == 0]:
             self.store.transition(rec.id, JobState.CANCELLED, "Cancelled", "cancelled")
@@ -324,8 +339,6 @@ class Engine:
         # one; the others stay due, and the end of a capped user's submission wakes the
         # loop. Counted where a submission starts (_submit_due), so a job that waits
         # for topology or its submit window takes no turn.
-        self._load = Counter(self._inflight_owner.values())
-        self._capped.clear()
         by_backend: dict[str, list[JobRecord]] = {}
         for rec in due:
             # A submit that may still be in flight (daemon killed mid-call): wait it out.

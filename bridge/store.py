@@ -317,12 +317,14 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries):
         text: str = row["document"]
         return text
 
-    def count_active(self, owner_uid: int) -> int:
-        """How many unfinished jobs the user ``owner_uid`` has (an index lookup)."""
+    def count_active(self, owner_uid: int, at_most: int | None = None) -> int:
+        """How many unfinished jobs the user ``owner_uid`` has, counted no further than
+        ``at_most`` (None: all). An index range: one entry read per job counted."""
         states = [s.value for s in JobState if s not in TERMINAL]
         row = self._db.execute(
-            f"SELECT COUNT(*) FROM jobs WHERE owner_uid=? AND state IN "
-            f"({','.join('?' * len(states))})", (owner_uid, *states)).fetchone()
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE owner_uid=? AND state IN "
+            f"({','.join('?' * len(states))}) LIMIT ?)",
+            (owner_uid, *states, -1 if at_most is None else at_most)).fetchone()
         return int(row[0])
 
     def find(self, ref: str, namespace: str | None = None,
@@ -391,6 +393,18 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries):
             sql = f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})"
             found += [row_to_record(r, self._document) for r in self._db.execute(sql, chunk)]
         return sorted(found, key=lambda r: r.id)
+
+    def due_keys(self, due_by: float) -> list[tuple[int, int, bool]]:
+        """``(id, owner uid, needs a look)`` of the Pending jobs due by ``due_by``,
+        oldest first, without decoding rows: what a submission pass sorts before it
+        reads the records it will act on. A job needs a look whatever its owner's
+        turn when a submission of it was tried (it may be in its back end) or a cancel
+        is asked for."""
+        rows = self._db.execute(
+            "SELECT id, owner_uid, attempts > 0 OR cancel_requested FROM jobs "
+            "WHERE state=? AND next_attempt_at<=? ORDER BY id",
+            (JobState.PENDING.value, due_by)).fetchall()
+        return [(r[0], r[1], bool(r[2])) for r in rows]
 
     def job_keys(self, states: Sequence[JobState], backend: str
                  ) -> list[tuple[int, str, float]]:

@@ -72,6 +72,41 @@ async def test_another_users_job_is_not_queued_behind_an_array(tmp_path: Path) -
     e.store.close()
 
 
+async def test_a_capped_users_due_jobs_are_not_read_in_a_pass(tmp_path: Path) -> None:
+    """While bob has max_parallel_submits submissions in flight, a pass reads none of
+    his other due jobs (a burst of his submissions costs no pass per admission each),
+    but alice's job goes, and bob's turn comes when one of his submissions ends."""
+    backend = GatedBackend()
+    e = engine(tmp_path, backend)
+    bobs = [e.admit(new_trainjob(), BOB) for _ in range(6)]
+    await e.reconcile_once()
+    await settle()
+    assert sorted(e._inflight) == [bobs[0].id, bobs[1].id]
+    mine = e.admit(new_trainjob(), ALICE)
+    # A job of his tried before may be in its back end: it is read whatever his turn.
+    tried = e.store.update(bobs[5].id, attempts=1)
+    read: list[int] = []
+    real = e.store.by_ids
+
+    def spied(ids: list[int]) -> list:  # type: ignore[type-arg]
+        read.extend(ids)
+        return real(ids)
+
+    e.store.by_ids = spied  # type: ignore[method-assign]
+    await e.reconcile_once()
+    await settle()
+    assert read == [tried.id, mine.id] and mine.id in e._inflight
+    assert e._capped == {BOB.uid}
+    backend.gate.set()  # bob's submissions end: each end wakes the loop for his turn
+    for _ in range(60):
+        await settle()
+        await e.reconcile_once()
+        if all(e.store.get(r.id).state is JobState.SUBMITTED for r in bobs):
+            break
+    assert all(e.store.get(r.id).state is JobState.SUBMITTED for r in bobs)
+    e.store.close()
+
+
 async def test_a_task_in_flight_counts_against_its_throttle(tmp_path: Path) -> None:
     backend = GatedBackend()
     e = engine(tmp_path, backend, slots=1)  # one sbatch at a time: task 1 waits for it

@@ -403,7 +403,7 @@ class Engine:
                     self._wait_for_topology(rec, decision)
                     continue
                 if decision is not None:
-                    topologies.book(decision)  # the next job not on these hosts
+                    topologies.book(rec.id, decision)  # the next job not on these hosts
             self._inflight_owner[rec.id] = rec.owner.uid
             self._load[rec.owner.uid] += 1
             self._inflight[rec.id] = asyncio.create_task(
@@ -440,6 +440,7 @@ class Engine:
     async def _submit(self, name: str, backend: Backend, rec: JobRecord,
                       decision: PlacementDecision | None = None) -> None:
         claimed: JobRecord | None = None
+        submitted = False
         try:
             async with self._submit_slots:
                 now = time.time()
@@ -488,12 +489,13 @@ class Engine:
                     message += f"; its dependency is {name}'s: {request.dependency}"
                 if decision is not None and decision.relaxed:
                     message += f"; {decision.note}"
-                submitted = self.store.transition(rec.id, JobState.SUBMITTED, "Submitted",
-                                                  message, backend_id=backend_id,
-                                                  submitting_since=None)
+                record = self.store.transition(rec.id, JobState.SUBMITTED, "Submitted",
+                                               message, backend_id=backend_id,
+                                               submitting_since=None)
+                submitted = True
                 early = self._status.early.pop(rec.uid, None)
                 if early is not None and early.backend_id == backend_id:
-                    self._apply_one(submitted, early)
+                    self._apply_one(record, early)
                 # The world changed: the next placement reads the inventory again.
                 self._inventories.mark_stale(name)
                 log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id,
@@ -501,6 +503,9 @@ class Engine:
                                     if decision and decision.placement else None),
                          pinned=bool(decision and decision.pin))
         finally:
+            # Its hosts stay booked until the inventory holds the job; a job that did
+            # not reach its back end frees them now.
+            self._inventories.ended(name, rec.id, submitted)
             self._inflight.pop(rec.id, None)
             if self._inflight_owner.pop(rec.id, None) in self._capped:
                 self._wake.set()  # this user's next due jobs may go now

@@ -3,15 +3,17 @@
 One :class:`Inventories` per engine. An inventory is read again before a placement when
 it is older than ``max_age`` seconds, or when it was marked stale (a submission changed
 the world: :meth:`Inventories.mark_stale`) and is at least ``min_reread`` seconds old.
-Until then the placements made since the last read are taken off it
-(:meth:`Inventories.book`), so a stream of submissions costs one read per
-``min_reread``, not one per submission, and books no host twice. A read drops the
-bookings made before it started (the back end's answer holds them) and keeps the
-later ones. A background task per back end (:meth:`Inventories.refresh_forever`) keeps
-it from growing old while nothing is placed (every 60 s; every 5 s until the first
-read succeeds). The topology is built once per inventory read and partition, not once
-per placement. A back end that cannot answer keeps its last inventory (or none):
-placement then lets the back end choose.
+Until then every placement whose job is being submitted, or was submitted after the
+last read was asked for, is taken off it (:meth:`Inventories.book`,
+:meth:`Inventories.ended`), so a stream of submissions costs one read per
+``min_reread``, not one per submission, and no host is booked twice by the bridge. A
+read drops the bookings of jobs whose submission ended before it was asked for (the
+back end's answer holds them); a failed submission's booking goes at once; an answer
+to a read asked for before the last one taken is ignored. A background task per back
+end (:meth:`Inventories.refresh_forever`) keeps it from growing old while nothing is
+placed (every 60 s; every 5 s until the first read succeeds). The topology is built
+once per inventory read and partition, not once per placement. A back end that cannot
+answer keeps its last inventory (or none): placement then lets the back end choose.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ class Inventories:
         self._read_at: dict[str, float] = {}
         #: back end -> when a submission last made its inventory stale (monotonic)
         self._stale_at: dict[str, float] = {}
-        #: back end -> the placements booked since its inventory was asked for
-        self._booked: dict[str, list[PlacementDecision]] = {}
+        #: back end -> job id -> its placement and when its submission ended (None:
+        #: still being submitted), until a read asked for after that end
+        self._booked: dict[str, dict[int, tuple[PlacementDecision, float | None]]] = {}
         #: back end -> (the inventory, its topologies by the id of their units, which
         #: the inventory holds: see Inventory.switches_for)
         self._topology: dict[str, tuple[Inventory, dict[int, Topology]]] = {}
@@ -56,40 +59,57 @@ class Inventories:
         """The last inventory read from back end ``name`` (None before the first)."""
         return self._inventory.get(name)
 
-    def set(self, name: str, inventory: Inventory, asked_at: float | None = None,
-            booked: int | None = None) -> None:
+    def set(self, name: str, inventory: Inventory, asked_at: float | None = None) -> None:
         """``inventory`` is ``name``'s, as the back end answered a read asked for at
-        ``asked_at`` (default: now), when ``booked`` placements (default: all) were
-        booked: those are in the answer and dropped, a later stale mark stays."""
+        ``asked_at`` (default: now): the bookings of submissions that ended before then
+        are in it and dropped; a stale mark made since stays. An answer to a read
+        asked for before the one in place is ignored (reads may overlap)."""
         asked_at = time.monotonic() if asked_at is None else asked_at
+        if asked_at < self._read_at.get(name, STALE):
+            return
         self._inventory[name] = inventory
         self._read_at[name] = asked_at
         if self._stale_at.get(name, STALE) < asked_at:
             self._stale_at.pop(name, None)
-        kept = self._booked.get(name, [])
-        self._booked[name] = kept[len(kept) if booked is None else booked:]
+        booked = self._booked.get(name)
+        if booked:
+            self._booked[name] = {job_id: (d, end) for job_id, (d, end) in booked.items()
+                                  if end is None or end >= asked_at}
 
     def mark_stale(self, name: str) -> None:
         """A submission changed ``name``: its inventory is read again before a
         placement once it is ``min_reread`` seconds old."""
         self._stale_at[name] = time.monotonic()
 
-    def book(self, name: str, decision: PlacementDecision) -> None:
-        """A fitting placement on ``name``: taken off its inventory until a read asked
-        for after this (module docstring)."""
+    def book(self, name: str, job_id: int, decision: PlacementDecision) -> None:
+        """Job ``job_id`` is placed on ``name`` by a fitting ``decision`` and its
+        submission starts: its hosts are taken off the inventory until :meth:`ended`
+        says it failed, or a read asked for after it ended (module docstring)."""
         if decision.placement is not None and decision.placement.fits:
-            self._booked.setdefault(name, []).append(decision)
+            self._booked.setdefault(name, {})[job_id] = (decision, None)
+
+    def ended(self, name: str, job_id: int, submitted: bool) -> None:
+        """Job ``job_id``'s submission to ``name`` ended: it is in its back end
+        (``submitted``: its booking stays until a read asked for from now), or it is
+        not (its booking goes now)."""
+        booked = self._booked.get(name, {})
+        if job_id not in booked:
+            return
+        if submitted:
+            booked[job_id] = (booked[job_id][0], time.monotonic())
+        else:
+            del booked[job_id]
 
     def booked(self, name: str) -> list[PlacementDecision]:
-        """The placements booked on ``name`` since its inventory was asked for."""
-        return list(self._booked.get(name, ()))
+        """The placements booked on ``name`` and not yet in its inventory."""
+        return [decision for decision, _ in self._booked.get(name, {}).values()]
 
     async def read(self, name: str, backend: Backend) -> None:
         """Read ``name``'s inventory now (at most :data:`READ_TIMEOUT` s);
         BackendUnavailable or TimeoutError if it cannot."""
-        asked_at, booked = time.monotonic(), len(self._booked.get(name, ()))
+        asked_at = time.monotonic()
         inventory = await asyncio.wait_for(backend.inventory(), READ_TIMEOUT)
-        self.set(name, inventory, asked_at, booked)
+        self.set(name, inventory, asked_at)
 
     async def fresh(self, name: str, backend: Backend) -> Inventory | None:
         """``name``'s inventory, read again first when it is older than ``max_age``, or
@@ -132,8 +152,8 @@ class Inventories:
         while True:
             await asyncio.sleep(interval if name in self._inventory else 5.0)
             try:
-                asked_at, booked = time.monotonic(), len(self._booked.get(name, ()))
-                self.set(name, await backend.inventory(), asked_at, booked)
+                asked_at = time.monotonic()
+                self.set(name, await backend.inventory(), asked_at)
             except BackendUnavailable as exc:
                 log.info("inventory not available", backend=name, error=str(exc))
             except Exception:
@@ -145,8 +165,8 @@ class PassTopologies:
 
     The inventory is read (if old) at most once per pass, at the first job that needs
     it, whatever partitions the jobs name; each partition's topology is built from that
-    one snapshot, once per distinct topology, with the hosts booked since the snapshot
-    was asked for (by earlier passes, :meth:`Inventories.booked`, and by this one,
+    one snapshot, once per distinct topology, with the hosts the snapshot does not hold
+    yet (jobs of earlier passes, :meth:`Inventories.booked`, and of this one,
     :meth:`book`) taken from it, so no host is booked twice whichever topology a job
     reads.
     """
@@ -179,10 +199,12 @@ class PassTopologies:
                 self._inventories.topology(self._name, inventory, partition), self._booked)
         return self._built[key]
 
-    def book(self, decision: PlacementDecision) -> None:
-        """Take a fitting placement's hosts from every topology of the pass."""
+    def book(self, job_id: int, decision: PlacementDecision) -> None:
+        """Take a fitting placement's hosts (job ``job_id``'s, whose submission starts)
+        from every topology of the pass, and from the inventory until the back end's
+        answer holds them (:meth:`Inventories.book`)."""
         if decision.placement is None or not decision.placement.fits:
             return
-        self._inventories.book(self._name, decision)
+        self._inventories.book(self._name, job_id, decision)
         self._booked.append(decision)
         self._built = {k: booked_in(t, [decision]) for k, t in self._built.items()}

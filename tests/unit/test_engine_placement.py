@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,6 @@ from typing import Any
 import pytest
 
 from bridge.engine import Engine, EngineSettings
-from bridge.inventories import Inventories
 from bridge.model import ANN_BACKEND, ANN_SCHEDULING, TrainJob
 from bridge.nodes import Inventory
 from bridge.placement_decision import booked_in, plan_placement
@@ -205,42 +203,6 @@ async def test_a_stream_of_submissions_reads_once_and_books_what_it_placed(
     assert e.store.get(first.id).state is JobState.SUBMITTED
     assert e.store.get(second.id).state is JobState.SUBMITTED
     assert "queues it" in (e.store.get(third.id).placement or {})["note"]
-
-
-async def test_a_read_drops_the_bookings_made_before_it_was_asked_for() -> None:
-    """What was booked before a read started is in the back end's answer; what was
-    booked while it ran is not, and stays booked; a stale mark made during the read
-    stays too."""
-    decision = plan_placement(trainjob(cpus_per_task=2), RuntimeCatalog().resolve(
-        trainjob(cpus_per_task=2)), SchedulingOptions(cpus_per_task=2), "nodelist",
-        topology_from_inventory(inventory()), 0.0, 0.0)
-    assert decision.placement is not None and decision.placement.fits
-    backend = FakeBackend(inventory())
-    inventories = Inventories(max_age=3600, min_reread=0.0)
-    await inventories.read("slurm", backend)
-    inventories.book("slurm", decision)  # before the next read: dropped by it
-    release = asyncio.Event()
-    real = backend.inventory
-
-    async def slow() -> Inventory:
-        await release.wait()
-        return await real()
-
-    backend.inventory = slow  # type: ignore[method-assign]
-    reading = asyncio.create_task(inventories.read("slurm", backend))
-    await asyncio.sleep(0)  # the read has started
-    later = replace(decision)
-    inventories.book("slurm", later)
-    inventories.mark_stale("slurm")
-    release.set()
-    await reading
-    kept = inventories.booked("slurm")
-    assert len(kept) == 1 and kept[0] is later
-    await inventories.fresh("slurm", backend)  # still stale: read again
-    assert inventories.booked("slurm") == []
-    calls = backend.inventory_calls
-    await inventories.fresh("slurm", backend)  # fresh now: not read
-    assert backend.inventory_calls == calls
 
 
 async def test_placement_none_mode_reads_nothing(tmp_path: Path) -> None:

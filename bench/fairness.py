@@ -126,10 +126,14 @@ class PeakRss:
         self._thread.join()
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system CPU seconds of a process so far (``children``: with those of its
+    children it has waited for, e.g. the commands a daemon runs)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def api_probe(daemon: Daemon, n: int, submit: bool = False) -> list[float]:

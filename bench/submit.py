@@ -15,8 +15,8 @@ and the ratios ``bridge / baseline`` (below 1: the bridge is faster); then
 ``--parallel-jobs`` (200) submissions from ``--clients`` (16) threads at once, each a
 loop of ``sbatch --wrap true`` as alice, then of ``tbatch --wrap true`` as alice, then of
 ``POST /v1/jobs`` (one API client per thread), each until every job is in Slurm
-(sbatch: when the last returns; the bridge: when the daemon shows a Slurm id for
-each), as jobs per second and their ratios (above 1: the bridge
+(sbatch: when the last returns; the bridge: when the daemon has none left Pending,
+looked at every 20 ms), as jobs per second and their ratios (above 1: the bridge
 is faster).
 
     .venv/bin/python bench/submit.py [--jobs 50] [--clients 16] [--parallel-jobs 200]
@@ -25,6 +25,8 @@ is faster).
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.fairness import cpu_seconds
+from bench.scale import pid_of, slurm_config
 from tests.integration.bed import (
     Daemon,
     cleanup,
@@ -105,24 +109,23 @@ def main() -> int:
         cli = timed(tbatch, n)
         start = time.perf_counter()
         rest = timed(api, n)
-
-        def all_handed_over() -> bool:
-            items = daemon.api("GET", "/v1/jobs", params={"states": "all"}).json()["items"]
-            return sum(1 for j in items if j["backendId"]) >= 2 * n
-
-        wait_for(all_handed_over, 300, "all jobs to reach Slurm", 0.05)
+        wait_handed_over(daemon, "all jobs to reach Slurm")
         handover = time.perf_counter() - start
         squeue = timed(lambda: subprocess.run(["squeue", "--json"], check=True,
                                               capture_output=True), 10)
         listing = timed(lambda: daemon.api("GET", "/v1/jobs",
                                            params={"states": "all"}).raise_for_status(), 10)
         total, clients = args.parallel_jobs, args.clients
+        assert daemon.proc is not None
+        meter = CpuMeter({"daemon": daemon.proc.pid,
+                          "slurmctld": int(Path(slurm_config("SlurmctldPidFile")).read_text()),
+                          "slurmrestd": pid_of(env["SLURMRESTD_SOCKET"], "slurmrestd")})
+        meter.start()
         par_sbatch = at_once(sbatch, total, clients)
-        handed = handed_over(daemon)
+        cpu_sbatch = meter.take(total)
         start = time.perf_counter()
         at_once(tbatch, total, clients)
-        wait_for(lambda: handed_over(daemon) >= handed + total, 600,
-                 "the parallel tbatch jobs to reach Slurm", POLL)
+        wait_handed_over(daemon, "the parallel tbatch jobs to reach Slurm")
         par_tbatch = time.perf_counter() - start
         # One client per thread (an httpx client is not shared), made before the clock.
         pool = [httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket)),
@@ -137,12 +140,12 @@ def main() -> int:
                     local.client = pool[next(turns)]
             local.client.post("/v1/jobs", json=WRAP_JOB).raise_for_status()
 
-        handed = handed_over(daemon)
+        meter.start()
         start = time.perf_counter()
         at_once(post, total, clients)
-        wait_for(lambda: handed_over(daemon) >= handed + total, 600,
-                 "the parallel API jobs to reach Slurm", POLL)
+        wait_handed_over(daemon, "the parallel API jobs to reach Slurm")
         par_api = time.perf_counter() - start
+        cpu_api = meter.take(total)
         for client in pool:
             client.close()
     finally:
@@ -172,12 +175,45 @@ def main() -> int:
           f"Python process: its start bounds it)")
     print(f"  API / sbatch (jobs/s)     {par_sbatch / par_api:6.2f}  (the daemon's side; "
           f"goal >= 1.0)")
+    print(f"CPU ms per job in those runs ({os.cpu_count()} CPUs; 'clients' is this process "
+          f"and its children: sbatch as alice, or the API clients):")
+    for name in cpu_api:
+        print(f"  {name:<12} sbatch loops {cpu_sbatch[name]:6.2f}   API clients "
+              f"{cpu_api[name]:6.2f}")
+    print(f"  {'all':<12} sbatch loops {sum(cpu_sbatch.values()):6.2f}   API clients "
+          f"{sum(cpu_api.values()):6.2f}")
     return 0
 
 
-#: Seconds between two looks at the daemon's listing while its jobs reach Slurm (each
-#: look is the daemon's work too: not too often).
-POLL = 0.5
+#: Seconds between two looks at the daemon while its jobs reach Slurm: each look asks
+#: for one job still Pending (a few hundred microseconds of the daemon's time), so the
+#: wait ends within this much of the last hand-over.
+POLL = 0.02
+
+
+class CpuMeter:
+    """CPU seconds of named processes (with the commands they ran: the daemon's
+    ``scontrol`` and ``sbatch``), and of this process with its children, between
+    :meth:`start` and :meth:`take`."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {name: pid for name, pid in pids.items() if pid is not None}
+        self._at: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = {name: cpu_seconds(pid, children=True) for name, pid in self.pids.items()}
+        out["clients"] = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+        return out
+
+    def start(self) -> None:
+        self._at = self._now()
+
+    def take(self, jobs: int) -> dict[str, float]:
+        """Milliseconds of CPU per job of each since :meth:`start`."""
+        now = self._now()
+        return {name: (now[name] - self._at[name]) * 1e3 / jobs for name in now}
 
 
 def at_once(fn: Callable[[], None], total: int, clients: int) -> float:
@@ -188,10 +224,18 @@ def at_once(fn: Callable[[], None], total: int, clients: int) -> float:
     return time.perf_counter() - start
 
 
-def handed_over(daemon: Daemon) -> int:
-    """Jobs of the daemon with a Slurm id, in any state."""
-    items = daemon.api("GET", "/v1/jobs", params={"states": "all", "limit": "5000"}).json()
-    return sum(1 for j in items["items"] if j["backendId"])
+def wait_handed_over(daemon: Daemon, what: str) -> None:
+    """Until no job of the daemon is Pending: every job it admitted has reached Slurm
+    (the runs before each measure have left none Pending); a failed job fails the
+    bench (a refusal is no hand-over)."""
+    def none_pending() -> bool:
+        page = daemon.api("GET", "/v1/jobs", params={"states": "Pending", "limit": "1"})
+        return not page.json()["items"]
+
+    wait_for(none_pending, 600, what, POLL)
+    failed = daemon.api("GET", "/v1/jobs", params={"states": "Failed", "limit": "1"})
+    if failed.json()["items"]:
+        raise SystemExit(f"a job failed instead of reaching Slurm: {failed.json()['items'][0]}")
 
 
 if __name__ == "__main__":

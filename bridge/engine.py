@@ -115,6 +115,8 @@ class Engine:
         self._inflight_owner: dict[int, int] = {}
         self._load: Counter[int] = Counter()
         self._capped: set[int] = set()
+        #: Users whose due jobs the next pass reads in full (reconcile_once).
+        self._read_all: set[int] = set()
         self._signals = Signals(store, self.backends)
         self._status = StatusTracker(store, settings, forget=self._forget)
         self._dependencies = DependencyGate(
@@ -311,22 +313,31 @@ class Engine:
         now = time.time()
         self._arrays.changed(self._dependencies.wake(now, self._arrays.watching), now)
         # Only what is due, and only what has a cancel to send: a pass costs what
-        # changed, not every job the daemon tracks. A user with max_parallel_submits
-        # submissions in flight has no turn this pass: their due jobs are not even read
-        # (a burst of one user's submissions would cost a pass per admission each), only
-        # those tried before or asked to cancel; the end of one of their submissions
-        # wakes the loop (_capped).
+        # changed, not every job the daemon tracks. A user with N of their
+        # max_parallel_submits turns free has only their first N due jobs read (a burst
+        # of one user's submissions would cost a pass reading all of them per
+        # admission), and those tried before or asked to cancel; a user with none free
+        # has only those read, and the end of one of their submissions wakes the loop
+        # (_capped). When the jobs read did not take every free turn (held by their
+        # dependency, throttle or topology), the next pass, at once, reads all of the
+        # user's due jobs: no job waits behind others that cannot go.
         self._load = Counter(self._inflight_owner.values())
         self._capped.clear()
+        read_all, self._read_all = self._read_all, set()
         cap = self.settings.max_parallel_submits
+        taken: Counter[int] = Counter()
+        cut: set[int] = set()
         wanted: list[int] = []
         for job_id, owner_uid, look in self.store.due_keys(now):
             if job_id in self._inflight:
                 continue
-            if look or self._load[owner_uid] < cap:
+            if look or owner_uid in read_all or taken[owner_uid] < cap - self._load[owner_uid]:
+                taken[owner_uid] += not look
                 wanted.append(job_id)
-            else:
+            elif self._load[owner_uid] >= cap:
                 self._capped.add(owner_uid)
+            else:
+                cut.add(owner_uid)
         due = self.store.by_ids(wanted)
         # Cancelled before reaching the world, and never attempted: done here.
         for rec in [r for r in due if r.cancel_requested and r.attempts == 0]:
@@ -351,6 +362,12 @@ class Engine:
                 await self._submit_due(name, self.backends[name], records)
             except Exception:  # cancels below, and other back ends, must still go on
                 log.exception("submitting due jobs failed", backend=name)
+        # Users with due jobs not read: those whose turns are all taken now are woken by
+        # the end of a submission; those left with turns free are read in full at once.
+        for uid in cut:
+            (self._read_all if self._load[uid] < cap else self._capped).add(uid)
+        if self._read_all:
+            self._wake.set()
         await self._signals.send_cancels(now)
         await self._signals.send_suspends()
 

@@ -107,6 +107,72 @@ async def test_a_capped_users_due_jobs_are_not_read_in_a_pass(tmp_path: Path) ->
     e.store.close()
 
 
+class PerJobGates(FakeBackend):
+    """Each submission waits for its own gate (``gates[job id]``)."""
+
+    def __init__(self) -> None:
+        super().__init__(inventory())
+        self.gates: dict[int, asyncio.Event] = {}
+
+    async def submit(self, request: SubmitRequest) -> str:
+        await self.gates.setdefault(request.job_id, asyncio.Event()).wait()
+        return await super().submit(request)
+
+
+async def test_a_pass_reads_as_many_due_jobs_as_the_user_has_free_turns(
+        tmp_path: Path) -> None:
+    """Of 30 due jobs and 2 turns, a pass reads 2; the end of one submission wakes the
+    loop, whose pass reads 1 (not the other 27)."""
+    backend = PerJobGates()
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+               EngineSettings(default_backend="slurm", max_parallel_submits=2))
+    bobs = [e.admit(new_trainjob(), BOB) for _ in range(30)]
+    read: list[int] = []
+    real = e.store.by_ids
+
+    def spied(ids: list[int]) -> list:  # type: ignore[type-arg]
+        read.extend(ids)
+        return real(ids)
+
+    e.store.by_ids = spied  # type: ignore[method-assign]
+    await e.reconcile_once()
+    await settle()
+    assert read == [bobs[0].id, bobs[1].id] and sorted(e._inflight) == read
+    read.clear()
+    e._wake.clear()
+    backend.gates.setdefault(bobs[0].id, asyncio.Event()).set()
+    await settle()
+    assert e._wake.is_set(), "the end of a capped user's submission must wake the loop"
+    await e.reconcile_once()
+    await settle()
+    assert read == [bobs[2].id] and sorted(e._inflight) == [bobs[1].id, bobs[2].id]
+    for gate in [*backend.gates.values(), *(backend.gates.setdefault(r.id, asyncio.Event())
+                                            for r in bobs)]:
+        gate.set()
+    e.store.close()
+
+
+async def test_no_job_waits_behind_jobs_that_cannot_go(tmp_path: Path) -> None:
+    """A user's first due jobs wait for their topology: the pass that read only them
+    leaves turns free, so the next one, at once, reads the user's other jobs."""
+    backend = FakeBackend(inventory(busy=("node1", "node3")))
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+               EngineSettings(default_backend="slurm", max_parallel_submits=2,
+                              placement_max_age=3600))
+    waiting = [e.admit(trainjob(switches=1, switches_wait_minutes=600), ALICE)
+               for _ in range(3)]
+    plain = e.admit(trainjob(nodes=1), ALICE)
+    e._wake.clear()
+    await e.reconcile_once()
+    await settle()
+    assert not backend.submitted and e._wake.is_set()
+    await e.reconcile_once()
+    await settle()
+    assert [r.job_id for r in backend.submitted] == [plain.id]
+    assert all(e.store.get(w.id).reason == "WaitingForTopology" for w in waiting)
+    e.store.close()
+
+
 async def test_a_task_in_flight_counts_against_its_throttle(tmp_path: Path) -> None:
     backend = GatedBackend()
     e = engine(tmp_path, backend, slots=1)  # one sbatch at a time: task 1 waits for it

@@ -139,12 +139,17 @@ def _template(framework: Framework, image: str) -> dict[str, Any]:
     """The JobSet template of a built-in runtime, laid out as the bridge's JobSets are
     (k8s_adapter/jobset.py) and as Trainer's runtimes are: MPI has a ``launcher`` (the
     trainer: it runs the command) and ``node`` (the other ranks); the rest one ``node``.
-    It carries no command: a TrainJob brings its own (or is refused)."""
+    It carries no command: a TrainJob brings its own (or is refused). An MPI runtime's
+    JobSet succeeds when its launcher does (the other ranks serve ``sshd`` until
+    stopped), as Trainer's own MPI runtimes say: without it, Trainer's controller (or
+    any reader of the runtime) would wait for ``node`` jobs that never end."""
     if framework is Framework.MPI:
         jobs = [_replicated_job(LAUNCHER, image, trainer=True),
                 _replicated_job(NODE, image, trainer=False)]
-    else:
-        jobs = [_replicated_job(NODE, image, trainer=True)]
+        return {"spec": {"successPolicy": {"operator": "All",
+                                           "targetReplicatedJobs": [LAUNCHER]},
+                         "replicatedJobs": jobs}}
+    jobs = [_replicated_job(NODE, image, trainer=True)]
     return {"spec": {"replicatedJobs": jobs}}
 
 

@@ -276,7 +276,9 @@ def _pod_template(name: str, rjob: str, request: SubmitRequest, options: JobSetO
     resources = container_resources(request)
     if resources:
         container["resources"] = resources
-    if request.plan.framework is Framework.TORCH:
+    if request.plan.framework in (Framework.TORCH, Framework.JAX, Framework.XGBOOST):
+        # Trainer v2.3 opens its trainer port on the node container of these three
+        # (recorded: tests/fixtures/trainer-v2.3-jobsets/).
         container["ports"] = [{"containerPort": TORCH_PORT}]
     spec: dict[str, Any] = {"restartPolicy": trainer_layout.restart_policy(
         request.plan.extra.get(trainer_layout.TEMPLATE_KEY), rjob,

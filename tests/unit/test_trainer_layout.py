@@ -1,14 +1,16 @@
 """Golden test: the bridge's JobSet has the layout Kubeflow Trainer v2.3 gives the same
-TrainJob (tests/fixtures/trainer-v2.3-jobsets/, derived from Trainer's source: see
-the README there and each file's header).
+TrainJob (tests/fixtures/trainer-v2.3-jobsets/, recorded from Trainer v2.3.0's real
+controller by testbed/k8s/record-trainer-jobsets.sh: see the README there and each
+file's header).
 
-Both sides first get JobSet's webhook defaults (what a cluster's JobSet would hold),
-then the layout fields are compared: replicated jobs (by name), replicas,
-parallelism, completions, completionMode, backoffLimit, restartPolicy, container
-names and ports, every environment variable Trainer sets (and no other ``PET_*``),
-the MPI volumes with their sources and mount paths, the hostfile, the success and
-failure policies. What the bridge adds on purpose (``JOBSET_*`` variables, the
-hostfile on every MPI pod, labels, DNS settings written out) is allowed beside them.
+The recorded JobSets already hold JobSet's webhook defaults; both sides get them (and
+Kubernetes' Job and container-port defaults) before the layout fields are compared:
+replicated jobs (by name), replicas, parallelism, completions, completionMode,
+backoffLimit, restartPolicy, container names and ports, every environment variable
+Trainer sets (and no other ``PET_*``), the MPI volumes with their sources and mount
+paths, the hostfile, the success and failure policies. What the bridge adds on
+purpose (``JOBSET_*`` variables, the hostfile on every MPI pod, labels, DNS settings
+written out) is allowed beside them.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ def jobset_defaults(spec: dict[str, Any]) -> dict[str, Any]:
         job = rj["template"]["spec"]
         job.setdefault("completionMode", "Indexed")
         job.setdefault("backoffLimit", JOB_BACKOFF_LIMIT)
-        job["template"]["spec"].setdefault("restartPolicy", "OnFailure")
+        pod = job["template"]["spec"]
+        pod.setdefault("restartPolicy", "OnFailure")
+        for container in pod.get("containers") or []:
+            for port in container.get("ports") or []:
+                port.setdefault("protocol", "TCP")  # the JobSet CRD schema default
     return out
 
 
@@ -119,4 +125,4 @@ def test_the_fixtures_say_where_they_come_from() -> None:
     assert {"torch-distributed.yaml", "mpi-distributed.yaml"} <= set(CASES)
     for name in CASES:
         head = (FIXTURES / name).read_text().split("\ntrainJob:")[0]
-        assert "DERIVED FROM TRAINER'S SOURCE" in head and "kubeflow/trainer" in head
+        assert "RECORDED" in head and "kubeflow/trainer" in head

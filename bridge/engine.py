@@ -331,7 +331,11 @@ class Engine:
         for job_id, owner_uid, look in self.store.due_keys(now):
             if job_id in self._inflight:
                 continue
-            if look or owner_uid in read_all or taken[owner_uid] < cap - self._load[owner_uid]:
+            free = cap - self._load[owner_uid]
+            # A follow-up pass reads every user with a free turn in full: no user is cut
+            # in it, so follow-ups of two users cannot wake each other forever.
+            if look or owner_uid in read_all or (read_all and free > 0) \
+                    or taken[owner_uid] < free:
                 taken[owner_uid] += not look
                 wanted.append(job_id)
             elif self._load[owner_uid] >= cap:
@@ -364,8 +368,9 @@ class Engine:
                 log.exception("submitting due jobs failed", backend=name)
         # Users with due jobs not read: those whose turns are all taken now are woken by
         # the end of a submission; those left with turns free are read in full at once.
+        live = Counter(self._inflight_owner.values())  # ends during the pass count
         for uid in cut:
-            (self._read_all if self._load[uid] < cap else self._capped).add(uid)
+            (self._read_all if live[uid] < cap else self._capped).add(uid)
         if self._read_all:
             self._wake.set()
         await self._signals.send_cancels(now)
@@ -457,7 +462,8 @@ class Engine:
     async def _submit(self, name: str, backend: Backend, rec: JobRecord,
                       decision: PlacementDecision | None = None) -> None:
         claimed: JobRecord | None = None
-        submitted = False
+        #: The job is, or may be, in its back end: its hosts stay booked (finally).
+        reached = False
         try:
             async with self._submit_slots:
                 now = time.time()
@@ -499,6 +505,7 @@ class Engine:
                     log.warning("back end rejected job", job_id=rec.id, error=str(exc))
                     return
                 except (BackendUnavailable, TimeoutError) as exc:
+                    reached = True  # a cut-off sbatch may have queued it
                     self._retry_later(rec, exc)
                     return
                 message = f"{name} job {backend_id}"
@@ -509,7 +516,7 @@ class Engine:
                 record = self.store.transition(rec.id, JobState.SUBMITTED, "Submitted",
                                                message, backend_id=backend_id,
                                                submitting_since=None)
-                submitted = True
+                reached = True
                 early = self._status.early.pop(rec.uid, None)
                 if early is not None and early.backend_id == backend_id:
                     self._apply_one(record, early)
@@ -522,7 +529,7 @@ class Engine:
         finally:
             # Its hosts stay booked until the inventory holds the job; a job that did
             # not reach its back end frees them now.
-            self._inventories.ended(name, rec.id, submitted)
+            self._inventories.ended(name, rec.id, reached)
             self._inflight.pop(rec.id, None)
             if self._inflight_owner.pop(rec.id, None) in self._capped:
                 self._wake.set()  # this user's next due jobs may go now

@@ -7,6 +7,7 @@ a whole array reads each task afresh (bridge/service.py)."""
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ import bridge.service as service_module
 from bridge.backend import SubmitRequest
 from bridge.engine import Engine, EngineSettings
 from bridge.feed import EventFeed
+from bridge.model import ANN_BACKEND
+from bridge.nodes import Inventory
 from bridge.runtimes import RuntimeCatalog
 from bridge.service import ARRAY_STEP, JobService
 from bridge.states import JobState
@@ -170,6 +173,73 @@ async def test_no_job_waits_behind_jobs_that_cannot_go(tmp_path: Path) -> None:
     await settle()
     assert [r.job_id for r in backend.submitted] == [plain.id]
     assert all(e.store.get(w.id).reason == "WaitingForTopology" for w in waiting)
+    e.store.close()
+
+
+async def test_two_users_with_jobs_waiting_for_topology_do_not_spin_the_loop(
+        tmp_path: Path) -> None:
+    """Alice's and Bob's first due jobs wait for their topology (for good), Bob's due
+    one pass after Alice's: a pass that follows a wake-up reads every user with a free
+    turn in full, so the follow-ups of two users do not wake each other forever."""
+    backend = FakeBackend(inventory(busy=("node1", "node3")))
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
+               EngineSettings(default_backend="slurm", max_parallel_submits=2,
+                              placement_max_age=3600))
+    for _ in range(3):
+        e.admit(trainjob(switches=1, switches_wait_minutes=600), ALICE)
+    e._wake.clear()
+    await e.reconcile_once()
+    await settle()
+    for _ in range(3):
+        e.admit(trainjob(switches=1, switches_wait_minutes=600), BOB)
+    woken = []
+    for _ in range(8):  # as run() does: clear, pass, wait for a wake
+        e._wake.clear()
+        await e.reconcile_once()
+        await settle()
+        woken.append(e._wake.is_set())
+    assert not backend.submitted
+    # A pass may wake one follow-up; a follow-up wakes none (no busy loop).
+    assert not any(a and b for a, b in pairwise(woken)), woken
+    e.store.close()
+
+
+class GatedInventory(FakeBackend):
+    """A second back end whose inventory read waits for :attr:`gate`."""
+
+    def __init__(self) -> None:
+        super().__init__(inventory())
+        self.gate = asyncio.Event()
+
+    async def inventory(self) -> Inventory:
+        await self.gate.wait()
+        return await super().inventory()
+
+
+async def test_a_user_whose_submissions_end_during_the_pass_is_woken(
+        tmp_path: Path) -> None:
+    """Alice (2 turns, 5 due jobs on slurm) has 2 read; both submissions end while the
+    pass waits for another back end's inventory: her other 3 must not wait for the
+    next poll (the pass sorts her by the submissions still in flight at its end)."""
+    slurm, k8s = FakeBackend(inventory()), GatedInventory()
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": slurm, "k8s": k8s},
+               RuntimeCatalog(), EngineSettings(default_backend="slurm",
+                                                max_parallel_submits=2))
+    alice = [e.admit(new_trainjob(), ALICE) for _ in range(5)]
+    other = trainjob(nodes=1)
+    other.metadata.annotations[ANN_BACKEND] = "k8s"
+    e.admit(other, BOB)
+    e._wake.clear()
+    passing = asyncio.create_task(e.reconcile_once())
+    for _ in range(200):
+        await asyncio.sleep(0)
+        if len(slurm.submitted) == 2 and not any(a.id in e._inflight for a in alice):
+            break
+    assert len(slurm.submitted) == 2 and not any(a.id in e._inflight for a in alice)
+    k8s.gate.set()
+    await passing
+    assert e._wake.is_set(), "alice's other due jobs would wait for the next poll"
+    await asyncio.gather(*e._inflight.values())
     e.store.close()
 
 

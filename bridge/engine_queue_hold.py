@@ -10,7 +10,9 @@ the jobs whose ``jobs.held`` is set, see :mod:`bridge.engine_hold`):
   its nodes) clears the hold (``held`` and ``spec.suspend``), reason ``SuspendRefused``
   with the back end's words.
 * ``Released``/``ReleasedAdmin``: the release is sent (as root for an administrator's
-  hold) while the job's reason still shows a hold, then the mark is cleared; a refusal
+  hold) when this process sent the hold, else while the job's reason still shows a hold
+  (after a restart; a reason is not trusted to end a hold this process made: it may
+  come from a listing asked for before the hold), then the mark is cleared; a refusal
   clears it too (nothing is left to release).
 * Nothing is sent for a job with a cancel asked for; an unreachable back end is asked
   again next pass; at most ``per_user`` requests per user go out in a pass, counted with
@@ -52,10 +54,16 @@ class QueueHolds:
     def applied(self, rec: JobRecord) -> bool:
         """Whether the back end has what ``rec.held`` asks (module docstring)."""
         held = rec.held or ""
-        if self._sent.get(rec.id) == held:
+        sent = self._sent.get(rec.id)
+        if sent == held:
             return True
         if held in HELD_IN_QUEUE:
             return rec.reason == held
+        if sent in HELD_IN_QUEUE:
+            # This process held it: only the release it sends ends that hold. The
+            # reason shown may come from a listing asked for before the hold (a slow
+            # poll applied after it), which shows no hold yet.
+            return False
         return rec.reason not in HELD_IN_QUEUE  # a release: no hold shown any more
 
     async def send(self, rec: JobRecord, backend: QueueHolding,

@@ -168,6 +168,22 @@ async def test_a_release_the_back_end_already_applied_is_not_sent_again(
     assert len(backend.sent) == 1 and e.store.get(rec.id).held is None
 
 
+async def test_a_stale_report_after_a_hold_does_not_swallow_the_release(
+        tmp_path: Path) -> None:
+    """A poll asked for before root's hold and applied after it shows the job's old
+    reason (no hold): root's release must still be sent (else Slurm keeps the job
+    held for good while the bridge believes it released)."""
+    e, backend, service, rec = await submitted(tmp_path)
+    service.hold(rec, ROOT)
+    await e.reconcile_once()
+    assert backend.sent == [(rec.backend_id, True, "root")]
+    shown(e, rec, "BeginTime")  # the slow listing, from before the hold
+    service.release(e.store.get(rec.id), ROOT)
+    await e.reconcile_once()
+    assert backend.sent[-1] == (rec.backend_id, False, "root")
+    assert e.store.get(rec.id).held is None
+
+
 async def test_a_refused_hold_is_cleared_and_may_be_asked_again(tmp_path: Path) -> None:
     e, backend, service, rec = await submitted(tmp_path)
     backend.refuse = True  # it started meanwhile

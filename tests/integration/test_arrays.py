@@ -69,8 +69,15 @@ def test_an_array_runs_as_sbatchs_does_on_slurm(daemon: Daemon, outdir: Path) ->
     assert theirs.returncode == 0, theirs.stderr
     sbatch_id = theirs.stdout.strip().split(";")[0]
     ours = submit(daemon, "-J", "ours", str(script), cwd=outdir)
-    shown = daemon.cli("alice", "tqueue", "-h", "-j", str(ours), "-t", "all", "-o", "%i")
-    assert sorted(shown.stdout.split()) == [f"{ours}_{i}" for i in (1, 3, 5, 7)], shown
+
+    def shown() -> list[str]:
+        out = daemon.cli("alice", "tqueue", "-h", "-j", str(ours), "-t", "all", "-o", "%i")
+        return sorted(out.stdout.split())
+
+    # Tasks not yet in Slurm are folded as squeue folds them (A_[1,3,5%3]); once the
+    # throttle's three went, each task is a line of its own (the fourth waits alone).
+    wait_for(lambda: shown() == [f"{ours}_{i}" for i in (1, 3, 5, 7)], 60,
+             f"tqueue to show each task of {ours}")
     tasks = all_ended(daemon, ours, 4)
     assert [t["state"] for t in tasks] == ["Succeeded"] * 4, tasks
     assert [t["id"] for t in tasks] == list(range(ours, ours + 4))  # task ids follow A

@@ -146,6 +146,9 @@ def test_cancel_pending_job_before_it_runs(bed_daemon: Daemon, outdir: Path) -> 
     blocker.write_text("#!/bin/bash\n#SBATCH -N 4 --exclusive\nsleep 60\n")
     script.write_text("#!/bin/bash\n#SBATCH -N 4 --exclusive\necho never\n")
     first = submit(daemon, "alice", blocker, cwd=outdir)
+    # The blocker holds the nodes first: two jobs due at once go to Slurm in parallel
+    # (max_parallel_submits), in either order.
+    daemon.wait_state(first, ["Running"])
     second = submit(daemon, "alice", script, cwd=outdir)
     daemon.wait_state(second, ["Submitted"])
     assert daemon.cli("alice", "tcancel", str(second), str(first)).returncode == 0

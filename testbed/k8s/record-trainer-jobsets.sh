@@ -8,14 +8,8 @@
 #        # OUT_DIR: default tests/fixtures/trainer-v2.3-jobsets of this checkout
 #
 # What it does, and undoes on exit (also on failure or ^C):
-#   * builds cmd/trainer-controller-manager from github.com/kubeflow/trainer/v2 at
-#     TRAINER_VERSION into $TRAINER_BUILD_DIR (default
-#     /var/lib/hpc-bridge-testbed/k8s/trainer-build; never the repository);
-#   * runs it with the admin kubeconfig: certificate management OFF (no Secret, no
-#     webhook configuration patched), the webhook server on 127.0.0.1 with a
-#     throw-away self-signed cert (controller-runtime's cert dir is under $TMPDIR),
-#     NO webhook configuration installed (the apiserver never calls it), no leader
-#     election (no Lease), metrics off, health probes on 127.0.0.1;
+#   * builds and runs Trainer's controller manager with trainer-controller.sh (its
+#     header says how: no certificates, webhook configurations or leader election);
 #   * applies the chart's ClusterTrainingRuntimes (charts/hpc-bridge/files/
 #     runtimes.yaml: the bridge's built-in runtimes, the catalogue
 #     test_trainer_layout.py renders with; the integration tests apply them too);
@@ -42,10 +36,6 @@ BUILD_DIR=${TRAINER_BUILD_DIR:-$STATE/trainer-build}
 NS=${NS:-trainer-record}
 OUT=${1:-$REPO/tests/fixtures/trainer-v2.3-jobsets}
 PY=${PYTHON:-$REPO/.venv/bin/python}
-WEBHOOK_PORT=${TRAINER_WEBHOOK_PORT:-16447}
-HEALTH_PORT=${TRAINER_HEALTH_PORT:-16448}
-MODULE=github.com/kubeflow/trainer/v2
-export PATH=/usr/local/go/bin:$PATH
 
 log() { printf '[record-trainer] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -58,18 +48,11 @@ fi
 kubectl get --raw /readyz >/dev/null || die "the test bed's apiserver is not ready"
 
 # --- build ----------------------------------------------------------------------
-install -d -m 0755 "$BUILD_DIR"
-MOD_JSON=$(go mod download -json "$MODULE@$TRAINER_VERSION")
+CONTROLLER=$HERE/trainer-controller.sh
+bash "$CONTROLLER" build >/dev/null
+MOD_JSON=$(cat "$BUILD_DIR/module.json")
 MOD_DIR=$("$PY" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$MOD_JSON")
 TRAINER_COMMIT=$("$PY" -c 'import json,sys; print(json.load(sys.stdin)["Origin"]["Hash"])' <<<"$MOD_JSON")
-BIN=$BUILD_DIR/trainer-controller-manager
-if [[ ! -x $BIN || $(cat "$BUILD_DIR/.pin" 2>/dev/null) != "$TRAINER_VERSION" ]]; then
-  log "building $MODULE@$TRAINER_VERSION cmd/trainer-controller-manager"
-  (cd "$MOD_DIR" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -mod=readonly \
-    -ldflags "-s -w" -o "$BIN.tmp" ./cmd/trainer-controller-manager)
-  mv -f "$BIN.tmp" "$BIN"
-  printf '%s\n' "$TRAINER_VERSION" >"$BUILD_DIR/.pin"
-fi
 
 # --- what was there before (cleanup deletes only what is new) -------------------
 TMP=$(mktemp -d /tmp/trainer-record.XXXXXX)
@@ -78,7 +61,6 @@ snapshot() {
   kubectl get leases,secrets -A -o custom-columns=N:.metadata.namespace,K:.kind,M:.metadata.name --no-headers
 }
 snapshot | sort >"$TMP/before"
-CTRL_PID=""
 
 cleanup() {
   local rc=$?
@@ -88,12 +70,7 @@ cleanup() {
     # While the controller runs, so that whatever it set is undone by it.
     kubectl -n "$NS" delete trainjobs --all --wait=true --timeout=60s >/dev/null 2>&1
   fi
-  if [[ -n $CTRL_PID ]] && kill -0 "$CTRL_PID" 2>/dev/null; then
-    kill -TERM "$CTRL_PID"
-    for _ in $(seq 1 50); do kill -0 "$CTRL_PID" 2>/dev/null || break; sleep 0.2; done
-    kill -0 "$CTRL_PID" 2>/dev/null && kill -KILL "$CTRL_PID"
-    wait "$CTRL_PID" 2>/dev/null
-  fi
+  bash "$CONTROLLER" stop "$TMP"
   kubectl delete ns "$NS" --ignore-not-found --wait=true --timeout=120s >/dev/null
   # Anything Trainer may have created cluster-wide that was not there before.
   local name
@@ -113,7 +90,6 @@ cleanup() {
       esac
     done
   fi
-  [[ -s $TMP/controller.log ]] && cp -f "$TMP/controller.log" "$BUILD_DIR/last-controller.log"
   rm -rf "$TMP"
   exit "$rc"
 }
@@ -123,33 +99,8 @@ trap cleanup EXIT INT TERM
 kubectl delete ns "$NS" --ignore-not-found --wait=true --timeout=120s >/dev/null
 
 # --- run the controller -----------------------------------------------------------
-CERTS=$TMP/k8s-webhook-server/serving-certs # controller-runtime: $TMPDIR/k8s-webhook-server/serving-certs
-install -d -m 0700 "$CERTS"
-openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 \
-  -addext subjectAltName=IP:127.0.0.1 -keyout "$CERTS/tls.key" -out "$CERTS/tls.crt" 2>/dev/null
-cat >"$TMP/config.yaml" <<EOF
-apiVersion: config.trainer.kubeflow.org/v1alpha1
-kind: Configuration
-health: {healthProbeBindAddress: "127.0.0.1:$HEALTH_PORT"}
-metrics: {bindAddress: "0"}
-webhook: {port: $WEBHOOK_PORT, host: 127.0.0.1}
-leaderElection: {leaderElect: false}
-certManagement: {enable: false}
-EOF
-log "starting $BIN (log: $TMP/controller.log, kept as $BUILD_DIR/last-controller.log)"
-TMPDIR=$TMP KUBECONFIG=$KUBECONFIG_ADMIN "$BIN" --config "$TMP/config.yaml" >"$TMP/controller.log" 2>&1 &
-CTRL_PID=$!
-ok=0
-for _ in $(seq 1 120); do
-  kill -0 "$CTRL_PID" 2>/dev/null || { cat "$TMP/controller.log" >&2; die "the controller exited"; }
-  if curl -fsS "http://127.0.0.1:$HEALTH_PORT/readyz" >/dev/null 2>&1 &&
-    grep -q '"Starting workers".*trainjob' "$TMP/controller.log"; then
-    ok=1
-    break
-  fi
-  sleep 0.5
-done
-((ok)) || { tail -50 "$TMP/controller.log" >&2; die "the controller did not become ready"; }
+log "starting Trainer's controller (log: $TMP/controller.log, kept as $BUILD_DIR/last-controller.log)"
+bash "$CONTROLLER" start "$TMP" >/dev/null
 
 # --- the TrainJobs ------------------------------------------------------------------
 kubectl create ns "$NS" >/dev/null

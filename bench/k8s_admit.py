@@ -34,9 +34,11 @@ import json
 import os
 import re
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 import uuid
@@ -63,6 +65,11 @@ from k8s_adapter.kube import Kube, KubeSettings
 from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir
 from tests.integration.k8sbed import K8S_ENV, TEST_NAMESPACE_LABEL, read_k8s_env
 
+REPO = Path(__file__).resolve().parents[1]
+#: Builds, starts and stops Kubeflow Trainer's real controller manager (--trainer).
+TRAINER_CONTROLLER = REPO / "testbed" / "k8s" / "trainer-controller.sh"
+#: The ClusterTrainingRuntimes Trainer's controller reads (the chart's).
+RUNTIMES_YAML = REPO / "charts" / "hpc-bridge" / "files" / "runtimes.yaml"
 IMAGE = "busybox"
 RUNTIME = "torch-distributed"
 NODES = 2
@@ -73,14 +80,18 @@ JOBSETS = f"{JOBSET_PLURAL}.{JOBSET_GROUP}"
 
 # -- the objects ------------------------------------------------------------------------
 
-def trainjob(name: str, namespace: str) -> dict[str, Any]:
+def trainjob(name: str, namespace: str, managed_by: str | None = MANAGED_BY) -> dict[str, Any]:
+    """The bench's TrainJob; ``managed_by=None`` leaves ``spec.managedBy`` unset
+    (Trainer's default: its own controller takes it)."""
+    spec: dict[str, Any] = {
+        "runtimeRef": {"name": RUNTIME},
+        "trainer": {"numNodes": NODES, "image": IMAGE, "command": ["true"],
+                    "resourcesPerNode": {"requests": {"cpu": "100m", "memory": "64Mi"}}}}
+    if managed_by is not None:
+        spec = {"managedBy": managed_by, **spec}
     return {
         "apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}", "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"managedBy": MANAGED_BY, "runtimeRef": {"name": RUNTIME},
-                 "trainer": {"numNodes": NODES, "image": IMAGE, "command": ["true"],
-                             "resourcesPerNode": {"requests": {"cpu": "100m",
-                                                               "memory": "64Mi"}}}},
+        "metadata": {"name": name, "namespace": namespace}, "spec": spec,
     }
 
 
@@ -155,6 +166,8 @@ class Watcher:
         self.jobsets: dict[str, float] = {}
         self.trainjobs: dict[str, float] = {}
         self.statuses: dict[str, float] = {}
+        #: First seen with condition Complete=True, by name.
+        self.complete: dict[str, float] = {}
         #: TrainJob uid -> name (to read the daemon's log, which names uids).
         self.uids: dict[str, str] = {}
         self._synced = 0
@@ -197,8 +210,12 @@ class Watcher:
         name = obj["metadata"]["name"]
         self.trainjobs.setdefault(name, now)
         self.uids[str(obj["metadata"].get("uid"))] = name
-        if "jobsStatus" in (obj.get("status") or {}):  # the bridge wrote a status
+        status = obj.get("status") or {}
+        if "jobsStatus" in status:  # the controller wrote a status
             self.statuses.setdefault(name, now)
+        if any(c.get("type") == "Complete" and c.get("status") == "True"
+               for c in status.get("conditions") or ()):
+            self.complete.setdefault(name, now)
 
     async def until(self, predicate: Callable[[], bool], limit: float, what: str) -> None:
         deadline = time.perf_counter() + limit
@@ -318,6 +335,8 @@ class Batch:
     latencies: list[float]
     total_s: float
     lags: list[float] = field(default_factory=list)
+    #: TrainJob seen -> its first status (``jobsStatus``) seen, per job.
+    status_lags: list[float] = field(default_factory=list)
     status_s: float | None = None
     notes: str = ""
     #: Wall-clock time (UTC) and our clock at the apply's start.
@@ -327,8 +346,11 @@ class Batch:
     seen: dict[str, float] = field(default_factory=dict)
     trainjobs: dict[str, float] = field(default_factory=dict)
     uids: dict[str, str] = field(default_factory=dict)
-    #: CPU seconds of the daemon and of this process from the apply to the end.
+    #: CPU seconds of the controller (bridge daemon or Trainer) and of this process
+    #: from the apply until every TrainJob is Complete.
     cpu: tuple[float, float] | None = None
+    #: Until every TrainJob is Complete (pods ended in kwok, status written).
+    complete_s: float | None = None
 
 
 @dataclass
@@ -357,9 +379,12 @@ class Bench:
         self.namespaces.append(ns)
         return ns
 
-    async def batch(self, label: str, ns: str, bridge: bool, pid: int | None = None) -> Batch:
+    async def batch(self, label: str, ns: str, bridge: bool, pid: int | None = None,
+                    managed_by: str | None = MANAGED_BY) -> Batch:
+        """N objects in one ``kubectl apply``: TrainJobs (``bridge``; ``managed_by``
+        for their ``spec.managedBy``) or the JobSets the bridge would make."""
         names = [f"bench-{i:05d}" for i in range(self.n)]
-        docs = ([trainjob(name, ns) for name in names] if bridge
+        docs = ([trainjob(name, ns, managed_by) for name in names] if bridge
                 else [jobset(name, ns, i + 1) for i, name in enumerate(names)])
         payload = as_list(docs)
         watcher = Watcher(self.kube, ns)
@@ -381,8 +406,13 @@ class Bench:
                 await watcher.until(lambda: len(watcher.statuses) >= self.n, 600,
                                     f"a status on {self.n} TrainJobs in {ns}")
                 result.status_s = max(watcher.statuses.values()) - start
+                result.status_lags = [watcher.statuses[m] - watcher.trainjobs[m]
+                                      for m in names]
                 result.trainjobs = dict(watcher.trainjobs)
                 result.uids = dict(watcher.uids)
+                await watcher.until(lambda: len(watcher.complete) >= self.n, 600,
+                                    f"{self.n} TrainJobs Complete in {ns}")
+                result.complete_s = max(watcher.complete.values()) - start
             if pid:
                 result.cpu = (cpu_seconds(pid) - cpu0[0], time.process_time() - cpu0[1])
         finally:
@@ -437,6 +467,33 @@ class Bench:
             await self.kubectl.delete_namespace(ns)
 
 
+async def trainer_batch(bench: Bench, kubectl: Kubectl) -> Batch:
+    """The same N TrainJobs, ``spec.managedBy`` unset, run by Kubeflow Trainer's own
+    controller manager (testbed/k8s/trainer-controller.sh) instead of the bridge."""
+    await kubectl.run("apply", "-f", str(RUNTIMES_YAML))
+    workdir = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
+    started = await asyncio.create_subprocess_exec(
+        "bash", str(TRAINER_CONTROLLER), "start", str(workdir), stdout=subprocess.PIPE)
+    out, _ = await started.communicate()
+    if started.returncode != 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise RuntimeError(f"{TRAINER_CONTROLLER} start failed (its output is above)")
+    pid = int(out.split()[-1])
+    ns = await bench.namespace("bench-trainer-")
+    try:
+        result = await bench.batch("Trainer's controller manager", ns, bridge=True,
+                                   pid=pid, managed_by=None)
+        result.notes = fmt_cpu(result, "Trainer")
+        await bench.delete_trainjobs(ns)
+    finally:
+        stopped = await asyncio.create_subprocess_exec(
+            "bash", str(TRAINER_CONTROLLER), "stop", str(workdir))
+        await stopped.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+        await bench.drop(ns, force=True)
+    return result
+
+
 def fmt_batch(b: Batch) -> str:
     lat = b.latencies
     line = (f"{b.label:<40} apply {b.apply_s:6.2f}s  all seen {b.total_s:6.2f}s  "
@@ -447,6 +504,12 @@ def fmt_batch(b: Batch) -> str:
                  f"p95 {pct(b.lags, .95):5.2f} max {max(b.lags):5.2f}s")
     if b.status_s is not None:
         line += f"; all statuses written {b.status_s:6.2f}s"
+    if b.status_lags:
+        line += (f"\n{'':<40} lag TrainJob seen -> first status seen: p50 "
+                 f"{pct(b.status_lags, .5):5.2f} p95 {pct(b.status_lags, .95):5.2f} max "
+                 f"{max(b.status_lags):5.2f}s")
+    if b.complete_s is not None:
+        line += f", all Complete {b.complete_s:6.2f}s"
     if b.notes:
         line += f"\n{'':<40} {b.notes}"
     return line
@@ -466,10 +529,15 @@ def daemon_notes(daemon: BridgeDaemon, b: Batch) -> str:
         (("seen->admitted", parts["door"]), ("admitted->JobSet created", parts["engine"]),
          ("created->seen", parts["watch"])) if v)
     if b.cpu is not None:
-        wall = (b.status_s or b.total_s)
-        line += (f"\n{'':<40} CPU s until statuses: daemon {b.cpu[0]:.1f}, bench "
-                 f"{b.cpu[1]:.1f} (of {wall:.1f}s wall); {warnings} warning lines")
+        line += "\n" + fmt_cpu(b, "daemon") + f"; {warnings} warning lines"
     return line
+
+
+def fmt_cpu(b: Batch, who: str) -> str:
+    assert b.cpu is not None
+    wall = b.complete_s or b.status_s or b.total_s
+    return (f"{'':<40} CPU s until all Complete: {who} {b.cpu[0]:.2f}, bench "
+            f"{b.cpu[1]:.1f} (of {wall:.1f}s wall)")
 
 
 async def run(args: argparse.Namespace, env: dict[str, str]) -> int:
@@ -532,6 +600,8 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> int:
             for name in (ns, ns1):
                 if name is not None and not keep:
                     await bench.drop(name, force=True)
+        if args.trainer:
+            batches["trainer"] = await trainer_batch(bench, kubectl)
     finally:
         if not args.keep:
             for ns in list(bench.namespaces):
@@ -562,6 +632,15 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> int:
         print(f"  {'single job':<18} latency p50 "
               f"{pct(sr.latencies, .5) / pct(sb.latencies, .5):6.2f}  p95 "
               f"{pct(sr.latencies, .95) / pct(sb.latencies, .95):6.2f}")
+    if "trainer" in batches:
+        trainer = batches["trainer"]
+        assert trainer.cpu is not None
+        print(f"controller CPU s for {args.jobs} TrainJobs until all Complete (bridge / "
+              f"Trainer {env.get('TRAINER_VERSION', '?')}; > 1: the bridge uses more):")
+        for key, b in batches.items():
+            if key not in ("base", "trainer") and b.cpu is not None:
+                print(f"  {key:<18} {b.cpu[0]:6.2f} / {trainer.cpu[0]:6.2f} = "
+                      f"{b.cpu[0] / trainer.cpu[0]:5.2f}")
     for line in cleanups:
         print(f"cleanup {line}")
     return 0
@@ -579,6 +658,10 @@ def main() -> int:
                         help="sequential one-job applies per side (0: skip)")
     parser.add_argument("--no-placement", action="store_true",
                         help='skip the placement = "constraints" run')
+    parser.add_argument("--trainer", action="store_true",
+                        help="also run the TrainJobs with Kubeflow Trainer's own controller "
+                             "(built from its Go module by testbed/k8s/trainer-controller.sh)"
+                             " and compare controller CPU")
     parser.add_argument("--keep", action="store_true",
                         help="keep the namespaces and objects (of the bridge: the last "
                              "daemon's only) and that daemon's temp dir")

@@ -107,14 +107,25 @@ MAX_LOG_BYTES = 1 << 20
 
 #: Pods that hold capacity: bound to a node and not finished.
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+#: The capacity watch's label selector: every pod but the bridges' own, which the job
+#: pod watch (``SELECTOR``) sees already (decoding each event once, not twice).
+OTHER_PODS = f"{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"
+
+
+def holds_capacity(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` is one ``BOUND_PODS`` selects: bound, not finished."""
+    phase = (pod.get("status") or {}).get("phase")
+    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
 
 
 @dataclass
 class _Capacity:
-    """Nodes and bound pods as the watches last showed them (by namespace/name)."""
+    """Nodes and bound pods as the watches last showed them (by namespace/name): the
+    bridges' own pods (``own``, from the job pod watch) apart from all others."""
 
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    own: dict[str, dict[str, Any]] = field(default_factory=dict)
     synced: set[str] = field(default_factory=set)
     version: int = 0
     cached: tuple[int, Inventory] | None = None
@@ -376,7 +387,7 @@ class KubernetesBackend:
     def bound_pods(self) -> list[dict[str, Any]]:
         """The unfinished pods bound to a node, as the inventory's watch last listed
         them (trimmed: names, node, node selector, resources, phase)."""
-        return list(self._capacity.pods.values())
+        return [*self._capacity.pods.values(), *self._capacity.own.values()]
 
     def capacity_version(self) -> int:
         """A number that changes whenever :meth:`known_nodes` or :meth:`bound_pods`
@@ -440,6 +451,7 @@ class KubernetesBackend:
                     label_selector=SELECTOR):
                 jobs = self._cache.pod_events(payload if kind == "SYNC" else [payload],
                                               deleted=kind == "DELETED", sync=kind == "SYNC")
+                self._own_pods(kind, payload)
                 if jobs:
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=False, at=time.time()))
 
@@ -449,7 +461,8 @@ class KubernetesBackend:
                                      name=f"{self.name}-watch-nodes"),
                  asyncio.create_task(self._follow_capacity(
                      "bound pods", self.kube.core.list_pod_for_all_namespaces,
-                     field_selector=BOUND_PODS), name=f"{self.name}-watch-bound-pods")]
+                     field_selector=BOUND_PODS, label_selector=OTHER_PODS),
+                     name=f"{self.name}-watch-bound-pods")]
         try:
             while True:
                 yield await queue.get()
@@ -475,14 +488,28 @@ class KubernetesBackend:
                 cache[_key(payload)] = _trim(payload)
             self._capacity.version += 1
 
+    def _own_pods(self, kind: str, payload: Any) -> None:
+        """The bridges' pods that hold capacity, from the job pod watch's ``kind``
+        (``SYNC``: ``payload`` is every such pod) event."""
+        own = self._capacity.own
+        if kind == "SYNC":
+            own.clear()
+            own.update({_key(o): _trim(o) for o in payload if holds_capacity(o)})
+            self._capacity.synced.add("own pods")
+        elif kind != "DELETED" and holds_capacity(payload):
+            own[_key(payload)] = _trim(payload)
+        elif own.pop(_key(payload), None) is None:
+            return
+        self._capacity.version += 1
+
     async def inventory(self) -> Inventory:
-        """From the watched nodes and bound pods once both are listed; before that (and
+        """From the watched nodes and bound pods once all are listed; before that (and
         when the status watch is not running) from one list of each."""
         cap = self._capacity
-        if cap.synced >= {"nodes", "bound pods"}:
+        if cap.synced >= {"nodes", "bound pods", "own pods"}:
             if cap.cached is None or cap.cached[0] != cap.version:
                 cap.cached = (cap.version, inventory_from_nodes(
-                    list(cap.nodes.values()), list(cap.pods.values()),
+                    list(cap.nodes.values()), self.bound_pods(),
                     self.options.topology_labels))
             return cap.cached[1]
         nodes = await self.kube.raw("list nodes", self.kube.core.list_node)

@@ -1,0 +1,101 @@
+"""The Kubernetes back end's capacity from two pod watches: the bridges' own pods come
+from the job pod watch (decoded once), every other bound pod from the capacity watch,
+whose selectors together select exactly what one watch of BOUND_PODS did."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bridge.backend import BackendUnavailable
+from k8s_adapter.backend import (
+    OTHER_PODS,
+    SELECTOR,
+    KubernetesBackend,
+    holds_capacity,
+)
+from k8s_adapter.jobset import JobSetOptions
+from k8s_adapter.kube import KubeSettings
+
+
+def pod(name: str, node: str | None, phase: str, cpu: str = "1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}",
+                         "labels": {"app.kubernetes.io/managed-by": "hpc-bridge"}},
+            "spec": {"nodeName": node,
+                     "containers": [{"resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": phase}}
+
+
+def node(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {}, "status": {"allocatable": {"cpu": "8", "memory": "8Gi"}}}
+
+
+def backend() -> KubernetesBackend:
+    return KubernetesBackend("k8s", KubeSettings(kubeconfig="/nonexistent"), JobSetOptions())
+
+
+def test_the_two_selectors_split_the_pods_by_the_same_label() -> None:
+    label, _, value = SELECTOR.partition("=")
+    assert f"{label}!={value}" == OTHER_PODS  # Kubernetes: also pods without the label
+
+
+@pytest.mark.parametrize(("node_name", "phase", "holds"), [
+    ("n1", "Running", True), ("n1", "Pending", True), ("n1", "Unknown", True),
+    ("n1", "Succeeded", False), ("n1", "Failed", False), (None, "Pending", False),
+    ("", "Pending", False)])
+def test_holds_capacity_is_what_bound_pods_selects(node_name: str | None, phase: str,
+                                                  holds: bool) -> None:
+    assert holds_capacity(pod("p", node_name, phase)) is holds
+
+
+def test_own_pods_follow_the_job_pod_watch() -> None:
+    b = backend()
+    b._capacity.pods["other/x"] = pod("x", "n2", "Running")
+    v0 = b._capacity.version
+    b._own_pods("SYNC", [pod("a", "n1", "Running"), pod("b", None, "Pending"),
+                         pod("c", "n1", "Succeeded")])
+    assert sorted(p["metadata"]["name"] for p in b.bound_pods()) == ["a", "x"]
+    assert b._capacity.version > v0
+    v1 = b._capacity.version
+    b._own_pods("MODIFIED", pod("b", "n2", "Running"))  # bound now
+    assert sorted(p["metadata"]["name"] for p in b.bound_pods()) == ["a", "b", "x"]
+    b._own_pods("MODIFIED", pod("a", "n1", "Succeeded"))  # finished: gives room back
+    assert sorted(p["metadata"]["name"] for p in b.bound_pods()) == ["b", "x"]
+    b._own_pods("DELETED", pod("b", "n2", "Running"))
+    assert [p["metadata"]["name"] for p in b.bound_pods()] == ["x"]
+    assert b._capacity.version == v1 + 3
+    b._own_pods("MODIFIED", pod("z", None, "Pending"))  # never held any: no change
+    b._own_pods("DELETED", pod("z", None, "Pending"))
+    assert b._capacity.version == v1 + 3
+    b._own_pods("SYNC", [])  # a re-list drops what is gone
+    assert [p["metadata"]["name"] for p in b.bound_pods()] == ["x"]
+
+
+def test_the_inventory_counts_own_pods_once_every_watch_listed() -> None:
+    b = backend()
+    cap = b._capacity
+    cap.nodes.update({"n1": node("n1"), "n2": node("n2")})
+    cap.pods["ns/x"] = pod("x", "n2", "Running", cpu="2")
+    cap.synced |= {"nodes", "bound pods"}
+    listed: list[str] = []
+
+    async def raw(what: str, *args: Any, **kwargs: Any) -> Any:
+        listed.append(what)
+        raise BackendUnavailable("not here")
+
+    b.kube.raw = raw  # type: ignore[method-assign]
+    b.kube.core = SimpleNamespace(list_node=None, list_pod_for_all_namespaces=None)
+    # The job pod watch has not listed yet: the inventory is read from the apiserver
+    # rather than made without the bridges' own pods.
+    with pytest.raises(BackendUnavailable):
+        asyncio.run(b.inventory())
+    assert listed == ["list nodes"]
+    b._own_pods("SYNC", [pod("a", "n1", "Running", cpu="3")])
+    inv = asyncio.run(b.inventory())
+    free = {n.name: n.free_cpus for n in inv.nodes}
+    assert free == {"n1": 5, "n2": 6}
+    assert listed == ["list nodes"]  # from the watches this time

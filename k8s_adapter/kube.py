@@ -257,13 +257,23 @@ class Kube:
     async def raw(self, what: str, fn: Callable[..., Awaitable[Any]], *args: Any,
                   **kwargs: Any) -> Any:
         """Like :meth:`call` but returns the decoded JSON body (no model classes: lists
-        of pods or nodes are decoded many times faster this way)."""
+        of pods or nodes are decoded many times faster this way). An answer other than
+        2xx raises as :meth:`call` does: the client checks the status only when it
+        reads the body itself, so without this a 404, 403 or 429 came back as a
+        ``Status`` object taken for the answer (an empty listing, for a list)."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+        from kubernetes_asyncio.client.rest import RESTResponse
+
         async def go() -> Any:
             resp = await fn(*args, _preload_content=False, **kwargs)
             try:
-                return json.loads(await resp.read())
+                data = await resp.read()
             finally:
                 resp.release()
+            if not 200 <= resp.status <= 299:
+                # As the client itself raises it (its stub types http_resp narrower).
+                raise ApiException(http_resp=RESTResponse(resp, data))  # type: ignore[arg-type]
+            return json.loads(data)
         return await self.call(what, go)
 
     async def list_watch(self, what: str, list_fn: Callable[..., Awaitable[Any]],

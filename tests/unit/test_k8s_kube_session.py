@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,60 @@ def test_a_proxy_the_kubeconfig_names_wins(monkeypatch: pytest.MonkeyPatch) -> N
     rest, _ = leaned(proxy="http://kubeconfig-proxy.example:8080")
     assert rest.proxy == "http://kubeconfig-proxy.example:8080"
     assert not rest.proxy_headers
+
+
+class FakeResponse:
+    """What the client returns with ``_preload_content=False``: aiohttp's response."""
+
+    def __init__(self, status: int, body: bytes, reason: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.headers: dict[str, str] = {"Content-Type": "application/json"}
+        self._body = body
+        self.released = False
+
+    async def read(self) -> bytes:
+        return self._body
+
+    def release(self) -> None:
+        self.released = True
+
+
+def raw_answer(status: int, body: dict[str, Any]) -> tuple[Any, FakeResponse]:
+    """(what Kube.raw returned or raised, the response) for one answer."""
+    from k8s_adapter.kube import Kube, KubeSettings
+
+    resp = FakeResponse(status, json.dumps(body).encode(), reason="Not Found")
+
+    async def fn(*args: Any, _preload_content: bool = True, **kwargs: Any) -> FakeResponse:
+        assert _preload_content is False
+        return resp
+
+    async def go() -> Any:
+        try:
+            return await Kube(KubeSettings()).raw("get ClusterTrainingRuntime x", fn)
+        except Exception as exc:  # the test looks at what it is
+            return exc
+    return asyncio.run(go()), resp
+
+
+def test_raw_decodes_a_2xx_answer() -> None:
+    got, resp = raw_answer(200, {"kind": "List", "items": [{"a": 1}]})
+    assert got == {"kind": "List", "items": [{"a": 1}]}
+    assert resp.released
+
+
+@pytest.mark.parametrize(("status", "error"), [
+    (404, "KubeRejected"), (403, "BackendUnavailable"), (429, "BackendUnavailable"),
+    (500, "BackendUnavailable")])
+def test_raw_raises_for_an_error_status_instead_of_returning_it(status: int,
+                                                                error: str) -> None:
+    # Before: the Status object came back as if it were the object or listing (a
+    # listing with no items: every JobSet looked gone).
+    status_obj = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                  "message": 'clustertrainingruntimes "x" not found', "code": status}
+    got, resp = raw_answer(status, status_obj)
+    assert type(got).__name__ == error, got
+    assert resp.released
+    if status == 404:
+        assert 'clustertrainingruntimes "x" not found' in str(got)

@@ -18,7 +18,7 @@ so ``bridge`` never imports an adapter (see docs/architecture.md).
 from __future__ import annotations
 
 import pwd
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -293,6 +293,11 @@ class ReportsJobsStatus(Protocol):
 
     def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, Any]] | None:
         """The job's ``jobsStatus`` in ``namespace`` (None when not known)."""
+
+    def on_jobs_status(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(job_uid)`` whenever what :meth:`jobs_status` says of a job
+        may have changed (its job's state may not: a pod became ready); the function
+        returned stops it."""
 
 
 ENTRY_POINT_GROUP = "hpc_bridge.backends"

@@ -366,6 +366,17 @@ class JobService:
                      else record.namespace)
         return backend.jobs_status(namespace, record.uid)
 
+    def on_jobs_status(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(job_uid)`` whenever a back end's :meth:`jobs_status` of a job
+        may have changed; the function returned stops it."""
+        stops = [backend.on_jobs_status(listener) for backend in self._engine.backends.values()
+                 if isinstance(backend, ReportsJobsStatus)]
+
+        def stop() -> None:
+            for one in stops:
+                one()
+        return stop
+
     # -- the change feed -------------------------------------------------------------
 
     def cursor(self) -> int:

@@ -184,6 +184,7 @@ class KubernetesBackend:
         self.access = access or access_policy(f"backends.{name}", {})
         self._cache = JobCache()
         self._capacity = _Capacity()
+        self._jobs_status_listeners: list[Callable[[str], None]] = []
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -427,6 +428,21 @@ class KubernetesBackend:
         ``jobsStatus`` (None when the watch has not seen it there)."""
         return self._cache.jobs_status(namespace, job_uid)
 
+    def on_jobs_status(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """:class:`bridge.backend.ReportsJobsStatus`: told by the JobSet watch, for
+        each JobSet whose ``replicatedJobsStatus`` changed (every one on a re-list)."""
+        self._jobs_status_listeners.append(listener)
+
+        def stop() -> None:
+            if listener in self._jobs_status_listeners:
+                self._jobs_status_listeners.remove(listener)
+        return stop
+
+    def _jobs_status_changed(self, job_uids: Collection[str]) -> None:
+        for uid in job_uids:
+            for listener in list(self._jobs_status_listeners):
+                listener(uid)
+
     # -- status ----------------------------------------------------------------------
 
     async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
@@ -440,10 +456,14 @@ class KubernetesBackend:
                 if kind == "SYNC":
                     jobs = self._cache.sync_jobsets(payload)
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=True, at=now))
+                    self._jobs_status_changed([bj.job_uid for bj in jobs])
                     continue
+                before = self._cache.replicated_status_of(payload)
                 bj = self._cache.jobset_event(payload, deleted=kind == "DELETED")
                 if bj is not None:
                     queue.put_nowait(StatusBatch((bj,), complete=False, at=now))
+                    if kind == "DELETED" or before != self._cache.replicated_status_of(payload):
+                        self._jobs_status_changed([bj.job_uid])
 
         async def pods() -> None:
             async for kind, payload in self.kube.list_watch(

@@ -397,13 +397,16 @@ class TrainJobFrontDoor:
         """Write the status of each TrainJob whose job changed: on every event of the
         service's change feed (from its cursor at start), every change within a state
         (:meth:`JobService.updates`) and every TrainJob of the door's dirty set (what
-        the watch delivered). Every TrainJob known at start is synced once, and the
-        watch's first listing marks each dirty: after a restart (or a crash) each
-        status converges. A failed write is tried again ``status_interval`` later."""
+        the watch delivered, or whose ``jobsStatus`` the back end says changed: a
+        JobSet's pods becoming ready change no state). Every TrainJob known at start is
+        synced once, and the watch's first listing marks each dirty: after a restart
+        (or a crash) each status converges. A failed write is tried again
+        ``status_interval`` later."""
         assert self._service is not None
         service = self._service
         cursor = service.cursor()
         updates = service.updates(self._wake)
+        stop_reports = service.on_jobs_status(self._jobs_status_changed)
         self._dirty.update(self._objects)
         self.events.seed(service.list_jobs(list(LIVE), origin=ORIGIN).items, time.time())
         try:
@@ -416,6 +419,14 @@ class TrainJobFrontDoor:
                     await self._wait(cursor)
         finally:
             service.stop_updates(updates)
+            stop_reports()
+
+    def _jobs_status_changed(self, uid: str) -> None:
+        """The back end's ``jobsStatus`` of job ``uid`` may have changed: sync its
+        TrainJob (one of this door's) in the next round."""
+        if uid in self._objects:
+            self._dirty.add(uid)
+            self._wake.set()
 
     def _changed(self, job_ids: Iterable[int]) -> dict[str, JobRecord]:
         """The records of the door's TrainJobs among ``job_ids`` and the dirty set (which

@@ -124,6 +124,13 @@ class JobCache:
         obj = self.jobsets.get(key) if key is not None else None
         return obj if obj is not None and _meta(obj).get("name") == name else None
 
+    def replicated_status_of(self, obj: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The ``jobsStatus`` kept now for the JobSet ``obj`` names (by its namespace and
+        job uid; None when none is kept)."""
+        key = key_of(obj)
+        kept = self.jobsets.get(key) if key is not None else None
+        return replicated_jobs_status(kept) if kept is not None else None
+
     def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, Any]] | None:
         """The ``replicatedJobsStatus`` of job ``job_uid``'s JobSet in ``namespace``
         (None when the watch has not seen it there)."""

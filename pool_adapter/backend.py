@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import pwd
 import time
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -279,6 +279,9 @@ class PoolBackend:
 
     def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, Any]] | None:
         return self.k8s.jobs_status(namespace, job_uid)
+
+    def on_jobs_status(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        return self.k8s.on_jobs_status(listener)
 
     # -- keeping the worlds in line ------------------------------------------------------
 

@@ -17,6 +17,7 @@ from tests.integration.bed import Daemon, cleanup, squeue_bridge_jobs
 from tests.integration.k8s_bridge import (
     JOBSETS,
     KWOK_FAIL,
+    KWOK_STAY_RUNNING,
     TRAINJOBS,
     all_trainjobs,
     apply,
@@ -97,6 +98,27 @@ def test_trainjob_becomes_a_jobset_whose_pods_succeed_on_kwok_nodes(
     record = bridge.job(tj["metadata"]["uid"])
     assert record["state"] == "Succeeded"
     assert sorted(record["nodes"]) == sorted({p["spec"]["nodeName"] for p in job_pods})
+
+
+def test_jobs_status_follows_the_jobset_while_the_job_stays_running(
+        k8s: K8sBed, k8s_namespace: str, bridge: Daemon) -> None:
+    """The job is Running once a pod is active; its pods becoming ready later change no
+    state, and the TrainJob's jobsStatus still follows the JobSet (it stayed at
+    ``ready: 0`` while the job ran)."""
+    ns = k8s_namespace
+    apply(k8s, ns, trainjob("steady", nodes=2, pod_labels={KWOK_STAY_RUNNING: "true"}))
+
+    def agree() -> bool:
+        js = k8s.get_json("-n", ns, JOBSETS, "steady").get("status") or {}
+        want = [{"name": r["name"], **{k: r.get(k, 0) for k in (
+            "active", "ready", "succeeded", "failed", "suspended")}}
+            for r in js.get("replicatedJobsStatus") or []]
+        tj = k8s.get_json("-n", ns, TRAINJOBS, "steady").get("status") or {}
+        return bool(want) and want[0]["ready"] == 1 and tj.get("jobsStatus") == want
+    k8s.wait_for(agree, 60, "the TrainJob's jobsStatus to show its JobSet's ready job")
+    assert node_ready(k8s, ns, "steady")
+    assert bridge.job(k8s.get_json("-n", ns, TRAINJOBS, "steady")["metadata"]["uid"])[
+        "state"] == "Running"
 
 
 def test_a_failing_pod_fails_the_trainjob_with_the_reason(

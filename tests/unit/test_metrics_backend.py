@@ -3,7 +3,7 @@ optional protocols seen exactly as the wrapped back end has them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -60,6 +60,9 @@ def test_optional_protocols_are_those_of_the_wrapped_back_end() -> None:
 class _Reporting(_Plain):
     def jobs_status(self, namespace: str, job_uid: str) -> list[dict[str, object]] | None:
         return [{"name": "node", "active": 1}]
+
+    def on_jobs_status(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        return lambda: None
 
 
 def test_the_jobs_status_seam_is_seen_through_the_wrapper() -> None:

@@ -1,6 +1,10 @@
-"""The Kubernetes back end's capacity from two pod watches: the bridges' own pods come
-from the job pod watch (decoded once), every other bound pod from the capacity watch,
-whose selectors together select exactly what one watch of BOUND_PODS did."""
+"""What the Kubernetes back end takes from its watches.
+
+* Capacity from two pod watches: the bridges' own pods come from the job pod watch
+  (decoded once), every other bound pod from the capacity watch, whose selectors
+  together select exactly what one watch of BOUND_PODS did.
+* The JobSet watch tells ``on_jobs_status`` listeners of each change of a JobSet's
+  ``replicatedJobsStatus`` (the TrainJob door's ``jobsStatus``)."""
 
 from __future__ import annotations
 
@@ -99,3 +103,60 @@ def test_the_inventory_counts_own_pods_once_every_watch_listed() -> None:
     free = {n.name: n.free_cpus for n in inv.nodes}
     assert free == {"n1": 5, "n2": 6}
     assert listed == ["list nodes"]  # from the watches this time
+
+
+def jobset(uid: str, active: int, ready: int, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"js-{uid}", "namespace": "ns", "resourceVersion": rv,
+                         "labels": {"hpc-bridge.io/job-uid": uid,
+                                    "app.kubernetes.io/managed-by": "hpc-bridge"}},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1}]},
+            "status": {"replicatedJobsStatus": [
+                {"name": "node", "active": active, "ready": ready, "succeeded": 0,
+                 "failed": 0, "suspended": 0}]}}
+
+
+def test_a_change_of_jobs_status_within_a_state_is_told_to_listeners() -> None:
+    """A JobSet whose pods became ready stays Running: only the listeners of
+    on_jobs_status tell the TrainJob door that its jobsStatus is stale."""
+    b = backend()
+    events: list[tuple[str, Any]] = [
+        ("SYNC", [jobset("a", 0, 0, "1")]),
+        ("MODIFIED", jobset("a", 1, 0, "2")),  # Running now
+        ("MODIFIED", jobset("a", 1, 1, "3")),  # ready: the same state
+        ("MODIFIED", jobset("a", 1, 1, "4")),  # nothing the status shows
+        ("MODIFIED", jobset("b", 1, 0, "5")),
+        ("DELETED", jobset("a", 1, 1, "6")),
+    ]
+    told: list[str] = []
+    stop = b.on_jobs_status(told.append)
+    seen = asyncio.Event()
+
+    async def list_watch(what: str, *args: Any, **kwargs: Any) -> Any:
+        if what == "JobSets":
+            for event in events:
+                yield event
+            seen.set()
+        await asyncio.Event().wait()  # the other watches: nothing
+
+    b.kube.list_watch = list_watch  # type: ignore[method-assign]
+    b.kube.custom = SimpleNamespace(list_cluster_custom_object=None)
+    b.kube.core = SimpleNamespace(list_pod_for_all_namespaces=None, list_node=None)
+
+    async def go() -> list[Any]:
+        batches = []
+        stream = b.watch(1.0)
+        while len(batches) < len(events):
+            batches.append(await anext(stream))
+        await seen.wait()
+        await stream.aclose()
+        return batches
+
+    batches = asyncio.run(go())
+    assert [bj.state.value for batch in batches for bj in batch.jobs][:3] == [
+        "PENDING", "RUNNING", "RUNNING"]
+    assert told == ["a", "a", "a", "b", "a"]  # not for the event that changed nothing
+    assert b.jobs_status("ns", "b") == [{"name": "node", "active": 1, "ready": 0,
+                                         "succeeded": 0, "failed": 0, "suspended": 0}]
+    stop()
+    b._jobs_status_changed(["b"])
+    assert told == ["a", "a", "a", "b", "a"]

@@ -113,8 +113,9 @@ class TrainJobCalls:
 
     async def record_event(self, body: dict[str, Any]) -> None:
         """Create the core/v1 Event ``body`` (k8s_adapter/trainjob_events.py) in its
-        namespace."""
-        await self.kube.call(
+        namespace. The answer is not made into the client's model objects (that was
+        3 % of the daemon's CPU running 200 TrainJobs)."""
+        await self.kube.raw(
             f"record event {body.get('reason')} on TrainJob "
             f"{body['metadata'].get('namespace')}/{body['involvedObject'].get('name')}",
             self.kube.core.create_namespaced_event, body["metadata"].get("namespace"), body)

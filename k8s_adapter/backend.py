@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -60,6 +59,13 @@ from k8s_adapter.access import (
     AccessPolicy,
     access_policy,
     from_cr_door,
+)
+from k8s_adapter.capacity import (
+    BOUND_PODS,
+    NODES,
+    OTHER_BOUND_PODS,
+    OTHER_PODS,
+    Capacity,
 )
 from k8s_adapter.identity import Identity
 from k8s_adapter.inventory import inventory_from_nodes
@@ -105,61 +111,6 @@ SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 MAX_LOG_BYTES = 1 << 20
 
 
-#: Pods that hold capacity: bound to a node and not finished.
-BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-#: The capacity watch's label selector: every pod but the bridges' own, which the job
-#: pod watch (``SELECTOR``) sees already (decoding each event once, not twice).
-OTHER_PODS = f"{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"
-
-
-def holds_capacity(pod: Mapping[str, Any]) -> bool:
-    """Whether ``pod`` is one ``BOUND_PODS`` selects: bound, not finished."""
-    phase = (pod.get("status") or {}).get("phase")
-    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
-
-
-@dataclass
-class _Capacity:
-    """Nodes and bound pods as the watches last showed them (by namespace/name): the
-    bridges' own pods (``own``, from the job pod watch) apart from all others."""
-
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
-    own: dict[str, dict[str, Any]] = field(default_factory=dict)
-    synced: set[str] = field(default_factory=set)
-    version: int = 0
-    cached: tuple[int, Inventory] | None = None
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
-
-
-def _trim(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What the inventory reads of a node or pod (a pod's manifest can be large)."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-
-    def resources(cs: Any) -> list[dict[str, Any]]:
-        return [{"resources": c.get("resources") or {}} for c in cs or []]
-
-    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "uid": meta.get("uid"), "labels": meta.get("labels") or {},
-                         "deletionTimestamp": meta.get("deletionTimestamp")},
-            "spec": {"nodeName": spec.get("nodeName"), "unschedulable": spec.get("unschedulable"),
-                     "taints": spec.get("taints") or [],
-                     "nodeSelector": spec.get("nodeSelector") or {},
-                     "terminationGracePeriodSeconds": spec.get("terminationGracePeriodSeconds"),
-                     "containers": resources(spec.get("containers")),
-                     "initContainers": resources(spec.get("initContainers"))},
-            "status": {"phase": status.get("phase"),
-                       "allocatable": status.get("allocatable") or {},
-                       "conditions": [{"type": c.get("type"), "status": c.get("status")}
-                                      for c in status.get("conditions") or []]}}
-
-
 class KubernetesBackend:
     """:class:`bridge.backend.Backend` on a kube-apiserver with the JobSet controller."""
 
@@ -183,7 +134,7 @@ class KubernetesBackend:
         self.options = options
         self.access = access or access_policy(f"backends.{name}", {})
         self._cache = JobCache()
-        self._capacity = _Capacity()
+        self._capacity = Capacity()
         self._jobs_status_listeners: list[Callable[[str], None]] = []
 
     # -- life cycle ------------------------------------------------------------------
@@ -383,12 +334,12 @@ class KubernetesBackend:
 
     def known_nodes(self) -> list[dict[str, Any]]:
         """The nodes as the inventory's watch last listed them (trimmed: names, labels)."""
-        return list(self._capacity.nodes.values())
+        return self._capacity.known_nodes()
 
     def bound_pods(self) -> list[dict[str, Any]]:
         """The unfinished pods bound to a node, as the inventory's watch last listed
         them (trimmed: names, node, node selector, resources, phase)."""
-        return [*self._capacity.pods.values(), *self._capacity.own.values()]
+        return self._capacity.bound_pods()
 
     def capacity_version(self) -> int:
         """A number that changes whenever :meth:`known_nodes` or :meth:`bound_pods`
@@ -471,16 +422,16 @@ class KubernetesBackend:
                     label_selector=SELECTOR):
                 jobs = self._cache.pod_events(payload if kind == "SYNC" else [payload],
                                               deleted=kind == "DELETED", sync=kind == "SYNC")
-                self._own_pods(kind, payload)
+                self._capacity.note_own(kind, payload)
                 if jobs:
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=False, at=time.time()))
 
         tasks = [asyncio.create_task(jobsets(), name=f"{self.name}-watch-jobsets"),
                  asyncio.create_task(pods(), name=f"{self.name}-watch-pods"),
-                 asyncio.create_task(self._follow_capacity("nodes", self.kube.core.list_node),
+                 asyncio.create_task(self._follow_capacity(NODES, self.kube.core.list_node),
                                      name=f"{self.name}-watch-nodes"),
                  asyncio.create_task(self._follow_capacity(
-                     "bound pods", self.kube.core.list_pod_for_all_namespaces,
+                     OTHER_BOUND_PODS, self.kube.core.list_pod_for_all_namespaces,
                      field_selector=BOUND_PODS, label_selector=OTHER_PODS),
                      name=f"{self.name}-watch-bound-pods")]
         try:
@@ -493,45 +444,18 @@ class KubernetesBackend:
 
     # -- capacity and output ---------------------------------------------------------
 
-    async def _follow_capacity(self, what: str, list_fn: Any, **selector: Any) -> None:
-        """Keep the nodes (or the pods bound to them) the inventory is computed from,
-        as an informer does: a placement then costs no API call."""
-        cache = self._capacity.nodes if what == "nodes" else self._capacity.pods
-        async for kind, payload in self.kube.list_watch(what, list_fn, **selector):
-            if kind == "SYNC":
-                cache.clear()
-                cache.update({_key(o): _trim(o) for o in payload})
-                self._capacity.synced.add(what)
-            elif kind == "DELETED":  # also: a pod that finished left the selection
-                cache.pop(_key(payload), None)
-            else:
-                cache[_key(payload)] = _trim(payload)
-            self._capacity.version += 1
-
-    def _own_pods(self, kind: str, payload: Any) -> None:
-        """The bridges' pods that hold capacity, from the job pod watch's ``kind``
-        (``SYNC``: ``payload`` is every such pod) event."""
-        own = self._capacity.own
-        if kind == "SYNC":
-            own.clear()
-            own.update({_key(o): _trim(o) for o in payload if holds_capacity(o)})
-            self._capacity.synced.add("own pods")
-        elif kind != "DELETED" and holds_capacity(payload):
-            own[_key(payload)] = _trim(payload)
-        elif own.pop(_key(payload), None) is None:
-            return
-        self._capacity.version += 1
+    async def _follow_capacity(self, source: str, list_fn: Any, **selector: Any) -> None:
+        """Keep one source of the inventory (:mod:`k8s_adapter.capacity`) from its
+        watch: a placement then costs no API call."""
+        async for kind, payload in self.kube.list_watch(source, list_fn, **selector):
+            self._capacity.note(source, kind, payload)
 
     async def inventory(self) -> Inventory:
-        """From the watched nodes and bound pods once all are listed; before that (and
-        when the status watch is not running) from one list of each."""
-        cap = self._capacity
-        if cap.synced >= {"nodes", "bound pods", "own pods"}:
-            if cap.cached is None or cap.cached[0] != cap.version:
-                cap.cached = (cap.version, inventory_from_nodes(
-                    list(cap.nodes.values()), self.bound_pods(),
-                    self.options.topology_labels))
-            return cap.cached[1]
+        """From the watches once all have listed; before that (and when the status
+        watch is not running) from one list of nodes and one of bound pods."""
+        kept = self._capacity.inventory(self.options.topology_labels)
+        if kept is not None:
+            return kept
         nodes = await self.kube.raw("list nodes", self.kube.core.list_node)
         pods = await self.kube.raw("list pods", self.kube.core.list_pod_for_all_namespaces,
                                    field_selector=BOUND_PODS)

@@ -15,12 +15,8 @@ from typing import Any
 import pytest
 
 from bridge.backend import BackendUnavailable
-from k8s_adapter.backend import (
-    OTHER_PODS,
-    SELECTOR,
-    KubernetesBackend,
-    holds_capacity,
-)
+from k8s_adapter.backend import SELECTOR, KubernetesBackend
+from k8s_adapter.capacity import NODES, OTHER_BOUND_PODS, OTHER_PODS, Capacity, holds_capacity
 from k8s_adapter.jobset import JobSetOptions
 from k8s_adapter.kube import KubeSettings
 
@@ -56,35 +52,38 @@ def test_holds_capacity_is_what_bound_pods_selects(node_name: str | None, phase:
     assert holds_capacity(pod("p", node_name, phase)) is holds
 
 
+def names(pods: list[dict[str, Any]]) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in pods)
+
+
 def test_own_pods_follow_the_job_pod_watch() -> None:
-    b = backend()
-    b._capacity.pods["other/x"] = pod("x", "n2", "Running")
-    v0 = b._capacity.version
-    b._own_pods("SYNC", [pod("a", "n1", "Running"), pod("b", None, "Pending"),
-                         pod("c", "n1", "Succeeded")])
-    assert sorted(p["metadata"]["name"] for p in b.bound_pods()) == ["a", "x"]
-    assert b._capacity.version > v0
-    v1 = b._capacity.version
-    b._own_pods("MODIFIED", pod("b", "n2", "Running"))  # bound now
-    assert sorted(p["metadata"]["name"] for p in b.bound_pods()) == ["a", "b", "x"]
-    b._own_pods("MODIFIED", pod("a", "n1", "Succeeded"))  # finished: gives room back
-    assert sorted(p["metadata"]["name"] for p in b.bound_pods()) == ["b", "x"]
-    b._own_pods("DELETED", pod("b", "n2", "Running"))
-    assert [p["metadata"]["name"] for p in b.bound_pods()] == ["x"]
-    assert b._capacity.version == v1 + 3
-    b._own_pods("MODIFIED", pod("z", None, "Pending"))  # never held any: no change
-    b._own_pods("DELETED", pod("z", None, "Pending"))
-    assert b._capacity.version == v1 + 3
-    b._own_pods("SYNC", [])  # a re-list drops what is gone
-    assert [p["metadata"]["name"] for p in b.bound_pods()] == ["x"]
+    cap = Capacity()
+    cap.note(OTHER_BOUND_PODS, "SYNC", [pod("x", "n2", "Running")])
+    v0 = cap.version
+    cap.note_own("SYNC", [pod("a", "n1", "Running"), pod("b", None, "Pending"),
+                          pod("c", "n1", "Succeeded")])
+    assert names(cap.bound_pods()) == ["a", "x"]
+    assert cap.version > v0
+    v1 = cap.version
+    cap.note_own("MODIFIED", pod("b", "n2", "Running"))  # bound now
+    assert names(cap.bound_pods()) == ["a", "b", "x"]
+    cap.note_own("MODIFIED", pod("a", "n1", "Succeeded"))  # finished: gives room back
+    assert names(cap.bound_pods()) == ["b", "x"]
+    cap.note_own("DELETED", pod("b", "n2", "Running"))
+    assert names(cap.bound_pods()) == ["x"]
+    assert cap.version == v1 + 3
+    cap.note_own("MODIFIED", pod("z", None, "Pending"))  # never held any: no change
+    cap.note_own("DELETED", pod("z", None, "Pending"))
+    assert cap.version == v1 + 3
+    cap.note_own("SYNC", [])  # a re-list drops what is gone
+    assert names(cap.bound_pods()) == ["x"]
 
 
 def test_the_inventory_counts_own_pods_once_every_watch_listed() -> None:
     b = backend()
     cap = b._capacity
-    cap.nodes.update({"n1": node("n1"), "n2": node("n2")})
-    cap.pods["ns/x"] = pod("x", "n2", "Running", cpu="2")
-    cap.synced |= {"nodes", "bound pods"}
+    cap.note(NODES, "SYNC", [node("n1"), node("n2")])
+    cap.note(OTHER_BOUND_PODS, "SYNC", [pod("x", "n2", "Running", cpu="2")])
     listed: list[str] = []
 
     async def raw(what: str, *args: Any, **kwargs: Any) -> Any:
@@ -98,7 +97,7 @@ def test_the_inventory_counts_own_pods_once_every_watch_listed() -> None:
     with pytest.raises(BackendUnavailable):
         asyncio.run(b.inventory())
     assert listed == ["list nodes"]
-    b._own_pods("SYNC", [pod("a", "n1", "Running", cpu="3")])
+    cap.note_own("SYNC", [pod("a", "n1", "Running", cpu="3")])
     inv = asyncio.run(b.inventory())
     free = {n.name: n.free_cpus for n in inv.nodes}
     assert free == {"n1": 5, "n2": 6}

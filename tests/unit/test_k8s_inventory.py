@@ -223,7 +223,7 @@ def test_placement_on_the_test_bed_stays_in_one_rack() -> None:
 def test_the_watch_cache_keeps_what_the_inventory_reads(changes: dict[str, Any]) -> None:
     """The back end keeps trimmed nodes and pods from its watches: the inventory of the
     trimmed objects is the inventory of the full ones."""
-    from k8s_adapter.backend import _trim
+    from k8s_adapter.capacity import trim as _trim
 
     nodes = bed_nodes(**{"kwok-node-2": changes})
     pods = [pod("kwok-node-1", container("1500m", "1Gi", 2)),

@@ -240,7 +240,7 @@ def test_a_pod_being_deleted_is_left_to_finish_and_costs_nothing_more() -> None:
 def test_the_watch_cache_keeps_what_the_sweep_reads_of_a_pod() -> None:
     """Without these fields in the Kubernetes back end's trimmed pods the stranded-pod
     net would silently find nothing."""
-    from k8s_adapter.backend import _trim
+    from k8s_adapter.capacity import trim as _trim
 
     full = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1",
                          "deletionTimestamp": "2026-12-05T06:00:00Z",

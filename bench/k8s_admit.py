@@ -479,8 +479,9 @@ async def trainer_batch(bench: Bench, kubectl: Kubectl) -> Batch:
         shutil.rmtree(workdir, ignore_errors=True)
         raise RuntimeError(f"{TRAINER_CONTROLLER} start failed (its output is above)")
     pid = int(out.split()[-1])
-    ns = await bench.namespace("bench-trainer-")
+    ns: str | None = None
     try:
+        ns = await bench.namespace("bench-trainer-")
         result = await bench.batch("Trainer's controller manager", ns, bridge=True,
                                    pid=pid, managed_by=None)
         result.notes = fmt_cpu(result, "Trainer")
@@ -490,7 +491,8 @@ async def trainer_batch(bench: Bench, kubectl: Kubectl) -> Batch:
             "bash", str(TRAINER_CONTROLLER), "stop", str(workdir))
         await stopped.wait()
         shutil.rmtree(workdir, ignore_errors=True)
-        await bench.drop(ns, force=True)
+        if ns is not None:
+            await bench.drop(ns, force=True)
     return result
 
 

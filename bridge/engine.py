@@ -51,7 +51,7 @@ from bridge.backend import (
     StatusBatch,
     SubmitRequest,
 )
-from bridge.backoff import backoff_delay
+from bridge.backoff import Backoff, backoff_delay
 from bridge.engine_admission import check_capacity, prepare
 from bridge.engine_array import ArrayThrottle
 from bridge.engine_dependency import (
@@ -569,11 +569,23 @@ class Engine:
         return self._inventories.get(backend)
 
     async def _track(self, name: str, backend: Backend) -> None:
-        async for batch in backend.watch(self.settings.poll_interval):
+        """Apply each status batch of the back end's watch; a watch that fails (a bug)
+        or ends is started again after a back-off, never left dead."""
+        backoff = Backoff(1.0, 30.0)
+        while True:
             try:
-                self.apply_status(name, batch)
+                async for batch in backend.watch(self.settings.poll_interval):
+                    backoff.reset()
+                    try:
+                        self.apply_status(name, batch)
+                    except Exception:
+                        log.exception("applying status failed", backend=name)
+                log.error("status watch ended; starting it again", backend=name)
+            except asyncio.CancelledError:
+                raise
             except Exception:
-                log.exception("applying status failed", backend=name)
+                log.exception("status watch failed; starting it again", backend=name)
+            await backoff.sleep()
 
     def apply_status(self, name: str, batch: StatusBatch) -> None:
         """Move tracked jobs of back end ``name`` according to one status batch

@@ -369,12 +369,18 @@ class JobService:
     def on_jobs_status(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call ``listener(job_uid)`` whenever a back end's :meth:`jobs_status` of a job
         may have changed; the function returned stops it."""
-        stops = [backend.on_jobs_status(listener) for backend in self._engine.backends.values()
-                 if isinstance(backend, ReportsJobsStatus)]
+        stops: list[Callable[[], None]] = []
 
         def stop() -> None:
             for one in stops:
                 one()
+        try:
+            for backend in self._engine.backends.values():
+                if isinstance(backend, ReportsJobsStatus):
+                    stops.append(backend.on_jobs_status(listener))
+        except BaseException:
+            stop()
+            raise
         return stop
 
     # -- the change feed -------------------------------------------------------------

@@ -390,14 +390,20 @@ class KubernetesBackend:
         return stop
 
     def _jobs_status_changed(self, job_uids: Collection[str]) -> None:
+        """Tell each listener of each uid; a listener that raises is logged, and
+        neither the others nor the JobSet watch that calls this stop for it."""
         for uid in job_uids:
             for listener in list(self._jobs_status_listeners):
-                listener(uid)
+                try:
+                    listener(uid)
+                except Exception:
+                    log.exception("a jobsStatus listener failed", job_uid=uid)
 
     # -- status ----------------------------------------------------------------------
 
     async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
-        queue: asyncio.Queue[StatusBatch] = asyncio.Queue()
+        #: Batches, and (last) a watch task that ended.
+        queue: asyncio.Queue[StatusBatch | asyncio.Task[None]] = asyncio.Queue()
 
         async def jobsets() -> None:
             async for kind, payload in self.kube.list_watch(
@@ -405,9 +411,11 @@ class KubernetesBackend:
                     PLURAL, label_selector=SELECTOR):
                 now = time.time()
                 if kind == "SYNC":
+                    # Those gone since the last listing change too (to None).
+                    uids = {uid for _, uid in self._cache.jobsets}
                     jobs = self._cache.sync_jobsets(payload)
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=True, at=now))
-                    self._jobs_status_changed([bj.job_uid for bj in jobs])
+                    self._jobs_status_changed(sorted(uids | {bj.job_uid for bj in jobs}))
                     continue
                 before = self._cache.replicated_status_of(payload)
                 bj = self._cache.jobset_event(payload, deleted=kind == "DELETED")
@@ -434,9 +442,19 @@ class KubernetesBackend:
                      OTHER_BOUND_PODS, self.kube.core.list_pod_for_all_namespaces,
                      field_selector=BOUND_PODS, label_selector=OTHER_PODS),
                      name=f"{self.name}-watch-bound-pods")]
+        # A watch task that ends (list_watch never does: a bug did) ends this stream
+        # with its error, so that the engine starts it again, rather than this stream
+        # going on without that watch.
+        for t in tasks:
+            t.add_done_callback(queue.put_nowait)
         try:
             while True:
-                yield await queue.get()
+                item = await queue.get()
+                if isinstance(item, StatusBatch):
+                    yield item
+                    continue
+                raise RuntimeError(f"{self.name}: watch task {item.get_name()} ended") from (
+                    None if item.cancelled() else item.exception())
         finally:
             for t in tasks:
                 t.cancel()

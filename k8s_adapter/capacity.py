@@ -118,7 +118,8 @@ class Capacity:
         return list(self.nodes.values())
 
     def bound_pods(self) -> list[dict[str, Any]]:
-        return [*self.pods.values(), *self.own.values()]
+        """Each pod once: one whose label changed may be in both watches a moment."""
+        return list({**self.pods, **self.own}.values())
 
     def inventory(self, level_keys: Sequence[str]) -> Inventory | None:
         """The inventory, once every source has listed (else None)."""

@@ -49,7 +49,7 @@ import asyncio
 import pwd
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -406,10 +406,11 @@ class TrainJobFrontDoor:
         service = self._service
         cursor = service.cursor()
         updates = service.updates(self._wake)
-        stop_reports = service.on_jobs_status(self._jobs_status_changed)
-        self._dirty.update(self._objects)
-        self.events.seed(service.list_jobs(list(LIVE), origin=ORIGIN).items, time.time())
+        stop_reports: Callable[[], None] | None = None
         try:
+            stop_reports = service.on_jobs_status(self._jobs_status_changed)
+            self._dirty.update(self._objects)
+            self.events.seed(service.list_jobs(list(LIVE), origin=ORIGIN).items, time.time())
             while True:
                 self._wake.clear()
                 await self._retry_due()
@@ -419,7 +420,8 @@ class TrainJobFrontDoor:
                     await self._wait(cursor)
         finally:
             service.stop_updates(updates)
-            stop_reports()
+            if stop_reports is not None:
+                stop_reports()
 
     def _jobs_status_changed(self, uid: str) -> None:
         """The back end's ``jobsStatus`` of job ``uid`` may have changed: sync its

@@ -33,8 +33,9 @@ from typing import Any
 
 import structlog
 
-from bridge.backend import BackendJob
+from bridge.backend import BackendJob, BackendRejected
 from k8s_adapter.backend import KubernetesBackend
+from k8s_adapter.kube import is_status
 from pool_adapter.allocations import StaleLabels, StrandedPod, StrandedPods, holds_nodes
 from pool_adapter.binding import Binder
 from pool_adapter.nodestate import NodeStates
@@ -114,7 +115,12 @@ class AllocationSweeper:
 
     async def _delete_pod(self, pod: StrandedPod) -> None:
         kube = self.k8s.kube
-        node = await kube.raw(f"get node {pod.node}", kube.core.read_node, pod.node)
+        try:
+            node = await kube.raw(f"get node {pod.node}", kube.core.read_node, pod.node)
+        except BackendRejected as exc:
+            if not is_status(exc, 404):
+                raise
+            node = {}  # the node is gone, and its label with it
         if pod.label in ((node.get("metadata") or {}).get("labels") or {}):
             return  # the watch's copy of the node was behind
         log.warning("k8s-on-slurm %s: pod %s/%s on %s selects %s, which its node no longer "

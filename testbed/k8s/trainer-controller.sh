@@ -67,9 +67,12 @@ start() {
   if [[ -s $dir/pid ]] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
     die "a controller from $dir runs already (pid $(cat "$dir/pid"))"
   fi
-  if curl -fsS "http://127.0.0.1:$HEALTH_PORT/readyz" >/dev/null 2>&1; then
-    die "something answers on 127.0.0.1:$HEALTH_PORT: another Trainer controller?"
-  fi
+  local port
+  for port in "$HEALTH_PORT" "$WEBHOOK_PORT"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      die "something listens on 127.0.0.1:$port: another Trainer controller? (TRAINER_HEALTH_PORT, TRAINER_WEBHOOK_PORT)"
+    fi
+  done
   # controller-runtime reads $TMPDIR/k8s-webhook-server/serving-certs.
   local certs=$dir/k8s-webhook-server/serving-certs
   install -d -m 0700 "$certs"
@@ -92,7 +95,7 @@ EOF
   local _
   for _ in $(seq 1 240); do
     kill -0 "$pid" 2>/dev/null || { tail -30 "$dir/controller.log" >&2; die "the controller exited"; }
-    if curl -fsS "http://127.0.0.1:$HEALTH_PORT/readyz" >/dev/null 2>&1 &&
+    if curl -fsS --max-time 2 "http://127.0.0.1:$HEALTH_PORT/readyz" >/dev/null 2>&1 &&
       grep -q '"Starting workers".*trainjob' "$dir/controller.log"; then
       printf '%s\n' "$pid"
       return 0
@@ -107,7 +110,8 @@ EOF
 stop() {
   local dir=$1 pid _
   pid=$(cat "$dir/pid" 2>/dev/null || true)
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+  # Only the controller this directory started: a stale pid may be another process's.
+  if [[ -n $pid ]] && [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$BIN" ]]; then
     kill -TERM "$pid"
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"

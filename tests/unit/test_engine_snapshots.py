@@ -155,3 +155,54 @@ async def test_a_refused_suspend_stays_the_reason_while_the_job_runs(engine: Eng
     engine.store.save_document(rec.id, job)
     move = outcome(engine.store.get(rec.id), runs)
     assert move is not None and move.reason == "Running"
+
+
+def test_a_status_watch_that_fails_or_ends_is_started_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A back end's watch that raises (a bug in it) or ends must not leave the back end
+    without status for the rest of the daemon's life."""
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    import bridge.engine as engine_module
+    from bridge.backoff import Backoff
+
+    starts: list[int] = []
+
+    class Flaky(FakeBackend):
+        async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
+            starts.append(len(starts))
+            if len(starts) == 1:
+                raise RuntimeError("a bug in the watch")
+            if len(starts) == 2:
+                return  # ended
+            yield StatusBatch((), complete=True, at=time.time())
+            await asyncio.Event().wait()
+
+    waits: list[float] = []
+
+    async def no_sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(engine_module, "Backoff",
+                        lambda base, cap: Backoff(base, cap, sleep=no_sleep))
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": Flaky(inventory())},
+               RuntimeCatalog(), EngineSettings(default_backend="slurm"))
+    applied: list[str] = []
+
+    async def go() -> None:
+        got = asyncio.Event()
+
+        def apply(name: str, batch: StatusBatch) -> None:
+            applied.append(name)
+            got.set()
+        monkeypatch.setattr(e, "apply_status", apply)
+        task = asyncio.create_task(e._track("slurm", e.backends["slurm"]))
+        await asyncio.wait_for(got.wait(), 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert starts == [0, 1, 2] and applied == ["slurm"]
+    assert len(waits) == 2  # a back-off before each new start

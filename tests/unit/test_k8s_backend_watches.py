@@ -159,3 +159,64 @@ def test_a_change_of_jobs_status_within_a_state_is_told_to_listeners() -> None:
     stop()
     b._jobs_status_changed(["b"])
     assert told == ["a", "a", "a", "b", "a"]
+
+
+def run_watch(b: KubernetesBackend, events: dict[str, list[tuple[str, Any]]],
+              batches: int) -> list[Any]:
+    """Drive ``b.watch`` with fake list-watches (by what they watch: events, then
+    nothing) and take ``batches`` batches; a list-watch whose events end in an
+    exception raises it."""
+    async def list_watch(what: str, *args: Any, **kwargs: Any) -> Any:
+        for event in events.get(what, []):
+            if isinstance(event, BaseException):
+                raise event
+            yield event
+        await asyncio.Event().wait()
+
+    b.kube.list_watch = list_watch  # type: ignore[method-assign]
+    b.kube.custom = SimpleNamespace(list_cluster_custom_object=None)
+    b.kube.core = SimpleNamespace(list_pod_for_all_namespaces=None, list_node=None)
+
+    async def go() -> list[Any]:
+        got = []
+        stream = b.watch(1.0)
+        try:
+            while len(got) < batches:
+                got.append(await asyncio.wait_for(anext(stream), 10))
+        finally:
+            await stream.aclose()
+        return got
+    return asyncio.run(go())
+
+
+def test_a_listener_that_raises_stops_neither_the_others_nor_the_watch() -> None:
+    b = backend()
+    told: list[str] = []
+
+    def bad(uid: str) -> None:
+        raise ValueError("a listener's bug")
+
+    b.on_jobs_status(bad)
+    b.on_jobs_status(told.append)
+    got = run_watch(b, {"JobSets": [("SYNC", []), ("MODIFIED", jobset("a", 1, 0, "2")),
+                                    ("MODIFIED", jobset("a", 1, 1, "3"))]}, 3)
+    assert len(got) == 3 and told == ["a", "a"]
+
+
+def test_a_relist_tells_of_jobsets_gone_meanwhile() -> None:
+    b = backend()
+    told: list[str] = []
+    b.on_jobs_status(told.append)
+    run_watch(b, {"JobSets": [("SYNC", [jobset("a", 1, 0, "1"), jobset("b", 1, 0, "1")]),
+                              ("SYNC", [jobset("b", 1, 1, "5")])]}, 2)
+    assert told == ["a", "b", "a", "b"]  # a: gone (jobs_status None now)
+    assert b.jobs_status("ns", "a") is None
+
+
+def test_a_watch_task_that_dies_ends_the_stream_with_its_error() -> None:
+    """The engine then starts the watch again (bridge/engine.py _track), rather than
+    the back end going on without its node watch."""
+    b = backend()
+    with pytest.raises(RuntimeError, match="watch-nodes ended") as err:
+        run_watch(b, {"nodes": [("SYNC", [node("n1")]), KeyError("a bug")]}, 1)
+    assert isinstance(err.value.__cause__, KeyError)

@@ -9,6 +9,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from bridge.backend import BackendJob, BackendState
+from k8s_adapter.kube import KubeRejected
 from pool_adapter.sweeper import AllocationSweeper
 
 LABEL = "slurm.hpc-bridge.io/job-"
@@ -41,7 +42,10 @@ class FakeKube:
         raise AssertionError("raw() is faked")
 
     async def raw(self, what: str, fn: Any, name: str) -> dict[str, Any]:
-        return next(n for n in self.nodes if n["metadata"]["name"] == name)
+        found = [n for n in self.nodes if n["metadata"]["name"] == name]
+        if not found:  # as Kube.raw answers a 404
+            raise KubeRejected(f"Kubernetes API refused to {what} (404): not found", 404)
+        return found[0]
 
 
 class FakeK8s:
@@ -227,6 +231,17 @@ def test_a_stranded_pod_is_kept_when_the_apiserver_shows_the_label() -> None:
         sw.on_snapshot([running("9")], now=now)
     run_all(spawned)
     assert binder.deleted == []
+
+
+def test_a_stranded_pod_whose_node_is_gone_is_deleted() -> None:
+    """The node was deleted after the watch saw it: its label went with it."""
+    pods = [pod("orphan", "node1", "9")]
+    sw, binder, _, k8s, spawned = sweeper([node("node1")], pods, {"9": "RUNNING"})
+    k8s.kube.nodes = []
+    for now in (0, 10):
+        sw.on_snapshot([running("9")], now=now)
+    run_all(spawned)
+    assert [(d[0], d[1], d[3]) for d in binder.deleted] == [("ns", "orphan", "uid-orphan")]
 
 
 def test_a_pod_being_deleted_is_left_to_finish_and_costs_nothing_more() -> None:

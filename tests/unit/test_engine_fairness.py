@@ -88,14 +88,7 @@ async def test_a_capped_users_due_jobs_are_not_read_in_a_pass(tmp_path: Path) ->
     mine = e.admit(new_trainjob(), ALICE)
     # A job of his tried before may be in its back end: it is read whatever his turn.
     tried = e.store.update(bobs[5].id, attempts=1)
-    read: list[int] = []
-    real = e.store.by_ids
-
-    def spied(ids: list[int]) -> list:  # type: ignore[type-arg]
-        read.extend(ids)
-        return real(ids)
-
-    e.store.by_ids = spied  # type: ignore[method-assign]
+    read = spy_on_reads(e)
     await e.reconcile_once()
     await settle()
     assert read == [tried.id, mine.id] and mine.id in e._inflight
@@ -108,6 +101,20 @@ async def test_a_capped_users_due_jobs_are_not_read_in_a_pass(tmp_path: Path) ->
             break
     assert all(e.store.get(r.id).state is JobState.SUBMITTED for r in bobs)
     e.store.close()
+
+
+def spy_on_reads(e: Engine) -> list[int]:
+    """The ids of the engine's full-record reads (``Store.by_ids``) from now on, in
+    the list returned."""
+    read: list[int] = []
+    real = e.store.by_ids
+
+    def spied(ids: list[int]) -> list:  # type: ignore[type-arg]
+        read.extend(ids)
+        return real(ids)
+
+    e.store.by_ids = spied  # type: ignore[method-assign]
+    return read
 
 
 class PerJobGates(FakeBackend):
@@ -130,14 +137,7 @@ async def test_a_pass_reads_as_many_due_jobs_as_the_user_has_free_turns(
     e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": backend}, RuntimeCatalog(),
                EngineSettings(default_backend="slurm", max_parallel_submits=2))
     bobs = [e.admit(new_trainjob(), BOB) for _ in range(30)]
-    read: list[int] = []
-    real = e.store.by_ids
-
-    def spied(ids: list[int]) -> list:  # type: ignore[type-arg]
-        read.extend(ids)
-        return real(ids)
-
-    e.store.by_ids = spied  # type: ignore[method-assign]
+    read = spy_on_reads(e)
     await e.reconcile_once()
     await settle()
     assert read == [bobs[0].id, bobs[1].id] and sorted(e._inflight) == read

@@ -128,29 +128,7 @@ def test_a_change_of_jobs_status_within_a_state_is_told_to_listeners() -> None:
     ]
     told: list[str] = []
     stop = b.on_jobs_status(told.append)
-    seen = asyncio.Event()
-
-    async def list_watch(what: str, *args: Any, **kwargs: Any) -> Any:
-        if what == "JobSets":
-            for event in events:
-                yield event
-            seen.set()
-        await asyncio.Event().wait()  # the other watches: nothing
-
-    b.kube.list_watch = list_watch  # type: ignore[method-assign]
-    b.kube.custom = SimpleNamespace(list_cluster_custom_object=None)
-    b.kube.core = SimpleNamespace(list_pod_for_all_namespaces=None, list_node=None)
-
-    async def go() -> list[Any]:
-        batches = []
-        stream = b.watch(1.0)
-        while len(batches) < len(events):
-            batches.append(await anext(stream))
-        await seen.wait()
-        await stream.aclose()
-        return batches
-
-    batches = asyncio.run(go())
+    batches = run_watch(b, {"JobSets": events}, len(events))  # one batch per event
     assert [bj.state.value for batch in batches for bj in batch.jobs][:3] == [
         "PENDING", "RUNNING", "RUNNING"]
     assert told == ["a", "a", "a", "b", "a"]  # not for the event that changed nothing

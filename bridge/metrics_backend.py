@@ -5,9 +5,14 @@
 exceptions counted (``hpcbridge_backend_call_failures_total{backend,call,error}``, the
 exception's class, e.g. ``BackendUnavailable``); each batch of the status stream counts
 its jobs (``hpcbridge_backend_poll_jobs{backend,complete}``). Everything else passes
-through unchanged, so the optional protocols (``Suspendable``, ``Admitting``) are seen
-exactly as the back end implements them: ``isinstance`` looks attributes up through
-``__getattr__``, which raises ``AttributeError`` for what the back end lacks.
+through unchanged, so the optional protocols (``Suspendable``, ``Admitting``,
+``ReportsJobsStatus`` …) are seen exactly as the back end implements them: each wrapper
+is of a class made for its back end, with a forwarding attribute for each public name
+the back end has and none for those it lacks. (From Python 3.12 ``isinstance`` against a
+runtime-checkable protocol looks names up with ``inspect.getattr_static``, which never
+calls ``__getattr__``: a wrapper that forwarded only through ``__getattr__`` would
+satisfy no optional protocol, and every wrapped back end would lose suspend, admission
+checks and ``jobsStatus``.)
 """
 
 from __future__ import annotations
@@ -39,8 +44,21 @@ class BackendMetrics:
                                    buckets=(0, 1, 10, 100, 1000, 10_000), registry=registry)
 
 
+class _Forward:
+    """A class attribute of a wrapper that forwards to the wrapped back end's."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: _Instrumented | None, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return obj._resolve(self.name)
+
+
 class _Instrumented:
-    """A back end whose :data:`TIMED` calls and status stream are measured."""
+    """A back end whose :data:`TIMED` calls and status stream are measured. Made by
+    :func:`wrap`, which gives it a forwarding attribute per public name of the back end."""
 
     def __init__(self, inner: Backend, name: str, metrics: BackendMetrics) -> None:
         self._inner = inner
@@ -48,6 +66,10 @@ class _Instrumented:
         self._metrics = metrics
 
     def __getattr__(self, attr: str) -> Any:
+        # Names the back end got after it was wrapped (and private ones).
+        return self._resolve(attr)
+
+    def _resolve(self, attr: str) -> Any:
         value = getattr(self._inner, attr)
         if attr == "watch":
             return self._watch(value)
@@ -78,9 +100,16 @@ class _Instrumented:
         return watch
 
 
+def wrap(backend: Backend, name: str, metrics: BackendMetrics) -> Backend:
+    """``backend`` measured into ``metrics`` as back end ``name``."""
+    names = {n for n in dir(backend) if not n.startswith("_")}
+    cls = type(f"Instrumented{type(backend).__name__}", (_Instrumented,),
+               {n: _Forward(n) for n in sorted(names)})
+    return cast(Backend, cls(backend, name, metrics))
+
+
 def instrument(backends: Mapping[str, Backend], registry: CollectorRegistry
                ) -> dict[str, Backend]:
     """``backends`` with every one wrapped (see the module's documentation)."""
     metrics = BackendMetrics(registry)
-    return {name: cast(Backend, _Instrumented(backend, name, metrics))
-            for name, backend in backends.items()}
+    return {name: wrap(backend, name, metrics) for name, backend in backends.items()}

@@ -99,3 +99,47 @@ def test_the_grafana_dashboard_uses_only_metrics_the_daemon_exports() -> None:
              for t in p["targets"]]
     used = {name for e in exprs for name in re.findall(r"hpcbridge_[a-z_]+", e)}
     assert used and used <= exported, used - exported
+
+
+def test_the_optional_protocols_hold_as_python_3_12_checks_them() -> None:
+    """From Python 3.12 ``isinstance`` against a runtime-checkable protocol looks each
+    member up with ``inspect.getattr_static`` (never ``__getattr__``): done here by
+    hand, on this interpreter too. The real back ends are wrapped as the daemon wraps
+    them."""
+    import inspect
+    import typing
+
+    import bridge.backend as seam
+    from flux_adapter.backend import FluxBackend
+    from k8s_adapter.backend import KubernetesBackend
+    from slurm_adapter.backend import SlurmBackend
+
+    protocols = [p for p in vars(seam).values()
+                 if isinstance(p, type) and issubclass(p, typing.Protocol)  # type: ignore[arg-type]
+                 and getattr(p, "_is_runtime_protocol", False)]
+    assert {p.__name__ for p in protocols} >= {"Backend", "Suspendable", "ReportsJobsStatus",
+                                               "Admitting", "QueueHolding"}
+
+    def holds_statically(obj: object, proto: type) -> bool:
+        missing = object()
+        return all(inspect.getattr_static(obj, m, missing) is not missing
+                   for m in typing_members(proto))
+
+    def typing_members(proto: type) -> set[str]:
+        return set(getattr(proto, "__protocol_attrs__", None)
+                   or typing._get_protocol_attrs(proto))  # type: ignore[attr-defined]
+
+    wrapped = instrument({"a": _Plain(), "k": _Reporting(), "b": _Suspending()},
+                         CollectorRegistry())
+    for proto in protocols:
+        for key, inner in (("a", _Plain()), ("k", _Reporting()), ("b", _Suspending())):
+            assert holds_statically(wrapped[key], proto) == holds_statically(inner, proto), (
+                proto.__name__, key)
+    assert holds_statically(wrapped["k"], ReportsJobsStatus)
+    assert holds_statically(wrapped["b"], Suspendable)
+    for cls in (KubernetesBackend, SlurmBackend, FluxBackend):
+        for proto in protocols:
+            if holds_statically(cls, proto):
+                fake = object.__new__(cls)  # the names are the class's
+                (one,) = instrument({"x": fake}, CollectorRegistry()).values()
+                assert holds_statically(one, proto), (cls.__name__, proto.__name__)

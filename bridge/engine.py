@@ -96,6 +96,11 @@ WAITING_FOR_TOPOLOGY = "WaitingForTopology"
 RETRY_REFUSED = 60.0
 
 
+#: A status watch that ran this long before it failed is started again after the
+#: shortest delay; one that fails sooner waits longer each time (up to 30 s).
+WATCH_HEALTHY_SECONDS = 60.0
+
+
 class Engine:
     """Owns the reconcile loop; the API and front doors call :meth:`admit`/:meth:`cancel`."""
 
@@ -573,18 +578,21 @@ class Engine:
         or ends is started again after a back-off, never left dead."""
         backoff = Backoff(1.0, 30.0)
         while True:
+            started = time.monotonic()
             try:
                 async for batch in backend.watch(self.settings.poll_interval):
-                    backoff.reset()
                     try:
                         self.apply_status(name, batch)
                     except Exception:
                         log.exception("applying status failed", backend=name)
                 log.error("status watch ended; starting it again", backend=name)
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("status watch failed; starting it again", backend=name)
+            # Each start lists everything again: only a watch that ran a while earns the
+            # short delay back (one that fails after its first batch must not relist
+            # every second).
+            if time.monotonic() - started >= WATCH_HEALTHY_SECONDS:
+                backoff.reset()
             await backoff.sleep()
 
     def apply_status(self, name: str, batch: StatusBatch) -> None:

@@ -456,6 +456,8 @@ class KubernetesBackend:
                 raise RuntimeError(f"{self.name}: watch task {item.get_name()} ended") from (
                     None if item.cancelled() else item.exception())
         finally:
+            # Not followed any more: inventory() lists again until a new watch has.
+            self._capacity.synced.clear()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -484,9 +484,17 @@ class PoolBackend:
         """Both worlds merged (see the module docstring): after every Slurm snapshot a
         complete batch of every pool job; after every JobSet change, that job; after a
         look at a new holder, its job. A batch that cannot be read is logged and
-        skipped (the stream goes on)."""
+        skipped (the stream goes on). A stream or task of either world that ends (a
+        bug: they do not) ends this one with its error, so that the engine starts the
+        watch again rather than the pool going on with one world frozen."""
         queue: asyncio.Queue[tuple[str, StatusBatch]] = asyncio.Queue()
         self._queue = queue
+        self._k8s_synced = self._slurm_synced = False  # until the new streams have listed
+        ended: list[asyncio.Task[None]] = []
+
+        def on_end(task: asyncio.Task[None]) -> None:
+            ended.append(task)
+            queue.put_nowait(("ended", StatusBatch((), complete=False, at=0.0)))
 
         async def follow(what: str, stream: AsyncIterator[StatusBatch]) -> None:
             async for batch in stream:
@@ -497,9 +505,15 @@ class PoolBackend:
                  asyncio.create_task(follow("k8s", self.k8s.watch(interval)),
                                      name=f"{self.name}-watch-k8s"),
                  asyncio.create_task(self.node_states.run(), name=f"{self.name}-node-states")]
+        for t in tasks:
+            t.add_done_callback(on_end)
         try:
             while True:
                 what, batch = await queue.get()
+                if what == "ended":
+                    dead = ended[0]
+                    raise RuntimeError(f"{self.name}: {dead.get_name()} ended") from (
+                        None if dead.cancelled() else dead.exception())
                 try:
                     out = self._batch(what, batch)
                 except Exception:

@@ -110,8 +110,10 @@ EOF
 stop() {
   local dir=$1 pid _
   pid=$(cat "$dir/pid" 2>/dev/null || true)
-  # Only the controller this directory started: a stale pid may be another process's.
-  if [[ -n $pid ]] && [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$BIN" ]]; then
+  # Only the controller this directory started (its command line names this
+  # directory's config): a stale pid may be another process's.
+  if [[ -n $pid ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null |
+    grep -qF -- "--config $dir/config.yaml"; then
     kill -TERM "$pid"
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"

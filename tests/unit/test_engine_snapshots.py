@@ -172,11 +172,11 @@ def test_a_status_watch_that_fails_or_ends_is_started_again(
     class Flaky(FakeBackend):
         async def watch(self, interval: float) -> AsyncIterator[StatusBatch]:
             starts.append(len(starts))
+            yield StatusBatch((), complete=True, at=time.time())
             if len(starts) == 1:
                 raise RuntimeError("a bug in the watch")
             if len(starts) == 2:
                 return  # ended
-            yield StatusBatch((), complete=True, at=time.time())
             await asyncio.Event().wait()
 
     waits: list[float] = []
@@ -184,8 +184,13 @@ def test_a_status_watch_that_fails_or_ends_is_started_again(
     async def no_sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    monkeypatch.setattr(engine_module, "Backoff",
-                        lambda base, cap: Backoff(base, cap, sleep=no_sleep))
+    made: list[Backoff] = []
+
+    def backoff(base: float, cap: float) -> Backoff:
+        made.append(Backoff(base, cap, sleep=no_sleep))
+        return made[-1]
+
+    monkeypatch.setattr(engine_module, "Backoff", backoff)
     e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": Flaky(inventory())},
                RuntimeCatalog(), EngineSettings(default_backend="slurm"))
     applied: list[str] = []
@@ -195,7 +200,8 @@ def test_a_status_watch_that_fails_or_ends_is_started_again(
 
         def apply(name: str, batch: StatusBatch) -> None:
             applied.append(name)
-            got.set()
+            if len(applied) == 3:
+                got.set()
         monkeypatch.setattr(e, "apply_status", apply)
         task = asyncio.create_task(e._track("slurm", e.backends["slurm"]))
         await asyncio.wait_for(got.wait(), 10)
@@ -204,5 +210,8 @@ def test_a_status_watch_that_fails_or_ends_is_started_again(
             await task
 
     asyncio.run(go())
-    assert starts == [0, 1, 2] and applied == ["slurm"]
+    assert starts == [0, 1, 2] and applied == ["slurm"] * 3
     assert len(waits) == 2  # a back-off before each new start
+    # A batch before the failure does not make the watch healthy: each start lists
+    # everything again, so the delay keeps growing until a watch runs a while.
+    assert made[0].failures == 2

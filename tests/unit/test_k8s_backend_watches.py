@@ -146,6 +146,7 @@ def run_watch(b: KubernetesBackend, events: dict[str, list[tuple[str, Any]]],
     exception raises it."""
     async def list_watch(what: str, *args: Any, **kwargs: Any) -> Any:
         for event in events.get(what, []):
+            await asyncio.sleep(0)  # the other watches get their turn, as on a socket
             if isinstance(event, BaseException):
                 raise event
             yield event
@@ -198,3 +199,20 @@ def test_a_watch_task_that_dies_ends_the_stream_with_its_error() -> None:
     with pytest.raises(RuntimeError, match="watch-nodes ended") as err:
         run_watch(b, {"nodes": [("SYNC", [node("n1")]), KeyError("a bug")]}, 1)
     assert isinstance(err.value.__cause__, KeyError)
+
+
+def test_a_watch_that_stops_leaves_no_inventory_served_from_its_caches() -> None:
+    b = backend()
+    levels = ("kubernetes.io/hostname",)
+    seen: list[bool] = []
+
+    def note(uid: str) -> None:  # at the JobSets' SYNC: the other watches listed first
+        seen.append(b._capacity.inventory(levels) is not None)
+
+    b.on_jobs_status(note)
+    nodes_first = [("SYNC", [node("n1")])]
+    run_watch(b, {"nodes": nodes_first, "bound pods": [("SYNC", [])], "pods": [("SYNC", [])],
+                  "JobSets": [("SYNC", []), ("MODIFIED", jobset("a", 0, 1, "1"))]}, 2)
+    assert seen == [True]
+    # The stream was closed: the caches are no longer followed.
+    assert b._capacity.inventory(levels) is None

@@ -319,3 +319,37 @@ async def test_orphan_cancels_do_not_pile_up() -> None:
     see_slurm(b, *ghosts)
     assert len([t for t in b._tasks if "orphan" in t.get_name()]) == 50
     await asyncio.wait_for(asyncio.gather(*list(b._tasks)), 10)
+
+
+async def test_the_pool_stream_ends_with_the_error_of_a_world_whose_stream_ended() -> None:
+    """The Kubernetes back end's watch raises when one of its watches dies: the pool's
+    stream ends with it (the engine starts the watch again), rather than the pool
+    going on with Slurm's batches and Kubernetes frozen."""
+    b, k8s, slurm = backend()
+
+    synced_at_start: list[bool] = []
+
+    async def slurm_watch(interval: float) -> Any:
+        synced_at_start.append(b._k8s_synced or b._slurm_synced)
+        yield StatusBatch((), True, 0.0)
+        await asyncio.Event().wait()
+
+    async def k8s_watch(interval: float) -> Any:
+        yield StatusBatch((), True, 0.0)
+        raise RuntimeError("pool.kubernetes: watch task watch-nodes ended")
+
+    async def node_states() -> None:
+        await asyncio.Event().wait()
+
+    slurm.watch = slurm_watch  # type: ignore[attr-defined]
+    k8s.watch = k8s_watch  # type: ignore[attr-defined]
+    b.node_states.run = node_states  # type: ignore[method-assign]
+    b._sweeper.on_snapshot = lambda jobs, now: None  # type: ignore[method-assign]
+    b._k8s_synced = b._slurm_synced = True  # as a stream before this one left them
+    stream = b.watch(1.0)
+    with pytest.raises(RuntimeError, match="watch-k8s ended") as err:
+        async with asyncio.timeout(10):
+            async for _ in stream:
+                pass
+    assert "watch-nodes ended" in str(err.value.__cause__)
+    assert synced_at_start == [False]  # a new stream has listed nothing yet

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -107,15 +108,30 @@ def test_jobs_status_follows_the_jobset_while_the_job_stays_running(
     ``ready: 0`` while the job ran)."""
     ns = k8s_namespace
     apply(k8s, ns, trainjob("steady", nodes=2, pod_labels={KWOK_STAY_RUNNING: "true"}))
+    k8s.wait_for(lambda: [j["metadata"]["name"] for j in jobsets(k8s, ns)] == ["steady"], 60,
+                 "the bridge to make the JobSet")
 
-    def agree() -> bool:
+    def jobset_status() -> list[dict[str, Any]]:
         js = k8s.get_json("-n", ns, JOBSETS, "steady").get("status") or {}
-        want = [{"name": r["name"], **{k: r.get(k, 0) for k in (
+        return [{"name": r["name"], **{k: r.get(k, 0) for k in (
             "active", "ready", "succeeded", "failed", "suspended")}}
             for r in js.get("replicatedJobsStatus") or []]
+    # kwok's pace (a bed busy ending another test's pods schedules late), not the bridge's.
+    try:
+        k8s.wait_for(lambda: [r["ready"] for r in jobset_status()] == [1], 240,
+                     "the JobSet's job to be ready (its pods running on kwok)")
+    except pytest.fail.Exception as exc:
+        seen = [(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"),
+                 [f"{c['type']}={c['status']}" for c in p["status"].get("conditions") or []])
+                for p in pods(k8s, ns)]
+        jobs = [(j["metadata"]["name"], j.get("status")) for j in k8s.get_json(
+            "-n", ns, "jobs").get("items") or []]
+        pytest.fail(f"{exc}; JobSet {jobset_status()}; Jobs {jobs}; pods {seen}")
+
+    def agree() -> bool:
         tj = k8s.get_json("-n", ns, TRAINJOBS, "steady").get("status") or {}
-        return bool(want) and want[0]["ready"] == 1 and tj.get("jobsStatus") == want
-    k8s.wait_for(agree, 60, "the TrainJob's jobsStatus to show its JobSet's ready job")
+        return bool(tj.get("jobsStatus") == jobset_status())
+    k8s.wait_for(agree, 30, "the TrainJob's jobsStatus to show its JobSet's ready job")
     assert node_ready(k8s, ns, "steady")
     assert bridge.job(k8s.get_json("-n", ns, TRAINJOBS, "steady")["metadata"]["uid"])[
         "state"] == "Running"

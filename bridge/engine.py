@@ -51,7 +51,7 @@ from bridge.backend import (
     StatusBatch,
     SubmitRequest,
 )
-from bridge.backoff import Backoff, backoff_delay
+from bridge.backoff import backoff_delay
 from bridge.engine_admission import check_capacity, prepare
 from bridge.engine_array import ArrayThrottle
 from bridge.engine_dependency import (
@@ -66,7 +66,7 @@ from bridge.engine_request import report_env, stored_shape, submit_request
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
 from bridge.engine_signals import Signals
-from bridge.engine_status import StatusTracker
+from bridge.engine_status import StatusTracker, follow_status
 from bridge.errors import Conflict, InvalidRequest, PermissionDenied
 from bridge.errors import EngineError as EngineError
 from bridge.inventories import Inventories, PassTopologies
@@ -94,11 +94,6 @@ SHUTDOWN_GRACE = 10.0
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
 #: Seconds before a job whose dependency its back end refused is looked at again.
 RETRY_REFUSED = 60.0
-
-
-#: A status watch that ran this long before it failed is started again after the
-#: shortest delay; one that fails sooner waits longer each time (up to 30 s).
-WATCH_HEALTHY_SECONDS = 60.0
 
 
 class Engine:
@@ -574,26 +569,7 @@ class Engine:
         return self._inventories.get(backend)
 
     async def _track(self, name: str, backend: Backend) -> None:
-        """Apply each status batch of the back end's watch; a watch that fails (a bug)
-        or ends is started again after a back-off, never left dead."""
-        backoff = Backoff(1.0, 30.0)
-        while True:
-            started = time.monotonic()
-            try:
-                async for batch in backend.watch(self.settings.poll_interval):
-                    try:
-                        self.apply_status(name, batch)
-                    except Exception:
-                        log.exception("applying status failed", backend=name)
-                log.error("status watch ended; starting it again", backend=name)
-            except Exception:
-                log.exception("status watch failed; starting it again", backend=name)
-            # Each start lists everything again: only a watch that ran a while earns the
-            # short delay back (one that fails after its first batch must not relist
-            # every second).
-            if time.monotonic() - started >= WATCH_HEALTHY_SECONDS:
-                backoff.reset()
-            await backoff.sleep()
+        await follow_status(name, backend, self.settings.poll_interval, self.apply_status)
 
     def apply_status(self, name: str, batch: StatusBatch) -> None:
         """Move tracked jobs of back end ``name`` according to one status batch

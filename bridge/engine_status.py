@@ -14,24 +14,53 @@ to apply once it is. Everything kept per job is dropped when the job finishes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 import structlog
 
 from bridge.backend import Backend, BackendJob, StatusBatch
+from bridge.backoff import Backoff
 from bridge.engine_settings import EngineSettings
 from bridge.outcome import outcome
 from bridge.ownership import OwnerCheck
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
 
-__all__ = ["EARLY_STATUS_LIMIT", "StatusTracker"]
+__all__ = ["EARLY_STATUS_LIMIT", "WATCH_HEALTHY_SECONDS", "StatusTracker", "follow_status"]
 
 log = structlog.get_logger("hpc_bridge.engine")
 
 #: At most this many statuses of not-yet-recorded submissions are kept.
 EARLY_STATUS_LIMIT = 10_000
 _ACTIVE = (JobState.SUBMITTED, JobState.RUNNING)
+#: A status watch that ran this long before it failed is started again after the
+#: shortest delay; one that fails sooner waits longer each time (up to 30 s).
+WATCH_HEALTHY_SECONDS = 60.0
+
+
+async def follow_status(name: str, backend: Backend, interval: float,
+                        apply: Callable[[str, StatusBatch], None]) -> None:
+    """``apply(name, batch)`` for each status batch of the back end's watch; a watch
+    that fails (a bug) or ends is started again after a back-off, never left dead."""
+    backoff = Backoff(1.0, 30.0)
+    while True:
+        started = time.monotonic()
+        try:
+            async for batch in backend.watch(interval):
+                try:
+                    apply(name, batch)
+                except Exception:
+                    log.exception("applying status failed", backend=name)
+            log.error("status watch ended; starting it again", backend=name)
+        except Exception:
+            log.exception("status watch failed; starting it again", backend=name)
+        # Each start lists everything again: only a watch that ran a while earns the
+        # short delay back (one that fails after its first batch must not relist every
+        # second).
+        if time.monotonic() - started >= WATCH_HEALTHY_SECONDS:
+            backoff.reset()
+        await backoff.sleep()
 
 
 class StatusTracker:

@@ -164,7 +164,7 @@ def test_a_status_watch_that_fails_or_ends_is_started_again(
     import asyncio
     from collections.abc import AsyncIterator
 
-    import bridge.engine as engine_module
+    import bridge.engine_status as engine_status
     from bridge.backoff import Backoff
 
     starts: list[int] = []
@@ -190,7 +190,7 @@ def test_a_status_watch_that_fails_or_ends_is_started_again(
         made.append(Backoff(base, cap, sleep=no_sleep))
         return made[-1]
 
-    monkeypatch.setattr(engine_module, "Backoff", backoff)
+    monkeypatch.setattr(engine_status, "Backoff", backoff)
     e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": Flaky(inventory())},
                RuntimeCatalog(), EngineSettings(default_backend="slurm"))
     applied: list[str] = []

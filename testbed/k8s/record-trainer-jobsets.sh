@@ -25,17 +25,11 @@
 # daemon would not take them either; still, it refuses to run while one does.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-# shellcheck source-path=SCRIPTDIR source=versions.env
-source "$HERE/versions.env"
-
-STATE=/var/lib/hpc-bridge-testbed/k8s
-KUBECONFIG_ADMIN=${KUBECONFIG_ADMIN:-/run/hpc-bridge-testbed/k8s/admin.kubeconfig}
+# shellcheck source-path=SCRIPTDIR source=trainer-common.sh
+source "$HERE/trainer-common.sh"
 KUBECTL_BIN=${KUBECTL_BIN:-$STATE/bin/kubectl}
-BUILD_DIR=${TRAINER_BUILD_DIR:-$STATE/trainer-build}
 NS=${NS:-trainer-record}
 OUT=${1:-$REPO/tests/fixtures/trainer-v2.3-jobsets}
-PY=${PYTHON:-$REPO/.venv/bin/python}
 
 log() { printf '[record-trainer] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

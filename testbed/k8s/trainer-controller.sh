@@ -24,14 +24,8 @@
 # hpc-bridge daemon in drop-in mode refuses to run beside it.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-# shellcheck source-path=SCRIPTDIR source=versions.env
-source "$HERE/versions.env"
-
-STATE=/var/lib/hpc-bridge-testbed/k8s
-KUBECONFIG_ADMIN=${KUBECONFIG_ADMIN:-/run/hpc-bridge-testbed/k8s/admin.kubeconfig}
-BUILD_DIR=${TRAINER_BUILD_DIR:-$STATE/trainer-build}
-PY=${PYTHON:-$REPO/.venv/bin/python}
+# shellcheck source-path=SCRIPTDIR source=trainer-common.sh
+source "$HERE/trainer-common.sh"
 WEBHOOK_PORT=${TRAINER_WEBHOOK_PORT:-16447}
 HEALTH_PORT=${TRAINER_HEALTH_PORT:-16448}
 MODULE=github.com/kubeflow/trainer/v2

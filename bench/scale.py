@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from bench.fairness import cpu_seconds, rss_mb
+from bench.fairness import compile_bytecode, cpu_seconds, rss_mb
 from tests.integration.bed import (
     BIN,
     Daemon,
@@ -441,6 +441,7 @@ def main() -> int:
         socket, name, slurm, suspended, threads = args.fill
         print(json.dumps(fill(socket, name, int(slurm), int(suspended), int(threads))))
         return 0
+    compile_bytecode()  # the t* commands start as installed ones do
     env = read_testbed_env()
     if env is None or os.geteuid() != 0:
         print("needs root and the test bed: bash testbed/slurm.sh up", file=sys.stderr)

@@ -40,7 +40,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.fairness import cpu_seconds
+from bench.fairness import compile_bytecode, cpu_seconds
 from bench.scale import pid_of, slurm_config
 from tests.integration.bed import (
     Daemon,
@@ -81,6 +81,7 @@ def main() -> int:
     parser.add_argument("--parallel-jobs", type=int, default=200)
     args = parser.parse_args()
     n = args.jobs
+    compile_bytecode()  # the t* commands start as installed ones do
     env = read_testbed_env()
     if env is None:
         print("the test bed is not up: bash testbed/slurm.sh up", file=sys.stderr)

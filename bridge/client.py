@@ -51,16 +51,21 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Mapping
 from urllib.parse import quote, urlencode, urlsplit
 
 from bridge.client_types import JobView, SubmitResult, Transition
 from bridge.errors import BridgeError
 from bridge.http11 import Connection, ProtocolError, Response, tls_socket
 
+#: typing (and what only annotations need) costs every command ~2 ms of start-up
+#: (bridge.client_types).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from types import TracebackType
+    from typing import Any
+
     from bridge.model import TrainJob
 
 __all__ = [
@@ -394,6 +399,12 @@ class BridgeClient:
 
     # ----------------------------------------------------------------------- API
 
+    @classmethod
+    def _job(cls, data: Any) -> JobView:
+        """``data`` as a job view (an object, else :class:`BridgeClientError`)."""
+        job: Any = cls._object(data, "job")
+        return job  # type: ignore[no-any-return]  # (typing.cast: see TYPE_CHECKING)
+
     def submit(self, job: TrainJob | Mapping[str, Any], *,
                idempotency_key: str | None = None) -> SubmitResult:
         """Submit a TrainJob (model or camelCase document) once (``POST /v1/jobs``).
@@ -471,7 +482,8 @@ class BridgeClient:
             items = data.get("items")
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
                 raise BridgeClientError("hpc-bridge sent an unexpected job list")
-            yield cast(list[JobView], items)
+            page: Any = items  # checked above: a list of objects
+            yield page
             metadata = data.get("metadata")
             token = metadata.get("continue") if isinstance(metadata, dict) else None
             if not token:
@@ -495,12 +507,12 @@ class BridgeClient:
 
     def get_job(self, ref: str | int) -> JobView:
         """One job, with its state transitions."""
-        return cast(JobView, self._object(self._call("GET", f"/v1/jobs/{_ref(ref)}"), "job"))
+        return self._job(self._call("GET", f"/v1/jobs/{_ref(ref)}"))
 
     def cancel(self, ref: str | int) -> JobView:
         """Ask for the job to be cancelled; returns it as it is now."""
         path = f"/v1/jobs/{_ref(ref)}/cancel"
-        return cast(JobView, self._object(self._call("POST", path), "job"))
+        return self._job(self._call("POST", path))
 
     def control(self, ref: str | int, action: str) -> JobView:
         """``action`` (``hold``, ``release``, ``suspend``, ``resume``) on the job; returns
@@ -508,7 +520,7 @@ class BridgeClient:
         if action not in ("hold", "release", "suspend", "resume"):
             raise ValueError(f"unknown job action {action!r}")
         path = f"/v1/jobs/{_ref(ref)}/{action}"
-        return cast(JobView, self._object(self._call("POST", path), "job"))
+        return self._job(self._call("POST", path))
 
     def events(self, *, since: int | None = None, wait: float = 20.0,
                limit: int | None = None) -> tuple[list[dict[str, Any]], int]:

@@ -33,9 +33,12 @@ when first asked for, so ``tqueue`` does not pay for ``tshow``.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing costs every command ~2 ms of start-up (bridge.client_types)
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from bridge.cli.tbatch import tbatch_main as tbatch_main
     from bridge.cli.tcancel import tcancel_main as tcancel_main
     from bridge.cli.tcontrol import tcontrol_main as tcontrol_main

@@ -15,26 +15,24 @@ imported by the helpers that need them, when they run.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
-from typing import NoReturn
 
 from bridge.client import BridgeClient, BridgeClientError
 from bridge.errors import BridgeError
 
+TYPE_CHECKING = False  # typing costs every command ~2 ms of start-up (bridge.client_types)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
 __all__ = [
-    "ArgumentParser",
     "UserError",
     "clean",
     "connect",
     "err",
     "expand_tasks",
     "nodelist",
-    "parse_time",
     "run",
     "version",
 ]
@@ -44,13 +42,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 class UserError(BridgeError):
     """A user error to print as ``prog: error: message`` (exit 1)."""
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports errors as ``prog: error: ...`` and exit status 1."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UserError(message)
 
 
 def err(prog: str, message: str) -> None:
@@ -97,18 +88,6 @@ def version() -> str:
         return metadata.version("hpc-bridge")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """An ISO 8601 time from the daemon (UTC when it names no zone); ``None`` when
-    there is none or it does not parse."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def nodelist(nodes: Iterable[str] | None) -> str:

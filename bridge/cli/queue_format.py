@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import NamedTuple, cast
 
-from bridge.cli.common import UserError, clean, nodelist, parse_time
+from bridge.cli.common import UserError, clean, nodelist
 from bridge.client_types import JobView
 from bridge.ranges import compress
 from bridge.slurmtime import format_seconds
@@ -52,6 +52,18 @@ LONG_STATES = {
     "Cancelled": "CANCELLED",
 }
 _NOT_STARTED = frozenset({"Pending", "Submitted", "Suspended"})
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An ISO 8601 time from the daemon (UTC when it names no zone); ``None`` when
+    there is none or it does not parse."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _elapsed(job: JobView, now: datetime) -> str:

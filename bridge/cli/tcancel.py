@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import sys
 
-from bridge.cli.common import ArgumentParser, clean, connect, err, expand_tasks, run
+from bridge.cli.args import ArgumentParser
+from bridge.cli.common import clean, connect, err, expand_tasks, run
 from bridge.client import BridgeClientError
 
 __all__ = ["tcancel_main"]

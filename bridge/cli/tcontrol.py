@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import sys
 
-from bridge.cli.common import ArgumentParser, clean, connect, err, run
+from bridge.cli.args import ArgumentParser
+from bridge.cli.common import clean, connect, err, run
 from bridge.client import BridgeClientError
 
 __all__ = ["ACTIONS", "tcontrol_main"]

@@ -18,7 +18,8 @@ from __future__ import annotations
 import sys
 import time
 
-from bridge.cli.common import ArgumentParser, connect, run
+from bridge.cli.args import ArgumentParser
+from bridge.cli.common import connect, run
 from bridge.client import BridgeClientError
 
 __all__ = ["tlog_main"]

@@ -30,7 +30,8 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from bridge.cli.common import ArgumentParser, UserError, connect, run
+from bridge.cli.args import ArgumentParser
+from bridge.cli.common import UserError, connect, run
 from bridge.cli.queue_format import (
     COMPACT_STATES,
     DEFAULT_FORMAT,

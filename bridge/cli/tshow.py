@@ -20,15 +20,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bridge.cli.common import (
-    ArgumentParser,
-    clean,
-    connect,
-    expand_tasks,
-    nodelist,
-    parse_time,
-    run,
-)
+from bridge.cli.args import ArgumentParser
+from bridge.cli.common import clean, connect, expand_tasks, nodelist, run
+from bridge.cli.queue_format import parse_time
 from bridge.client import JobView
 from bridge.slurmtime import format_minutes, format_seconds
 

@@ -23,7 +23,8 @@ import sys
 import time
 from typing import Any
 
-from bridge.cli.common import ArgumentParser, clean, connect, run
+from bridge.cli.args import ArgumentParser
+from bridge.cli.common import clean, connect, run
 from bridge.client import BridgeClientError
 from bridge.slurmtime import format_seconds
 

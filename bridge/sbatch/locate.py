@@ -18,17 +18,27 @@ daemon's answer names the option.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+TYPE_CHECKING = False  # typing's costs tbatch ~2 ms of start-up (bridge.client_types)
+
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from collections import namedtuple
 
 __all__ = [
     "LONG_NO_ARG",
     "LONG_OPTIONAL_ARG",
+    "MAX_SCRIPT_BYTES",
     "SHORT_NO_ARG",
     "SHORT_REQUIRED_ARG",
     "Located",
     "locate",
 ]
 
+#: Largest script accepted: Slurm's default ``max_script_size`` (4 MB). Here, not in
+#: :mod:`bridge.sbatch.script` (which re-exports it), so that ``tbatch`` reads at most
+#: that much without importing the script checks.
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 #: Long options (tbatch's and the sbatch options it refuses by name) without an argument.
 LONG_NO_ARG = frozenset({
     "contiguous", "help", "hold", "ignore-pbs", "immediate", "no-requeue", "overcommit",
@@ -65,17 +75,22 @@ SHORT_REQUIRED_ARG = frozenset("aABbcCdDeFfGiJLmMnNopqStwx")
 _LONG_NAME = {"f": "file", "h": "help", "V": "version"}
 
 
-class Located(NamedTuple):
-    """What :func:`locate` found: the script operand (``None``: none given), ``--wrap``'s
-    command, the ``-f`` file, ``--help``/``--version``, and whether the scan read the
-    whole command line (False: it stopped at an unknown option)."""
+if TYPE_CHECKING:
+    class Located(NamedTuple):
+        """What :func:`locate` found: the script operand (``None``: none given),
+        ``--wrap``'s command, the ``-f`` file, ``--help``/``--version``, and whether the
+        scan read the whole command line (False: it stopped at an unknown option)."""
 
-    script_path: str | None
-    wrap: str | None
-    trainjob_file: str | None
-    help: bool
-    version: bool
-    complete: bool
+        script_path: str | None
+        wrap: str | None
+        trainjob_file: str | None
+        help: bool
+        version: bool
+        complete: bool
+else:
+    Located = namedtuple(
+        "Located", ["script_path", "wrap", "trainjob_file", "help", "version", "complete"]
+    )
 
 
 def _long(word: str, argv: list[str], i: int, found: dict[str, str | None]) -> int | None:

@@ -12,6 +12,7 @@ backslashes and ``#`` comments; nothing is expanded); :func:`wrap_script` is the
 from __future__ import annotations
 
 from bridge.sbatch.errors import SbatchError
+from bridge.sbatch.locate import MAX_SCRIPT_BYTES
 
 __all__ = [
     "MAX_SCRIPT_BYTES",
@@ -22,8 +23,6 @@ __all__ = [
     "wrap_script",
 ]
 
-#: Largest script accepted: Slurm's default ``max_script_size`` (4 MB).
-MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 #: What precedes the command of ``--wrap`` (sbatch's text, naming this tool).
 WRAP_HEADER = "#!/bin/sh\n# This script was created by tbatch --wrap.\n\n"
 

@@ -6,6 +6,7 @@ behind the real client.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -627,7 +628,25 @@ def test_importing_the_package_loads_no_command() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == "['bridge.cli.common', 'bridge.cli.queue_format', 'bridge.cli.tqueue']"
+    assert out.strip() == (
+        "['bridge.cli.args', 'bridge.cli.common', 'bridge.cli.queue_format', 'bridge.cli.tqueue']"
+    )
+
+
+def test_tbatch_imports_only_what_a_submission_needs() -> None:
+    """``tbatch`` is measured against ``python -c pass`` (docs/operations.md): beyond the
+    light list above, it loads neither typing nor argparse nor datetime (each 1-3 ms of
+    its start), whatever the interpreter's site loaded already."""
+    code = (
+        "import sys; before = set(sys.modules); import bridge.cli.tbatch; "
+        "print(sorted(set(sys.modules) - before))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = set(ast.literal_eval(out))
+    assert not {"typing", "argparse", "datetime", "bridge.sbatch.script",
+                "bridge.cli.args"} & loaded, sorted(loaded)
 
 
 def test_the_console_scripts_name_the_command_modules() -> None:

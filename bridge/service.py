@@ -48,6 +48,7 @@ from bridge.outbox import Event
 from bridge.refs import AmbiguousJob
 from bridge.states import IllegalTransition, JobState
 from bridge.store import JobNotFound, JobRecord, Transition
+from bridge.store_listing import ListRow
 
 #: Reasons of a held job (``tbatch --hold``, ``tcontrol hold``), as Slurm names them.
 HELD = frozenset({"JobHeldUser", "JobHeldAdmin"})
@@ -83,6 +84,14 @@ class JobPage:
     follow, the id to pass as ``after_id`` for the next page (None: this was the last)."""
 
     items: list[JobRecord]
+    next_after: int | None = None
+
+
+@dataclass(frozen=True)
+class RowPage:
+    """:class:`JobPage` of listing rows (:class:`bridge.store_listing.ListRow`)."""
+
+    items: list[ListRow]
     next_after: int | None = None
 
 
@@ -328,6 +337,17 @@ class JobService:
         if limit is not None and len(rows) > limit:
             return JobPage(rows[:limit], rows[limit - 1].id)
         return JobPage(rows)
+
+    def list_rows(self, states: Sequence[JobState] | None = None, *, user: str | None = None,
+                  backend: str | None = None, after_id: int | None = None,
+                  limit: int) -> RowPage:
+        """:meth:`list_jobs`' page as listing rows (:mod:`bridge.store_listing`: the
+        columns the API's listing shows, no record built)."""
+        rows = self._store.list_rows(states, user=user, backend=backend, after_id=after_id,
+                                     limit=limit + 1)
+        if len(rows) > limit:
+            return RowPage(rows[:limit], rows[limit - 1].id)
+        return RowPage(rows)
 
     async def read_output(self, job_id: int, caller: Owner, stream: str,
                           offset: int) -> OutputChunk:

@@ -25,7 +25,8 @@ the thread that runs it (one connection; SQLite transactions are per connection,
 another thread's statements would land inside this one's transaction).
 
 Light reads: listings (:meth:`Store.list_jobs`, :meth:`Store.by_uids`) do not read the
-TrainJob document; a record's :attr:`JobRecord.job` is read and decoded on first use.
+TrainJob document (the API's listing reads fewer columns still, as plain rows:
+:mod:`bridge.store_listing`); a record's :attr:`JobRecord.job` is read and decoded on first use.
 What a listing shows from the document (job name, partition, time limit, runtime, node
 count, ``spec.suspend``) is kept beside it in ``jobs.summary`` (version 4), written
 with the document.
@@ -50,6 +51,7 @@ from bridge.refs import resolve
 from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
 from bridge.states import TERMINAL, JobState, check_transition
 from bridge.store_arrays import NOT_DUE, ArrayQueries, ArrayTaskRow, parse_task_ref
+from bridge.store_listing import ListingQueries
 from bridge.store_progress import ProgressQueries
 from bridge.store_records import LIGHT_COLUMNS, row_to_record
 from bridge.store_records import JobRecord as JobRecord
@@ -65,7 +67,7 @@ class JobNotFound(BridgeError, KeyError):
     """No job matches the reference."""
 
 
-class Store(OutboxQueries, ArrayQueries, ProgressQueries):
+class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
     """SQLite-backed job store. Open with :meth:`open`; one instance per process."""
 
     def __init__(self, conn: sqlite3.Connection):

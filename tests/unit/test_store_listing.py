@@ -113,3 +113,43 @@ def test_the_reconcile_filters_read_only_what_is_due_or_asked(tmp_path: Path) ->
         cancel.id]
     assert [r.id for r in store.list_jobs([JobState.PENDING], cancel_requested=False)] == [
         due.id, later.id]
+
+
+_STATES = [JobState.PENDING, JobState.SUSPENDED, JobState.CANCELLED]
+
+
+@settings(max_examples=40, deadline=None)
+@given(jobs=st.lists(st.tuples(st.booleans(), st.sampled_from(_STATES),
+                               st.sampled_from(["slurm", "flux"]), st.booleans()),
+                     max_size=30),
+       page=st.integers(1, 9),
+       states=st.one_of(st.none(), st.lists(st.sampled_from(_STATES), min_size=1, unique=True)),
+       user=st.sampled_from([None, "alice", "bob"]),
+       backend=st.sampled_from([None, "slurm", "flux"]))
+def test_the_apis_listing_rows_are_list_jobs_records_as_views(
+        jobs: list[tuple[bool, JobState, str, bool]], page: int,
+        states: list[JobState] | None, user: str | None, backend: str | None) -> None:
+    """``list_rows`` (the API's listing: ids from the index, then plain rows) pages the
+    same jobs in the same order as ``list_jobs``, and each row's view is its record's."""
+    from bridge.views import list_view, list_view_of_row
+
+    store = Store.open(":memory:")
+    for is_bob, state, where, placed in jobs:
+        rec = store.add(job(scheduling={"job_name": "j", "partition": "p"}),
+                        BOB if is_bob else ALICE, where)
+        if placed:
+            store.update(rec.id, placement={"hosts": ["n1"]}, nodes=["n1", "n2"],
+                         started_at=time.time())
+        if state is not JobState.PENDING:
+            store.transition(rec.id, state, "Why", "a message")
+    after = None
+    while True:
+        rows = store.list_rows(states, user=user, backend=backend, after_id=after, limit=page)
+        recs = store.list_jobs(states, user=user, backend=backend, after_id=after, limit=page)
+        assert [r.id for r in rows] == [r.id for r in recs]
+        for row, rec in zip(rows, recs, strict=True):
+            assert list_view_of_row(row, {"progressPercentage": 5}) == list_view(
+                rec, {"progressPercentage": 5})
+        if len(rows) < page:
+            break
+        after = rows[-1].id

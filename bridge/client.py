@@ -168,6 +168,34 @@ def _tcp_socket(host: str, port: int, tls: bool, timeout: float) -> socket.socke
         raise
 
 
+class _Ahead:
+    """``call(arg)`` run in a thread now; :meth:`result` waits for its answer (or raises
+    its error). threading is imported only when a listing has a second page."""
+
+    def __init__(self, call: Callable[[dict[str, str]], tuple[list[JobView], object]],
+                 arg: dict[str, str]) -> None:
+        import threading
+
+        self._answer: tuple[list[JobView], object] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(call, arg), daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[dict[str, str]], tuple[list[JobView], object]],
+             arg: dict[str, str]) -> None:
+        try:
+            self._answer = call(arg)
+        except BaseException as exc:  # handed to the caller's thread by result()
+            self._error = exc
+
+    def result(self) -> tuple[list[JobView], object]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer
+
+
 class BridgeClient:
     """Synchronous API client; use as a context manager or call :meth:`close`.
 
@@ -464,7 +492,9 @@ class BridgeClient:
     ) -> Iterator[list[JobView]]:
         """Jobs by state (default: those not finished; ``all_states``: every job), oldest
         first, one page (one request) at a time; ``page_size`` items at most per page
-        (the daemon's default when None)."""
+        (the daemon's default when None). The next page is asked for, in a thread, while
+        the caller works on this one (``tqueue`` formats a page as the daemon builds the
+        next: at 10,000 jobs the two took about as long as each other)."""
         params: dict[str, str] = {}
         if all_states:
             params["states"] = "all"
@@ -477,21 +507,28 @@ class BridgeClient:
         if page_size:
             params["limit"] = str(page_size)
         seen: set[str] = set()
+        page, token = self._page(params)
         while True:
-            data = self._object(self._call("GET", "/v1/jobs", params=params), "job list")
-            items = data.get("items")
-            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-                raise BridgeClientError("hpc-bridge sent an unexpected job list")
-            page: Any = items  # checked above: a list of objects
-            yield page
-            metadata = data.get("metadata")
-            token = metadata.get("continue") if isinstance(metadata, dict) else None
             if not token:
+                yield page
                 return
             if not isinstance(token, str) or token in seen:
+                yield page
                 raise BridgeClientError("hpc-bridge sent an unexpected job list (continue)")
             seen.add(token)
-            params["continue"] = token
+            ahead = _Ahead(self._page, {**params, "continue": token})
+            yield page
+            page, token = ahead.result()
+
+    def _page(self, params: dict[str, str]) -> tuple[list[JobView], object]:
+        """One page of ``GET /v1/jobs`` and its ``metadata.continue`` (unchecked)."""
+        data = self._object(self._call("GET", "/v1/jobs", params=params), "job list")
+        items = data.get("items")
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise BridgeClientError("hpc-bridge sent an unexpected job list")
+        page: Any = items  # checked above: a list of objects
+        metadata = data.get("metadata")
+        return page, metadata.get("continue") if isinstance(metadata, dict) else None
 
     def list_jobs(
         self,

@@ -321,9 +321,23 @@ def parse_fields(spec: str) -> list[Column]:
     return columns
 
 
+def _cell_function(column: Column) -> Callable[[JobView, datetime], str]:
+    """:meth:`Column.cell` for a job, with the column's choices made once, not per row."""
+    text, width = column.text, column.width
+    if column.field is None:
+        return lambda job, now: text
+    value = column.field.value
+    if width is None:
+        return lambda job, now: clean(value(job, now)) + text
+    if column.right:
+        return lambda job, now: clean(value(job, now))[:width].rjust(width) + text
+    return lambda job, now: clean(value(job, now))[:width].ljust(width) + text
+
+
 def render(columns: Sequence[Column], jobs: Sequence[JobView], *, header: bool,
            now: datetime) -> str:
     """The table: a header line of the fields' titles when ``header``, one line per job."""
-    rows: list[JobView | None] = [None] if header else []
-    rows += jobs
-    return "".join("".join(c.cell(job, now) for c in columns) + "\n" for job in rows)
+    lines = ["".join(c.cell(None, now) for c in columns) + "\n"] if header else []
+    cells = [_cell_function(c) for c in columns]
+    lines += ["".join([cell(job, now) for cell in cells]) + "\n" for job in jobs]
+    return "".join(lines)

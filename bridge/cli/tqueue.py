@@ -162,6 +162,10 @@ def _tqueue(argv: list[str]) -> int:
         all_states = True  # like squeue -j: show the job whatever its state
     collected: list[JobView] = []
     header = not args.noheader and not args.json
+    # The next page is read in a thread while this one is formatted (BridgeClient
+    # .iter_pages); with the default 5 ms switch interval that thread waited for the GIL
+    # at each step of its request and the two hardly overlapped.
+    sys.setswitchinterval(0.0002)
     with connect() as client:
         # The daemon pages oldest first: each page is printed as it arrives.
         for page in client.iter_pages(

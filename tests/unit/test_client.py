@@ -617,6 +617,39 @@ def test_iter_pages_follows_continue_tokens(daemon: FakeDaemon) -> None:
         client.list_jobs()
 
 
+def test_the_next_page_is_asked_for_while_the_caller_works_on_this_one(
+        daemon: FakeDaemon) -> None:
+    """iter_pages asks for page 2 before the caller is done with page 1 (tqueue formats
+    one page while the daemon builds the next); an error of the page asked ahead is
+    raised where the caller asks for that page."""
+    pages = {"": {"items": [{"id": 1}], "metadata": {"continue": "t1"}},
+             "t1": {"items": [{"id": 2}], "metadata": {}}}
+    asked_ahead = threading.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        token = request.query.get("continue", "")
+        if token == "t1":
+            asked_ahead.set()
+        if token not in pages:
+            return web.json_response({"error": "gone"}, status=410)
+        return web.json_response(pages[token])
+
+    daemon.override = answer
+    with _client(daemon) as client:
+        pager = client.iter_pages()
+        assert next(pager) == [{"id": 1}]
+        assert asked_ahead.wait(10)  # page 1 still in the caller's hands
+        assert [r["query"].get("continue") for r in daemon.requests] == [None, "t1"]
+        assert next(pager) == [{"id": 2}]
+        assert list(pager) == []
+    del pages["t1"]
+    with _client(daemon) as client:
+        pager = client.iter_pages()
+        assert next(pager) == [{"id": 1}]
+        with pytest.raises(BridgeClientError, match="gone"):
+            next(pager)
+
+
 def test_a_full_listen_queue_is_waited_out_then_reported() -> None:
     """A daemon too busy to accept (its listen queue full: EAGAIN) is tried again until
     the timeout, then reported as not answering -- no traceback, no hang."""

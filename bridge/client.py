@@ -200,7 +200,8 @@ class BridgeClient:
     """Synchronous API client; use as a context manager or call :meth:`close`.
 
     Every call opens its own connection and closes it when the answer has been read
-    (a command makes one call, or a few; nothing is left open between calls).
+    (a command makes one call, or a few; nothing is left open between calls, except
+    the one page :meth:`iter_pages` may be reading ahead).
     """
 
     def __init__(
@@ -494,7 +495,10 @@ class BridgeClient:
         first, one page (one request) at a time; ``page_size`` items at most per page
         (the daemon's default when None). The next page is asked for, in a thread, while
         the caller works on this one (``tqueue`` formats a page as the daemon builds the
-        next: at 10,000 jobs the two took about as long as each other)."""
+        next: at 10,000 jobs the two took about as long as each other). So one request
+        may be in flight when the caller stops iterating: it runs to its end (its answer
+        or error dropped) in its daemon thread; it never outlives the client's timeout
+        and busy retries."""
         params: dict[str, str] = {}
         if all_states:
             params["states"] = "all"

@@ -155,7 +155,9 @@ def list_view(rec: JobRecord, status: dict[str, Any] | None = None) -> dict[str,
 
 def list_view_of_row(row: ListRow, status: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`list_view` of the job a listing row (:mod:`bridge.store_listing`) holds:
-    the same view, with no record built."""
+    the same view, with no record built. (``jobs.summary`` is written with every
+    document and filled by the version 4 migration; a row without one would show the
+    summary's fields empty, where :func:`list_view` reads the document.)"""
     nodes = [] if row.nodes == "[]" else json.loads(row.nodes)  # most rows: none yet
     return _view(row, row.owner_user, row.owner_uid, row.state, nodes,
                  bool(row.cancel_requested),

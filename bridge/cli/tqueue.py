@@ -165,31 +165,35 @@ def _tqueue(argv: list[str]) -> int:
     # The next page is read in a thread while this one is formatted (BridgeClient
     # .iter_pages); with the default 5 ms switch interval that thread waited for the GIL
     # at each step of its request and the two hardly overlapped.
+    interval = sys.getswitchinterval()  # put back: tqueue_main may run in a caller's process
     sys.setswitchinterval(0.0002)
-    with connect() as client:
-        # The daemon pages oldest first: each page is printed as it arrives.
-        for page in client.iter_pages(
-            states=states or None,
-            all_states=all_states,
-            user=users[0] if len(set(users)) == 1 else None,
-        ):
-            jobs = sorted(page, key=lambda j: j.get("id") or 0)  # pages come in id order
-            if users:
-                jobs = [j for j in jobs if j.get("user") in users]
-            jobs = [j for j in jobs if _keep(j, args.states)]
-            if wanted:
-                jobs = [j for j in jobs
-                        if {str(j.get("id")), j.get("name"), j.get("uid"), display_id(j),
-                            str(j.get("arrayJobId", j.get("id")))} & set(wanted)]
-            if clusters and "all" not in clusters:
-                jobs = [j for j in jobs if j.get("backend") in clusters]
-            if args.json:
-                collected += jobs
-            elif jobs or header:
-                shown = jobs if args.array else fold_pending(jobs)
-                sys.stdout.write(format_queue(shown, header=header, cluster=bool(clusters),
-                                              columns=columns))
-                header = False
+    try:
+        with connect() as client:
+            # The daemon pages oldest first: each page is printed as it arrives.
+            for page in client.iter_pages(
+                states=states or None,
+                all_states=all_states,
+                user=users[0] if len(set(users)) == 1 else None,
+            ):
+                jobs = sorted(page, key=lambda j: j.get("id") or 0)  # pages come in id order
+                if users:
+                    jobs = [j for j in jobs if j.get("user") in users]
+                jobs = [j for j in jobs if _keep(j, args.states)]
+                if wanted:
+                    jobs = [j for j in jobs
+                            if {str(j.get("id")), j.get("name"), j.get("uid"), display_id(j),
+                                str(j.get("arrayJobId", j.get("id")))} & set(wanted)]
+                if clusters and "all" not in clusters:
+                    jobs = [j for j in jobs if j.get("backend") in clusters]
+                if args.json:
+                    collected += jobs
+                elif jobs or header:
+                    shown = jobs if args.array else fold_pending(jobs)
+                    sys.stdout.write(format_queue(shown, header=header, cluster=bool(clusters),
+                                                  columns=columns))
+                    header = False
+    finally:
+        sys.setswitchinterval(interval)
     if args.json:
         print(json.dumps({"items": collected}, indent=2, ensure_ascii=False))
     return 0

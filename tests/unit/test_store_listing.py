@@ -14,6 +14,7 @@ from bridge.model import TrainJob
 from bridge.states import JobState
 from bridge.store import Store
 from tests.unit.builders import ALICE, BOB, new_trainjob
+from tests.unit.test_array_store import add_array
 
 
 def job(name: str = "", nodes: int | None = 2, scheduling: dict[str, object] | None = None,
@@ -134,6 +135,7 @@ def test_the_apis_listing_rows_are_list_jobs_records_as_views(
     from bridge.views import list_view, list_view_of_row
 
     store = Store.open(":memory:")
+    add_array(store, "1,4-5")  # tasks: arrayJobId, arrayTaskId, arrayTasks
     for is_bob, state, where, placed in jobs:
         rec = store.add(job(scheduling={"job_name": "j", "partition": "p"}),
                         BOB if is_bob else ALICE, where)
@@ -150,6 +152,7 @@ def test_the_apis_listing_rows_are_list_jobs_records_as_views(
         for row, rec in zip(rows, recs, strict=True):
             assert list_view_of_row(row, {"progressPercentage": 5}) == list_view(
                 rec, {"progressPercentage": 5})
+            assert list_view_of_row(row) == list_view(rec)
         if len(rows) < page:
             break
         after = rows[-1].id

@@ -67,6 +67,9 @@ CREATE INDEX IF NOT EXISTS jobs_origin_updated ON jobs (origin, updated_at);
 -- Per-user counts (limits.max_active_jobs) and listings (version 4).
 CREATE INDEX IF NOT EXISTS jobs_owner_state ON jobs (owner_uid, state);
 CREATE INDEX IF NOT EXISTS jobs_user ON jobs (owner_user, id);
+-- The few jobs with a cancel to send (each reconcile pass asks; without it the pass read
+-- every unfinished job through jobs_state: 11 ms a pass at 10,000).
+CREATE INDEX IF NOT EXISTS jobs_cancel_requested ON jobs (id) WHERE cancel_requested=1;
 CREATE TABLE IF NOT EXISTS transitions (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id    INTEGER NOT NULL REFERENCES jobs (id),

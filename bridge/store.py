@@ -445,13 +445,15 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         with (or without) a cancel asked for. Light rows: each document is read on first
         use of its record's :attr:`JobRecord.job`."""
         sql = f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE 1=1"
+        if cancel_requested:  # the few with a cancel to send: their partial index
+            sql = (f"SELECT {LIGHT_COLUMNS} FROM jobs INDEXED BY jobs_cancel_requested "
+                   "WHERE cancel_requested=1")
         args: list[Any] = []
         if due_by is not None:
             sql += " AND next_attempt_at<=?"
             args.append(due_by)
-        if cancel_requested is not None:
-            sql += " AND cancel_requested=?"
-            args.append(int(cancel_requested))
+        if cancel_requested is False:
+            sql += " AND cancel_requested=0"
         if after_id is not None:
             sql += " AND id>?"
             args.append(after_id)

@@ -70,6 +70,10 @@ CREATE INDEX IF NOT EXISTS jobs_user ON jobs (owner_user, id);
 -- The few jobs with a cancel to send (each reconcile pass asks; without it the pass read
 -- every unfinished job through jobs_state: 11 ms a pass at 10,000).
 CREATE INDEX IF NOT EXISTS jobs_cancel_requested ON jobs (id) WHERE cancel_requested=1;
+-- What a status snapshot is compared with (Store.job_keys), from the index alone: 6,000
+-- jobs in Slurm cost 12 ms through jobs_state and the table at every changed listing,
+-- 3.5 ms so; the index follows each row's updated_at (a write per change).
+CREATE INDEX IF NOT EXISTS jobs_status_keys ON jobs (state, backend, id, uid, updated_at);
 CREATE TABLE IF NOT EXISTS transitions (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id    INTEGER NOT NULL REFERENCES jobs (id),

@@ -48,7 +48,13 @@ from bridge.job_summary import job_summary
 from bridge.model import TrainJob
 from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
-from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
+from bridge.schema import (
+    SCHEMA_SQL,
+    SUSPEND_CANDIDATE,
+    SchemaTooNew,
+    check_version,
+    migrate,
+)
 from bridge.states import TERMINAL, JobState, check_transition
 from bridge.store_arrays import NOT_DUE, ArrayQueries, ArrayTaskRow, parse_task_ref
 from bridge.store_listing import ListingQueries
@@ -428,9 +434,7 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         a suspend."""
         marks = ",".join("?" * len(states))
         sql = (f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE backend=? AND state IN ({marks}) "
-               "AND (json_extract(summary, '$.suspend') IS NOT 0 "
-               "OR reason IN ('Suspended', 'BackendSuspended') "
-               "OR held IS NOT NULL) ORDER BY id")
+               f"AND {SUSPEND_CANDIDATE} ORDER BY id")  # as its partial index states it
         rows = self._db.execute(sql, [backend, *(s.value for s in states)]).fetchall()
         return [row_to_record(r, self._document) for r in rows]
 

@@ -154,11 +154,11 @@ class SlurmBackend:
         self.rest_user = rest_user or _user_name(os.geteuid())
         #: Slurm job id -> uid of its owner, from the last listing (for read_log).
         self._owner_uids: dict[str, int] = {}
-        #: The last REST job listing and when it was asked for (for ``update_time``).
-        self._listing_cache: list[Any] | None = None
+        #: When the last converted REST listing was asked for (for ``update_time``).
         self._listed_at = 0
-        #: The last listing converted (the very list object) and what it gave.
-        self._converted: tuple[list[Any], list[BackendJob]] | None = None
+        #: What the last listing gave, converted. The listing itself is not kept: at
+        #: 6,000 Slurm jobs its decoded JSON held some tens of MB for nothing.
+        self._converted: list[BackendJob] | None = None
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -257,27 +257,25 @@ class SlurmBackend:
         return await self.cli.submit(script, sbatch_args(spec), cli_env, request.owner,
                                      spec.script_args)
 
-    async def _listing(self) -> tuple[list[Any], Dialect]:
+    async def _listing(self) -> tuple[list[Any] | None, Dialect, int]:
+        """Slurm's job listing, the dialect it is in, and when it was asked for; the
+        listing is None when slurmrestd says nothing changed since the last one that
+        was converted (then that conversion stands)."""
+        asked_at = int(time.time())
         if self.rest is not None:
             # Ask "anything changed since the last listing?" (a few seconds of margin
-            # for clock skew with slurmctld); 304 means the cached listing holds.
+            # for clock skew with slurmctld); 304 means the last conversion holds.
             rest = await self._rest_client()
-            asked_at = int(time.time())
-            since = self._listed_at - 5 if self._listing_cache is not None else None
+            since = self._listed_at - 5 if self._converted is not None else None
             answer = await rest.jobs(self.rest_user, changed_since=since)
-            dialect = rest.dialect
-            if answer is None and self._listing_cache is not None:
-                return self._listing_cache, dialect
-            data = answer or {}
-            jobs = data.get("jobs")
-            self._listing_cache = jobs if isinstance(jobs, list) else []
-            self._listed_at = asked_at
-            return self._listing_cache, dialect
-        else:
-            data = await self.cli.jobs()
-            dialect = dialect_from_meta(data.get("meta"))
+            if answer is None and self._converted is not None:
+                return None, rest.dialect, asked_at
+            jobs = (answer or {}).get("jobs")
+            return (jobs if isinstance(jobs, list) else []), rest.dialect, asked_at
+        data = await self.cli.jobs()
         jobs = data.get("jobs")
-        return (jobs if isinstance(jobs, list) else []), dialect
+        return (jobs if isinstance(jobs, list) else []), dialect_from_meta(data.get("meta")), \
+            asked_at
 
     async def _bridge_jobs(self) -> list[BackendJob]:
         """All the jobs carrying a bridge key, from one listing, each with its owner
@@ -287,14 +285,16 @@ class SlurmBackend:
 
         The listing is converted in a worker thread (thousands of jobs: a tenth of a
         second), and only when it changed: when slurmrestd answers "nothing changed"
-        the last conversion is the answer."""
-        raw_jobs, dialect = await self._listing()
-        if self._converted is not None and self._converted[0] is raw_jobs:
-            return self._converted[1]
-        jobs, owners = await asyncio.to_thread(records.convert_listing, raw_jobs, dialect)
+        the last conversion is the answer (the same list)."""
+        raw_jobs, dialect, asked_at = await self._listing()
+        if raw_jobs is None and self._converted is not None:
+            return self._converted
+        jobs, owners = await asyncio.to_thread(records.convert_listing, raw_jobs or [],
+                                               dialect)
         # Only what Slurm still holds: bounded by Slurm's own job table.
         self._owner_uids = owners
-        self._converted = (raw_jobs, jobs)
+        self._converted = jobs
+        self._listed_at = asked_at
         return jobs
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:

@@ -251,12 +251,13 @@ async def test_read_log_learns_the_owner_from_slurm(tmp_path: Path) -> None:
 
 async def test_an_unchanged_listing_is_not_converted_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """slurmrestd's "nothing changed" (the cached listing, the same list) costs no
-    conversion: the last one is the answer; a new listing is converted (off the loop)."""
+    """slurmrestd's "nothing changed" costs no conversion: the last one is the answer
+    (the same list); a new listing is converted (off the loop), and the listing itself
+    is not kept once converted."""
     from slurm_adapter import records as module
 
     b = backend(FakeCli([RECORDED]), FakeRest())
-    listings = [list(RECORDED["jobs"])]
+    listings: list[list[Any] | None] = [list(RECORDED["jobs"])]
     converted: list[int] = []
     real = module.convert_listing
 
@@ -264,13 +265,17 @@ async def test_an_unchanged_listing_is_not_converted_again(
         converted.append(len(raw))
         return real(raw, dialect)
 
-    async def listing() -> tuple[list[Any], Any]:
-        return listings[-1], V0_0_38
+    async def listing() -> tuple[list[Any] | None, Any, int]:
+        return listings[-1], V0_0_38, 1000 + len(listings)
 
     monkeypatch.setattr(module, "convert_listing", counting)
     monkeypatch.setattr(b, "_listing", listing)
     first = await b._bridge_jobs()
+    assert b._listed_at == 1001
+    listings.append(None)  # slurmrestd: nothing changed since
     assert await b._bridge_jobs() is first and converted == [len(RECORDED["jobs"])]
+    assert b._listed_at == 1001  # still the time of the listing converted
+    assert not any(v is listings[0] for v in vars(b).values())  # not kept
     listings.append(list(RECORDED["jobs"][:1]))
     await b._bridge_jobs()
-    assert converted == [len(RECORDED["jobs"]), 1]
+    assert converted == [len(RECORDED["jobs"]), 1] and b._listed_at == 1003

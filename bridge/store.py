@@ -57,7 +57,7 @@ from bridge.schema import (
 )
 from bridge.states import TERMINAL, JobState, check_transition
 from bridge.store_arrays import NOT_DUE, ArrayQueries, ArrayTaskRow, parse_task_ref
-from bridge.store_listing import ListingQueries
+from bridge.store_listing import ListingQueries, job_filters
 from bridge.store_progress import ProgressQueries
 from bridge.store_records import LIGHT_COLUMNS, row_to_record
 from bridge.store_records import JobRecord as JobRecord
@@ -458,25 +458,16 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
             args.append(due_by)
         if cancel_requested is False:
             sql += " AND cancel_requested=0"
-        if after_id is not None:
-            sql += " AND id>?"
-            args.append(after_id)
         if origin is not None:
             sql += " AND origin=?"
             args.append(origin)
         if updated_after is not None:
             sql += " AND updated_at>?"
             args.append(updated_after)
-        if states is not None:
-            sql += f" AND state IN ({','.join('?' * len(states))})"
-            args += [s.value for s in states]
-        if user is not None:
-            sql += " AND owner_user=?"
-            args.append(user)
-        if backend is not None:
-            sql += " AND backend=?"
-            args.append(backend)
-        sql += " ORDER BY id"
+        where, more = job_filters(states=states, user=user, backend=backend,
+                                  after_id=after_id)
+        sql += where + " ORDER BY id"
+        args += more
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)

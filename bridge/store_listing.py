@@ -23,7 +23,30 @@ from typing import Any, NamedTuple
 
 from bridge.states import JobState
 
-__all__ = ["LIST_COLUMNS", "ListRow", "ListingQueries"]
+__all__ = ["LIST_COLUMNS", "ListRow", "ListingQueries", "job_filters"]
+
+
+def job_filters(*, states: Sequence[JobState] | None = None, user: str | None = None,
+                backend: str | None = None, after_id: int | None = None
+                ) -> tuple[str, list[Any]]:
+    """The ``AND ...`` conditions (and their parameters) of a listing's filters, each
+    only when given: the jobs in ``states``, of ``user``, of ``backend``, after id
+    ``after_id`` (``Store.list_jobs`` and :meth:`ListingQueries.list_rows` share them)."""
+    sql = ""
+    args: list[Any] = []
+    if after_id is not None:
+        sql += " AND id>?"
+        args.append(after_id)
+    if states is not None:
+        sql += f" AND state IN ({','.join('?' * len(states))})"
+        args += [s.value for s in states]
+    if user is not None:
+        sql += " AND owner_user=?"
+        args.append(user)
+    if backend is not None:
+        sql += " AND backend=?"
+        args.append(backend)
+    return sql, args
 
 
 class ListRow(NamedTuple):
@@ -68,21 +91,9 @@ class ListingQueries:
                   user: str | None = None, backend: str | None = None,
                   after_id: int | None = None, limit: int | None = None) -> list[ListRow]:
         """One page of the listing (see the module's contract)."""
-        sql = "SELECT id FROM jobs WHERE 1=1"
-        args: list[Any] = []
-        if after_id is not None:
-            sql += " AND id>?"
-            args.append(after_id)
-        if states is not None:
-            sql += f" AND state IN ({','.join('?' * len(states))})"
-            args += [s.value for s in states]
-        if user is not None:
-            sql += " AND owner_user=?"
-            args.append(user)
-        if backend is not None:
-            sql += " AND backend=?"
-            args.append(backend)
-        sql += " ORDER BY id"
+        where, args = job_filters(states=states, user=user, backend=backend,
+                                  after_id=after_id)
+        sql = f"SELECT id FROM jobs WHERE 1=1{where} ORDER BY id"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)

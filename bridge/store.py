@@ -48,13 +48,7 @@ from bridge.job_summary import job_summary
 from bridge.model import TrainJob
 from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
-from bridge.schema import (
-    SCHEMA_SQL,
-    SUSPEND_CANDIDATE,
-    SchemaTooNew,
-    check_version,
-    migrate,
-)
+from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
 from bridge.states import TERMINAL, JobState, check_transition
 from bridge.store_arrays import NOT_DUE, ArrayQueries, ArrayTaskRow, parse_task_ref
 from bridge.store_listing import ListingQueries, job_filters
@@ -434,7 +428,9 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         a suspend."""
         marks = ",".join("?" * len(states))
         sql = (f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE backend=? AND state IN ({marks}) "
-               f"AND {SUSPEND_CANDIDATE} ORDER BY id")  # as its partial index states it
+               "AND (json_extract(summary, '$.suspend') IS NOT 0 "
+               "OR reason IN ('Suspended', 'BackendSuspended') "
+               "OR held IS NOT NULL) ORDER BY id")
         rows = self._db.execute(sql, [backend, *(s.value for s in states)]).fetchall()
         return [row_to_record(r, self._document) for r in rows]
 
@@ -449,15 +445,12 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         with (or without) a cancel asked for. Light rows: each document is read on first
         use of its record's :attr:`JobRecord.job`."""
         sql = f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE 1=1"
-        if cancel_requested:  # the few with a cancel to send: their partial index
-            sql = (f"SELECT {LIGHT_COLUMNS} FROM jobs INDEXED BY jobs_cancel_requested "
-                   "WHERE cancel_requested=1")
         args: list[Any] = []
         if due_by is not None:
             sql += " AND next_attempt_at<=?"
             args.append(due_by)
-        if cancel_requested is False:
-            sql += " AND cancel_requested=0"
+        if cancel_requested is not None:  # as literals: =1 is jobs_cancel_pending's
+            sql += " AND cancel_requested=1" if cancel_requested else " AND cancel_requested=0"
         if origin is not None:
             sql += " AND origin=?"
             args.append(origin)

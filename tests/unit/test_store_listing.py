@@ -56,7 +56,6 @@ def test_an_older_database_gets_its_summaries(tmp_path: Path) -> None:
     rec = store.add(j, ALICE, "slurm")
     store.close()
     conn = sqlite3.connect(path)  # as schema version 3 left it: no summary column
-    conn.execute("DROP INDEX jobs_suspend_candidates")  # (made since, on that column)
     conn.execute("ALTER TABLE jobs DROP COLUMN summary")
     conn.commit()
     conn.close()
@@ -161,18 +160,17 @@ def test_the_apis_listing_rows_are_list_jobs_records_as_views(
 
 
 def test_the_per_pass_queries_are_answered_from_their_indexes(tmp_path: Path) -> None:
-    """What each reconcile pass and status snapshot asks (cancels to send, suspend
-    candidates, snapshot keys) and the listing's ids are read through the indexes made
-    for them, not by scanning every unfinished job (SQLite picks a partial index only
-    when the query states its condition as the index does)."""
+    """What each reconcile pass and status snapshot asks (cancels to send, snapshot keys)
+    and the listing's ids are read through the indexes made for them, not by scanning
+    every unfinished job (SQLite picks a partial index only when the query states its
+    condition as the index does)."""
     store = Store.open(tmp_path / "s.sqlite")
     store.add(job("a"), ALICE, "slurm")
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     active = [JobState.SUBMITTED, JobState.RUNNING]
     cases = {
-        "jobs_cancel_requested": lambda: store.list_jobs(active, cancel_requested=True),
-        "jobs_suspend_candidates": lambda: store.suspend_candidates(active, "slurm"),
+        "jobs_cancel_pending": lambda: store.list_jobs(active, cancel_requested=True),
         "jobs_status_keys": lambda: store.job_keys(active, "slurm"),
         "jobs_state": lambda: store.list_rows(active, limit=10),
     }

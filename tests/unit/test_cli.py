@@ -612,39 +612,33 @@ def test_importing_the_commands_stays_light() -> None:
         "ssl",
     ]
     commands = ", ".join(f"bridge.cli.{c}" for c in COMMAND_MODULES)
-    code = f"import sys, {commands}; print([m for m in {heavy!r} if m in sys.modules])"
+    assert _printed(f"import sys, {commands}; "
+                    f"print([m for m in {heavy!r} if m in sys.modules])") == []
+
+
+def _printed(code: str) -> object:
+    """What a fresh interpreter running ``code`` prints (one Python literal)."""
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == "[]"
+    return ast.literal_eval(out.strip())
 
 
 def test_importing_the_package_loads_no_command() -> None:
     """``bridge.cli`` re-exports the commands' names lazily: ``tqueue`` pays for no other."""
-    code = (
-        "import sys, bridge.cli, bridge.cli.tqueue; "
-        "print(sorted(m for m in sys.modules if m.startswith('bridge.cli.')))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == (
-        "['bridge.cli.args', 'bridge.cli.common', 'bridge.cli.queue_format', 'bridge.cli.tqueue']"
-    )
+    assert _printed("import sys, bridge.cli, bridge.cli.tqueue; "
+                    "print(sorted(m for m in sys.modules if m.startswith('bridge.cli.')))") == [
+        "bridge.cli.args", "bridge.cli.common", "bridge.cli.queue_format", "bridge.cli.tqueue"]
 
 
 def test_tbatch_imports_only_what_a_submission_needs() -> None:
     """``tbatch`` is measured against ``python -c pass`` (docs/operations.md): beyond the
     light list above, it loads neither typing nor argparse nor datetime (each 1-3 ms of
     its start), whatever the interpreter's site loaded already."""
-    code = (
-        "import sys; before = set(sys.modules); import bridge.cli.tbatch; "
-        "print(sorted(set(sys.modules) - before))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    loaded = set(ast.literal_eval(out))
+    printed = _printed("import sys; before = set(sys.modules); import bridge.cli.tbatch; "
+                       "print(sorted(set(sys.modules) - before))")
+    assert isinstance(printed, list)
+    loaded = set(printed)
     assert not {"typing", "argparse", "datetime", "bridge.sbatch.script",
                 "bridge.cli.args"} & loaded, sorted(loaded)
 

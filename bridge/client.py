@@ -168,34 +168,6 @@ def _tcp_socket(host: str, port: int, tls: bool, timeout: float) -> socket.socke
         raise
 
 
-class _Ahead:
-    """``call(arg)`` run in a thread now; :meth:`result` waits for its answer (or raises
-    its error). threading is imported only when a listing has a second page."""
-
-    def __init__(self, call: Callable[[dict[str, str]], tuple[list[JobView], object]],
-                 arg: dict[str, str]) -> None:
-        import threading
-
-        self._answer: tuple[list[JobView], object] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(call, arg), daemon=True)
-        self._thread.start()
-
-    def _run(self, call: Callable[[dict[str, str]], tuple[list[JobView], object]],
-             arg: dict[str, str]) -> None:
-        try:
-            self._answer = call(arg)
-        except BaseException as exc:  # handed to the caller's thread by result()
-            self._error = exc
-
-    def result(self) -> tuple[list[JobView], object]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._answer is not None
-        return self._answer
-
-
 class BridgeClient:
     """Synchronous API client; use as a context manager or call :meth:`close`.
 
@@ -520,7 +492,9 @@ class BridgeClient:
                 yield page
                 raise BridgeClientError("hpc-bridge sent an unexpected job list (continue)")
             seen.add(token)
-            ahead = _Ahead(self._page, {**params, "continue": token})
+            from bridge.client_ahead import Ahead  # only for a second page
+
+            ahead = Ahead(self._page, {**params, "continue": token})
             yield page
             page, token = ahead.result()
 

@@ -51,7 +51,7 @@ from bridge.backend import (
 from bridge.batchscript import is_utf8
 from bridge.output import read_owned
 from bridge.plugin_settings import parse_settings
-from slurm_adapter import hostlist, records
+from slurm_adapter import hostlist
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.dialects import (
     V0_0_38,
@@ -62,6 +62,7 @@ from slurm_adapter.dialects import (
     negotiate,
     served_versions,
 )
+from slurm_adapter.listing import ListingConverter
 from slurm_adapter.options import SUPPORT
 from slurm_adapter.records import backend_state, gpu_count, job_from_slurm, node_from_slurm
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
@@ -157,8 +158,10 @@ class SlurmBackend:
         #: When the last converted REST listing was asked for (for ``update_time``).
         self._listed_at = 0
         #: What the last listing gave, converted. The listing itself is not kept: at
-        #: 6,000 Slurm jobs its decoded JSON held some tens of MB for nothing.
+        #: 6,000 Slurm jobs its decoded JSON held some tens of MB for nothing (only
+        #: the converter's 19 fields a job, to tell the unchanged ones).
         self._converted: list[BackendJob] | None = None
+        self._converter = ListingConverter()
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -289,7 +292,7 @@ class SlurmBackend:
         raw_jobs, dialect, asked_at = await self._listing()
         if raw_jobs is None and self._converted is not None:
             return self._converted
-        jobs, owners = await asyncio.to_thread(records.convert_listing, raw_jobs or [],
+        jobs, owners = await asyncio.to_thread(self._converter.convert, raw_jobs or [],
                                                dialect)
         # Only what Slurm still holds: bounded by Slurm's own job table.
         self._owner_uids = owners

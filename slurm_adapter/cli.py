@@ -52,6 +52,7 @@ import structlog
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK, untrusted_component
 from slurm_adapter.errors import classify, is_transient_message
+from slurm_adapter.listing import decode_listing
 
 __all__ = ["Completed", "SlurmCli"]
 
@@ -304,10 +305,13 @@ class SlurmCli:
         if done.returncode != 0:
             raise BackendUnavailable(f"{' '.join(argv)} failed ({done.returncode}): "
                                      f"{done.message}")
-        try:
-            data = json.loads(done.stdout)
-        except ValueError as exc:
-            raise BackendUnavailable(f"{' '.join(argv)} printed no JSON: {exc}") from exc
+        # squeue's listing: only the fields the bridge reads (slurm_adapter/listing.py).
+        data = decode_listing(done.stdout) if what == "jobs" else None
+        if data is None:
+            try:
+                data = json.loads(done.stdout)
+            except ValueError as exc:
+                raise BackendUnavailable(f"{' '.join(argv)} printed no JSON: {exc}") from exc
         if not isinstance(data, dict) or not isinstance(data.get(what), list):
             raise BackendUnavailable(f"{' '.join(argv)} printed no {what!r} list")
         errors = data.get("errors")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -107,8 +107,9 @@ def _text(raw: Any) -> str:
     return raw if isinstance(raw, str) else ""
 
 
-def job_from_slurm(raw: Mapping[str, Any], dialect: Dialect) -> BackendJob | None:
-    """A :class:`BackendJob` for one Slurm job record, or None if the bridge did not
+def job_from_slurm(raw: Any, dialect: Dialect) -> BackendJob | None:
+    """A :class:`BackendJob` for one Slurm job record (a dict, or
+    :class:`slurm_adapter.listing.JobFields`), or None if the bridge did not
     submit it (its comment lacks the ``hpc-bridge:`` prefix)."""
     comment = _text(raw.get("comment"))
     # The user's own --comment follows the key after a space.
@@ -262,16 +263,21 @@ def _prefer(a: BackendJob, b: BackendJob) -> BackendJob:
 
 
 
-def convert_listing(raw_jobs: list[Any], dialect: Dialect
-                     ) -> tuple[list[BackendJob], dict[str, int]]:
+def convert_listing(raw_jobs: list[Any], dialect: Dialect,
+                    convert: Callable[[Any, Dialect], BackendJob | None] | None = None
+                    ) -> tuple[list[BackendJob], dict[str, int]]:
     """The bridge's jobs in a Slurm listing (see :meth:`SlurmBackend._bridge_jobs`) and
-    every listed job's owner uid by Slurm id. Pure: safe in a worker thread."""
+    every listed bridge job's owner uid by Slurm id. Each record (a dict, or anything
+    with a dict's ``get``: :class:`slurm_adapter.listing.JobFields`) is converted by
+    ``convert`` (default :func:`job_from_slurm`; the same answer, perhaps remembered).
+    Pure: safe in a worker thread."""
+    convert = convert or job_from_slurm
     by_key: dict[tuple[str, int | None], BackendJob] = {}
     owners: dict[str, int] = {}
     for raw in raw_jobs:
-        if not isinstance(raw, dict):
+        if not hasattr(raw, "get"):
             continue
-        job = job_from_slurm(raw, dialect)
+        job = convert(raw, dialect)
         if job is None:
             continue
         if job.owner_uid is not None:

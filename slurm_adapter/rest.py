@@ -43,6 +43,7 @@ import structlog
 from bridge.backend import BackendRejected, BackendUnavailable
 from slurm_adapter.dialects import Dialect
 from slurm_adapter.errors import classify, error_messages
+from slurm_adapter.listing import decode_listing
 
 __all__ = ["JwtSigner", "ScontrolTokens", "SlurmRestClient", "TokenSource"]
 
@@ -77,6 +78,16 @@ def _decode(content: bytes) -> tuple[str, Any]:
         return text, json.loads(text) if text.strip() else None
     except ValueError:
         return text, None
+
+
+def _decode_listing(content: bytes) -> tuple[str, Any]:
+    """A job listing's answer: only the fields the bridge reads
+    (:func:`slurm_adapter.listing.decode_listing`); any other answer as :func:`_decode`.
+    The text is the answer's start only (what error messages quote)."""
+    listing = decode_listing(content)
+    if listing is None:
+        return _decode(content)
+    return content[:1024].decode(errors="replace"), listing
 
 @dataclass
 class _Cached:
@@ -223,9 +234,11 @@ class SlurmRestClient:
 
     async def _request(self, method: str, path: str, user: str,
                        body: dict[str, Any] | None = None, *,
-                       versioned: bool = True) -> _Answer:
+                       versioned: bool = True,
+                       decode: Callable[[bytes], tuple[str, Any]] = _decode) -> _Answer:
         """One HTTP exchange as ``user`` (``path`` below the dialect's prefix unless
-        ``versioned`` is false); transport failures -> BackendUnavailable."""
+        ``versioned`` is false), its answer decoded by ``decode``; transport failures ->
+        BackendUnavailable."""
         token = await self.tokens.token(user)
         headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token,
                    "Accept": "application/json"}
@@ -245,9 +258,9 @@ class SlurmRestClient:
         # A busy cluster's job listing is megabytes (24 MB for 7,500 jobs on 22.05):
         # decoded in a worker thread, not on the daemon's event loop.
         if len(content) > OFF_LOOP_BYTES:
-            text, parsed = await asyncio.to_thread(_decode, content)
+            text, parsed = await asyncio.to_thread(decode, content)
         else:
-            text, parsed = _decode(content)
+            text, parsed = decode(content)
         answer = _Answer(status, parsed if isinstance(parsed, dict) else None, text)
         if status in (401, 403):
             self.tokens.invalidate(user)
@@ -306,7 +319,8 @@ class SlurmRestClient:
 
     async def jobs(self, user: str, *, changed_since: int | None = None
                    ) -> dict[str, Any] | None:
-        """``GET /jobs`` as ``user``: the whole answer (``meta``, ``jobs``).
+        """``GET /jobs`` as ``user``: the answer (``meta``, ``jobs``), each job as the
+        :class:`~slurm_adapter.listing.JobFields` the bridge reads.
 
         With ``changed_since`` (epoch seconds) slurmctld sends no jobs when none changed
         since then (its ``update_time`` filter is all-or-nothing): that gives ``None``,
@@ -315,7 +329,7 @@ class SlurmRestClient:
         ``last_update`` 0 (a real listing carries the controller's time there). The
         listing is megabytes on a busy cluster; this keeps a quiet one from reparsing it."""
         path = "/jobs" if changed_since is None else f"/jobs?update_time={changed_since}"
-        answer = await self._request("GET", path, user)
+        answer = await self._request("GET", path, user, decode=_decode_listing)
         if answer.status == 304:
             return None
         assert answer.body is not None

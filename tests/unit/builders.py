@@ -168,3 +168,11 @@ def inventory(busy: Collection[str] = ()) -> Inventory:
         NodeInfo(f"node{i}", "ALLOCATED" if f"node{i}" in busy else "IDLE", 2,
                  0 if f"node{i}" in busy else 2, 2000, 2000, partitions=("debug",))
         for i in range(1, 5)), switches=BED)
+
+
+def slurm_fields(job: Any) -> dict[str, Any]:
+    """The fields of a Slurm job record the bridge reads (a dict's, or a decoded
+    :class:`slurm_adapter.listing.JobFields`'), to compare a decoded listing with JSON."""
+    from slurm_adapter.listing import JobFields
+
+    return {key: job.get(key) for key in JobFields.__struct_fields__}

@@ -254,16 +254,16 @@ async def test_an_unchanged_listing_is_not_converted_again(
     """slurmrestd's "nothing changed" costs no conversion: the last one is the answer
     (the same list); a new listing is converted (off the loop), and the listing itself
     is not kept once converted."""
-    from slurm_adapter import records as module
+    from slurm_adapter import listing as module
 
     b = backend(FakeCli([RECORDED]), FakeRest())
     listings: list[list[Any] | None] = [list(RECORDED["jobs"])]
     converted: list[int] = []
     real = module.convert_listing
 
-    def counting(raw: list[Any], dialect: Any) -> Any:
+    def counting(raw: list[Any], dialect: Any, convert: Any = None) -> Any:
         converted.append(len(raw))
-        return real(raw, dialect)
+        return real(raw, dialect, convert)
 
     async def listing() -> tuple[list[Any] | None, Any, int]:
         return listings[-1], V0_0_38, 1000 + len(listings)

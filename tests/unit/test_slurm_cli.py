@@ -21,6 +21,7 @@ import pytest
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from slurm_adapter.cli import SAFE_PATH, SlurmCli
 from tests.requirements import require
+from tests.unit.builders import slurm_fields
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 ME = Owner(uid=os.geteuid(), gid=os.getegid(), user=pwd.getpwuid(os.geteuid()).pw_name)
@@ -147,7 +148,8 @@ async def test_squeue_json_errors_despite_exit_0(bindir: Path) -> None:
     recorded = (FIXTURES / "squeue_22.05_jobs.json").read_text()
     fake(bindir, "squeue", stdout=recorded)
     cli = SlurmCli(path=str(bindir))
-    assert (await cli.jobs())["jobs"] == json.loads(recorded)["jobs"]
+    assert [slurm_fields(j) for j in (await cli.jobs())["jobs"]] == \
+        [slurm_fields(j) for j in json.loads(recorded)["jobs"]]
     fake(bindir, "squeue", stdout=(FIXTURES / "squeue_22.05_controller_down.json").read_text())
     with pytest.raises(BackendUnavailable, match="Failed while looking for jobs"):
         await cli.jobs()

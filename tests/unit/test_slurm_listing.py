@@ -1,0 +1,129 @@
+"""slurm_adapter/listing.py: Slurm's job listing decoded with only the fields the bridge
+reads, and converted by change — each answer the same as a whole ``json.loads`` and
+:func:`~slurm_adapter.records.convert_listing` give, for every recorded dialect."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_adapter.dialects import V0_0_38, V0_0_42, Dialect, dialect_from_meta
+from slurm_adapter.listing import JobFields, ListingConverter, decode_listing
+from slurm_adapter.records import convert_listing
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+RECORDED = ["v0.0.38_jobs.json", "v0.0.38_jobs_completing.json", "squeue_22.05_jobs.json",
+            "squeue_24.11.json", "squeue_26.05.json"]
+
+
+def _dialect(data: dict[str, Any]) -> Dialect:
+    try:
+        return dialect_from_meta(data.get("meta"))
+    except (ValueError, KeyError):
+        return V0_0_38
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_a_recorded_listing_converts_as_the_whole_json_does(name: str) -> None:
+    content = (FIXTURES / name).read_bytes()
+    whole = json.loads(content)
+    decoded = decode_listing(content)
+    assert decoded is not None
+    assert set(decoded) == set(whole) & {"jobs", "meta", "errors", "warnings", "last_update"}
+    assert decoded["meta"] == whole["meta"]
+    assert all(isinstance(j, JobFields) for j in decoded["jobs"])
+    dialect = _dialect(whole)
+    expected = convert_listing(whole["jobs"], dialect)
+    assert expected[0], "the fixture holds bridge jobs"
+    assert convert_listing(decoded["jobs"], dialect) == expected
+    assert ListingConverter().convert(decoded["jobs"], dialect) == expected
+
+
+def test_fields_read_like_the_records_dict() -> None:
+    raw = json.loads((FIXTURES / "v0.0.38_jobs.json").read_bytes())["jobs"][0]
+    fields = decode_listing(json.dumps({"jobs": [raw]}).encode())["jobs"][0]  # type: ignore[index]
+    for key in JobFields.__struct_fields__:
+        assert fields.get(key) == raw.get(key)
+    assert fields.get("account", "absent") == "absent"  # not one of the fields read
+    assert decode_listing(b'{"jobs": [{"job_id": 1}]}')["jobs"][0].get("comment") is None  # type: ignore[index]
+
+
+@pytest.mark.parametrize("content", [
+    b"not json", b"", b"[]", b'{"jobs": {}}', b'{"jobs": [1, 2]}', b'{"jobs": [null]}',
+    b'{"jobs": [{"job_id": 1}]', b"\xff\xfe"])
+def test_other_answers_are_left_to_plain_json(content: bytes) -> None:
+    assert decode_listing(content) is None
+
+
+def test_only_the_keys_the_answer_had() -> None:
+    assert decode_listing(b'{"errors": [{"error": "down"}]}') == {"errors": [{"error": "down"}]}
+    assert decode_listing(b'{"jobs": [], "last_update": 0, "x": 1}') == {"jobs": [],
+                                                                         "last_update": 0}
+
+
+def _listing() -> list[dict[str, Any]]:
+    return json.loads((FIXTURES / "v0.0.38_jobs.json").read_bytes())["jobs"]
+
+
+def _decoded(jobs: list[dict[str, Any]]) -> list[Any]:
+    out = decode_listing(json.dumps({"jobs": jobs}).encode())
+    assert out is not None
+    return list(out["jobs"])
+
+
+def test_an_unchanged_job_keeps_its_conversion_and_a_changed_one_is_converted() -> None:
+    jobs = _listing()
+    converter = ListingConverter()
+    first, _ = converter.convert(_decoded(jobs), V0_0_38)
+    again, _ = converter.convert(_decoded(jobs), V0_0_38)
+    assert again == first and all(a is b for a, b in zip(first, again, strict=True))
+    changed = copy.deepcopy(jobs)
+    target = next(j for j in changed if str(j.get("comment", "")).startswith("hpc-bridge:"))
+    target["state_reason"] = "Priority"
+    after, _ = converter.convert(_decoded(changed), V0_0_38)
+    assert after == convert_listing(changed, V0_0_38)[0]
+    moved = [b for a, b in zip(first, after, strict=True) if a is not b]
+    assert len(moved) == 1 and moved[0].backend_id == str(target["job_id"])
+
+
+def test_another_dialect_converts_everything_again() -> None:
+    jobs = _decoded(_listing())
+    converter = ListingConverter()
+    first, _ = converter.convert(jobs, V0_0_38)
+    other, _ = converter.convert(jobs, V0_0_42)
+    assert not any(a is b for a, b in zip(first, other, strict=True))
+
+
+_CHANGES = [(field, value) for field, values in {
+    "state_reason": ["None", "Priority", "JobHeldUser", "Resources"],
+    "job_state": ["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"],
+    "nodes": ["", "node1", "node[1-2]"],
+    "comment": ["", "hpc-bridge:a", "hpc-bridge:b", "hpc-bridge:a note"],
+    "user_id": [1000, 1001],
+    "end_time": [0, 5, 10],
+}.items() for value in values]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(_CHANGES)), max_size=6),
+                min_size=1, max_size=4))
+def test_a_sequence_of_listings_converts_as_each_would_alone(
+        changes: list[list[tuple[int, tuple[str, Any]]]]) -> None:
+    base = _listing()[:6]
+    jobs = copy.deepcopy(base)
+    converter = ListingConverter()
+    converter.convert(_decoded(jobs), V0_0_38)
+    for step in changes:
+        for index, (field, value) in step:
+            if index < len(jobs):
+                jobs[index][field] = value
+        if step and step[0][0] == 5:  # a job leaves the listing now and then
+            jobs = jobs[:-1] if len(jobs) > 1 else copy.deepcopy(base)
+        assert converter.convert(_decoded(jobs), V0_0_38) == convert_listing(jobs, V0_0_38)
+

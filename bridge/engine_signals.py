@@ -99,8 +99,10 @@ class Signals:
         for name, backend in self.backends.items():
             if not isinstance(backend, Suspendable):
                 continue
-            sent = [i for i, s in self._suspend_sent.items() if s]
-            candidates = {r.id: r for r in self.store.suspend_candidates(_ACTIVE, name)}
+            # Each job this process sent a suspend or resume: what it sent, not the
+            # reason the store shows, decides whether it needs another.
+            sent = list(self._suspend_sent)
+            candidates = {r.id: r for r in self.store.suspend_candidates(name)}
             for rec in self.store.by_ids([i for i in sent if i not in candidates]):
                 if rec.state in _ACTIVE and rec.backend == name:
                     candidates[rec.id] = rec

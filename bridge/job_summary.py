@@ -19,7 +19,7 @@ from typing import Any
 from bridge.model import TrainJob, ValidationError, load_document
 from bridge.scheduling import scheduling_of
 
-__all__ = ["add_shape_column", "add_summary_column", "job_summary"]
+__all__ = ["add_shape_column", "add_summary_column", "job_summary", "suspend_wanted"]
 
 
 def job_summary(job: TrainJob) -> dict[str, Any]:
@@ -49,6 +49,12 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
     if array:  # the engine's pass reads the throttle, a task's variables, without decoding
         summary["array"] = array
     return summary
+
+
+def suspend_wanted(summary: dict[str, Any]) -> int | None:
+    """The summary's ``suspend`` as ``jobs.suspend_wanted`` stores it: 1, 0, or None
+    when the summary has none (bridge/schema.py ``SUSPEND_WORK``)."""
+    return int(bool(summary["suspend"])) if "suspend" in summary else None
 
 
 def add_summary_column(conn: sqlite3.Connection) -> None:

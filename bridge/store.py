@@ -44,11 +44,11 @@ from typing import Any
 
 from bridge.backend import Owner
 from bridge.errors import BridgeError
-from bridge.job_summary import job_summary
+from bridge.job_summary import job_summary, suspend_wanted
 from bridge.model import TrainJob
 from bridge.outbox import Event, OutboxQueries
 from bridge.refs import resolve
-from bridge.schema import SCHEMA_SQL, SchemaTooNew, check_version, migrate
+from bridge.schema import SCHEMA_SQL, SUSPEND_WORK, SchemaTooNew, check_version, migrate
 from bridge.states import TERMINAL, JobState, check_transition
 from bridge.store_arrays import NOT_DUE, ArrayQueries, ArrayTaskRow, parse_task_ref
 from bridge.store_listing import ListingQueries, job_filters
@@ -143,7 +143,8 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         if document is None:
             document = json.dumps(job.to_dict())
         rows = list(tasks) or [ArrayTaskRow(None, meta.uid, meta.name, document)]
-        summary_text = json.dumps(summary or job_summary(job))
+        summary = summary or job_summary(job)
+        summary_text, wanted = json.dumps(summary), suspend_wanted(summary)
         shape_text = json.dumps(shape) if shape is not None else None
         first: int | None = None
         try:
@@ -155,13 +156,13 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
                         "INSERT INTO jobs (uid, namespace, name, owner_uid, owner_gid,"
                         " owner_user, backend, origin, document, state, reason, message,"
                         " created_at, updated_at, idempotency_key, request_digest, summary,"
-                        " shape, array_job_id, array_task_id, next_attempt_at)"
-                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        " shape, array_job_id, array_task_id, next_attempt_at, suspend_wanted)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (row.uid, meta.namespace, row.name, owner.uid, owner.gid, owner.user,
                          backend, origin, row.document, state.value, row_reason, message,
                          now, now, idempotency_key if first is None else None,
                          request_digest if first is None else None, summary_text,
-                         shape_text, first, row.index, NOT_DUE if waits else 0),
+                         shape_text, first, row.index, NOT_DUE if waits else 0, wanted),
                     )
                     job_id = cur.lastrowid
                     assert job_id is not None
@@ -289,6 +290,8 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
             fields["placement"] = json.dumps(fields["placement"], sort_keys=True)
         if "cancel_requested" in fields:
             fields["cancel_requested"] = int(bool(fields["cancel_requested"]))
+        if "summary" in fields:  # the column jobs_suspend_work is on follows the summary
+            fields["suspend_wanted"] = suspend_wanted(json.loads(fields["summary"] or "{}"))
         cols = ", ".join(f"{k}=?" for k in fields)
         db.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job_id))
 
@@ -414,24 +417,20 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         first: what the engine compares a status snapshot with, without decoding rows."""
         sql = (f"SELECT id, uid, updated_at FROM jobs WHERE backend=? "
                f"AND state IN ({','.join('?' * len(states))}) ORDER BY id")
-        return [(r[0], r[1], r[2]) for r in
-                self._db.execute(sql, [backend, *(s.value for s in states)])]
+        cursor = self._db.cursor()
+        cursor.row_factory = None  # plain tuples: no sqlite3.Row per job
+        return cursor.execute(sql, [backend, *(s.value for s in states)]).fetchall()
 
-    def suspend_candidates(self, states: Sequence[JobState], backend: str
-                           ) -> list[JobRecord]:
-        """The jobs of ``backend`` in ``states`` that may need a suspend or resume sent:
-        those whose document asks for ``spec.suspend`` (the summary's ``suspend``, or a
-        row without one), and those the world last showed suspended (reason
-        ``Suspended``/``BackendSuspended``), and those ``tcontrol`` held or released in
-        their back end's queue (``held``); oldest first. The
-        others (neither asked for nor shown) need nothing unless this process sent them
-        a suspend."""
-        marks = ",".join("?" * len(states))
-        sql = (f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE backend=? AND state IN ({marks}) "
-               "AND (json_extract(summary, '$.suspend') IS NOT 0 "
-               "OR reason IN ('Suspended', 'BackendSuspended') "
-               "OR held IS NOT NULL) ORDER BY id")
-        rows = self._db.execute(sql, [backend, *(s.value for s in states)]).fetchall()
+    def suspend_candidates(self, backend: str) -> list[JobRecord]:
+        """The Submitted and Running jobs of ``backend`` that may need a suspend, resume,
+        hold or release sent (:data:`bridge.schema.SUSPEND_WORK`, from its partial
+        index): those whose summary's ``suspend`` differs from what their reason shows
+        (``Suspended``/``BackendSuspended``) or is not in the summary, and those
+        ``tcontrol`` held or released in their back end's queue (``held``); oldest
+        first. The others need nothing unless this process sent them a suspend or
+        resume (the engine adds those by id)."""
+        sql = f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE backend=? AND {SUSPEND_WORK} ORDER BY id"
+        rows = self._db.execute(sql, [backend]).fetchall()
         return [row_to_record(r, self._document) for r in rows]
 
     def list_jobs(self, states: Sequence[JobState] | None = None, user: str | None = None,

@@ -112,6 +112,29 @@ async def test_a_running_job_is_suspended_and_resumed_through_a_suspendable_back
     assert e.store.get(rec.id).reason == "Resumed"
 
 
+async def test_a_suspend_asked_again_is_sent_while_the_world_still_shows_the_last_one(
+        tmp_path: Path) -> None:
+    """Resumed by this process, then a status report still showing it suspended (the
+    resume not yet applied there), then suspended again: the store's row looks settled
+    (asks for a suspend, shows one), but the last thing sent was a resume, so the
+    suspend is sent (the engine adds the jobs it sent something to by id)."""
+    backend = PodBackend(pods_inventory())
+    e = _engine(tmp_path, backend)
+    rec = e.admit(trainjob(nodes=1), ALICE)
+    await settle(e)
+    e.set_suspend(e.store.get(rec.id), True, ALICE)
+    await e.reconcile_once()
+    e.set_suspend(e.store.get(rec.id), False, ALICE)
+    await e.reconcile_once()
+    assert backend.suspends[-1] == (e.store.get(rec.id).backend_id, False)
+    e.store.update(rec.id, reason="BackendSuspended")  # a report from before the resume
+    e.set_suspend(e.store.get(rec.id), True, ALICE)
+    assert rec.id not in [r.id for r in e.store.suspend_candidates("slurm")]
+    await e.reconcile_once()
+    assert backend.suspends[-1] == (e.store.get(rec.id).backend_id, True)
+    assert len(backend.suspends) == 3
+
+
 async def test_a_restarted_engine_sends_a_suspend_the_world_has_not_applied(
         tmp_path: Path) -> None:
     backend = PodBackend(pods_inventory())

@@ -104,16 +104,38 @@ async def test_a_job_missing_from_snapshots_is_still_lost(engine: Engine) -> Non
     assert engine.store.get(a.id).state is JobState.RUNNING
 
 
-async def test_suspend_candidates_are_those_asked_shown_or_sent(engine: Engine) -> None:
-    plain, asked, shown = await submitted(engine, 3)
+async def test_suspend_candidates_are_those_whose_wish_and_world_differ(engine: Engine) -> None:
+    """Candidates: a job asking for a suspend its reason does not show, one shown
+    suspended that does not ask, one held in its queue; not: one as asked (either way),
+    one not yet in its back end, one ended, another back end's."""
+    plain, asked, shown, settled, held, ended, waiting = await submitted(engine, 7)
+
+    def ask(job_id: int) -> None:
+        job = engine.store.get(job_id).job
+        job.spec.suspend = True
+        engine.store.save_document(job_id, job)
+
+    ask(asked.id)
     engine.store.update(shown.id, reason="BackendSuspended")
-    job = engine.store.get(asked.id).job
-    job.spec.suspend = True
-    engine.store.save_document(asked.id, job)
-    active = [JobState.SUBMITTED, JobState.RUNNING]
-    assert [r.id for r in engine.store.suspend_candidates(active, "slurm")] == [
-        asked.id, shown.id]
-    assert plain.id not in [r.id for r in engine.store.suspend_candidates(active, "other")]
+    ask(settled.id)
+    engine.store.update(settled.id, reason="Suspended")
+    engine.store.update(held.id, held="hold")
+    ask(ended.id)
+    engine.store.transition(ended.id, JobState.CANCELLED, "Cancelled")
+    engine.store.update(waiting.id, backend_id=None)  # not in its back end yet
+    ask(waiting.id)
+    assert [r.id for r in engine.store.suspend_candidates("slurm")] == [
+        asked.id, shown.id, held.id]
+    assert engine.store.suspend_candidates("other") == []
+    assert plain.id not in [r.id for r in engine.store.suspend_candidates("slurm")]
+    # The column follows the summary: asking again to run settles "asked" and makes
+    # "settled" a candidate (shown suspended, no longer asked).
+    for job_id in (asked.id, settled.id):
+        job = engine.store.get(job_id).job
+        job.spec.suspend = False
+        engine.store.save_document(job_id, job)
+    assert [r.id for r in engine.store.suspend_candidates("slurm")] == [
+        shown.id, settled.id, held.id]
 
 
 async def test_a_job_held_in_its_back_end_before_it_ran_is_not_running(engine: Engine) -> None:

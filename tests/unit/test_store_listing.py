@@ -172,6 +172,7 @@ def test_the_per_pass_queries_are_answered_from_their_indexes(tmp_path: Path) ->
     cases = {
         "jobs_cancel_pending": lambda: store.list_jobs(active, cancel_requested=True),
         "jobs_status_keys": lambda: store.job_keys(active, "slurm"),
+        "jobs_suspend_work": lambda: store.suspend_candidates("slurm"),
         "jobs_state": lambda: store.list_rows(active, limit=10),
     }
     for index, query in cases.items():

@@ -56,6 +56,14 @@ def test_a_store_of_each_past_release_opens_and_migrates(dump: str, tmp_path: Pa
     # Version 6: a running job takes a progress report.
     store.set_trainer_status(running.id, {"progressPercentage": 5}, 1.0)
     assert store.trainer_statuses([running.id]) == {running.id: {"progressPercentage": 5}}
+    # jobs.suspend_wanted is filled in for unfinished jobs (from the summary), so the
+    # suspend-work index sees them: a running job asking for a suspend is work.
+    wanted = dict(store._db.execute("SELECT name, suspend_wanted FROM jobs").fetchall())
+    assert wanted["running"] in (0, None) and wanted["queued"] in (0, None)
+    job = store.get(running.id).job
+    job.spec.suspend = True
+    store.save_document(running.id, job)
+    assert [r.id for r in store.suspend_candidates("slurm")] == [running.id]
     store.close()
     # Opening the migrated store again changes nothing.
     reopened = Store.open(tmp_path / "s.sqlite")

@@ -127,3 +127,38 @@ def test_a_sequence_of_listings_converts_as_each_would_alone(
             jobs = jobs[:-1] if len(jobs) > 1 else copy.deepcopy(base)
         assert converter.convert(_decoded(jobs), V0_0_38) == convert_listing(jobs, V0_0_38)
 
+
+
+@pytest.mark.parametrize(("field", "before", "after"), [
+    ("exit_code", 256, 256.0), ("partition", 1, True), ("user_id", 1, True),
+    ("job_state", "COMPLETED", ["COMPLETED"])])
+def test_a_field_of_another_json_type_is_a_change(field: str, before: Any, after: Any) -> None:
+    """``1 == 1.0 == True`` in Python, but job_from_slurm reads them differently: the
+    converter compares the fields' JSON, not their values."""
+    jobs = [j for j in _listing() if str(j.get("comment", "")).startswith("hpc-bridge:")]
+    jobs = copy.deepcopy(jobs[:1])
+    jobs[0][field] = before
+    converter = ListingConverter()
+    converter.convert(_decoded(jobs), V0_0_38)
+    jobs[0][field] = after
+    assert converter.convert(_decoded(jobs), V0_0_38) == convert_listing(jobs, V0_0_38)
+
+
+def test_a_byte_that_is_not_utf8_reads_as_the_plain_decoding_reads_it() -> None:
+    """One user's job name with a Latin-1 byte does not send every listing down the
+    slow path: it reads as json.loads of the text with replacement characters."""
+    raw = _listing()[2]
+    content = json.dumps({"jobs": [raw]}).encode().replace(
+        json.dumps(raw["name"]).encode(), b'"caf\xe9"')
+    decoded = decode_listing(content)
+    assert decoded is not None and decoded["jobs"][0].name == "caf\ufffd"
+    plain = json.loads(content.decode(errors="replace"))["jobs"]
+    assert convert_listing(decoded["jobs"], V0_0_38) == convert_listing(plain, V0_0_38)
+
+
+def test_jobs_without_the_bridges_key_are_not_remembered() -> None:
+    converter = ListingConverter()
+    jobs = _listing()
+    ours = {j["job_id"] for j in jobs if str(j.get("comment", "")).startswith("hpc-bridge:")}
+    converter.convert(_decoded(jobs), V0_0_38)
+    assert set(converter._last) == ours

@@ -178,7 +178,9 @@ def _migrate_suspend_wanted(conn: sqlite3.Connection) -> None:
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
     if "suspend_wanted" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN suspend_wanted INTEGER")
-    wanted = "json_extract(summary, '$.suspend')"
+    # A malformed summary (only a damaged store has one) reads as none: NULL, always
+    # looked at; json_extract alone would stop the daemon from starting.
+    wanted = "CASE WHEN json_valid(summary) THEN json_extract(summary, '$.suspend') END"
     conn.execute(f"UPDATE jobs SET suspend_wanted={wanted} WHERE state NOT IN "
                  f"('Succeeded', 'Failed', 'Cancelled') AND suspend_wanted IS NOT {wanted}")
     conn.execute(f"CREATE INDEX IF NOT EXISTS jobs_suspend_work ON jobs (backend, id) "

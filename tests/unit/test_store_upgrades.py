@@ -100,3 +100,17 @@ def test_serve_refuses_a_newer_store_with_a_clear_message(
     err = capsys.readouterr().err
     assert "schema version 99, newer than this hpc-bridge knows" in err
     assert not (tmp_path / "b.sock").exists()
+
+
+def test_a_malformed_summary_does_not_stop_a_start(tmp_path: Path) -> None:
+    """Only a damaged store has one; the suspend-work column reads it as unknown (the
+    job is looked at) instead of failing the migration, and so the daemon's start."""
+    store = Store.open(tmp_path / "s.sqlite")
+    rec = store.add(new_trainjob("a"), ALICE, "slurm")
+    store._db.execute("UPDATE jobs SET summary='not json', state='Running', backend_id='7',"
+                      " suspend_wanted=0 WHERE id=?", (rec.id,))
+    store.close()
+    again = Store.open(tmp_path / "s.sqlite")
+    assert again._db.execute("SELECT suspend_wanted FROM jobs WHERE id=?",
+                             (rec.id,)).fetchone()[0] is None
+    again.close()

@@ -15,7 +15,7 @@ to apply once it is. Everything kept per job is dropped when the job finishes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import structlog
 
@@ -34,6 +34,8 @@ log = structlog.get_logger("hpc_bridge.engine")
 #: At most this many statuses of not-yet-recorded submissions are kept.
 EARLY_STATUS_LIMIT = 10_000
 _ACTIVE = (JobState.SUBMITTED, JobState.RUNNING)
+#: Records read at once by a snapshot (see StatusTracker._records).
+_CHUNK = 500
 #: A status watch that ran this long before it failed is started again after the
 #: shortest delay; one that fails sooner waits longer each time (up to 30 s).
 WATCH_HEALTHY_SECONDS = 60.0
@@ -95,7 +97,7 @@ class StatusTracker:
             # nothing per poll, however many jobs it holds.
             keys = self.store.job_keys(active, name)
             tracked_uids = {uid for _, uid, _ in keys}
-            tracked = self.store.by_ids([
+            tracked: Iterable[JobRecord] = self._records([
                 job_id for job_id, uid, updated in keys
                 if uid not in seen or self._applied.get(job_id) != (updated, tuple(seen[uid]))])
         else:
@@ -128,6 +130,13 @@ class StatusTracker:
                 self._applied[rec.id] = (rec.updated_at, tuple(seen.get(rec.uid, ())))
         if batch.complete:
             self.confirmed.add(name)
+
+    def _records(self, ids: list[int]) -> Iterator[JobRecord]:
+        """The records of ``ids`` (ascending), read a chunk at a time: the first snapshot
+        after a start reads every tracked job, and 6,000 records read at once left about
+        12 MB more resident after they were freed (a fragmented heap) than 500 at once."""
+        for start in range(0, len(ids), _CHUNK):
+            yield from self.store.by_ids(ids[start:start + _CHUNK])
 
     def own(self, name: str, backend: Backend, rec: JobRecord,
             jobs: Iterable[BackendJob]) -> BackendJob | None:

@@ -15,6 +15,8 @@ Routes (JSON unless stated):
   As Kubernetes' ``limit``/``continue``: at most ``limit`` items (default 500, at most
   5000); ``metadata.continue`` is present while more follow, and the next page is asked
   for with it and the same filters. Served from light rows (no document decoded).
+  With ``Accept: text/plain``: squeue's default table as text, the whole listing in one
+  streamed answer (``tqueue``'s default view; :mod:`bridge.api_table`).
 * ``GET /v1/jobs/{ref}`` — a JobView with ``trainJob`` (the whole document) and
   ``transitions``; ``ref`` is the numeric id (global), the TrainJob uid or its
   ``metadata.name``, the caller's own jobs first (:mod:`bridge.refs`); 409 listing the
@@ -67,11 +69,13 @@ from bridge.api_common import (
     SERVICE_KEY,
     TOKENS_KEY,
     error_response,
+    listing_states,
     query_params,
     refuse,
     too_many,
 )
 from bridge.api_submit import submit, submit_sbatch
+from bridge.api_table import list_table, wants_table
 from bridge.backend import Owner
 from bridge.callers import bearer_token, peer_owner
 from bridge.errors import BridgeError, Conflict, EngineError, InvalidRequest, PermissionDenied
@@ -87,7 +91,6 @@ from bridge.service import (
     JobRecord,
     JobService,
 )
-from bridge.states import TERMINAL, JobState
 from bridge.views import job_view, list_view_of_row
 
 log = structlog.get_logger("hpc_bridge.api")
@@ -200,21 +203,12 @@ def _compact_json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-async def list_jobs(request: web.Request) -> web.Response:
+async def list_jobs(request: web.Request) -> web.StreamResponse:
+    if wants_table(request):
+        return await list_table(request)
     service = request.app[SERVICE_KEY]
     query = query_params(request, frozenset({"states", "user", "backend", "limit", "continue"}))
-    states_q = query.get("states")
-    states: list[JobState] | None
-    if states_q is None:
-        states = [s for s in JobState if s not in TERMINAL]
-    elif states_q.lower() == "all":
-        states = None
-    else:
-        try:
-            states = [JobState(s.strip().capitalize()) for s in states_q.split(",") if s.strip()]
-        except ValueError:
-            return error_response(400, f"unknown state in {states_q!r}; known: "
-                               f"{', '.join(s.value for s in JobState)}")
+    states = listing_states(query.get("states"))
     try:
         limit = int(query.get("limit", str(DEFAULT_PAGE)))
         if not 1 <= limit <= MAX_PAGE:

@@ -16,6 +16,7 @@ from bridge.backend import Owner
 from bridge.limits import LimitExceeded, UserLimits
 from bridge.model import ValidationError
 from bridge.service import JobService
+from bridge.states import TERMINAL, JobState
 
 __all__ = [
     "DRAIN_BYTES",
@@ -81,3 +82,18 @@ def query_params(request: web.Request, allowed: frozenset[str]) -> dict[str, str
             raise ValidationError([("", f"query parameter {key!r} given more than once")])
         params[key] = value
     return params
+
+
+def listing_states(text: str | None) -> list[JobState] | None:
+    """The states a listing's ``states`` parameter names: without it the unfinished
+    ones (as squeue), ``all`` every state (None); :class:`ValidationError` naming an
+    unknown state."""
+    if text is None:
+        return [s for s in JobState if s not in TERMINAL]
+    if text.lower() == "all":
+        return None
+    try:
+        return [JobState(s.strip().capitalize()) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValidationError([("", f"unknown state in {text!r}; known: "
+                                    f"{', '.join(s.value for s in JobState)}")]) from None

@@ -498,6 +498,51 @@ class BridgeClient:
             yield page
             page, token = ahead.result()
 
+    def queue_table(self, *, user: str | None = None, array: bool = False
+                    ) -> Iterator[str] | None:
+        """squeue's default table of the unfinished jobs (of ``user``), rendered by the
+        daemon (``GET /v1/jobs``, ``Accept: text/plain``; no header line), as text in
+        pieces as they arrive; ``array``: one line per task of a job array. ``None``
+        when the daemon answers JSON instead (one that predates the table): the caller
+        lists with :meth:`iter_pages`. A refusal raises :class:`BridgeClientError` (a
+        429 asked again as :meth:`_call` does); an answer cut short, too."""
+        params = {"user": user} if user else {}
+        if array:
+            params["array"] = "1"
+        retries = self._busy_retries
+        while True:
+            connection, response = self._request("GET", "/v1/jobs", params=params,
+                                                 headers={"Accept": "text/plain"})
+            if response.status < 400:
+                break
+            try:
+                error = self._http_error(response, self._read(response))
+            finally:
+                connection.close()
+            wait = error.retry_after
+            if error.status != 429 or wait is None or wait > self._max_busy_wait or retries <= 0:
+                raise error
+            retries -= 1
+            time.sleep(wait)
+        if not (response.getheader("Content-Type") or "").startswith("text/plain"):
+            connection.close()
+            return None
+        return self._text(connection, response)
+
+    def _text(self, connection: Connection, response: Response) -> Iterator[str]:
+        """The body of a UTF-8 text answer, decoded as it arrives; closes the connection."""
+        import codecs
+
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        try:
+            while chunk := response.read1(_CHUNK):
+                yield decoder.decode(chunk)
+            yield decoder.decode(b"", final=True)
+        except (OSError, ProtocolError) as exc:
+            raise self._transport_error(exc) from None
+        finally:
+            connection.close()
+
     def _page(self, params: dict[str, str]) -> tuple[list[JobView], object]:
         """One page of ``GET /v1/jobs`` and its ``metadata.continue`` (unchecked)."""
         data = self._object(self._call("GET", "/v1/jobs", params=params), "job list")

@@ -349,6 +349,18 @@ class JobService:
             return RowPage(rows[:limit], rows[limit - 1].id)
         return RowPage(rows)
 
+    def table_rows(self, states: Sequence[JobState] | None = None, *, user: str | None = None,
+                   backend: str | None = None, after_id: int | None = None,
+                   limit: int) -> tuple[list[tuple[Any, ...]], int | None]:
+        """:meth:`list_rows`' page as the rows squeue's default table is rendered from
+        (:data:`bridge.queue_table.TABLE_COLUMNS`), and the id the next page starts
+        after (None: this page is the last)."""
+        rows = self._store.table_rows(states, user=user, backend=backend, after_id=after_id,
+                                      limit=limit + 1)
+        if len(rows) > limit:
+            return rows[:limit], rows[limit - 1][0]
+        return rows, None
+
     async def read_output(self, job_id: int, caller: Owner, stream: str,
                           offset: int) -> OutputChunk:
         """Read the job's ``stream`` (``stdout``/``stderr``) from byte ``offset`` through

@@ -12,7 +12,9 @@ from the covering index alone (a sort of integers), then only that page's rows, 
 Contract: :meth:`ListingQueries.list_rows` returns :class:`ListRow` tuples (columns as
 stored: JSON columns as text, times as epoch seconds) matching every filter given,
 oldest first (by id), after ``after_id``, at most ``limit``; the same jobs, in the same
-order, as ``Store.list_jobs`` with the same filters.
+order, as ``Store.list_jobs`` with the same filters; :meth:`ListingQueries.table_rows`
+the same page as the tuples squeue's default table is rendered from
+(:mod:`bridge.queue_table`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from bridge.queue_table import TABLE_COLUMNS
 from bridge.states import JobState
 
 __all__ = ["LIST_COLUMNS", "ListRow", "ListingQueries", "job_filters"]
@@ -91,6 +94,23 @@ class ListingQueries:
                   user: str | None = None, backend: str | None = None,
                   after_id: int | None = None, limit: int | None = None) -> list[ListRow]:
         """One page of the listing (see the module's contract)."""
+        return list(map(ListRow._make, self._page(LIST_COLUMNS, states, user=user,
+                                                  backend=backend, after_id=after_id,
+                                                  limit=limit)))
+
+    def table_rows(self, states: Sequence[JobState] | None = None, *,
+                   user: str | None = None, backend: str | None = None,
+                   after_id: int | None = None, limit: int | None = None
+                   ) -> list[tuple[Any, ...]]:
+        """The same page as :meth:`list_rows`, as the plain tuples of
+        :data:`bridge.queue_table.TABLE_COLUMNS` (the columns squeue's default table
+        shows, the summary's fields read by SQLite)."""
+        return self._page(TABLE_COLUMNS, states, user=user, backend=backend,
+                          after_id=after_id, limit=limit)
+
+    def _page(self, columns: str, states: Sequence[JobState] | None, *, user: str | None,
+              backend: str | None, after_id: int | None, limit: int | None
+              ) -> list[tuple[Any, ...]]:
         where, args = job_filters(states=states, user=user, backend=backend,
                                   after_id=after_id)
         sql = f"SELECT id FROM jobs WHERE 1=1{where} ORDER BY id"
@@ -98,14 +118,14 @@ class ListingQueries:
             sql += " LIMIT ?"
             args.append(limit)
         ids = [r[0] for r in self._db.execute(sql, args)]
-        rows: list[ListRow] = []
+        rows: list[tuple[Any, ...]] = []
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start:start + _CHUNK]
             cursor = self._db.cursor()
             cursor.row_factory = None  # plain tuples: no name lookups per column
-            cursor.execute(f"SELECT {LIST_COLUMNS} FROM jobs WHERE id IN "
+            cursor.execute(f"SELECT {columns} FROM jobs WHERE id IN "
                            f"({','.join('?' * len(chunk))}) ORDER BY id", chunk)
-            rows += map(ListRow._make, cursor.fetchall())
+            rows += cursor.fetchall()
         return rows
 
 

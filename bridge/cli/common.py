@@ -21,10 +21,11 @@ import sys
 
 from bridge.client import BridgeClient, BridgeClientError
 from bridge.errors import BridgeError
+from bridge.queue_cells import clean, nodelist
 
 TYPE_CHECKING = False  # typing costs every command ~2 ms of start-up (bridge.client_types)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
 __all__ = [
     "UserError",
@@ -36,9 +37,6 @@ __all__ = [
     "run",
     "version",
 ]
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
 
 class UserError(BridgeError):
     """A user error to print as ``prog: error: message`` (exit 1)."""
@@ -67,14 +65,6 @@ def run(prog: str, body: Callable[[], int]) -> int:
     return 1
 
 
-def clean(value: object) -> str:
-    """A value for a terminal: control characters (ESC, newline ...) shown escaped."""
-    text = "" if value is None else str(value)
-    if text.isprintable():  # no control character (the common case: no regex)
-        return text
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
-
-
 def connect() -> BridgeClient:
     """The client for the daemon the environment names (:meth:`BridgeClient.from_env`)."""
     return BridgeClient.from_env()
@@ -88,19 +78,6 @@ def version() -> str:
         return metadata.version("hpc-bridge")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def nodelist(nodes: Iterable[str] | None) -> str:
-    """Node names folded into a Slurm hostlist (``node[1-3]``); ``""`` for none."""
-    names = [str(n) for n in nodes or [] if n]
-    if not names:
-        return ""
-    import hostlist  # python-hostlist: sorts and folds like Slurm's own hostlist
-
-    try:
-        return str(hostlist.collect_hostlist(names))
-    except (hostlist.BadHostlist, ValueError):  # a name it cannot compress is still shown
-        return ",".join(names)
 
 
 _TASKS = re.compile(r"([1-9][0-9]{0,17})_\[([0-9,\-:]{1,4096})\]")

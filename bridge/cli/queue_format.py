@@ -20,38 +20,23 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple, cast
 
-from bridge.cli.common import UserError, clean, nodelist
+from bridge.cli.common import UserError
 from bridge.client_types import JobView
+from bridge.queue_cells import (
+    COMPACT_STATES,
+    DEFAULT_FORMAT,
+    HELD_REASONS,
+    LONG_STATES,
+    NOT_STARTED,
+    clean,
+    compact_state,
+    nodelist,
+)
 from bridge.ranges import compress
 from bridge.slurmtime import format_seconds
 
 __all__ = ["COMPACT_STATES", "DEFAULT_FORMAT", "Column", "is_held", "parse_fields",
            "parse_format", "render"]
-
-#: squeue's default ``-o``.
-DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
-
-#: squeue's compact state codes for the bridge's job states.
-COMPACT_STATES = {
-    "Pending": "PD",
-    "Submitted": "PD",
-    "Running": "R",
-    "Suspended": "S",
-    "Succeeded": "CD",
-    "Failed": "F",
-    "Cancelled": "CA",
-}
-#: Slurm's long state names (``%T``) for the bridge's job states.
-LONG_STATES = {
-    "Pending": "PENDING",
-    "Submitted": "PENDING",
-    "Running": "RUNNING",
-    "Suspended": "SUSPENDED",
-    "Succeeded": "COMPLETED",
-    "Failed": "FAILED",
-    "Cancelled": "CANCELLED",
-}
-_NOT_STARTED = frozenset({"Pending", "Submitted", "Suspended"})
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -83,7 +68,7 @@ def _nodes_or_reason(job: JobView, now: datetime) -> str:
     state = job.get("state") or ""
     reason = job.get("reason")
     nodes = nodelist(job.get("nodes"))
-    if state in _NOT_STARTED:
+    if state in NOT_STARTED:
         return f"({reason or 'None'})"
     if not nodes and reason:
         return f"({reason})"
@@ -118,15 +103,11 @@ def _key(key: str, default: object = "") -> Callable[[JobView, datetime], object
 def is_held(job: JobView) -> bool:
     """Held before its back end saw it (``tbatch --hold``, ``tcontrol hold``): squeue
     shows such a job pending, with its reason."""
-    return job.get("state") == "Suspended" and job.get("reason") in ("JobHeldUser",
-                                                                       "JobHeldAdmin")
+    return job.get("state") == "Suspended" and job.get("reason") in HELD_REASONS
 
 
 def _compact(job: JobView, now: datetime) -> str:
-    state = job.get("state")
-    if is_held(job):
-        return "PD"
-    return COMPACT_STATES.get(state or "", (state or "?")[:2].upper())
+    return compact_state(job.get("state"), job.get("reason"))
 
 
 def _long(job: JobView, now: datetime) -> str:

@@ -5,20 +5,23 @@
     tqueue [-u USERS] [--me] [-t STATES] [-j JOBS] [-h] [-r] [--json] [-M CLUSTERS|all]
            [-o FORMAT | -O FIELDS]
 
-Prints squeue's default table (:func:`format_queue`: ``JOBID PARTITION NAME USER ST
-TIME NODES NODELIST(REASON)``), a page at a time as the daemon sends them (oldest
-first). ``-u/--user`` and ``--me`` keep those users' jobs, ``-t/--states`` those
-states (compact codes, Slurm's long names or the bridge's; ``all``; an unknown word is
-an error naming it), ``-j/--jobs`` those ids, TrainJob names or uids (then in any
-state, like ``squeue -j``), ``-M/--clusters`` those back ends' jobs with a first
-CLUSTER column (the back end's name). ``-o/--format`` and ``-O/--Format`` choose the
-columns as squeue's do (:mod:`bridge.cli.queue_format`; ``-O BackendJobId`` is the back
-end's own id beside the bridge's). ``-h/--noheader`` drops the header line;
-``--json`` prints ``{"items": [...]}`` instead. The pending tasks of a job array are
-one line, ``A_[4-31%4]`` (:func:`bridge.cli.queue_format.fold_pending`), as squeue
-shows them; ``-r/--array`` shows one line per task (``--json`` always does). Errors
-and exit statuses as every command (:mod:`bridge.cli.common`). Values from the daemon
-are shown with control characters escaped.
+Prints squeue's default table (:func:`format_queue`: ``JOBID PARTITION NAME USER ST TIME
+NODES NODELIST(REASON)``), oldest first, as the daemon sends it. Without ``-o``, ``-O``,
+``--progress``, ``--json``, ``-t``, ``-j``, ``-M`` and with one user at most, the daemon
+renders that table itself (bridge/queue_table.py, the same lines) and tqueue writes it
+as it arrives; otherwise it formats the JSON listing a page at a time (also when the
+daemon has no table to give). ``-u/--user`` and ``--me`` keep those users' jobs,
+``-t/--states`` those states (compact codes, Slurm's long names or the bridge's;
+``all``; an unknown word is an error naming it), ``-j/--jobs`` those ids, TrainJob names
+or uids (then in any state, like ``squeue -j``), ``-M/--clusters`` those back ends' jobs
+with a first CLUSTER column (the back end's name). ``-o/--format`` and ``-O/--Format``
+choose the columns as squeue's do (:mod:`bridge.cli.queue_format`; ``-O BackendJobId``
+is the back end's own id beside the bridge's). ``-h/--noheader`` drops the header line;
+``--json`` prints ``{"items": [...]}`` instead. The pending tasks of a job array are one
+line, ``A_[4-31%4]`` (:func:`bridge.cli.queue_format.fold_pending`), as squeue shows
+them; ``-r/--array`` shows one line per task (``--json`` always does). Errors and exit
+statuses as every command (:mod:`bridge.cli.common`). Values from the daemon are shown
+with control characters escaped.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from bridge.cli.queue_format import (
     render,
 )
 from bridge.client import JobView
+from bridge.queue_cells import HEADER
 
 __all__ = ["COMPACT_STATES", "format_queue", "tqueue_main"]
 
@@ -160,8 +164,19 @@ def _tqueue(argv: list[str]) -> int:
     wanted = [j for j in (args.jobs or "").split(",") if j]
     if wanted and not args.states:
         all_states = True  # like squeue -j: show the job whatever its state
-    collected: list[JobView] = []
     header = not args.noheader and not args.json
+    if (columns is None and not (args.json or args.states or wanted or clusters)
+            and len(set(users)) <= 1):
+        # squeue's default view: the daemon renders it (bridge/queue_table.py).
+        with connect() as client:
+            text = client.queue_table(user=users[0] if users else None, array=args.array)
+            if text is not None:
+                if header:
+                    sys.stdout.write(HEADER)
+                for piece in text:
+                    sys.stdout.write(piece)
+                return 0
+    collected: list[JobView] = []
     # The next page is read in a thread while this one is formatted (BridgeClient
     # .iter_pages); with the default 5 ms switch interval that thread waited for the GIL
     # at each step of its request and the two hardly overlapped.

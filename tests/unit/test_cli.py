@@ -61,6 +61,7 @@ class Reply:
     content: bytes = b""
     chunks: Sequence[bytes] | None = None
     cut: bool = False
+    content_type: str = "application/octet-stream"  # of ``chunks``
 
 
 Handler = Callable[[Request], Reply]
@@ -118,7 +119,7 @@ class _HTTPHandler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
-        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Type", reply.content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for chunk in reply.chunks:
@@ -299,6 +300,39 @@ def test_tqueue_default(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> N
     assert out[0] == HEADER
     assert [line.split()[0] for line in out[1:]] == ["1", "3"]  # sorted by id
     assert daemon.requests[0].params == {}
+
+
+def test_tqueue_prints_the_daemons_table_as_it_arrives(
+        daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    line = "                 1     debug    train    alice PD       0:00      1 (None)\n"
+    # A piece may end inside a character: it is decoded across pieces.
+    daemon.on("GET", "/v1/jobs", lambda request: Reply(
+        chunks=[line.encode(), "\u00e9".encode()[:1], "\u00e9".encode()[1:] + b"\n"],
+        content_type="text/plain; charset=utf-8"))
+    assert tqueue_main([]) == 0
+    assert capsys.readouterr().out == HEADER + "\n" + line + "\u00e9\n"
+    assert daemon.requests[-1].headers["Accept"] == "text/plain"
+    assert tqueue_main(["-h", "-r", "-u", "bob"]) == 0
+    assert capsys.readouterr().out == line + "\u00e9\n"
+    assert daemon.requests[-1].params == {"user": "bob", "array": "1"}
+    assert len(daemon.requests) == 2  # no JSON listing asked for
+
+
+def test_tqueue_lists_json_where_the_daemon_has_no_table(
+        daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.on("GET", "/v1/jobs", _items(view(id=3)))
+    assert tqueue_main(["-u", "alice"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["JOBID", "3"]
+    accepts = [r.headers.get("Accept") for r in daemon.requests]
+    assert accepts[0] == "text/plain" and accepts[1] != "text/plain"
+
+
+def test_tqueue_says_why_a_table_was_cut_short(
+        daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.on("GET", "/v1/jobs", lambda request: Reply(
+        chunks=[b"1 x\n"], cut=True, content_type="text/plain; charset=utf-8"))
+    assert tqueue_main([]) == 1
+    assert "tqueue: error:" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -580,7 +614,9 @@ def test_ctrl_c_is_quiet(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(BridgeClient, "iter_pages", interrupted)
-    assert tqueue_main([]) == 130
+    monkeypatch.setattr(BridgeClient, "queue_table", interrupted)
+    assert tqueue_main([]) == 130  # the daemon's table
+    assert tqueue_main(["--json"]) == 130  # the JSON listing
     assert capsys.readouterr().err == ""
 
 

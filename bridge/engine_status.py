@@ -7,13 +7,17 @@ A complete snapshot is compared with what was applied last, by key: a job whose 
 (``updated_at``) and reports are the same as when it last changed nothing is not read
 again, so an idle cluster costs next to nothing per poll however many jobs it holds; a
 job missing from ``lost_after_snapshots`` snapshots over ``lost_after_seconds`` fails
-``BackendLost``. A report about a job whose submission is not recorded yet (a watch can
-be faster than the submit call) is kept in :attr:`StatusTracker.early` for the engine
-to apply once it is. Everything kept per job is dropped when the job finishes.
+``BackendLost``. A snapshot made of the very job objects of the last one, whose
+application wrote nothing and found every tracked job, is not compared again while
+nothing is written to the store (a poll of an unchanged cluster costs a pass over object
+identities). A report about a job whose submission is not recorded yet (a watch can be
+faster than the submit call) is kept in :attr:`StatusTracker.early` for the engine to
+apply once it is. Everything kept per job is dropped when the job finishes.
 """
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -65,6 +69,11 @@ async def follow_status(name: str, backend: Backend, interval: float,
         await backoff.sleep()
 
 
+def _same(last: tuple[BackendJob, ...], jobs: tuple[BackendJob, ...]) -> bool:
+    """Whether ``jobs`` are the very objects of ``last``, in the same order."""
+    return len(last) == len(jobs) and all(map(operator.is_, last, jobs))
+
+
 class StatusTracker:
     """Applies status batches to the store; ``forget(job_id)`` is called when a job
     finishes (the engine drops what it keeps about it)."""
@@ -83,9 +92,22 @@ class StatusTracker:
         self._owners = OwnerCheck()
         #: Back ends whose complete snapshot was applied since this start.
         self.confirmed: set[str] = set()
+        #: back end -> (the jobs of its last complete snapshot, the store's write count),
+        #: kept when applying that snapshot wrote nothing and it showed every tracked
+        #: job: the same snapshot again (the same job objects: Slurm's "nothing changed"
+        #: answer, or a listing whose jobs all converted as before) with nothing written
+        #: since would change nothing, and is not compared job by job.
+        self._settled: dict[str, tuple[tuple[BackendJob, ...], int]] = {}
 
     def apply(self, name: str, backend: Backend, batch: StatusBatch) -> None:
         """Move the tracked jobs of back end ``name`` according to ``batch``."""
+        writes = self.store.write_count
+        if batch.complete:
+            settled = self._settled.pop(name, None)
+            if settled is not None and settled[1] == writes and _same(settled[0], batch.jobs):
+                self._settled[name] = settled
+                self.confirmed.add(name)
+                return
         seen: dict[str, list[BackendJob]] = {}
         for carrier in batch.jobs:
             seen.setdefault(carrier.job_uid, []).append(carrier)
@@ -115,9 +137,11 @@ class StatusTracker:
                     self.early[rec.uid] = own
                     while len(self.early) > EARLY_STATUS_LIMIT:
                         self.early.pop(next(iter(self.early)))
+        absent = 0
         for rec in tracked:
             bj = self.own(name, backend, rec, seen.get(rec.uid, ()))
             if bj is None or bj.backend_id != rec.backend_id:
+                absent += 1
                 self._applied.pop(rec.id, None)  # read again when it reappears
                 if bj is not None:
                     log.error("back-end id differs from the recorded one", job_id=rec.id,
@@ -130,6 +154,11 @@ class StatusTracker:
                 self._applied[rec.id] = (rec.updated_at, tuple(seen.get(rec.uid, ())))
         if batch.complete:
             self.confirmed.add(name)
+            # Kept with the count from before it was applied: if it wrote (a report may
+            # move a job a step at a time) the next one is compared again. Not kept while
+            # a job is missing: that is counted at each snapshot.
+            if not absent:
+                self._settled[name] = (batch.jobs, writes)
 
     def _records(self, ids: list[int]) -> Iterator[JobRecord]:
         """The records of ``ids`` (ascending), read a chunk at a time: the first snapshot

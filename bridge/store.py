@@ -411,6 +411,13 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
             (JobState.PENDING.value, due_by)).fetchall()
         return [(r[0], r[1], bool(r[2])) for r in rows]
 
+    @property
+    def write_count(self) -> int:
+        """Rows this store has inserted, updated or deleted since it was opened (SQLite's
+        ``total_changes``: every table, triggers included): equal counts mean nothing
+        was written between them. The daemon is the database's only writer."""
+        return self._db.total_changes
+
     def job_keys(self, states: Sequence[JobState], backend: str
                  ) -> list[tuple[int, str, float]]:
         """``(id, uid, updated_at)`` of the jobs of ``backend`` in ``states``, oldest

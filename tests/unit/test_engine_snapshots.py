@@ -21,13 +21,18 @@ from tests.unit.fakes import FakeBackend, settle
 
 
 class CountingStore(Store):
-    """A store that counts the rows :meth:`by_ids` decodes."""
+    """A store that counts the rows :meth:`by_ids` decodes and the snapshots' key reads."""
 
     read: list[int]
+    keyed = 0
 
     def by_ids(self, ids: Any) -> list[JobRecord]:
         self.read += list(ids)
         return super().by_ids(ids)
+
+    def job_keys(self, states: Any, backend: str) -> list[tuple[int, str, float]]:
+        self.keyed += 1
+        return super().job_keys(states, backend)
 
 
 @pytest.fixture
@@ -102,6 +107,46 @@ async def test_a_job_missing_from_snapshots_is_still_lost(engine: Engine) -> Non
     assert (engine.store.get(b.id).state, engine.store.get(b.id).reason) == (
         JobState.FAILED, "BackendLost")
     assert engine.store.get(a.id).state is JobState.RUNNING
+
+
+async def test_the_same_snapshot_objects_with_nothing_written_are_not_compared(
+        engine: Engine) -> None:
+    a, b = await submitted(engine, 2)
+    store = engine.store
+    assert isinstance(store, CountingStore)
+    snapshot = (report(a), report(b))  # Slurm's "nothing changed": the very same objects
+    at = time.time() + 60
+    for step in range(2):
+        engine.apply_status("slurm", StatusBatch(snapshot, complete=True, at=at + step))
+    keyed = store.keyed
+    for step in range(3):
+        engine.apply_status("slurm", StatusBatch(snapshot, complete=True, at=at + 2 + step))
+    # Read at first sight (made Running), then once more (their records changed): no more.
+    assert store.keyed == keyed and reads(engine) == [a.id, b.id] * 2
+    # Equal but new objects are compared (by key); so is the same snapshot after a write.
+    engine.apply_status("slurm", StatusBatch((report(a), report(b)), complete=True,
+                                             at=at + 6))
+    assert store.keyed == keyed + 1 and reads(engine) == []
+    engine.store.update(b.id, message="touched")
+    engine.apply_status("slurm", StatusBatch(snapshot, complete=True, at=at + 7))
+    assert store.keyed == keyed + 2 and reads(engine) == [b.id]
+    done = (report(a, BackendState.COMPLETED, exit_code=0), snapshot[1])
+    engine.apply_status("slurm", StatusBatch(done, complete=True, at=at + 8))
+    assert engine.store.get(a.id).state is JobState.SUCCEEDED
+
+
+async def test_a_job_absent_from_the_same_snapshot_again_is_still_lost(engine: Engine) -> None:
+    """A job submitted after the snapshot was taken is not counted missing at first;
+    the same snapshot objects again later must still count it (and find it lost)."""
+    a, b = await submitted(engine, 2)
+    snapshot = (report(a),)
+    at = time.time()  # b was just recorded: not missing from a snapshot this old
+    engine.apply_status("slurm", StatusBatch(snapshot, complete=True, at=at))
+    assert engine.store.get(b.id).state is JobState.SUBMITTED
+    for step in range(2):
+        engine.apply_status("slurm", StatusBatch(snapshot, complete=True, at=at + 60 + step))
+    assert (engine.store.get(b.id).state, engine.store.get(b.id).reason) == (
+        JobState.FAILED, "BackendLost")
 
 
 async def test_suspend_candidates_are_those_whose_wish_and_world_differ(engine: Engine) -> None:

@@ -64,6 +64,7 @@ import structlog
 from aiohttp import web
 
 from bridge.api_common import (
+    DEFAULT_PAGE,
     LIMITS_KEY,
     OWNER_KEY,
     SERVICE_KEY,
@@ -95,8 +96,7 @@ from bridge.views import job_view, list_view_of_row
 
 log = structlog.get_logger("hpc_bridge.api")
 
-#: Items in a page of ``GET /v1/jobs`` when the caller names no ``limit``, and the most.
-DEFAULT_PAGE = 500
+#: The most items in a page of ``GET /v1/jobs`` (without ``limit``: DEFAULT_PAGE).
 MAX_PAGE = 5000
 #: Connections the kernel queues for the daemon (one user's flood of connects must
 #: not leave no room for another's; Linux caps it at net.core.somaxconn).

@@ -31,6 +31,11 @@ __all__ = [
     "too_many",
 ]
 
+#: Items in a page of ``GET /v1/jobs`` when the caller names no ``limit``; also the
+#: jobs per piece of its text table (bridge/api_table.py), so that both fold an array's
+#: pending tasks over the same pages.
+DEFAULT_PAGE = 500
+
 OWNER_KEY = web.RequestKey("owner", Owner)
 SERVICE_KEY = web.AppKey("service", JobService)
 TOKENS_KEY = web.AppKey("tokens", dict)

@@ -7,7 +7,7 @@ without it, ``all``), ``user``, ``backend``, and ``array=1`` for one line per ta
 job array (``tqueue -r``; else an array's pending tasks are one line, ``A_[4-31%4]``).
 ``limit`` and ``continue`` are the JSON listing's and are refused here: the table is one
 answer, sent in chunked pieces of :data:`PAGE` jobs, oldest first, each written as it
-is read. The event loop serves other requests between pieces, and a reader that stops
+is read. The event loop serves other work between pieces, and a reader that stops
 reading holds only its own request (aiohttp waits for the socket to drain); one that
 goes away ends it quietly.
 
@@ -19,18 +19,20 @@ when its piece was read.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from aiohttp import web
 
-from bridge.api_common import SERVICE_KEY, listing_states, query_params
+from bridge.api_common import DEFAULT_PAGE, SERVICE_KEY, listing_states, query_params
 from bridge.model import ValidationError
 from bridge.queue_table import render
 
 __all__ = ["PAGE", "list_table", "wants_table"]
 
-#: Jobs read and rendered per piece of the answer (the JSON listing's default page).
-PAGE = 500
+#: Jobs read and rendered per piece of the answer: the JSON listing's default page, so
+#: that an array's pending tasks fold over the same pages as tqueue folds them there.
+PAGE = DEFAULT_PAGE
 
 _FLAGS = {"0": False, "1": True, "false": False, "true": True, "no": False, "yes": True}
 
@@ -64,7 +66,11 @@ async def list_table(request: web.Request) -> web.StreamResponse:
                 await response.write(render(rows, time.time(), fold=fold).encode())
             if after is None:
                 break
+            # aiohttp's write returns at once while the socket takes the bytes: without
+            # this a fast reader would have the whole table rendered in one go, the loop
+            # serving nothing else meanwhile.
+            await asyncio.sleep(0)
         await response.write_eof()
-    except ConnectionResetError:  # the reader went away (``tqueue | head``): not an error
+    except ConnectionError:  # the reader went away (``tqueue | head``): not an error
         pass
     return response

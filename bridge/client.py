@@ -503,8 +503,8 @@ class BridgeClient:
         """squeue's default table of the unfinished jobs (of ``user``), rendered by the
         daemon (``GET /v1/jobs``, ``Accept: text/plain``; no header line), as text in
         pieces as they arrive; ``array``: one line per task of a job array. ``None``
-        when the daemon answers JSON instead (one that predates the table): the caller
-        lists with :meth:`iter_pages`. A refusal raises :class:`BridgeClientError` (a
+        when the daemon predates the table (it answers JSON, or refuses ``array``): the
+        caller lists with :meth:`iter_pages`. A refusal raises :class:`BridgeClientError` (a
         429 asked again as :meth:`_call` does); an answer cut short, too."""
         params = {"user": user} if user else {}
         if array:
@@ -519,6 +519,8 @@ class BridgeClient:
                 error = self._http_error(response, self._read(response))
             finally:
                 connection.close()
+            if error.status == 400 and str(error).startswith("unknown query parameter 'array'"):
+                return None  # a daemon that predates the table refuses array=1
             wait = error.retry_after
             if error.status != 429 or wait is None or wait > self._max_busy_wait or retries <= 0:
                 raise error

@@ -1,18 +1,19 @@
 """squeue's default table, rendered in the daemon: what ``tqueue`` shows without ``-o``,
 ``-O`` or ``--json`` (``GET /v1/jobs`` with ``Accept: text/plain``, bridge/api_table.py).
 
-Why in the daemon: at 10,000 jobs ``tqueue`` took 6 times as long as ``squeue`` (about 35 µs a line:
-the daemon built and encoded each job's JSON view, the client decoded and formatted
-it). Here each line comes from the few columns it shows (SQLite reads the summary's
-fields), formatted once, and the client writes the text as it arrives.
+Why in the daemon: at 10,000 jobs ``tqueue`` took 6 times as long as ``squeue`` (about
+35 µs a line: the daemon built and encoded each job's JSON view, the client decoded and
+formatted it). Here each line comes from the few columns it shows (SQLite reads the
+summary's fields), formatted once, and the client writes the text as it arrives.
 
 Contract: :func:`render` returns, for rows of :data:`TABLE_COLUMNS` (oldest first, as
-:meth:`bridge.store_listing.ListingQueries.table_rows` reads them), exactly the lines
-:func:`bridge.cli.tqueue.format_queue` prints without a header for the same jobs' list
-views (:func:`bridge.views.list_view_of_row`) at the same time ``now`` (epoch seconds):
-``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R``, values cleaned of control characters
-(:func:`bridge.queue_cells.clean`); with ``fold``, the pending tasks of an array that
-have not reached their back end and wait for the same reason are one line, as
+:meth:`bridge.store_listing.ListingQueries.table_rows` reads them, of jobs whose summary
+is as :func:`bridge.job_summary.job_summary` writes it: strings, integers, nulls),
+exactly the lines :func:`bridge.cli.tqueue.format_queue` prints without a header for the
+same jobs' list views (:func:`bridge.views.list_view_of_row`) at the same time ``now``
+(epoch seconds): ``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R``, values cleaned of control
+characters (:func:`bridge.queue_cells.clean`); with ``fold``, the pending tasks of an
+array that have not reached their back end and wait for the same reason are one line, as
 :func:`bridge.cli.queue_format.fold_pending` folds them. A unit test holds the two
 renderings equal over generated jobs.
 """

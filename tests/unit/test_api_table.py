@@ -3,8 +3,10 @@ the same lines tqueue formats from the JSON listing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -84,3 +86,33 @@ async def test_array_shows_each_task(api_client: ApiClient) -> None:
     assert len(each) == 6 and len(folded) < 6
     assert "\n".join(folded) + "\n" == formatted(listed)
     assert "\n".join(each) + "\n" == formatted(listed, fold=False)
+
+
+async def test_the_loop_serves_other_work_between_pieces(
+        api_client: ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp's write returns at once while the socket takes the bytes: the handler must
+    let the loop run between pieces, or a fast reader holds it for the whole table."""
+    monkeypatch.setattr(api_table, "PAGE", 2)
+    for i in range(6):
+        await submit(api_client, f"j{i}")
+    ticks = 0
+    seen: list[int] = []
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    def render(rows: Any, now: float, *, fold: bool = True) -> str:
+        seen.append(ticks)
+        return real(rows, now, fold=fold)
+
+    real = api_table.render
+    monkeypatch.setattr(api_table, "render", render)
+    task = asyncio.create_task(ticker())
+    try:
+        await table(api_client)
+    finally:
+        task.cancel()
+    assert len(seen) == 3 and seen[0] < seen[1] < seen[2], seen

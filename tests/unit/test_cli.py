@@ -327,6 +327,22 @@ def test_tqueue_lists_json_where_the_daemon_has_no_table(
     assert accepts[0] == "text/plain" and accepts[1] != "text/plain"
 
 
+def test_tqueue_r_lists_json_where_the_daemon_refuses_the_tables_array(
+        daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    def older(request: Request) -> Reply:  # as the daemon before the table answered
+        if "array" in request.params:
+            return Reply(400, json={"error": "unknown query parameter 'array'; known: "
+                                             "backend, continue, limit, states, user"})
+        return _items(view(id=3))(request)
+
+    daemon.on("GET", "/v1/jobs", older)
+    assert tqueue_main(["-r", "-h"]) == 0
+    assert capsys.readouterr().out.split()[0] == "3"
+    daemon.on("GET", "/v1/jobs", lambda request: Reply(400, json={"error": "bad user"}))
+    assert tqueue_main(["-r"]) == 1
+    assert "tqueue: error: bad user" in capsys.readouterr().err
+
+
 def test_tqueue_says_why_a_table_was_cut_short(
         daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
     daemon.on("GET", "/v1/jobs", lambda request: Reply(

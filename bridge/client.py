@@ -54,15 +54,16 @@ import time
 from collections.abc import Mapping
 from urllib.parse import quote, urlencode, urlsplit
 
+from bridge.client_errors import BridgeClientError
+from bridge.client_listing import READ_CHUNK, ListingCalls
 from bridge.client_types import JobView, SubmitResult, Transition
-from bridge.errors import BridgeError
 from bridge.http11 import Connection, ProtocolError, Response, tls_socket
 
 #: typing (and what only annotations need) costs every command ~2 ms of start-up
 #: (bridge.client_types).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator
     from types import TracebackType
     from typing import Any
 
@@ -91,22 +92,6 @@ SUBMIT_ATTEMPTS = 3
 #: ... waiting this many seconds times the attempt number between two.
 SUBMIT_RETRY_DELAY = 1.0
 _MAX_ERROR_TEXT = 2000
-_CHUNK = 64 * 1024
-
-
-class BridgeClientError(BridgeError):
-    """A failed call: ``message`` for the user, ``status`` the HTTP status (or ``None``).
-    ``transient``: no answer came (timeout, connection refused or reset), so the call
-    may be repeated (a submission only with its idempotency key)."""
-
-    def __init__(self, message: str, status: int | None = None,
-                 transient: bool = False, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.transient = transient
-        #: A 429's ``Retry-After`` (seconds), when it gave one.
-        self.retry_after = retry_after
 
 
 def _ref(ref: str | int) -> str:
@@ -168,7 +153,7 @@ def _tcp_socket(host: str, port: int, tls: bool, timeout: float) -> socket.socke
         raise
 
 
-class BridgeClient:
+class BridgeClient(ListingCalls):
     """Synchronous API client; use as a context manager or call :meth:`close`.
 
     Every call opens its own connection and closes it when the answer has been read
@@ -454,119 +439,6 @@ class BridgeClient:
                 f"hpc-bridge sent an unexpected submit answer: {json.dumps(data)[:200]}"
             ) from None
 
-    def iter_pages(
-        self,
-        *,
-        states: Sequence[str] | None = None,
-        all_states: bool = False,
-        user: str | None = None,
-        backend: str | None = None,
-        page_size: int | None = None,
-    ) -> Iterator[list[JobView]]:
-        """Jobs by state (default: those not finished; ``all_states``: every job), oldest
-        first, one page (one request) at a time; ``page_size`` items at most per page
-        (the daemon's default when None). The next page is asked for, in a thread, while
-        the caller works on this one (``tqueue`` formats a page as the daemon builds the
-        next: at 10,000 jobs the two took about as long as each other). So one request
-        may be in flight when the caller stops iterating: it runs to its end (its answer
-        or error dropped) in its daemon thread; it never outlives the client's timeout
-        and busy retries."""
-        params: dict[str, str] = {}
-        if all_states:
-            params["states"] = "all"
-        elif states:
-            params["states"] = ",".join(states)
-        if user:
-            params["user"] = user
-        if backend:
-            params["backend"] = backend
-        if page_size:
-            params["limit"] = str(page_size)
-        seen: set[str] = set()
-        page, token = self._page(params)
-        while True:
-            if not token:
-                yield page
-                return
-            if not isinstance(token, str) or token in seen:
-                yield page
-                raise BridgeClientError("hpc-bridge sent an unexpected job list (continue)")
-            seen.add(token)
-            from bridge.client_ahead import Ahead  # only for a second page
-
-            ahead = Ahead(self._page, {**params, "continue": token})
-            yield page
-            page, token = ahead.result()
-
-    def queue_table(self, *, user: str | None = None, array: bool = False
-                    ) -> Iterator[str] | None:
-        """squeue's default table of the unfinished jobs (of ``user``), rendered by the
-        daemon (``GET /v1/jobs``, ``Accept: text/plain``; no header line), as text in
-        pieces as they arrive; ``array``: one line per task of a job array. ``None``
-        when the daemon predates the table (it answers JSON, or refuses ``array``): the
-        caller lists with :meth:`iter_pages`. A refusal raises :class:`BridgeClientError` (a
-        429 asked again as :meth:`_call` does); an answer cut short, too."""
-        params = {"user": user} if user else {}
-        if array:
-            params["array"] = "1"
-        retries = self._busy_retries
-        while True:
-            connection, response = self._request("GET", "/v1/jobs", params=params,
-                                                 headers={"Accept": "text/plain"})
-            if response.status < 400:
-                break
-            try:
-                error = self._http_error(response, self._read(response))
-            finally:
-                connection.close()
-            if error.status == 400 and str(error).startswith("unknown query parameter 'array'"):
-                return None  # a daemon that predates the table refuses array=1
-            wait = error.retry_after
-            if error.status != 429 or wait is None or wait > self._max_busy_wait or retries <= 0:
-                raise error
-            retries -= 1
-            time.sleep(wait)
-        if not (response.getheader("Content-Type") or "").startswith("text/plain"):
-            connection.close()
-            return None
-        return self._text(connection, response)
-
-    def _text(self, connection: Connection, response: Response) -> Iterator[str]:
-        """The body of a UTF-8 text answer, decoded as it arrives; closes the connection."""
-        import codecs
-
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        try:
-            while chunk := response.read1(_CHUNK):
-                yield decoder.decode(chunk)
-            yield decoder.decode(b"", final=True)
-        except (OSError, ProtocolError) as exc:
-            raise self._transport_error(exc) from None
-        finally:
-            connection.close()
-
-    def _page(self, params: dict[str, str]) -> tuple[list[JobView], object]:
-        """One page of ``GET /v1/jobs`` and its ``metadata.continue`` (unchecked)."""
-        data = self._object(self._call("GET", "/v1/jobs", params=params), "job list")
-        items = data.get("items")
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise BridgeClientError("hpc-bridge sent an unexpected job list")
-        page: Any = items  # checked above: a list of objects
-        metadata = data.get("metadata")
-        return page, metadata.get("continue") if isinstance(metadata, dict) else None
-
-    def list_jobs(
-        self,
-        *,
-        states: Sequence[str] | None = None,
-        all_states: bool = False,
-        user: str | None = None,
-        backend: str | None = None,
-    ) -> list[JobView]:
-        """Every job :meth:`iter_pages` gives, in one list."""
-        return [job for page in self.iter_pages(states=states, all_states=all_states,
-                                                 user=user, backend=backend) for job in page]
-
     def get_job(self, ref: str | int) -> JobView:
         """One job, with its state transitions."""
         return self._job(self._call("GET", f"/v1/jobs/{_ref(ref)}"))
@@ -619,7 +491,7 @@ class BridgeClient:
                 raise self._http_error(response, self._read(response))
             try:
                 # read1: what has arrived, at most one chunk of a chunked answer.
-                while chunk := response.read1(_CHUNK):
+                while chunk := response.read1(READ_CHUNK):
                     yield chunk
             except (OSError, ProtocolError) as exc:
                 raise self._transport_error(exc) from None

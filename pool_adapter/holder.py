@@ -96,9 +96,10 @@ def compose(backend_id: str, holder: BackendJob | None, jobset: JobSetView | Non
     listed once), with ``backend_id`` as its id, and the action to take.
 
     * neither: nothing to report (the engine's lost-job rule applies);
-    * no holder: the JobSet's state once it finished; else nothing (not submitted yet,
-      or purged from Slurm's table), and a JobSet pinned or running without one is
-      unpinned (``synced``: both worlds listed);
+    * no holder: once both worlds have listed (``synced``), the JobSet's state if it
+      finished; else nothing (not submitted yet, purged from Slurm's table, or Slurm
+      not listed yet since a start: the holder's id, part of the job's, is not known),
+      and a JobSet pinned or running without one is unpinned;
     * no JobSet (synced): a living holder is cancelled, the job reported ``CANCELLED``
       (the engine's ``CancelledInBackend``; the detail says the JobSet was deleted); an
       ended holder is reported as it ended;
@@ -112,7 +113,7 @@ def compose(backend_id: str, holder: BackendJob | None, jobset: JobSetView | Non
       or a preemption, ``TIMEOUT`` for the time limit), reason ``AllocationEnded``.
     """
     if holder is None:
-        if jobset is not None and jobset.job.state.finished:
+        if synced and jobset is not None and jobset.job.state.finished:
             return Composed(replace(jobset.job, backend_id=backend_id))
         if synced and jobset is not None and (jobset.pinned_to or not jobset.suspended):
             return Composed(None, Do.UNPIN)  # no allocation: no pod may run

@@ -124,6 +124,9 @@ def test_without_a_holder_only_a_finished_jobset_is_reported() -> None:
     assert compose(ID, None, jobset(S.SUSPENDED, True), True).job is None
     done = compose(ID, None, jobset(S.COMPLETED, False, "42"), True)
     assert done.job is not None and done.job.state is S.COMPLETED and done.action is Do.NOTHING
+    # Before Slurm has listed since a start, the holder's id (part of the job's) is not
+    # known: nothing is reported (the engine would see another id than it recorded).
+    assert compose(ID, None, jobset(S.COMPLETED, False, "42"), False).job is None
 
 
 states = st.sampled_from(list(BackendState))

@@ -1,9 +1,10 @@
 """Slurm as a bridge back end (:class:`bridge.backend.Backend`).
 
 Jobs carry ``comment = "hpc-bridge:<TrainJob uid>"``; :meth:`SlurmBackend.lookup`
-and :meth:`SlurmBackend.watch` find the bridge's jobs by that prefix in ONE
-listing of all jobs (slurmrestd ``GET /jobs`` or ``squeue --json``, both of which
-include finished jobs for ``MinJobAge`` seconds).
+and :meth:`SlurmBackend.watch` find the bridge's jobs by that prefix in Slurm's job
+table, finished jobs included for ``MinJobAge`` seconds, read one reading at a time by
+:class:`slurm_adapter.job_table.JobTable` (a whole listing, or the jobs whose
+``squeue`` line changed).
 
 Slurm state -> :class:`BackendState`:
 
@@ -55,14 +56,13 @@ from slurm_adapter import hostlist
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.dialects import (
     V0_0_38,
-    Dialect,
     UnsupportedOption,
     dialect_for,
     dialect_from_meta,
     negotiate,
     served_versions,
 )
-from slurm_adapter.listing import ListingConverter
+from slurm_adapter.job_table import JobTable
 from slurm_adapter.options import SUPPORT
 from slurm_adapter.records import backend_state, gpu_count, job_from_slurm, node_from_slurm
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
@@ -144,7 +144,8 @@ class SlurmBackend:
 
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,
-                 mpi_launch: str | None = None, negotiate_version: bool = False):
+                 mpi_launch: str | None = None, negotiate_version: bool = False,
+                 changes_from_squeue: bool = False):
         self.name = name
         #: Pick the REST dialect from the server's OpenAPI document at start.
         self.negotiate_version = negotiate_version
@@ -153,15 +154,9 @@ class SlurmBackend:
         self.rest = rest
         self.default_partition = default_partition
         self.rest_user = rest_user or _user_name(os.geteuid())
-        #: Slurm job id -> uid of its owner, from the last listing (for read_log).
-        self._owner_uids: dict[str, int] = {}
-        #: When the last converted REST listing was asked for (for ``update_time``).
-        self._listed_at = 0
-        #: What the last listing gave, converted. The listing itself is not kept: at
-        #: 6,000 Slurm jobs its decoded JSON held some tens of MB for nothing (only
-        #: the converter's 19 fields a job, to tell the unchanged ones).
-        self._converted: list[BackendJob] | None = None
-        self._converter = ListingConverter()
+        #: Slurm's job table as the bridge reads it.
+        self.table = JobTable(cli, rest, self._rest_client, self.rest_user,
+                              changes_from_squeue=changes_from_squeue)
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -260,45 +255,9 @@ class SlurmBackend:
         return await self.cli.submit(script, sbatch_args(spec), cli_env, request.owner,
                                      spec.script_args)
 
-    async def _listing(self) -> tuple[list[Any] | None, Dialect, int]:
-        """Slurm's job listing, the dialect it is in, and when it was asked for; the
-        listing is None when slurmrestd says nothing changed since the last one that
-        was converted (then that conversion stands)."""
-        asked_at = int(time.time())
-        if self.rest is not None:
-            # Ask "anything changed since the last listing?" (a few seconds of margin
-            # for clock skew with slurmctld); 304 means the last conversion holds.
-            rest = await self._rest_client()
-            since = self._listed_at - 5 if self._converted is not None else None
-            answer = await rest.jobs(self.rest_user, changed_since=since)
-            if answer is None and self._converted is not None:
-                return None, rest.dialect, asked_at
-            jobs = (answer or {}).get("jobs")
-            return (jobs if isinstance(jobs, list) else []), rest.dialect, asked_at
-        data = await self.cli.jobs()
-        jobs = data.get("jobs")
-        return (jobs if isinstance(jobs, list) else []), dialect_from_meta(data.get("meta")), \
-            asked_at
-
     async def _bridge_jobs(self) -> list[BackendJob]:
-        """All the jobs carrying a bridge key, from one listing, each with its owner
-        (Slurm ``user_id``). Of several jobs with one key and one owner, the unfinished
-        one (else the newest); jobs of other owners are all kept, for the engine to
-        tell the real one from a forgery (:mod:`bridge.ownership`).
-
-        The listing is converted in a worker thread (thousands of jobs: a tenth of a
-        second), and only when it changed: when slurmrestd answers "nothing changed"
-        the last conversion is the answer (the same list)."""
-        raw_jobs, dialect, asked_at = await self._listing()
-        if raw_jobs is None and self._converted is not None:
-            return self._converted
-        jobs, owners = await asyncio.to_thread(self._converter.convert, raw_jobs or [],
-                                               dialect)
-        # Only what Slurm still holds: bounded by Slurm's own job table.
-        self._owner_uids = owners
-        self._converted = jobs
-        self._listed_at = asked_at
-        return jobs
+        """All the jobs carrying a bridge key (:meth:`JobTable.bridge_jobs`)."""
+        return await self.table.bridge_jobs()
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
         """The Slurm jobs carrying these uids, with their owners, from one listing of
@@ -428,13 +387,13 @@ class SlurmBackend:
             return b"", offset
         owner_uid = job.owner_uid
         if owner_uid is None:
-            owner_uid = self._owner_uids.get(job.backend_id)
+            owner_uid = self.table.owner_uids.get(job.backend_id)
         if owner_uid is None:
             try:
                 await self._bridge_jobs()
             except BackendError as exc:
                 log.info("read_log: cannot learn the owner of job %s: %s", job.backend_id, exc)
-            owner_uid = self._owner_uids.get(job.backend_id)
+            owner_uid = self.table.owner_uids.get(job.backend_id)
         if owner_uid is None:
             log.warning("read_log: owner of Slurm job %s unknown; not reading %s",
                         job.backend_id, path)
@@ -480,4 +439,5 @@ def create(name: str, settings: Mapping[str, Any]) -> SlurmBackend:
     return SlurmBackend(name, cli=cli, rest=rest,
                         default_partition=s.default_partition or None,
                         rest_user=s.rest_user or None, mpi_launch=s.mpi_launch or None,
-                        negotiate_version=not s.cli_only and version == "auto")
+                        negotiate_version=not s.cli_only and version == "auto",
+                        changes_from_squeue=s.changes_from_squeue)

@@ -32,13 +32,14 @@ error it reports). :meth:`ListingConverter.convert` returns what
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import msgspec
 
 from bridge.backend import BackendJob
 from slurm_adapter.dialects import Dialect
-from slurm_adapter.records import convert_listing, job_from_slurm
+from slurm_adapter.records import convert_listing, job_from_slurm, pick_jobs
 from slurm_adapter.script import COMMENT_PREFIX
 
 __all__ = ["JobFields", "ListingConverter", "decode_listing"]
@@ -146,6 +147,34 @@ class ListingConverter:
         converted = convert_listing(raw_jobs, dialect, convert_one)
         self._dialect, self._last = dialect, remembered
         return converted
+
+    @property
+    def known(self) -> Collection[int]:
+        """The Slurm ids of the bridge's jobs in the last listing (as updated)."""
+        return self._last.keys()
+
+    def update(self, records: Mapping[int, Any], dialect: Dialect
+               ) -> tuple[list[BackendJob], dict[str, int]] | None:
+        """The last conversion with the jobs of ``records`` as they are now (Slurm id
+        -> its record, a :class:`JobFields`; None: Slurm no longer holds it), the
+        others as they were: what :meth:`convert` of a listing with those records
+        would give (jobs new to it last), the unchanged jobs the same objects. None
+        when there is no conversion of this dialect to update (a whole listing is
+        needed). Copies its memory (bridge jobs only: thousands, not the listing)."""
+        if dialect is not self._dialect:
+            return None
+        last = dict(self._last)
+        for slurm_id, raw in records.items():
+            comment = raw.get("comment") if raw is not None else None
+            if not (isinstance(comment, str) and comment.startswith(COMMENT_PREFIX)):
+                last.pop(slurm_id, None)  # gone, or no longer the bridge's
+                continue
+            digest = hashlib.blake2b(_ENCODER.encode(raw), digest_size=16).digest()
+            before = last.get(slurm_id)
+            last[slurm_id] = (digest, before[1] if before is not None and before[0] == digest
+                              else job_from_slurm(raw, dialect))
+        self._last = last
+        return pick_jobs(job for _, job in last.values())
 
 
 _ENCODER = msgspec.json.Encoder()

@@ -272,12 +272,16 @@ def convert_listing(raw_jobs: list[Any], dialect: Dialect,
     ``convert`` (default :func:`job_from_slurm`; the same answer, perhaps remembered).
     Pure: safe in a worker thread."""
     convert = convert or job_from_slurm
+    return pick_jobs(convert(raw, dialect) for raw in raw_jobs if hasattr(raw, "get"))
+
+
+def pick_jobs(jobs: Iterable[BackendJob | None]) -> tuple[list[BackendJob], dict[str, int]]:
+    """Of converted records (None: not the bridge's), one job per key and owner (the
+    unfinished one, else the newest), in the order first seen, and every job's owner
+    uid by Slurm id."""
     by_key: dict[tuple[str, int | None], BackendJob] = {}
     owners: dict[str, int] = {}
-    for raw in raw_jobs:
-        if not hasattr(raw, "get"):
-            continue
-        job = convert(raw, dialect)
+    for job in jobs:
         if job is None:
             continue
         if job.owner_uid is not None:

@@ -52,6 +52,8 @@ log = structlog.get_logger(__name__)
 #: Slurm error numbers that make a cancellation a no-op: "Invalid job id specified"
 #: (unknown / purged job) and "Job/step already completing or completed".
 CANCEL_NOOP_ERRORS = frozenset({2017, 2021})
+#: "Invalid job id specified": Slurm does not hold (or no longer holds) the job.
+INVALID_JOB_ID = 2017
 
 
 class TokenSource(Protocol):
@@ -341,6 +343,27 @@ class SlurmRestClient:
             return answer.body
         raise classify(self._errors(answer) or [{"error": f"HTTP {answer.status}"}],
                        context=f"slurmrestd cannot list jobs (HTTP {answer.status})", read=True)
+
+    async def job(self, user: str, job_id: int) -> Any | None:
+        """``GET /job/{id}`` as ``user``: the record of Slurm job ``job_id`` (a
+        :class:`~slurm_adapter.listing.JobFields`, as the listing's), or None when Slurm
+        no longer holds it ("Invalid job id specified"). The base id of an array
+        answers every record of the array; the one whose own ``job_id`` it is counts."""
+        answer = await self._request("GET", f"/job/{int(job_id)}", user,
+                                     decode=_decode_listing)
+        errors = self._errors(answer)
+        items = error_messages(errors)
+        if items and all(code == INVALID_JOB_ID for code, _ in items):
+            return None
+        jobs = (answer.body or {}).get("jobs")
+        if answer.status == 200 and not errors and isinstance(jobs, list):
+            for raw in jobs:
+                if hasattr(raw, "get") and self.dialect.number(raw.get("job_id")) == job_id:
+                    return raw
+            return None
+        raise classify(errors or [{"error": f"HTTP {answer.status}"}],
+                       context=f"slurmrestd cannot read job {job_id} (HTTP {answer.status})",
+                       read=True)
 
     async def nodes(self, user: str) -> dict[str, Any]:
         """``GET /nodes`` as ``user``: the whole answer (``meta``, ``nodes``)."""

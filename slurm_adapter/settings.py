@@ -30,6 +30,9 @@ class SlurmSettings(PluginSettings):
     mpi_launch: str | None = None
     #: A chroot holding the cluster's Slurm commands and configuration.
     client_root: str | None = None
+    #: With slurmrestd: tell from ``squeue``'s text which jobs changed and read only
+    #: those (:mod:`slurm_adapter.changes`); false: a whole listing at each poll.
+    changes_from_squeue: bool = True
 
     @field_validator("rest_version")
     @classmethod

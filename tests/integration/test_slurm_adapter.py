@@ -31,6 +31,7 @@ from bridge.scheduling import SchedulingOptions
 from slurm_adapter.backend import SlurmBackend, create
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.hostlist import compress, expand
+from slurm_adapter.queue_diff import squeue_argv
 from tests.integration.conftest_slurm import (  # noqa: F401 - registers the fixtures
     Cluster,
     alice_dir_fixture,
@@ -150,6 +151,42 @@ async def test_status_polls_keep_jobs_when_nothing_changed(slurm_backend: SlurmB
             f"poll {polls}: {found}")
         polls += 1
         await asyncio.sleep(0.5)
+
+
+async def test_a_forged_squeue_line_cannot_hide_another_users_change(
+        slurm_backend: SlurmBackend, slurm_cluster: Cluster, alice: Owner,
+        alice_dir: Path) -> None:
+    """Through slurmrestd, each poll compares squeue's text with the last and reads only
+    the jobs whose line changed (slurm_adapter/changes.py). Bob holds a job whose
+    comment is a newline and then alice's running job's line as squeue prints it now:
+    were that line believed, alice's job would look unchanged after her cancel. The
+    text is refused (the id is on two lines) and whole listings are read: her cancel is
+    seen. Through the commands alone there is no such comparison; the same holds."""
+    req = make_request(alice, alice_dir, command=["sleep", "300"])
+    job_id = await slurm_backend.submit(req)
+    await watch_until(slurm_backend, req.job_uid, lambda j: j.state is BackendState.RUNNING)
+    line = subprocess.run(slurm_cluster.command(
+        [*squeue_argv(), f"--jobs={job_id}"]), capture_output=True, text=True,
+        check=True, timeout=30).stdout.strip()
+    assert line.startswith(f"{job_id}|RUNNING|"), line
+    bob = subprocess.run(slurm_cluster.command(
+        ["runuser", "-u", "bob", "--", "sbatch", "--parsable", "--hold", "--output=/dev/null",
+         f"--comment=x\n{line}", "--wrap=true"]), capture_output=True, text=True,
+        timeout=30)
+    assert bob.returncode == 0, bob.stderr
+    bob_id = bob.stdout.strip().split(";")[0]
+    try:
+        table = slurm_backend.table
+        if slurm_backend.rest is not None:
+            assert table._changes is not None
+            assert await table._changes.queue_text() is None  # refused, not guessed
+        else:
+            assert table._changes is None
+        await slurm_backend.cancel(job_id, alice)
+        job = await watch_until(slurm_backend, req.job_uid, finished)
+        assert job.state is BackendState.CANCELLED
+    finally:
+        subprocess.run(slurm_cluster.command(["scancel", bob_id]), check=False, timeout=30)
 
 
 async def test_hostile_strings_reach_the_job_verbatim(slurm_backend: SlurmBackend,

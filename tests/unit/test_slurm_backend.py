@@ -205,7 +205,7 @@ async def test_read_log_reads_the_owners_file_in_chunks(tmp_path: Path) -> None:
     b = backend(FakeCli([RECORDED]))
     out = tmp_path / "out.log"
     out.write_bytes(b"hello\nworld\n")
-    b._owner_uids["66"] = os.geteuid()
+    b.table.owner_uids["66"] = os.geteuid()
     assert await b.read_log(job(str(out)), "stdout", 0) == (b"hello\nworld\n", 12)
     assert await b.read_log(job(str(out)), "stderr", 6) == (b"world\n", 12)
     assert await b.read_log(job(str(out)), "stdout", 12) == (b"", 12)
@@ -222,12 +222,12 @@ async def test_read_log_refuses_files_of_other_users_and_symlinks(tmp_path: Path
     b = backend(FakeCli([RECORDED]))
     secret = tmp_path / "secret"
     secret.write_bytes(b"root only")
-    b._owner_uids["66"] = 1001 if os.geteuid() != 1001 else 1002  # not the file's owner
+    b.table.owner_uids["66"] = 1001 if os.geteuid() != 1001 else 1002  # not the file's owner
     with pytest.raises(OutputRefused, match=f"{secret} belongs to uid {os.geteuid()}"):
         await b.read_log(job(str(secret)), "stdout", 0)
     link = tmp_path / "link"
     link.symlink_to(secret)
-    b._owner_uids["66"] = os.geteuid()
+    b.table.owner_uids["66"] = os.geteuid()
     with pytest.raises(OutputRefused, match="symbolic link"):
         await b.read_log(job(str(link)), "stdout", 0)
     with pytest.raises(OutputRefused, match="not a regular file"):
@@ -244,7 +244,7 @@ async def test_read_log_learns_the_owner_from_slurm(tmp_path: Path) -> None:
     else:
         with pytest.raises(OutputRefused):
             await b.read_log(job(str(out)), "stdout", 0)
-    assert b._owner_uids["66"] == 1001
+    assert b.table.owner_uids["66"] == 1001
     unknown = backend(FakeCli([BackendUnavailable("down")]))
     assert await unknown.read_log(job(str(out), "999"), "stdout", 0) == (b"", 0)
 
@@ -269,13 +269,50 @@ async def test_an_unchanged_listing_is_not_converted_again(
         return listings[-1], V0_0_38, 1000 + len(listings)
 
     monkeypatch.setattr(module, "convert_listing", counting)
-    monkeypatch.setattr(b, "_listing", listing)
+    monkeypatch.setattr(b.table, "_listing", listing)
     first = await b._bridge_jobs()
-    assert b._listed_at == 1001
+    assert b.table._listed_at == 1001
     listings.append(None)  # slurmrestd: nothing changed since
     assert await b._bridge_jobs() is first and converted == [len(RECORDED["jobs"])]
-    assert b._listed_at == 1001  # still the time of the listing converted
+    assert b.table._listed_at == 1001  # still the time of the listing converted
     assert not any(v is listings[0] for v in vars(b).values())  # not kept
     listings.append(list(RECORDED["jobs"][:1]))
     await b._bridge_jobs()
-    assert converted == [len(RECORDED["jobs"]), 1] and b._listed_at == 1003
+    assert converted == [len(RECORDED["jobs"]), 1] and b.table._listed_at == 1003
+
+
+async def test_listings_are_answered_in_the_order_they_were_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing is asked only once the one in flight has been answered and converted,
+    and callers who waited meanwhile share it: each caller gets a listing asked after it
+    called, and none older than one already handed out (two in flight at once could
+    come back out of order)."""
+    b = backend(FakeCli([RECORDED]), FakeRest())
+    events: list[str] = []
+    release = asyncio.Event()
+
+    async def listing() -> tuple[list[Any] | None, Any, int]:
+        n = sum(e.startswith("asked") for e in events) + 1
+        events.append(f"asked {n}")
+        if n == 1:
+            await release.wait()  # the first answer is slow
+        events.append(f"answered {n}")
+        return list(RECORDED["jobs"][:n]), V0_0_38, 1000 + n
+
+    async def settle() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(b.table, "_listing", listing)
+    first = asyncio.create_task(b._bridge_jobs())
+    await settle()
+    second = asyncio.create_task(b._bridge_jobs())
+    third = asyncio.create_task(b._bridge_jobs())
+    await settle()
+    assert events == ["asked 1"]  # the others wait for the first
+    release.set()
+    one, two, three = await first, await second, await third
+    assert events == ["asked 1", "answered 1", "asked 2", "answered 2"]
+    assert two is three and one is not two  # both asked after the first: the next one
+    assert b.table._listed_at == 1002 and b.table._converted is two
+    assert await b._bridge_jobs() is not two and events[-1] == "answered 3"  # a fresh one

@@ -162,3 +162,56 @@ def test_jobs_without_the_bridges_key_are_not_remembered() -> None:
     ours = {j["job_id"] for j in jobs if str(j.get("comment", "")).startswith("hpc-bridge:")}
     converter.convert(_decoded(jobs), V0_0_38)
     assert set(converter._last) == ours
+
+
+def _by_id(converted: tuple[list[Any], dict[str, int]]) -> tuple[list[Any], dict[str, int]]:
+    jobs, owners = converted
+    return sorted(jobs, key=lambda j: int(j.backend_id)), owners
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 6), st.sampled_from(_CHANGES)), max_size=6),
+                min_size=1, max_size=5))
+def test_updating_the_changed_jobs_gives_what_the_whole_listing_gives(
+        changes: list[list[tuple[int, tuple[str, Any]]]]) -> None:
+    """update() with the records of the jobs that changed (None: gone) equals a
+    conversion of the whole listing (order aside), keeps unchanged jobs' objects, and
+    remembers what a later whole listing compares against."""
+    base = _listing()[:6]
+    jobs = {j["job_id"]: copy.deepcopy(j) for j in base}
+    converter = ListingConverter()
+    converter.convert(_decoded(list(jobs.values())), V0_0_38)
+    for step in changes:
+        touched: set[int] = set()
+        for index, (field, value) in step:
+            job_id = base[index % len(base)]["job_id"]
+            if index == 6:  # the job leaves Slurm's table, or comes back
+                if job_id in jobs:
+                    del jobs[job_id]
+                else:
+                    jobs[job_id] = copy.deepcopy(base[0]) | {"job_id": job_id}
+            elif job_id in jobs:
+                jobs[job_id][field] = value
+            touched.add(job_id)
+        records = {i: (_decoded([jobs[i]])[0] if i in jobs else None) for i in touched}
+        current = converter.update({}, V0_0_38)
+        assert current is not None
+        before = {j.backend_id: j for j in current[0]}
+        updated = converter.update(records, V0_0_38)
+        assert updated is not None
+        assert _by_id(updated) == _by_id(convert_listing(list(jobs.values()), V0_0_38))
+        for job in updated[0]:
+            if int(job.backend_id) not in touched and job.backend_id in before:
+                assert job is before[job.backend_id]  # (else it was another's twin)
+        assert set(converter.known) <= set(jobs)
+    whole = ListingConverter()
+    assert _by_id(converter.convert(_decoded(list(jobs.values())), V0_0_38)) \
+        == _by_id(whole.convert(_decoded(list(jobs.values())), V0_0_38))
+
+
+def test_update_needs_a_conversion_of_its_dialect() -> None:
+    converter = ListingConverter()
+    assert converter.update({}, V0_0_38) is None
+    converter.convert(_decoded(_listing()), V0_0_38)
+    assert converter.update({}, V0_0_42) is None
+    assert converter.update({}, V0_0_38) is not None

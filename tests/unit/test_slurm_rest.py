@@ -328,3 +328,27 @@ async def test_nothing_changed_in_the_newer_dialects_is_not_an_empty_listing(
         assert await rest.jobs("root") == {"jobs": [], "last_update": unset, "errors": []}
     finally:
         await rest.close()
+
+
+async def test_one_job_is_read_by_its_id(server: tuple[FakeRest, str], key_file: str) -> None:
+    """GET /job/{id}: the record whose own id it is (an array's base id answers all of
+    the array's records); None for a job Slurm no longer holds (22.05 answers HTTP 500
+    with error 2017, as recorded); other failures raise."""
+    fake, sock = server
+    records = json.loads((FIXTURES / "v0.0.38_jobs.json").read_text())["jobs"][:3]
+    ids = [r["job_id"] for r in records]
+    fake.answers[("GET", f"/slurm/v0.0.38/job/{ids[1]}")] = (200, {"jobs": records})
+    fake.answers[("GET", "/slurm/v0.0.38/job/99999")] = (500, {"jobs": [], "errors": [
+        {"description": "Unable to find JobId=99999", "error_number": 2017,
+         "error": "Invalid job id specified", "source": "slurm_load_job"}]})
+    fake.answer("GET", "/slurm/v0.0.38/job/77777", "jobs_controller_down")
+    rest = client(sock, key_file)
+    try:
+        got = await rest.job("root", ids[1])
+        assert got is not None and slurm_fields(got) == slurm_fields(records[1])
+        assert await rest.job("root", 99999) is None
+        with pytest.raises(BackendUnavailable):
+            await rest.job("root", 77777)
+        assert fake.requests[0]["path"] == f"/slurm/v0.0.38/job/{ids[1]}"
+    finally:
+        await rest.close()

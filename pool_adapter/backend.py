@@ -360,7 +360,12 @@ class PoolBackend:
     def _compose(self, pair: Pair) -> BackendJob | None:
         """The job's state now, its action started."""
         view = self._view_of(pair)
-        holder_id = pair.holder.backend_id if pair.holder else pair.holder_id
+        # A holder Slurm forgot before this process saw it (purged after MinJobAge
+        # while the daemon was down): the one its JobSet was pinned to names the job.
+        # The JobSet's selector is its namespace user's to write; the engine takes the
+        # job only if that gives the id it recorded.
+        holder_id = pair.holder.backend_id if pair.holder else (
+            pair.holder_id or (view.pinned_to if view is not None else None))
         composed = compose(f"{pair.jobset_id}@{holder_id}" if holder_id else pair.jobset_id,
                            pair.holder, view, self._k8s_synced and self._slurm_synced)
         self._start_action(pair, composed)
@@ -379,8 +384,9 @@ class PoolBackend:
         """Right after a holder is submitted, look at it more often than the status poll
         does (every ``FOLLOW_EVERY`` s, for at most ``FOLLOW_SECONDS``) until Slurm has
         started it: binding then waits for Slurm, not for the next poll. Each look is
-        one listing, answered from the last one when nothing changed (slurmrestd's
-        ``update_time``); a holder that waits longer is left to the status poll."""
+        one reading of Slurm's job table, shared with whoever else asks meanwhile
+        (:class:`slurm_adapter.job_table.JobTable`: readings in order, at most four a
+        second); a holder that waits longer is left to the status poll."""
         deadline = time.monotonic() + FOLLOW_SECONDS
         while time.monotonic() < deadline:
             await asyncio.sleep(FOLLOW_EVERY)

@@ -126,6 +126,9 @@ class SlurmBackend:
         a directory the Slurm commands run in through ``chroot`` (a root file system
         holding that cluster's client programs, ``slurm.conf`` and munge socket), for a
         cluster whose release or munge key differs from the daemon host's.
+    ``changes_from_squeue``
+        with slurmrestd: each poll runs ``squeue`` and reads only the jobs whose line
+        changed (default true; :mod:`slurm_adapter.changes`); false: a whole listing.
 
     The topology always comes from ``scontrol show topology`` (slurmrestd 0.0.38
     has no topology endpoint); without ``scontrol`` the inventory has no switches.
@@ -145,7 +148,7 @@ class SlurmBackend:
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,
                  mpi_launch: str | None = None, negotiate_version: bool = False,
-                 changes_from_squeue: bool = False):
+                 changes_from_squeue: bool = True):
         self.name = name
         #: Pick the REST dialect from the server's OpenAPI document at start.
         self.negotiate_version = negotiate_version
@@ -260,14 +263,14 @@ class SlurmBackend:
         return await self.table.bridge_jobs()
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
-        """The Slurm jobs carrying these uids, with their owners, from one listing of
-        all jobs (see :meth:`_bridge_jobs`)."""
+        """The Slurm jobs carrying these uids, with their owners, from one reading of
+        the job table (see :meth:`_bridge_jobs`)."""
         wanted = set(job_uids)
         return [job for job in await self._bridge_jobs() if job.job_uid in wanted]
 
     async def watch(self, interval: float) -> AsyncGenerator[StatusBatch, None]:
         """A complete snapshot of the bridge's jobs every ``interval`` seconds (one
-        listing each). While Slurm cannot be reached nothing is yielded; never raises."""
+        reading each). While Slurm cannot be reached nothing is yielded; never raises."""
         while True:
             try:
                 jobs = await self._bridge_jobs()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -33,7 +33,7 @@ from slurm_adapter.queue_diff import QueueText, changed, parse, squeue_argv
 from slurm_adapter.rest import SlurmRestClient
 from slurm_adapter.script import COMMENT_PREFIX
 
-__all__ = ["FULL_LISTING_EVERY", "MAX_READS", "READS_AT_ONCE", "ChangeReader"]
+__all__ = ["FULL_LISTING_EVERY", "MAX_READS", "READS_AT_ONCE", "RETRY_AFTER", "ChangeReader"]
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +44,9 @@ FULL_LISTING_EVERY = 60.0
 MAX_READS = 64
 #: Reads in flight at once.
 READS_AT_ONCE = 8
+#: Seconds before squeue is run again after it failed, or trusted again after it
+#: missed a job.
+RETRY_AFTER = 300.0
 #: A text longer than this is parsed in a worker thread (100,000 jobs: about 7 MB).
 _OFF_LOOP_CHARS = 256 * 1024
 
@@ -56,56 +59,101 @@ class ChangeReader:
         #: The text the converter's memory is at least as new as (None: none yet).
         self._text: QueueText | None = None
         self._listed_at = -math.inf
-        self._warned = False
+        #: Monotonic time before which squeue is not run again (it failed).
+        self._retry_at = -math.inf
+        #: Monotonic time before which squeue's text is not trusted (it missed a job
+        #: slurmrestd still holds: not root, or another cluster's squeue).
+        self._distrust_until = -math.inf
+        #: What last went wrong, for logging each trouble once.
+        self._trouble: str | None = None
 
     async def queue_text(self) -> QueueText | None:
-        """``squeue``'s text now; None when squeue is missing or fails (logged once
-        per failure run) or the text is ambiguous (:func:`queue_diff.parse`)."""
+        """``squeue``'s text now; None when there is none to compare with: squeue is
+        missing, failed or timed out (then it is not run again for ``RETRY_AFTER``
+        seconds: a hanging squeue would hold every poll for the command timeout), or
+        its text is ambiguous (:func:`queue_diff.parse`). Each case is logged once
+        until it changes."""
         if not self.cli.has("squeue"):
+            self._note("squeue-missing", "no squeue on this host; reading whole job "
+                       "listings at each poll")
+            return None
+        if time.monotonic() < self._retry_at:
             return None
         try:
             done = await self.cli.run(squeue_argv())
+            failure = None if done.returncode == 0 else done.message or \
+                f"exit status {done.returncode}"
         except BackendError as exc:
-            self._warn(f"{exc}")
+            failure = str(exc)
+        if failure is not None:
+            self._retry_at = time.monotonic() + RETRY_AFTER
+            self._note("squeue-failed", f"squeue failed ({failure}); reading whole job "
+                       f"listings, squeue tried again in {RETRY_AFTER:g} s", always=True)
             return None
-        if done.returncode != 0:
-            self._warn(done.message)
-            return None
-        self._warned = False
         text = done.stdout.decode(errors="replace")
-        if len(text) > _OFF_LOOP_CHARS:
-            return await asyncio.to_thread(parse, text, COMMENT_PREFIX)
-        return parse(text, COMMENT_PREFIX)
+        parsed = await asyncio.to_thread(parse, text, COMMENT_PREFIX) \
+            if len(text) > _OFF_LOOP_CHARS else parse(text, COMMENT_PREFIX)
+        if parsed is None:
+            self._note("ambiguous", "squeue's text has a line that is no job's own (a "
+                       "newline in a job's comment); reading whole job listings while "
+                       "it is there")
+            return None
+        self._note(None, "")
+        return parsed
 
-    def _warn(self, why: str) -> None:
-        if not self._warned:
-            log.warning("squeue failed; reading whole job listings until it works again",
-                        reason=why)
-            self._warned = True
+    def _note(self, state: str | None, message: str, always: bool = False) -> None:
+        """Log ``message`` when the reader's trouble ``state`` changes (None: none)."""
+        if state is not None and (always or state != self._trouble):
+            log.warning(message)
+        elif state is None and self._trouble is not None:
+            log.info("squeue's text is read again: only changed jobs are read")
+        self._trouble = state
 
     def plan(self, text: QueueText | None, known: Collection[int]
              ) -> tuple[set[int], set[int]] | None:
-        """The Slurm ids to read and those gone since the last text, given the ``known``
-        bridge jobs the converter holds; None when a whole listing is due."""
-        if text is None or self._text is None \
-                or time.monotonic() - self._listed_at >= FULL_LISTING_EVERY:
+        """The Slurm ids to read: the changed ones, and the ``known`` bridge jobs the
+        text no longer shows (read, not dropped: an id Slurm really forgot reads as
+        None); None when a whole listing is due."""
+        now = time.monotonic()
+        if text is None or self._text is None or now < self._distrust_until \
+                or now - self._listed_at >= FULL_LISTING_EVERY:
             return None
         to_read, gone = changed(self._text, text, known)
-        if len(to_read) > MAX_READS:
+        if len(to_read) + len(gone) > MAX_READS:
             return None
         return to_read, gone
 
     async def read(self, rest: SlurmRestClient, user: str, ids: Iterable[int]
                    ) -> dict[int, Any]:
         """Each job's record now (None: Slurm no longer holds it), ``READS_AT_ONCE``
-        at a time; the first failure is raised (the poll then reports nothing)."""
+        at a time; the first failure is raised and the other reads are cancelled."""
         slots = asyncio.Semaphore(READS_AT_ONCE)
 
         async def one(job_id: int) -> tuple[int, Any]:
             async with slots:
                 return job_id, await rest.job(user, job_id)
 
-        return dict(await asyncio.gather(*(one(i) for i in sorted(ids))))
+        tasks = [asyncio.ensure_future(one(i)) for i in sorted(ids)]
+        try:
+            return dict(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    def check_gone(self, gone: Collection[int], records: Mapping[int, Any]) -> bool:
+        """Whether the ids the text no longer showed are really gone. One slurmrestd
+        still holds means this squeue does not see every job (not run as root or
+        SlurmUser, ``PrivateData=jobs``, or another cluster's ``squeue``): its text is
+        not trusted for ``RETRY_AFTER`` seconds (logged), and False."""
+        missed = [i for i in gone if records.get(i) is not None]
+        if not missed:
+            return True
+        self._distrust_until = time.monotonic() + RETRY_AFTER
+        log.warning("squeue does not list Slurm jobs that slurmrestd holds; it must see "
+                    "every job of the cluster (run the daemon as root; client_root for "
+                    "another cluster); reading whole job listings for a while",
+                    job=missed[0], seconds=RETRY_AFTER)
+        return False
 
     def listed(self, text: QueueText | None) -> None:
         """A whole listing, asked for after ``text``, was converted."""

@@ -6,23 +6,26 @@ without slurmrestd), converted by change (:mod:`slurm_adapter.listing`), or, wit
 slurmrestd and ``squeue`` at hand, the jobs whose ``squeue`` line changed since the last
 reading, read one by one (:mod:`slurm_adapter.changes`, :mod:`slurm_adapter.queue_diff`).
 
-Contract: :meth:`JobTable.bridge_jobs` answers one reading at a time, and each caller
-gets one that started after it called (callers who waited while one was in flight share
-the next). So answers come in the order they were asked, and none is older than one
-already handed out. Two readings in flight at once could come back out of order: the
-k8s-on-slurm pool's follow-up of a new holder was answered "pending" after the status
-watch had seen the holder run, its JobSet pinned and finished, and the holder was
-cancelled instead of completed.
+Contract: :meth:`JobTable.bridge_jobs` answers one reading at a time, readings at
+least ``MIN_GAP`` seconds apart, and each caller gets one that started after it called
+(callers who waited while one was in flight share the next). So answers come in the
+order they were asked, and none is older than one already handed out. Two readings in
+flight at once could come back out of order: the k8s-on-slurm pool's follow-up of a
+new holder was answered "pending" after the status watch had seen the holder run, its
+JobSet pinned and finished, and the holder was cancelled instead of completed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bridge.backend import BackendJob
+import structlog
+
+from bridge.backend import BackendError, BackendJob
 from slurm_adapter.changes import ChangeReader
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.dialects import Dialect, dialect_from_meta
@@ -30,7 +33,15 @@ from slurm_adapter.listing import ListingConverter
 from slurm_adapter.queue_diff import QueueText
 from slurm_adapter.rest import SlurmRestClient
 
-__all__ = ["JobTable"]
+__all__ = ["MIN_GAP", "JobTable"]
+
+log = structlog.get_logger(__name__)
+
+#: Seconds between the starts of two readings. Callers who ask more often (the
+#: k8s-on-slurm pool follows each new holder every 0.2 s, the engine looks jobs up
+#: after a restart) share readings instead of each running ``squeue`` or a listing:
+#: at most four job-table RPCs a second to slurmctld, whatever the callers.
+MIN_GAP = 0.25
 
 
 class JobTable:
@@ -55,10 +66,16 @@ class JobTable:
         #: the converter's 19 fields a job, to tell the unchanged ones).
         self._converted: list[BackendJob] | None = None
         self._converter = ListingConverter()
-        #: One reading at a time, numbered as they start.
+        #: One reading at a time, numbered as they start, at least ``min_gap`` seconds
+        #: apart (monotonic time of the last start).
         self._lock = asyncio.Lock()
         self._started = 0
         self._done = 0
+        self._last_start = -math.inf
+        #: The number of the last reading that failed, and its error (shared with the
+        #: callers who waited for it).
+        self._failed: tuple[int, Exception] | None = None
+        self.min_gap = MIN_GAP
         #: With slurmrestd: which jobs changed, from squeue's text (None: whole listings).
         self._changes = ChangeReader(cli) if rest is not None and changes_from_squeue \
             else None
@@ -73,22 +90,33 @@ class JobTable:
         async with self._lock:
             if self._done >= wanted and self._converted is not None:
                 return self._converted  # started after this call, by a caller before
+            if self._failed is not None and self._failed[0] >= wanted:
+                raise self._failed[1]  # the same failure: not one more try per waiter
+            wait = self._last_start + self.min_gap - time.monotonic()
+            if wait > 0:  # callers arriving meanwhile share this reading
+                await asyncio.sleep(wait)
+            self._last_start = time.monotonic()
             self._started += 1
             number = self._started
             changes = self._changes
             # squeue first: whatever is read after it is at least as new as its text.
-            text = await changes.queue_text() if changes is not None else None
-            if not await self._read_changes(text):
-                await self._read_whole()
-                if changes is not None:
-                    changes.listed(text)
+            try:
+                text = await changes.queue_text() if changes is not None else None
+                if not await self._read_changes(text):
+                    await self._read_whole()
+                    if changes is not None:
+                        changes.listed(text)
+            except Exception as exc:
+                self._failed = (number, exc)
+                raise
             self._done = number
             assert self._converted is not None
             return self._converted
 
     async def _read_changes(self, text: QueueText | None) -> bool:
         """Apply the jobs that changed since the last text; False when a whole listing
-        is due instead (:meth:`ChangeReader.plan`)."""
+        is due instead (:meth:`ChangeReader.plan`; a read that fails; a job the text no
+        longer showed that slurmrestd still holds: :meth:`ChangeReader.check_gone`)."""
         changes, rest = self._changes, self.rest
         if changes is None or rest is None or self._converted is None:
             return False
@@ -98,8 +126,14 @@ class JobTable:
         assert text is not None
         to_read, gone = plan
         if to_read or gone:
-            records = await changes.read(rest, self.rest_user, to_read)
-            records.update(dict.fromkeys(gone))
+            try:
+                records = await changes.read(rest, self.rest_user, to_read | gone)
+            except BackendError as exc:
+                log.info("slurm: reading changed jobs failed; a whole listing instead",
+                         error=str(exc))
+                return False
+            if not changes.check_gone(gone, records):
+                return False
             result = self._converter.update(records, rest.dialect)
             if result is None:
                 return False
@@ -112,8 +146,11 @@ class JobTable:
         of a second), and only when slurmrestd does not say nothing changed."""
         raw_jobs, dialect, asked_at = await self._listing()
         if raw_jobs is not None or self._converted is None:
-            jobs, owners = await asyncio.to_thread(self._converter.convert,
-                                                   raw_jobs or [], dialect)
+            (jobs, owners), memory = await asyncio.to_thread(self._converter.prepare,
+                                                             raw_jobs or [], dialect)
+            # Remembered here, not in the thread: a reading cancelled meanwhile (its
+            # thread runs on) must not overwrite what a later one remembered.
+            self._converter.adopt(memory)
             # Only what Slurm still holds: bounded by Slurm's own job table.
             self.owner_uids = owners
             self._converted = jobs

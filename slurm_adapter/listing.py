@@ -42,7 +42,7 @@ from slurm_adapter.dialects import Dialect
 from slurm_adapter.records import convert_listing, job_from_slurm, pick_jobs
 from slurm_adapter.script import COMMENT_PREFIX
 
-__all__ = ["JobFields", "ListingConverter", "decode_listing"]
+__all__ = ["JobFields", "ListingConverter", "Memory", "decode_listing"]
 
 
 class JobFields(msgspec.Struct):
@@ -106,6 +106,10 @@ def decode_listing(content: bytes) -> dict[str, Any] | None:
             if (value := getattr(answer, key)) is not msgspec.UNSET}
 
 
+#: What a converter remembers: its dialect, and each bridge job's digest and conversion.
+Memory = tuple[Dialect | None, dict[int, tuple[bytes, BackendJob | None]]]
+
+
 class ListingConverter:
     """Converts listings, reusing the last conversion of each unchanged job (see the
     module docstring). Safe in a worker thread: a conversion builds its memory aside
@@ -124,7 +128,20 @@ class ListingConverter:
 
     def convert(self, raw_jobs: list[Any], dialect: Dialect
                 ) -> tuple[list[BackendJob], dict[str, int]]:
-        """:func:`~slurm_adapter.records.convert_listing` of ``raw_jobs``."""
+        """:func:`~slurm_adapter.records.convert_listing` of ``raw_jobs``, remembered."""
+        converted, memory = self.prepare(raw_jobs, dialect)
+        self.adopt(memory)
+        return converted
+
+    def adopt(self, memory: Memory) -> None:
+        """Remember what :meth:`prepare` gave (on the caller's side of a worker thread:
+        a conversion whose caller gave up is never adopted)."""
+        self._dialect, self._last = memory
+
+    def prepare(self, raw_jobs: list[Any], dialect: Dialect
+                ) -> tuple[tuple[list[BackendJob], dict[str, int]], Memory]:
+        """:meth:`convert`'s answer and what it would remember, without remembering it
+        (the memory is only read: safe in a worker thread)."""
         last = self._last if dialect is self._dialect else {}
         remembered: dict[int, tuple[bytes, BackendJob | None]] = {}
 
@@ -144,9 +161,7 @@ class ListingConverter:
             remembered[slurm_id] = (digest, job)
             return job
 
-        converted = convert_listing(raw_jobs, dialect, convert_one)
-        self._dialect, self._last = dialect, remembered
-        return converted
+        return convert_listing(raw_jobs, dialect, convert_one), (dialect, remembered)
 
     @property
     def known(self) -> Collection[int]:

@@ -3,18 +3,20 @@
 Why: slurmctld's ``update_time`` filter is all-or-nothing, and slurmrestd 22.05 builds
 the whole job table as JSON each time anything in it changed: about 0.8 s of its CPU at
 6,000 jobs, before the bridge reads a byte. On a cluster with pending jobs something
-changes in nearly every poll (the scheduler touches them), so a job's end reached the
-bridge a poll interval plus that second after it happened. ``squeue`` prints the same
+changes between most polls (jobs start, end, are submitted), so a job's end reached
+the bridge a poll interval plus that second after it happened. ``squeue`` prints the same
 table as a few short text fields in C (about 50 ms at 6,000 jobs); the bridge then
 reads only the jobs whose line changed, one ``GET /job/{id}`` each.
 
 A line is ``FORMAT``'s fields separated by ``|``: the job's own id (``%A``: unique for
 each task of an array, as slurmrestd's ``job_id``), then fields that no user writes
-(state, reason, times, nodes, partition, owner, batch host, array ids), and the
-comment last (``%k``, the user's text: it may hold ``|`` or a newline). A job is
-changed when its line is not what it was. What the line does not show (the job's
-name, its output paths, the working directory) is refreshed by a whole listing at
-least every ``SlurmBackend.full_listing_every`` seconds.
+(state, reason, nodes, partition, owner, batch host, array ids), and the comment last
+(``%k``, the user's text: it may hold ``|`` or a newline). A job is changed when its
+line is not what it was. Start and end times are left out: a pending job's expected
+start moves at each backfill cycle, and the bridge reads a start or an end only with
+the state change that comes with it. What the line does not show (the job's name, its
+output paths, the working directory) is refreshed by a whole listing at least every
+:data:`slurm_adapter.changes.FULL_LISTING_EVERY` seconds.
 
 Contract: :func:`parse` never guesses. A line that does not start with a numeric id
 and the fixed fields, or an id on two lines (a newline in a comment: by accident, or
@@ -34,6 +36,8 @@ __all__ = ["FORMAT", "QueueText", "changed", "parse", "squeue_argv"]
 FORMAT = "%A|%T|%r|%N|%P|%U|%B|%F|%K|%k"
 #: Fields before the comment.
 _FIXED = FORMAT.count("|")
+#: Digits of a job id at most (Slurm's are 32-bit; a longer "id" is a forged line).
+_ID_DIGITS = 10
 
 
 def squeue_argv() -> list[str]:
@@ -64,7 +68,7 @@ def parse(text: str, comment_prefix: str) -> QueueText | None:
         if len(fields) != _FIXED + 1:
             return None
         head = fields[0]
-        if not (head.isascii() and head.isdigit()):
+        if not (head.isascii() and head.isdigit() and len(head) <= _ID_DIGITS):
             return None
         job_id = int(head)
         if job_id in lines:

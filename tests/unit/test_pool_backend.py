@@ -353,3 +353,18 @@ async def test_the_pool_stream_ends_with_the_error_of_a_world_whose_stream_ended
                 pass
     assert "watch-nodes ended" in str(err.value.__cause__)
     assert synced_at_start == [False]  # a new stream has listed nothing yet
+
+
+async def test_a_finished_job_whose_holder_slurm_forgot_keeps_its_id() -> None:
+    """The daemon was down past MinJobAge: Slurm no longer lists the holder, and this
+    process never saw it. The finished JobSet is still reported under the job's id
+    (the holder it was pinned to), not the bare JobSet's, which the engine would not
+    take as the job's (BackendLost) — and only once both worlds have listed."""
+    b, k8s, _slurm = backend()
+    k8s.objs["alice/job"] = jobset("alice", "job", UID, pinned="42", suspend=False,
+                                   done=True)
+    early = see_jobsets(b, k8s, "alice/job", complete=True)
+    assert early is None or not early.jobs  # Slurm not listed yet: nothing reported
+    out = see_slurm(b)  # the holder is not in Slurm's table any more
+    assert out is not None
+    assert [(j.backend_id, j.state) for j in out.jobs] == [("alice/job@42", S.COMPLETED)]

@@ -275,7 +275,7 @@ async def test_an_unchanged_listing_is_not_converted_again(
     listings.append(None)  # slurmrestd: nothing changed since
     assert await b._bridge_jobs() is first and converted == [len(RECORDED["jobs"])]
     assert b.table._listed_at == 1001  # still the time of the listing converted
-    assert not any(v is listings[0] for v in vars(b).values())  # not kept
+    assert not any(v is listings[0] for v in vars(b.table).values())  # not kept
     listings.append(list(RECORDED["jobs"][:1]))
     await b._bridge_jobs()
     assert converted == [len(RECORDED["jobs"]), 1] and b.table._listed_at == 1003

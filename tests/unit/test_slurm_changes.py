@@ -4,6 +4,7 @@ trusted or compared. Stand-in transports; the real Slurm: integration."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from pathlib import Path
@@ -87,8 +88,10 @@ def slurm() -> Slurm:
 
 @pytest.fixture
 def backend(slurm: Slurm) -> SlurmBackend:
-    return SlurmBackend("slurm", cli=Cli(slurm), rest=Rest(slurm),  # type: ignore[arg-type]
-                        rest_user="root", changes_from_squeue=True)
+    b = SlurmBackend("slurm", cli=Cli(slurm), rest=Rest(slurm),  # type: ignore[arg-type]
+                     rest_user="root", changes_from_squeue=True)
+    b.table.min_gap = 0  # the gap has a test of its own
+    return b
 
 
 def states(jobs: list[Any]) -> dict[str, str]:
@@ -107,7 +110,7 @@ async def test_after_one_whole_listing_only_changed_jobs_are_read(
     del slurm.jobs[leaving]  # purged from Slurm's table
     slurm.calls.clear()
     after = await backend._bridge_jobs()
-    assert slurm.calls == ["squeue", f"read {target}"]
+    assert slurm.calls == ["squeue", *(f"read {i}" for i in sorted([target, leaving]))]
     assert states(after)[str(target)] == "CANCELLED" and str(leaving) not in states(after)
     unchanged = [j for j in after if j.backend_id not in (str(target), str(leaving))]
     assert all(any(j is k for k in first) for j in unchanged)
@@ -136,34 +139,166 @@ async def test_a_whole_listing_whenever_the_text_cannot_be_compared(
         slurm.extra_text, slurm.squeue_fails = "", False
         slurm.calls.clear()
         await backend._bridge_jobs()  # no text to compare with yet: listed again
-        assert slurm.calls == ["squeue", "list"]
+        # (a failed squeue is not run again for a while)
+        assert slurm.calls == (["list"] if why == "squeue fails" else ["squeue", "list"])
 
 
-async def test_without_the_setting_or_slurmrestd_each_poll_lists(slurm: Slurm) -> None:
+async def test_without_the_setting_each_poll_lists(slurm: Slurm) -> None:
     plain = SlurmBackend("slurm", cli=Cli(slurm), rest=Rest(slurm),  # type: ignore[arg-type]
-                         rest_user="root")
+                         rest_user="root", changes_from_squeue=False)
+    plain.table.min_gap = 0
     await plain._bridge_jobs()
     await plain._bridge_jobs()
     assert slurm.calls == ["list", "list"]
 
 
-async def test_a_failed_read_reports_nothing_and_the_next_poll_reads_again(
+async def test_a_failed_read_makes_the_same_poll_list_the_whole_table(
         slurm: Slurm, backend: SlurmBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     from bridge.backend import BackendUnavailable
 
     await backend._bridge_jobs()
     target = next(iter(slurm.jobs))
     slurm.jobs[target]["job_state"] = "CANCELLED"
-    real = Rest.job
 
     async def failing(self: Rest, user: str, job_id: int) -> Any:
+        slurm.calls.append(f"read {job_id}")
         raise BackendUnavailable("slurmrestd restarting")
 
     monkeypatch.setattr(Rest, "job", failing)
-    with pytest.raises(BackendUnavailable):
-        await backend._bridge_jobs()
-    monkeypatch.setattr(Rest, "job", real)
     slurm.calls.clear()
     jobs = await backend._bridge_jobs()
-    assert slurm.calls == ["squeue", f"read {target}"]
+    assert slurm.calls == ["squeue", f"read {target}", "list"]
     assert states(jobs)[str(target)] == "CANCELLED"
+
+
+async def test_a_job_the_text_left_out_is_read_and_one_slurm_still_holds_distrusts_it(
+        slurm: Slurm, backend: SlurmBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remembered job missing from squeue's text is read, not dropped: one Slurm
+    really forgot reads as gone; one slurmrestd still holds means this squeue does not
+    see every job (not root, another cluster): whole listings for RETRY_AFTER."""
+    await backend._bridge_jobs()
+    purged, hidden = list(slurm.jobs)[:2]
+    del slurm.jobs[purged]
+    slurm.calls.clear()
+    jobs = await backend._bridge_jobs()
+    assert slurm.calls == ["squeue", f"read {purged}"]
+    assert str(purged) not in states(jobs)
+    real_text = Slurm.text
+
+    def without_hidden(self: Slurm) -> str:
+        return "\n".join(row for row in real_text(self).split("\n")
+                         if not row.startswith(f"{hidden}|"))
+
+    monkeypatch.setattr(Slurm, "text", without_hidden)
+    slurm.calls.clear()
+    jobs = await backend._bridge_jobs()
+    assert slurm.calls == ["squeue", f"read {hidden}", "list"]
+    assert str(hidden) in states(jobs)
+    slurm.calls.clear()
+    await backend._bridge_jobs()  # not trusted for a while: whole listings
+    assert slurm.calls == ["squeue", "list"]
+
+
+async def test_a_failing_squeue_is_not_run_again_for_a_while(
+        slurm: Slurm, backend: SlurmBackend) -> None:
+    slurm.squeue_fails = True
+    await backend._bridge_jobs()
+    await backend._bridge_jobs()
+    assert slurm.calls == ["squeue", "list", "list"]  # not run again meanwhile
+
+
+async def test_without_squeue_each_poll_lists(slurm: Slurm, backend: SlurmBackend,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Cli, "has", lambda self, name: False)
+    await backend._bridge_jobs()
+    await backend._bridge_jobs()
+    assert slurm.calls == ["list", "list"]
+
+
+async def test_readings_start_at_least_the_gap_apart(
+        slurm: Slurm, backend: SlurmBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller asking right after a reading waits for the gap (shared by whoever asks
+    meanwhile): callers polling every 0.2 s cannot drive squeue at their own pace."""
+    from slurm_adapter import job_table
+
+    waits: list[float] = []
+    real_sleep = job_table.asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(job_table.asyncio, "sleep", sleep)
+    backend.table.min_gap = job_table.MIN_GAP
+    await backend._bridge_jobs()
+    assert waits == []  # the first reading waits for nothing
+    await backend._bridge_jobs()
+    assert len(waits) == 1 and 0 < waits[0] <= job_table.MIN_GAP
+
+
+async def test_a_cancelled_readings_conversion_is_never_remembered(
+        slurm: Slurm, backend: SlurmBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reading cancelled while its conversion runs in a worker thread: the thread
+    runs on, and must not overwrite what a later reading remembered (the next change
+    update would hand that older state out again)."""
+    import threading
+
+    from slurm_adapter.listing import ListingConverter
+
+    converter = backend.table._converter
+    gate, entered = threading.Event(), threading.Event()
+    real_prepare = ListingConverter.prepare
+    stalls = [True]
+
+    def prepare(self: ListingConverter, raw: list[Any], dialect: Any) -> Any:
+        stall = stalls.pop() if stalls else False
+        answer = real_prepare(self, raw, dialect)  # the table as it was when listed
+        if stall:
+            entered.set()
+            gate.wait(10)
+        return answer
+
+    monkeypatch.setattr(ListingConverter, "prepare", prepare)
+    first = asyncio.create_task(backend._bridge_jobs())
+    await asyncio.to_thread(entered.wait, 10)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    target = next(iter(slurm.jobs))
+    slurm.jobs[target]["job_state"] = "CANCELLED"
+    jobs = await backend._bridge_jobs()  # a whole listing of its own, adopted
+    assert states(jobs)[str(target)] == "CANCELLED"
+    gate.set()  # the abandoned conversion ends now
+    await asyncio.sleep(0.05)
+    remembered = {str(i): job for i, (_, job) in converter._last.items()}
+    assert remembered[str(target)] is not None
+    assert remembered[str(target)].state.value == "CANCELLED"
+
+
+async def test_callers_waiting_on_a_failed_reading_share_its_failure(
+        slurm: Slurm, backend: SlurmBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callers queued behind a reading that fails all get its error: not one reading
+    each, one after another (each could wait out a timeout)."""
+    from bridge.backend import BackendUnavailable
+
+    release = asyncio.Event()
+
+    async def down(self: Rest, user: str, *, changed_since: int | None = None) -> Any:
+        slurm.calls.append("list")
+        await release.wait()
+        raise BackendUnavailable("slurmrestd down")
+
+    monkeypatch.setattr(Rest, "jobs", down)
+    tasks = [asyncio.create_task(backend._bridge_jobs()) for _ in range(10)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    release.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, BackendUnavailable) for r in results)
+    # The first caller's reading, and one more for the nine who asked after it had
+    # started (each caller gets a reading started after it asked): not ten.
+    assert slurm.calls.count("list") == 2
+    slurm.calls.clear()
+    with pytest.raises(BackendUnavailable):
+        await backend._bridge_jobs()  # a caller arriving later tries again
+    assert slurm.calls.count("list") == 1

@@ -99,3 +99,9 @@ def test_every_bridge_job_that_changed_is_read_or_the_text_is_refused(
             assert job_id in to_read
     assert gone == {i for i in known if i not in new}
     assert all(i in new for i in to_read)
+
+
+def test_an_id_longer_than_slurms_is_a_forged_line() -> None:
+    assert parse(line("9" * 11), PREFIX) is None
+    assert parse(line("9" * 5000), PREFIX) is None  # int() would refuse it: never asked
+    assert parse(line("4294967295"), PREFIX) is not None

@@ -15,7 +15,8 @@ alice and cancels its own jobs). One daemon (the slurmrestd path of the bed, per
    ``tbatch --wrap true`` against the same interpreter's ``python -c pass`` and
    against ``sbatch --wrap true``; the daemon's CPU seconds per minute while idle
    (``--idle`` seconds, from /proc/PID/stat) against slurmctld's in the same window,
-   with an empty store and at N; VmRSS at N against the empty store; restart (SIGTERM,
+   with an empty store and at N, and that of the commands it ran meanwhile (``squeue``
+   at each poll); VmRSS at N against the empty store; restart (SIGTERM,
    start, until the socket answers ``GET /v1/jobs?limit=1``) at N against the empty
    store; status latency (``scancel`` as root of ``--cancels`` pending jobs, until the
    daemon's store shows them finished) p50/p95 against the poll interval.
@@ -24,7 +25,11 @@ Prints ``measure | bridge | anchor | ratio`` (``--json``: the same as JSON). Eve
 job it makes carries the job name ``hpcb-scale-<pid>``; at the end (also on failure)
 it stops the daemon, cancels those jobs by id and removes its directories.
 
-    .venv/bin/python bench/scale.py [--jobs 10000] [--json]
+    .venv/bin/python bench/scale.py [--jobs 10000] [--json] [--whole-listings]
+
+``--whole-listings`` runs the Slurm back end with ``changes_from_squeue = false`` (a
+whole ``GET /jobs`` whenever slurmctld's table changed): the baseline of the default,
+which reads only the jobs whose ``squeue`` line changed.
 """
 
 from __future__ import annotations
@@ -179,12 +184,20 @@ def pid_of(cmdline_part: str, exe: str) -> int | None:
 
 
 def cpu_per_minute(pids: dict[str, int], seconds: float) -> dict[str, float]:
-    """CPU seconds per minute of each process over the same ``seconds``."""
+    """CPU seconds per minute of each process over the same ``seconds``; for the
+    ``daemon``, also ``commands``: those of the commands it ran and reaped meanwhile
+    (``squeue`` at each Slurm poll, ``sbatch``)."""
     before = {k: cpu_seconds(p) for k, p in pids.items()}
+    daemon = pids.get("daemon")
+    both = cpu_seconds(daemon, children=True) if daemon is not None else 0.0
     start = time.perf_counter()
     time.sleep(seconds)
     took = time.perf_counter() - start
-    return {k: (cpu_seconds(p) - before[k]) * 60 / took for k, p in pids.items()}
+    out = {k: (cpu_seconds(p) - before[k]) * 60 / took for k, p in pids.items()}
+    if daemon is not None:
+        out["commands"] = (cpu_seconds(daemon, children=True) - both) * 60 / took \
+            - out["daemon"]
+    return out
 
 
 def restart(daemon: Daemon) -> float:
@@ -399,6 +412,8 @@ def measure(args: argparse.Namespace, bed: dict[str, str], daemon: Daemon, outdi
             idle_empty["slurmctld"]),
         Row("idle CPU, N: daemon | slurmctld", "CPU s/min", idle_n["daemon"],
             idle_n["slurmctld"]),
+        Row("idle CPU, N: the daemon's commands (squeue) | slurmctld", "CPU s/min",
+            idle_n["commands"], idle_n["slurmctld"]),
     ]
     if "slurmrestd" in idle_n:
         rows.append(Row("idle CPU, N: slurmrestd (all bed daemons) | slurmctld", "CPU s/min",
@@ -433,6 +448,9 @@ def main() -> int:
     parser.add_argument("--cancels", type=int, default=20, help="scancels timed")
     parser.add_argument("--poll-interval", type=float, default=2.0,
                         help="[engine] poll_interval (the shipped default: 2.0)")
+    parser.add_argument("--whole-listings", action="store_true",
+                        help="the Slurm back end reads a whole listing at each poll "
+                             "(changes_from_squeue = false): the baseline of its default")
     parser.add_argument("--json", action="store_true", help="print JSON instead")
     parser.add_argument("--keep", action="store_true", help="keep the daemon's directory")
     parser.add_argument("--fill", nargs=5, help=argparse.SUPPRESS)  # alice's side
@@ -451,12 +469,14 @@ def main() -> int:
     workdir = fresh_daemon_dir("scale-bench")
     daemon = Daemon(workdir, {"rest_socket": env["SLURMRESTD_SOCKET"],
                               "rest_version": env.get("SLURM_REST_VERSION", "v0.0.38"),
-                              "jwt_key": env["SLURM_JWT_KEY"]},
+                              "jwt_key": env["SLURM_JWT_KEY"],
+                              "changes_from_squeue": not args.whole_listings},
                     engine_settings={"poll_interval": args.poll_interval},
                     extra_toml=LIMITS_OFF)
     rows: list[Row] = []
     context: dict[str, Any] = {"jobs": args.jobs, "cpus": os.cpu_count(),
                                "poll_interval": args.poll_interval, "job_name": NAME,
+                               "changes_from_squeue": not args.whole_listings,
                                "date": time.strftime("%Y-%m-%d")}
     try:
         daemon.start()

@@ -141,24 +141,36 @@ class ChangeReader:
                 task.cancel()
 
     def check_gone(self, gone: Collection[int], records: Mapping[int, Any]) -> bool:
-        """Whether the ids the text no longer showed are really gone. One slurmrestd
-        still holds means this squeue does not see every job (not run as root or
-        SlurmUser, ``PrivateData=jobs``, or another cluster's ``squeue``): its text is
-        not trusted for ``RETRY_AFTER`` seconds (logged), and False."""
+        """Whether the ids the text no longer showed are really gone; False (and
+        :meth:`_distrust`) when slurmrestd still holds one."""
         missed = [i for i in gone if records.get(i) is not None]
-        if not missed:
-            return True
+        if missed:
+            self._distrust(missed[0])
+        return not missed
+
+    def _distrust(self, job_id: int) -> None:
+        """This squeue does not list every job slurmrestd holds (not run as root or
+        SlurmUser, ``PrivateData=jobs``, another cluster's ``squeue``): its text is not
+        used for ``RETRY_AFTER`` seconds, with a warning."""
         self._distrust_until = time.monotonic() + RETRY_AFTER
         log.warning("squeue does not list Slurm jobs that slurmrestd holds; it must see "
                     "every job of the cluster (run the daemon as root; client_root for "
                     "another cluster); reading whole job listings for a while",
-                    job=missed[0], seconds=RETRY_AFTER)
-        return False
+                    job=job_id, seconds=RETRY_AFTER)
 
-    def listed(self, text: QueueText | None) -> None:
-        """A whole listing, asked for after ``text``, was converted."""
+    def listed(self, text: QueueText | None, known: Collection[int]) -> None:
+        """A whole listing, asked for after ``text``, was converted; ``known`` are the
+        bridge's jobs in it. One the text lacks although an id above it was listed
+        (ids grow; a job submitted after squeue ran is newer than any in its text)
+        means this squeue does not see every job (:meth:`_distrust`): so a text
+        missing many jobs cannot keep every poll on whole listings unnoticed."""
         self._text = text
         self._listed_at = time.monotonic()
+        if text is not None and text.lines:
+            newest = max(text.lines)
+            missing = next((i for i in known if i < newest and i not in text.lines), None)
+            if missing is not None and time.monotonic() >= self._distrust_until:
+                self._distrust(missing)
 
     def updated(self, text: QueueText) -> None:
         """The jobs :meth:`plan` named were read after ``text`` and applied."""

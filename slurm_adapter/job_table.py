@@ -18,6 +18,7 @@ JobSet pinned and finished, and the holder was cancelled instead of completed.
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -91,7 +92,10 @@ class JobTable:
             if self._done >= wanted and self._converted is not None:
                 return self._converted  # started after this call, by a caller before
             if self._failed is not None and self._failed[0] >= wanted:
-                raise self._failed[1]  # the same failure: not one more try per waiter
+                # The same failure, not one more try per waiter; a copy each, without
+                # the reading's traceback (one object raised in every waiter would
+                # gather all their frames).
+                raise copy.copy(self._failed[1])
             wait = self._last_start + self.min_gap - time.monotonic()
             if wait > 0:  # callers arriving meanwhile share this reading
                 await asyncio.sleep(wait)
@@ -105,9 +109,9 @@ class JobTable:
                 if not await self._read_changes(text):
                     await self._read_whole()
                     if changes is not None:
-                        changes.listed(text)
+                        changes.listed(text, self._converter.known)
             except Exception as exc:
-                self._failed = (number, exc)
+                self._failed = (number, copy.copy(exc))
                 raise
             self._done = number
             assert self._converted is not None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +296,7 @@ async def test_callers_waiting_on_a_failed_reading_share_its_failure(
     release.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(isinstance(r, BackendUnavailable) for r in results)
+    assert len({id(r) for r in results}) == len(results)  # a copy each
     # The first caller's reading, and one more for the nine who asked after it had
     # started (each caller gets a reading started after it asked): not ten.
     assert slurm.calls.count("list") == 2
@@ -302,3 +304,30 @@ async def test_callers_waiting_on_a_failed_reading_share_its_failure(
     with pytest.raises(BackendUnavailable):
         await backend._bridge_jobs()  # a caller arriving later tries again
     assert slurm.calls.count("list") == 1
+
+
+async def test_a_whole_listing_with_jobs_the_text_lacks_distrusts_squeue(
+        slurm: Slurm, backend: SlurmBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """So many jobs missing from the text that they are not read one by one (a whole
+    listing instead): the listing shows jobs older than the text's newest that the
+    text lacks, so squeue does not see every job: distrusted (not an squeue and a
+    whole listing at every poll, unnoticed)."""
+    await backend._bridge_jobs()
+    hidden = min(slurm.jobs)
+    real_text = Slurm.text
+
+    def without_hidden(self: Slurm) -> str:
+        return "\n".join(row for row in real_text(self).split("\n")
+                         if not row.startswith(f"{hidden}|"))
+
+    monkeypatch.setattr(Slurm, "text", without_hidden)
+    monkeypatch.setattr(changes_module, "MAX_READS", 0)
+    slurm.calls.clear()
+    await backend._bridge_jobs()
+    assert slurm.calls == ["squeue", "list"]
+    reader = backend.table._changes
+    assert reader is not None and reader._distrust_until > time.monotonic()
+    slurm.calls.clear()
+    monkeypatch.setattr(changes_module, "MAX_READS", 64)
+    await backend._bridge_jobs()  # distrusted: no reads, a whole listing
+    assert slurm.calls == ["squeue", "list"]

@@ -54,6 +54,14 @@ import time
 from collections.abc import Mapping
 from urllib.parse import quote, urlencode, urlsplit
 
+from bridge.client_env import (
+    DEFAULT_SOCKET,
+    ENV_SOCKET,
+    ENV_TOKEN,
+    ENV_URL,
+    IDEMPOTENCY_HEADER,
+    USER_AGENT,
+)
 from bridge.client_errors import BridgeClientError
 from bridge.client_listing import READ_CHUNK, ListingCalls
 from bridge.client_types import JobView, SubmitResult, Transition
@@ -81,12 +89,6 @@ __all__ = [
     "Transition",
 ]
 
-DEFAULT_SOCKET = "/run/hpc-bridge/bridge.sock"
-ENV_SOCKET = "HPC_BRIDGE_SOCKET"
-ENV_URL = "HPC_BRIDGE_URL"
-ENV_TOKEN = "HPC_BRIDGE_TOKEN"  # noqa: S105 -- the name of a variable, not a secret
-_USER_AGENT = "hpc-bridge-client/1"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: A submission is sent at most this many times (the same key each time) ...
 SUBMIT_ATTEMPTS = 3
 #: ... waiting this many seconds times the attempt number between two.
@@ -181,7 +183,7 @@ class BridgeClient(ListingCalls):
         self._timeout = timeout
         self._busy_retries = busy_retries
         self._max_busy_wait = max_busy_wait
-        self._headers = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
+        self._headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         self._prefix = ""
         self._new_connection: Callable[[], Connection]
         if url:
@@ -273,7 +275,7 @@ class BridgeClient(ListingCalls):
             transient=True,
         )
 
-    def _transport_error(self, exc: OSError | ProtocolError) -> BridgeClientError:
+    def transport_error(self, exc: OSError | ProtocolError) -> BridgeClientError:
         """A failure once connected (timeout, connection reset, answer cut short)."""
         if isinstance(exc, TimeoutError):
             return self._timed_out()
@@ -338,7 +340,7 @@ class BridgeClient(ListingCalls):
                     connection.sock.settimeout(None)
                 return connection, connection.getresponse()
             except (OSError, ProtocolError) as exc:
-                raise self._transport_error(exc) from None
+                raise self.transport_error(exc) from None
         except BaseException:
             connection.close()
             raise
@@ -347,7 +349,7 @@ class BridgeClient(ListingCalls):
         try:
             return response.read()
         except (OSError, ProtocolError) as exc:
-            raise self._transport_error(exc) from None
+            raise self.transport_error(exc) from None
 
     def _call(
         self, method: str, path: str, *, params: Mapping[str, str] | None = None,
@@ -494,6 +496,6 @@ class BridgeClient(ListingCalls):
                 while chunk := response.read1(READ_CHUNK):
                     yield chunk
             except (OSError, ProtocolError) as exc:
-                raise self._transport_error(exc) from None
+                raise self.transport_error(exc) from None
         finally:
             connection.close()

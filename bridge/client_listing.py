@@ -41,7 +41,7 @@ class ListingCalls:
         def _read(self, response: Response) -> bytes: ...
         @staticmethod
         def _http_error(response: Response, data: bytes) -> BridgeClientError: ...
-        def _transport_error(self, exc: OSError | ProtocolError) -> BridgeClientError: ...
+        def transport_error(self, exc: OSError | ProtocolError) -> BridgeClientError: ...
         @staticmethod
         def _object(data: Any, what: str) -> dict[str, Any]: ...
 
@@ -132,7 +132,7 @@ class ListingCalls:
                 yield decoder.decode(chunk)
             yield decoder.decode(b"", final=True)
         except (OSError, ProtocolError) as exc:
-            raise self._transport_error(exc) from None
+            raise self.transport_error(exc) from None
         finally:
             connection.close()
 

@@ -18,11 +18,24 @@ ends early raises :class:`ProtocolError`. Heads are bounded (64 KiB, 100 lines).
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable, Mapping
-from io import BufferedReader
+from io import BufferedReader, RawIOBase
 
 from bridge.errors import BridgeError
+
+TYPE_CHECKING = False  # typing and socket cost the commands ~4 ms of start-up
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable, Mapping
+    from typing import Protocol
+
+    class Socket(Protocol):
+        """What a connection needs of its socket (:class:`socket.socket`, an
+        :class:`ssl.SSLSocket`, or the ``_socket`` one of :mod:`bridge.cli.quick`)."""
+
+        def sendall(self, data: bytes, /) -> None: ...
+        def recv_into(self, buffer: memoryview, /) -> int: ...
+        def settimeout(self, value: float | None, /) -> None: ...
+        def close(self) -> None: ...
 
 __all__ = ["Connection", "ProtocolError", "Response", "tls_socket"]
 
@@ -52,7 +65,7 @@ class Response:
     by :meth:`read` or :meth:`read1`. ``length``: the bytes of a ``Content-Length``
     body not read yet (``None`` for chunked or to-the-end bodies)."""
 
-    def __init__(self, reader: BufferedReader, status: int, reason: str,
+    def __init__(self, reader: BufferedReader[_SocketReader], status: int, reason: str,
                  headers: dict[str, str]) -> None:
         self._reader = reader
         self.status = status
@@ -128,14 +141,30 @@ class Response:
         return b"".join(parts)
 
 
+class _SocketReader(RawIOBase):
+    """A socket's incoming bytes as a raw stream (what :meth:`socket.socket.makefile`
+    gives, for any object with ``recv_into``: the ``_socket`` socket of
+    :mod:`bridge.cli.quick` too, whose start-up skips :mod:`socket`)."""
+
+    def __init__(self, sock: Socket) -> None:
+        super().__init__()
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        return self._sock.recv_into(buffer)
+
+
 class Connection:
     """One request on one connection, opened by ``connect`` (a callable returning the
     connected socket); ``host`` goes in the ``Host`` header."""
 
-    def __init__(self, connect: Callable[[], socket.socket], host: str) -> None:
+    def __init__(self, connect: Callable[[], Socket], host: str) -> None:
         self._connect = connect
         self._host = host
-        self.sock: socket.socket | None = None
+        self.sock: Socket | None = None
 
     def connect(self) -> None:
         """Open the connection (``OSError`` when it cannot be)."""
@@ -163,7 +192,7 @@ class Connection:
         """Read the answer's status line and headers (1xx answers skipped)."""
         if self.sock is None:
             raise ProtocolError("not connected")
-        reader = self.sock.makefile("rb")
+        reader = BufferedReader(_SocketReader(self.sock))
         for _ in range(_MAX_INTERIM + 1):
             status_line = reader.readline(_MAX_LINE)
             parts = status_line.decode("latin-1").rstrip("\r\n").split(" ", 2)

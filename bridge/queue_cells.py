@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from bridge.queue_header import HEADER  # the header line of DEFAULT_FORMAT's table
+
 TYPE_CHECKING = False  # typing costs every command ~2 ms of start-up (bridge.client_types)
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -27,9 +29,6 @@ __all__ = ["COMPACT_STATES", "DEFAULT_FORMAT", "HEADER", "HELD_REASONS", "LONG_S
 #: squeue's default ``-o``.
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 
-#: The header line of :data:`DEFAULT_FORMAT`'s table.
-HEADER = (f"{'JOBID':>18} {'PARTITION':>9} {'NAME':>8} {'USER':>8} {'ST':>2} {'TIME':>10} "
-          f"{'NODES':>6} NODELIST(REASON)\n")
 
 #: squeue's compact state codes for the bridge's job states.
 COMPACT_STATES = {

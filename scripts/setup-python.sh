@@ -18,7 +18,16 @@ fi
 stamp=.venv/.hpc-bridge-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   .venv/bin/pip install --quiet --upgrade pip
-  .venv/bin/pip install --quiet -e '.[dev,runtimes,flux,data-cache]'
+  # compat: the checkout goes on sys.path by a plain .pth line. setuptools' default
+  # editable finder costs every interpreter start ~9 ms (it imports pathlib and
+  # importlib.util), which the t* commands and their benchmarks would carry and an
+  # installed wheel does not (docs/operations.md).
+  # setuptools calls the mode transitional: should a later one drop it, the default
+  # mode is installed instead (slower starts; nothing else changes).
+  .venv/bin/pip install --quiet -e '.[dev,runtimes,flux,data-cache]' \
+      --config-settings editable_mode=compat 2>/dev/null \
+    || { echo "setup-python: editable_mode=compat refused; using the default editable mode" >&2
+         .venv/bin/pip install --quiet -e '.[dev,runtimes,flux,data-cache]'; }
   touch "$stamp"
 fi
 

@@ -26,61 +26,17 @@ imports the option table.
 
 from __future__ import annotations
 
-import binascii
-import os
 import sys
 
 from bridge.cli.common import UserError, clean, connect, run, version
-from bridge.sbatch.locate import MAX_SCRIPT_BYTES, locate
+from bridge.cli.sbatch_request import sbatch_request
+from bridge.sbatch.locate import locate
 
 TYPE_CHECKING = False  # typing costs ~2 ms of tbatch's start (bridge.client_types)
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["tbatch_main"]
-
-#: The most of a ``-f`` file read (the daemon's request limit refuses more anyway).
-MAX_FILE_BYTES = 8 * 1024 * 1024
-
-
-def _find_script(path: str) -> str:
-    """sbatch's lookup: the path as given, else (a bare name) the first match on PATH."""
-    if os.path.exists(path) or "/" in path:
-        return path
-    for directory in os.environ.get("PATH", "").split(os.pathsep):
-        candidate = os.path.join(directory or ".", path)
-        if os.path.isfile(candidate) and os.access(candidate, os.R_OK):
-            return candidate
-    return path
-
-
-def _read(path: str | None, limit: int) -> bytes | None:
-    """Up to ``limit + 1`` bytes of ``path`` (stdin for None); None if unreadable."""
-    if path is None:
-        if sys.stdin.isatty():
-            print(
-                "tbatch: reading the batch script from standard input (end with Ctrl-D)",
-                file=sys.stderr,
-            )
-        return sys.stdin.buffer.read(limit + 1)
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit + 1)
-    except OSError:
-        return None
-
-
-def _wire(text: str) -> str | dict[str, str]:
-    """A string as sent: itself, or ``{"base64": ...}`` of its bytes when it holds lone
-    surrogates (bytes that are not UTF-8, as :func:`os.fsdecode` keeps them)."""
-    return _wire_bytes(text.encode("utf-8", "surrogateescape"), text)
-
-
-def _wire_bytes(data: bytes, text: str | None = None) -> str | dict[str, str]:
-    try:
-        return data.decode("utf-8") if text is None or not text.isascii() else text
-    except UnicodeDecodeError:
-        return {"base64": binascii.b2a_base64(data, newline=False).decode("ascii")}
+__all__ = ["send_main", "tbatch_main"]
 
 
 def _request(argv: list[str]) -> dict[str, Any] | None:
@@ -96,42 +52,14 @@ def _request(argv: list[str]) -> dict[str, Any] | None:
         print(f"tbatch (hpc-bridge {version()})")
         return None
     try:
-        cwd = os.getcwd()
+        return sbatch_request(argv, found)
     except OSError as exc:
         raise UserError(f"getcwd failed: {exc.strerror}") from None
-    request: dict[str, Any] = {
-        "argv": [_wire(word) for word in argv],
-        "cwd": _wire(cwd),
-        "environ": {name: _wire(value) for name, value in os.environ.items()},
-    }
-    if not found.complete or found.wrap is not None:
-        return request  # nothing to read (an unknown option: the daemon names it)
-    if found.trainjob_file is not None:
-        data = _read(found.trainjob_file, MAX_FILE_BYTES)
-        try:
-            request["file"] = None if data is None else data[:MAX_FILE_BYTES].decode("utf-8")
-        except UnicodeDecodeError:
-            request["file"] = None
-        if request["file"] is None:
-            request["scriptProblem"] = "unreadable"
-        return request
-    path = found.script_path
-    data = _read(None if path in (None, "-") else _find_script(str(path)), MAX_SCRIPT_BYTES)
-    if data is None:
-        request["scriptProblem"] = "unreadable"
-    elif len(data) > MAX_SCRIPT_BYTES:
-        request["scriptProblem"] = "too-large"
-    else:
-        request["script"] = _wire_bytes(data)
-    return request
 
 
-def _tbatch(argv: list[str]) -> int:
-    request = _request(argv)
-    if request is None:
-        return 0
+def _send(request: dict[str, Any], idempotency_key: str | None) -> int:
     with connect() as client:
-        result = client.submit_sbatch(request)
+        result = client.submit_sbatch(request, idempotency_key=idempotency_key)
     if result.estimate is not None:  # --test-only: as sbatch, on stderr; nothing submitted
         print(f"tbatch: {clean(result.estimate)}", file=sys.stderr)
         return 0
@@ -139,8 +67,20 @@ def _tbatch(argv: list[str]) -> int:
     return 0
 
 
+def _tbatch(argv: list[str]) -> int:
+    request = _request(argv)
+    return 0 if request is None else _send(request, None)
+
+
 def tbatch_main(argv: list[str] | None = None) -> int:
     """``tbatch``: submit a batch script, a ``--wrap`` command or a TrainJob file
     (``argv`` ``None``: ``sys.argv``); returns the exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
     return run("tbatch", lambda: _tbatch(args))
+
+
+def send_main(request: dict[str, Any], idempotency_key: str) -> int:
+    """Submit a ``POST /v1/sbatch`` body already built (and perhaps sent once with
+    ``idempotency_key``, so that the daemon answers a repeat with the job the first one
+    made: :mod:`bridge.cli.quick`) and print as ``tbatch``; returns the exit status."""
+    return run("tbatch", lambda: _send(request, idempotency_key))

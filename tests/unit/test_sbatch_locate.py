@@ -19,6 +19,7 @@ from bridge.sbatch.locate import (
     LONG_REQUIRED_ARG,
     SHORT_NO_ARG,
     SHORT_REQUIRED_ARG,
+    Located,
     locate,
 )
 
@@ -63,7 +64,13 @@ def test_examples() -> None:
     assert locate(["--usage"]).help and locate(["-V"]).version
     unknown = locate(["--nope", "job.sh"])
     assert not unknown.complete and unknown.script_path is None
-    assert locate([]) == locate(["-"])._replace(script_path=None)
+    empty, dash = locate([]), locate(["-"])
+    assert (empty.script_path, dash.script_path) == (None, "-")
+    assert empty == Located(script_path=None, wrap=dash.wrap,
+                            trainjob_file=dash.trainjob_file, help=dash.help,
+                            version=dash.version, complete=dash.complete)
+    copy = Located(**{name: getattr(empty, name) for name in Located.__slots__})
+    assert empty != dash and hash(empty) == hash(copy)
 
 
 _WORDS = st.sampled_from(

@@ -56,6 +56,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from bridge.client_env import (
     DEFAULT_SOCKET,
+    DEFAULT_TIMEOUT,
     ENV_SOCKET,
     ENV_TOKEN,
     ENV_URL,
@@ -76,6 +77,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     from bridge.model import TrainJob
+
+    #: An answer already read: its head and its whole body.
+    Answer = tuple[Response, bytes]
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -169,7 +173,7 @@ class BridgeClient(ListingCalls):
         socket_path: str | None = None,
         url: str | None = None,
         token: str | None = None,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
         busy_retries: int = 3,
         max_busy_wait: float = 10.0,
     ) -> None:
@@ -231,7 +235,7 @@ class BridgeClient(ListingCalls):
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, timeout: float = 30.0
+        cls, environ: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT
     ) -> BridgeClient:
         """A client configured from ``HPC_BRIDGE_URL``/``_TOKEN`` or ``HPC_BRIDGE_SOCKET``."""
         env = os.environ if environ is None else environ
@@ -354,15 +358,23 @@ class BridgeClient(ListingCalls):
     def _call(
         self, method: str, path: str, *, params: Mapping[str, str] | None = None,
         body: Any = None, headers: Mapping[str, str] | None = None,
+        answered: Answer | None = None,
     ) -> Any:
+        """The JSON of the daemon's answer to one request (a 429 asked again after its
+        ``Retry-After``); ``answered``: the whole answer to this request, already sent
+        once by a quick path (:mod:`bridge.cli.quick`), read as if it had come here."""
         retries = self._busy_retries
         while True:
-            connection, response = self._request(method, path, params=params, body=body,
-                                                 headers=headers)
-            try:
-                data = self._read(response)
-            finally:
-                connection.close()
+            if answered is not None:
+                response, data = answered
+                answered = None
+            else:
+                connection, response = self._request(method, path, params=params, body=body,
+                                                     headers=headers)
+                try:
+                    data = self._read(response)
+                finally:
+                    connection.close()
             if response.status < 400:
                 break
             error = self._http_error(response, data)
@@ -408,22 +420,28 @@ class BridgeClient(ListingCalls):
         return self._submit("/v1/jobs", document, idempotency_key)
 
     def submit_sbatch(self, request: Mapping[str, Any], *,
-                      idempotency_key: str | None = None) -> SubmitResult:
+                      idempotency_key: str | None = None,
+                      answered: Answer | None = None) -> SubmitResult:
         """Submit what ``tbatch`` was given (``POST /v1/sbatch``; the fields are those
         of :mod:`bridge.sbatch.submission`): the daemon parses it as sbatch would, and
-        its 400 names the option and ``#SBATCH`` line. Sent once, as :meth:`submit`."""
-        return self._submit("/v1/sbatch", dict(request), idempotency_key)
+        its 400 names the option and ``#SBATCH`` line. Sent once, as :meth:`submit`;
+        ``answered``: the daemon's whole answer to this request sent once already under
+        ``idempotency_key`` (then it is sent again only where a first answer here would
+        be: a 429 after its ``Retry-After``)."""
+        return self._submit("/v1/sbatch", dict(request), idempotency_key, answered)
 
     def _submit(self, path: str, document: dict[str, Any],
-                idempotency_key: str | None) -> SubmitResult:
+                idempotency_key: str | None, answered: Answer | None = None) -> SubmitResult:
         headers = {IDEMPOTENCY_HEADER: idempotency_key or os.urandom(16).hex()}
         for attempt in range(1, SUBMIT_ATTEMPTS + 1):
             try:
-                answer = self._call("POST", path, body=document, headers=headers)
+                answer = self._call("POST", path, body=document, headers=headers,
+                                    answered=answered)
                 break
             except BridgeClientError as exc:
                 if not exc.transient or attempt == SUBMIT_ATTEMPTS:
                     raise
+                answered = None
                 time.sleep(SUBMIT_RETRY_DELAY * attempt)
         data = self._object(answer, "submit answer")
         if data.get("testOnly") is True and isinstance(data.get("estimate"), str):

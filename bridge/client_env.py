@@ -4,10 +4,12 @@ full client (:mod:`bridge.client`) and the commands' quick paths
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SOCKET", "ENV_SOCKET", "ENV_TOKEN", "ENV_URL", "IDEMPOTENCY_HEADER",
-           "USER_AGENT"]
+__all__ = ["DEFAULT_SOCKET", "DEFAULT_TIMEOUT", "ENV_SOCKET", "ENV_TOKEN", "ENV_URL",
+           "IDEMPOTENCY_HEADER", "USER_AGENT"]
 
 DEFAULT_SOCKET = "/run/hpc-bridge/bridge.sock"
+#: Seconds a command waits to connect and for each answer of the daemon.
+DEFAULT_TIMEOUT = 30.0
 ENV_SOCKET = "HPC_BRIDGE_SOCKET"
 ENV_URL = "HPC_BRIDGE_URL"
 ENV_TOKEN = "HPC_BRIDGE_TOKEN"  # noqa: S105 -- the name of a variable, not a secret

@@ -89,27 +89,34 @@ class ListingCalls:
             yield page
             page, token = ahead.result()
 
-    def queue_table(self, *, user: str | None = None, array: bool = False
-                    ) -> Iterator[str] | None:
+    def queue_table(self, *, user: str | None = None, array: bool = False,
+                    refused: tuple[Response, bytes] | None = None) -> Iterator[str] | None:
         """squeue's default table of the unfinished jobs (of ``user``), rendered by the
         daemon (``GET /v1/jobs``, ``Accept: text/plain``; no header line), as text in
         pieces as they arrive; ``array``: one line per task of a job array. ``None``
         when the daemon predates the table (it answers JSON, or refuses ``array``): the
         caller lists with :meth:`iter_pages`. A refusal raises :class:`BridgeClientError` (a
-        429 asked again as :meth:`_call` does); an answer cut short, too."""
+        429 asked again as :meth:`_call` does); an answer cut short, too. ``refused``: the
+        daemon's refusal (status 400 or more, body read) of this request asked once
+        already (:mod:`bridge.cli.quick`), read as if it had come here."""
         params = {"user": user} if user else {}
         if array:
             params["array"] = "1"
         retries = self._busy_retries
         while True:
-            connection, response = self._request("GET", "/v1/jobs", params=params,
-                                                 headers={"Accept": "text/plain"})
-            if response.status < 400:
-                break
-            try:
-                error = self._http_error(response, self._read(response))
-            finally:
-                connection.close()
+            if refused is not None and refused[0].status >= 400:
+                response, data = refused
+                refused = None
+            else:
+                connection, response = self._request("GET", "/v1/jobs", params=params,
+                                                     headers={"Accept": "text/plain"})
+                if response.status < 400:
+                    break
+                try:
+                    data = self._read(response)
+                finally:
+                    connection.close()
+            error = self._http_error(response, data)
             if error.status == 400 and str(error).startswith("unknown query parameter 'array'"):
                 return None  # a daemon that predates the table refuses array=1
             wait = error.retry_after

@@ -13,7 +13,8 @@ reads the answer's head and returns a :class:`Response` whose :meth:`~Response.r
 returns the whole body and :meth:`~Response.read1` what has arrived (at most one
 chunk of a chunked answer; ``b""`` at the end). Socket errors propagate as
 :class:`OSError` (``TimeoutError`` on a timeout); an answer that is not HTTP/1.x or
-ends early raises :class:`ProtocolError`. Heads are bounded (64 KiB, 100 lines).
+ends early raises :class:`ProtocolError`. Heads are bounded: lines of 64 KiB, 100 header
+lines, 10 interim (1xx) answers; a body is not (the caller reads it as it needs).
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ CPython) it is :mod:`json`. A unit test checks both against :mod:`json` on gener
 values.
 
 Contract: :func:`dumps` gives exactly what that ``json.dumps`` gives (``TypeError`` for
-what is not JSON); :func:`loads` what ``json.loads`` gives for the text, or raises
-``ValueError`` (bytes that are not UTF-8 included) where it would.
+what is not JSON; a value that contains itself is not looked for); :func:`loads` what
+``json.loads`` gives for UTF-8 text (what the daemon sends), or raises ``ValueError``
+where it would, and for bytes that are not UTF-8 (a BOM, UTF-16 or UTF-32, which
+``json.loads`` would read: the quick path then hands the answer to the full client).
 """
 
 from __future__ import annotations

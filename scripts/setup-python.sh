@@ -24,10 +24,12 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   # installed wheel does not (docs/operations.md).
   # setuptools calls the mode transitional: should a later one drop it, the default
   # mode is installed instead (slower starts; nothing else changes).
-  .venv/bin/pip install --quiet -e '.[dev,runtimes,flux,data-cache]' \
-      --config-settings editable_mode=compat 2>/dev/null \
-    || { echo "setup-python: editable_mode=compat refused; using the default editable mode" >&2
-         .venv/bin/pip install --quiet -e '.[dev,runtimes,flux,data-cache]'; }
+  if ! out=$(.venv/bin/pip install --quiet -e '.[dev,runtimes,flux,data-cache]' \
+                --config-settings editable_mode=compat 2>&1); then
+    printf '%s\n' "$out" | tail -n 20 >&2
+    echo "setup-python: the compat editable install failed (above); trying the default mode" >&2
+    .venv/bin/pip install --quiet -e '.[dev,runtimes,flux,data-cache]'
+  fi
   touch "$stamp"
 fi
 

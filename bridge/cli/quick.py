@@ -17,14 +17,23 @@ itself.
 
 Contract: what they print and their exit statuses are those of the full commands
 (:func:`bridge.cli.tqueue.tqueue_main`, :func:`bridge.cli.tbatch.tbatch_main`), which
-they hand over to for anything else: other options, ``HPC_BRIDGE_URL`` (TCP), a daemon
-that cannot be reached (their message, their retries while its listen queue is full),
-an answer that is not a success (the full command asks again and words the error; a
-GET and a submission under the same key are safe to repeat), an answer they do not
-expect (an older daemon's JSON). ``tbatch`` hands over the request it built with its
-key, so a script read from stdin is not read twice and a submission the daemon took is
-never made twice. Once ``tqueue``'s table has begun, a failure is reported as the full
-command reports it (``tqueue: error: ...``, status 1).
+they hand over to for anything else, and each request is sent as often as the full
+command would send it:
+
+* before any request (other options, ``HPC_BRIDGE_URL`` for TCP, a daemon that cannot
+  be reached: the full command says why, or waits while its listen queue is full);
+* with the daemon's whole answer when it is not the expected success (a refusal, a
+  429, a ``--test-only`` estimate, an answer not as expected): the full client reads
+  it as if it had come to it, and asks again only where it would have (a 429, after its
+  ``Retry-After``);
+* ``tbatch`` with the request it built (a script read from stdin is never read twice)
+  and its ``Idempotency-Key``: when no whole answer came, the full client sends it again
+  under that key, and the daemon answers a repeat with the job the first one made;
+* ``tqueue`` asks again, as the full command does, when the daemon answers JSON (an
+  older daemon without the table).
+
+Once ``tqueue``'s table has begun, a failure is reported as the full command reports
+it (``tqueue: error: ...``, status 1).
 """
 
 from __future__ import annotations
@@ -33,7 +42,14 @@ import _socket
 import os
 import sys
 
-from bridge.client_env import DEFAULT_SOCKET, ENV_SOCKET, ENV_URL, IDEMPOTENCY_HEADER, USER_AGENT
+from bridge.client_env import (
+    DEFAULT_SOCKET,
+    DEFAULT_TIMEOUT,
+    ENV_SOCKET,
+    ENV_URL,
+    IDEMPOTENCY_HEADER,
+    USER_AGENT,
+)
 from bridge.http11 import Connection, ProtocolError
 from bridge.queue_header import HEADER
 from bridge.quick_json import dumps, loads
@@ -42,10 +58,9 @@ TYPE_CHECKING = False  # typing costs ~2 ms of start-up
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["tbatch_main", "tqueue_main"]
+    from bridge.http11 import Response
 
-#: Seconds to wait for the daemon (the full client's default).
-TIMEOUT = 30.0
+__all__ = ["tbatch_main", "tqueue_main"]
 #: User names sent as they are in a query (others go through the full command's quoting).
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -61,7 +76,7 @@ def _socket_path() -> str | None:
 def _unix(path: str) -> _socket.socket:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        sock.settimeout(TIMEOUT)
+        sock.settimeout(DEFAULT_TIMEOUT)
         sock.connect(path)
     except BaseException:
         sock.close()
@@ -119,10 +134,10 @@ def _queue_options(argv: list[str]) -> tuple[bool, bool, str | None] | None:
     return header, array, users[0] if users else None
 
 
-def _full_tqueue(argv: list[str]) -> int:
+def _full_tqueue(argv: list[str], refused: tuple[Response, bytes] | None = None) -> int:
     from bridge.cli.tqueue import tqueue_main as full
 
-    return full(argv)
+    return full(argv) if refused is None else full(argv, refused=refused)
 
 
 def _failed(prog: str, exc: OSError | ProtocolError) -> int:
@@ -158,10 +173,16 @@ def _table(argv: list[str]) -> int:
             response = connection.getresponse()
         except (OSError, ProtocolError) as exc:
             return _failed("tqueue", exc)
-        if response.status >= 400 or not (
-                response.getheader("Content-Type") or "").startswith("text/plain"):
+        if response.status >= 400:
+            try:
+                refused = (response, response.read())
+            except (OSError, ProtocolError) as exc:
+                return _failed("tqueue", exc)
             connection.close()
-            return _full_tqueue(argv)  # it asks again and words the error, or lists JSON
+            return _full_tqueue(argv, refused)  # it words the error, or waits and asks again
+        if not (response.getheader("Content-Type") or "").startswith("text/plain"):
+            connection.close()
+            return _full_tqueue(argv)  # an older daemon's JSON: it lists as before
         import codecs
 
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -221,13 +242,15 @@ def _submit(argv: list[str]) -> int:
     from bridge.cli.sbatch_request import sbatch_request
 
     try:
-        request = sbatch_request(argv, found)
-    except OSError:  # no working directory: nothing read yet, the full command says so
+        cwd = os.getcwd()
+    except OSError:  # nothing read yet: the full command says so
         from bridge.cli.tbatch import tbatch_main as full
 
         return full(argv)
+    request = sbatch_request(argv, found, cwd)
     key = os.urandom(16).hex()
     line = None
+    answered = None
     connection = _connect(path)
     if connection is not None:
         try:
@@ -236,16 +259,17 @@ def _submit(argv: list[str]) -> int:
                                         IDEMPOTENCY_HEADER: key,
                                         "Content-Type": "application/json"})
             response = connection.getresponse()
+            answered = (response, response.read())
             if response.status < 300:
-                line = _submitted(loads(response.read()))
+                line = _submitted(loads(answered[1]))
         except (OSError, ProtocolError, ValueError):
-            line = None  # the full command sends it again under the same key
+            line = None  # no whole answer: sent again under the same key; or not JSON
         finally:
             connection.close()
     if line is None:
         from bridge.cli.tbatch import send_main
 
-        return send_main(request, key)
+        return send_main(request, key, answered)
     try:
         print(line)
         sys.stdout.flush()

@@ -9,10 +9,11 @@ path of :mod:`bridge.cli.quick`, so it imports the standard library's C modules 
 
 Contract of :func:`sbatch_request`: the body (strings as UTF-8, or ``{"base64": ...}``
 of their bytes when they are not UTF-8; a script larger than
-:data:`bridge.sbatch.locate.MAX_SCRIPT_BYTES`, or unreadable, is reported to the daemon
-as ``scriptProblem`` so that its answer words the error); ``OSError`` only when the
-working directory cannot be read. The script comes from stdin when none is named (or
-``-``), like sbatch; a bare name not in the working directory is looked up on ``PATH``.
+:data:`bridge.sbatch.locate.MAX_SCRIPT_BYTES`, or unreadable -- stdin included, so that
+a read that failed half-way is never followed by another -- is reported to the daemon
+as ``scriptProblem`` so that its answer words the error); it raises nothing. The script
+comes from stdin when none is named (or ``-``), like sbatch; a bare name not in the
+working directory is looked up on ``PATH``.
 """
 
 from __future__ import annotations
@@ -49,12 +50,15 @@ def _find_script(path: str) -> str:
 def _read(path: str | None, limit: int) -> bytes | None:
     """Up to ``limit + 1`` bytes of ``path`` (stdin for None); None if unreadable."""
     if path is None:
-        if sys.stdin.isatty():
-            print(
-                "tbatch: reading the batch script from standard input (end with Ctrl-D)",
-                file=sys.stderr,
-            )
-        return sys.stdin.buffer.read(limit + 1)
+        try:
+            if sys.stdin.isatty():
+                print(
+                    "tbatch: reading the batch script from standard input (end with Ctrl-D)",
+                    file=sys.stderr,
+                )
+            return sys.stdin.buffer.read(limit + 1)
+        except (OSError, ValueError, AttributeError):  # a read error; stdin closed or None
+            return None
     try:
         with open(path, "rb") as fh:
             return fh.read(limit + 1)
@@ -75,10 +79,9 @@ def _wire_bytes(data: bytes, text: str | None = None) -> str | dict[str, str]:
         return {"base64": binascii.b2a_base64(data, newline=False).decode("ascii")}
 
 
-def sbatch_request(argv: list[str], found: Located) -> dict[str, Any]:
+def sbatch_request(argv: list[str], found: Located, cwd: str) -> dict[str, Any]:
     """The ``POST /v1/sbatch`` body for ``argv`` (``found``: :func:`locate` of it, not
-    ``--help``/``--version``); reads the script or ``-f`` file it names."""
-    cwd = os.getcwd()
+    ``--help``/``--version``) run in ``cwd``; reads the script or ``-f`` file it names."""
     request: dict[str, Any] = {
         "argv": [_wire(word) for word in argv],
         "cwd": _wire(cwd),

@@ -26,6 +26,7 @@ imports the option table.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from bridge.cli.common import UserError, clean, connect, run, version
@@ -35,6 +36,8 @@ from bridge.sbatch.locate import locate
 TYPE_CHECKING = False  # typing costs ~2 ms of tbatch's start (bridge.client_types)
 if TYPE_CHECKING:
     from typing import Any
+
+    from bridge.http11 import Response
 
 __all__ = ["send_main", "tbatch_main"]
 
@@ -52,14 +55,17 @@ def _request(argv: list[str]) -> dict[str, Any] | None:
         print(f"tbatch (hpc-bridge {version()})")
         return None
     try:
-        return sbatch_request(argv, found)
+        cwd = os.getcwd()
     except OSError as exc:
         raise UserError(f"getcwd failed: {exc.strerror}") from None
+    return sbatch_request(argv, found, cwd)
 
 
-def _send(request: dict[str, Any], idempotency_key: str | None) -> int:
+def _send(request: dict[str, Any], idempotency_key: str | None,
+          answered: tuple[Response, bytes] | None = None) -> int:
     with connect() as client:
-        result = client.submit_sbatch(request, idempotency_key=idempotency_key)
+        result = client.submit_sbatch(request, idempotency_key=idempotency_key,
+                                      answered=answered)
     if result.estimate is not None:  # --test-only: as sbatch, on stderr; nothing submitted
         print(f"tbatch: {clean(result.estimate)}", file=sys.stderr)
         return 0
@@ -79,8 +85,11 @@ def tbatch_main(argv: list[str] | None = None) -> int:
     return run("tbatch", lambda: _tbatch(args))
 
 
-def send_main(request: dict[str, Any], idempotency_key: str) -> int:
-    """Submit a ``POST /v1/sbatch`` body already built (and perhaps sent once with
-    ``idempotency_key``, so that the daemon answers a repeat with the job the first one
-    made: :mod:`bridge.cli.quick`) and print as ``tbatch``; returns the exit status."""
-    return run("tbatch", lambda: _send(request, idempotency_key))
+def send_main(request: dict[str, Any], idempotency_key: str,
+              answered: tuple[Response, bytes] | None = None) -> int:
+    """Submit a ``POST /v1/sbatch`` body already built and print as ``tbatch``; returns
+    the exit status. For :mod:`bridge.cli.quick`, which sent it once with
+    ``idempotency_key``: ``answered`` is the daemon's whole answer to that, read as if it
+    had come here; without one (no answer came) it is sent again under the same key, and
+    the daemon answers a repeat with the job the first one made."""
+    return run("tbatch", lambda: _send(request, idempotency_key, answered))

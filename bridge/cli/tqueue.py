@@ -50,6 +50,10 @@ from bridge.cli.queue_format import (
 from bridge.client import JobView
 from bridge.queue_cells import HEADER
 
+TYPE_CHECKING = False  # typing costs every command ~2 ms of start-up
+if TYPE_CHECKING:
+    from bridge.http11 import Response
+
 __all__ = ["COMPACT_STATES", "format_queue", "tqueue_main"]
 
 _STATE_WORDS: dict[str, tuple[str, ...]] = {
@@ -125,7 +129,7 @@ def _current_user() -> str:
         return str(os.getuid())
 
 
-def _tqueue(argv: list[str]) -> int:
+def _tqueue(argv: list[str], refused: tuple[Response, bytes] | None = None) -> int:
     parser = ArgumentParser(
         prog="tqueue", add_help=False, description="Show jobs known to hpc-bridge (like squeue)."
     )
@@ -169,7 +173,8 @@ def _tqueue(argv: list[str]) -> int:
             and len(set(users)) <= 1):
         # squeue's default view: the daemon renders it (bridge/queue_table.py).
         with connect() as client:
-            text = client.queue_table(user=users[0] if users else None, array=args.array)
+            text = client.queue_table(user=users[0] if users else None, array=args.array,
+                                      refused=refused)
             if text is not None:
                 if header:
                     sys.stdout.write(HEADER)
@@ -214,8 +219,11 @@ def _tqueue(argv: list[str]) -> int:
     return 0
 
 
-def tqueue_main(argv: list[str] | None = None) -> int:
+def tqueue_main(argv: list[str] | None = None, *,
+                refused: tuple[Response, bytes] | None = None) -> int:
     """``tqueue``: list jobs, like squeue (``argv`` ``None``: ``sys.argv``); returns the
-    exit status."""
+    exit status. ``refused``: the daemon's refusal of the default view's request, asked
+    once already by the quick path (:mod:`bridge.cli.quick`), answered as if it had come
+    here (:meth:`bridge.client.BridgeClient.queue_table`)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return run("tqueue", lambda: _tqueue(args))
+    return run("tqueue", lambda: _tqueue(args, refused))

@@ -102,16 +102,17 @@ def handed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     import bridge.cli.tbatch as tbatch
     import bridge.cli.tqueue as tqueue
 
-    def full_tqueue(argv: list[str] | None = None) -> int:
-        calls.append(("tqueue", argv))
+    def full_tqueue(argv: list[str] | None = None, *, refused: Any = None) -> int:
+        calls.append(("tqueue", argv) if refused is None
+                     else ("tqueue", argv, refused[0].status, refused[1]))
         return 7
 
     def full_tbatch(argv: list[str] | None = None) -> int:
         calls.append(("tbatch", argv))
         return 7
 
-    def send(request: dict[str, Any], key: str) -> int:
-        calls.append(("send", (request, key)))
+    def send(request: dict[str, Any], key: str, answered: Any = None) -> int:
+        calls.append(("send", (request, key, answered and (answered[0].status, answered[1]))))
         return 7
 
     monkeypatch.setattr(tqueue, "tqueue_main", full_tqueue)
@@ -179,19 +180,25 @@ def test_tqueue_writes_the_daemons_table(daemon: FakeDaemon, handed: list[Any],
     assert HEADER == CELLS_HEADER
 
 
-@pytest.mark.parametrize("answer", [
-    _reply("429 Too Many Requests", b'{"error": "busy"}'),
-    _reply("413 Request Entity Too Large", b"too large", "text/plain; charset=utf-8"),
-    _reply("400 Bad Request", b'{"error": "unknown query parameter \'array\'"}'),
-    _reply("200 OK", b'{"items": []}'),  # a daemon without the table
+@pytest.mark.parametrize(("answer", "status", "body"), [
+    (_reply("429 Too Many Requests", b'{"error": "busy"}'), 429, b'{"error": "busy"}'),
+    (_reply("413 Request Entity Too Large", b"too large", "text/plain; charset=utf-8"), 413,
+     b"too large"),
+    (_reply("400 Bad Request", b'{"error": "unknown query parameter \'array\'"}'), 400,
+     b'{"error": "unknown query parameter \'array\'"}'),
+    (_reply("200 OK", b'{"items": []}'), None, None),  # a daemon without the table
 ])
 def test_tqueue_hands_what_it_does_not_expect_to_the_full_command(
-        answer: bytes, daemon: FakeDaemon, handed: list[Any],
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        answer: bytes, status: int | None, body: bytes | None, daemon: FakeDaemon,
+        handed: list[Any], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A refusal goes with the answer (the full command words it, or waits and asks
+    again); an older daemon's JSON without (the full command lists as before)."""
     daemon.answers.append(answer)
     assert _run(monkeypatch, quick.tqueue_main, "-r") == 7
-    assert handed == [("tqueue", ["-r"])]
+    assert handed == [("tqueue", ["-r"]) if status is None else ("tqueue", ["-r"], status, body)]
     assert capsys.readouterr().out == ""
+    assert len(daemon.requests) == 1
 
 
 def test_tqueue_hands_over_other_options_tcp_and_no_daemon(
@@ -247,9 +254,9 @@ def test_tbatch_sends_the_request_once_and_prints_the_answer(
     _reply("201 Created", b'{"id": "x", "uid": "u", "name": "n", "state": "s"}'),
     _reply("201 Created", b'{"testOnly": true, "estimate": "start at noon"}'),
     _reply("201 Created", b"not json"),
-    b"HTTP/1.1 201 Created\r\nContent-Length: 50\r\n\r\n{",  # cut short
+    b"HTTP/1.1 201 Created\r\nContent-Length: 50\r\n\r\n{",  # cut short: no answer
 ])
-def test_tbatch_hands_the_same_request_and_key_to_the_full_command(
+def test_tbatch_hands_the_same_request_key_and_answer_to_the_full_command(
         answer: bytes, daemon: FakeDaemon, handed: list[Any],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     script = "#!/bin/sh\n#SBATCH -J from-stdin\ntrue\n"
@@ -257,10 +264,63 @@ def test_tbatch_hands_the_same_request_and_key_to_the_full_command(
     daemon.answers.append(answer)
     assert _run(monkeypatch, quick.tbatch_main) == 7
     assert capsys.readouterr().out == ""
-    [(kind, (request, key))] = handed
+    [(kind, (request, key, answered))] = handed
     assert kind == "send" and key == daemon.header("Idempotency-Key")
     assert request["script"] == script  # read once, from stdin, and handed over
     assert json.loads(daemon.requests[0][1]) == request
+    head, _, body = answer.partition(b"\r\n\r\n")
+    declared = re.search(rb"Content-Length: (\d+)", head)
+    whole = declared is not None and int(declared.group(1)) == len(body)
+    assert answered == ((int(head.split()[1]), body) if whole else None)
+
+
+def test_what_the_full_commands_make_of_an_answer_handed_over(
+        daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each request goes to the daemon as often as the full command alone would send it:
+    a refusal is worded at once, a 429 asked again after its Retry-After, under the
+    same key."""
+    daemon.answers.append(_reply("400 Bad Request",
+                                 b'{"error": "unrecognized option \'--x\'"}'))
+    assert _run(monkeypatch, quick.tbatch_main, "--x", "--wrap", "true") == 1
+    assert capsys.readouterr().err == "tbatch: error: unrecognized option '--x'\n"
+    assert len(daemon.requests) == 1
+    daemon.answers.append(_reply("201 Created", b'{"testOnly": true, "estimate": "at noon"}'))
+    assert _run(monkeypatch, quick.tbatch_main, "--test-only", "--wrap", "true") == 0
+    assert capsys.readouterr().err == "tbatch: at noon\n"
+    assert len(daemon.requests) == 2
+    busy = _reply("429 Too Many Requests", b'{"error": "busy"}').replace(
+        b"Connection: close", b"Retry-After: 0\r\nConnection: close")
+    daemon.answers += [busy, _reply("201 Created", b'{"id": 9, "uid": "u", "name": "n", '
+                                                   b'"state": "Pending"}')]
+    assert _run(monkeypatch, quick.tbatch_main, "--wrap", "true") == 0
+    assert capsys.readouterr().out == "Submitted batch job 9\n"
+    assert len(daemon.requests) == 4
+    assert daemon.header("Idempotency-Key", 2) == daemon.header("Idempotency-Key", 3)
+    daemon.answers.append(_reply("400 Bad Request", b'{"error": "no such user"}'))
+    assert _run(monkeypatch, quick.tqueue_main, "-u", "nobody") == 1
+    assert capsys.readouterr().err == "tqueue: error: no such user\n"
+    assert len(daemon.requests) == 5
+
+
+def test_a_stdin_that_fails_half_way_is_an_unreadable_script(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never read again: what was read before the error is gone."""
+    from bridge.cli.sbatch_request import sbatch_request
+    from bridge.sbatch.locate import locate
+
+    class Failing(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Failing())))
+    request = sbatch_request([], locate([]), "/tmp")
+    assert request["scriptProblem"] == "unreadable" and "script" not in request
+    monkeypatch.setattr(sys, "stdin", None)
+    assert sbatch_request([], locate([]), "/tmp")["scriptProblem"] == "unreadable"
 
 
 def test_tbatch_without_a_daemon_or_for_help_hands_over(
@@ -269,7 +329,8 @@ def test_tbatch_without_a_daemon_or_for_help_hands_over(
     assert _run(monkeypatch, quick.tbatch_main, "-V") == 7
     monkeypatch.setenv("HPC_BRIDGE_SOCKET", daemon.path + ".missing")
     assert _run(monkeypatch, quick.tbatch_main, "--wrap", "true") == 7
-    assert [kind for kind, _ in handed] == ["tbatch", "tbatch", "send"]
+    assert [call[0] for call in handed] == ["tbatch", "tbatch", "send"]
+    assert handed[2][1][2] is None  # no answer came
     assert daemon.requests == []
 
 

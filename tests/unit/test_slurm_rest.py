@@ -16,11 +16,13 @@ from typing import Any
 import jwt
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridge.backend import BackendRejected, BackendUnavailable
 from slurm_adapter.backend import create
 from slurm_adapter.dialects import V0_0_38, V0_0_41
-from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient
+from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, hs256_token
 from tests.unit.builders import slurm_fields
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -92,6 +94,20 @@ async def test_submit_acts_as_the_owner_with_a_signed_token(
     claims = jwt.decode(sent["headers"]["X-SLURM-USER-TOKEN"], KEY, algorithms=["HS256"])
     assert claims["sun"] == "alice" and claims["exp"] - claims["iat"] == 600
     assert sent["json"] == {"script": "#!/bin/bash\ntrue\n", "job": {"name": "x"}}
+
+
+@given(claims=st.dictionaries(st.text(), st.text() | st.integers(), max_size=5),
+       key=st.binary(min_size=32, max_size=64))
+def test_the_daemons_tokens_are_pyjwts(claims: dict[str, Any], key: bytes) -> None:
+    """The HS256 signing by hand gives PyJWT's token, byte for byte, and PyJWT reads it."""
+    token = hs256_token(claims, key)
+    assert token == jwt.encode(claims, key, algorithm="HS256")
+    assert jwt.decode(token, key, algorithms=["HS256"],
+                      options={"verify_exp": False, "verify_iat": False,
+                               "verify_nbf": False, "verify_iss": False,
+                               "verify_aud": False, "verify_sub": False,
+                               "verify_jti": False}) == claims
+    assert hs256_token(claims, key + b"x") != token
 
 
 async def test_newer_dialect_puts_the_script_in_the_job(

@@ -13,7 +13,8 @@ alice and cancels its own jobs). One daemon (the slurmrestd path of the bed, per
 2. **measures**, each beside its anchor: ``tqueue`` against ``squeue`` (whole
    processes as alice, median / best of ``--repeat``) at about 100 jobs and at N;
    ``tbatch --wrap true`` against the same interpreter's ``python -c pass`` and
-   against ``sbatch --wrap true``; the daemon's CPU seconds per minute while idle
+   against ``sbatch --wrap true``; ``python -c pass`` against ``squeue`` at about 100
+   jobs (the floor of any Python command there); the daemon's CPU seconds per minute while idle
    (``--idle`` seconds, from /proc/PID/stat) against slurmctld's in the same window,
    with an empty store and at N, and that of the commands it ran meanwhile (``squeue``
    at each poll); VmRSS at N against the empty store; restart (SIGTERM,
@@ -402,6 +403,8 @@ def measure(args: argparse.Namespace, bed: dict[str, str], daemon: Daemon, outdi
         timed_row(f"tqueue | squeue, N ({l_big['tqueue']} | {l_big['squeue']} lines)",
                   t_big["tqueue"], t_big["squeue"]),
         timed_row("tbatch --wrap true | python -c pass", t_sub["tbatch"], t_sub["python"]),
+        # The floor of any Python command beside squeue: tqueue cannot start faster.
+        timed_row("python -c pass | squeue, ~100 jobs", t_sub["python"], t_small["squeue"]),
         timed_row("tbatch --wrap true | sbatch --wrap true", t_sub["tbatch"], t_sub["sbatch"]),
         Row(f"fill ~100, {args.threads} threads: POSTs accepted | sbatch one by one",
             "jobs/s", fill_small[0], sbatch_rate),

@@ -9,7 +9,10 @@ bring it back to 99 MB (docs/operations.md):
   (what ``MALLOC_ARENA_MAX=2`` does), unless the operator set ``MALLOC_ARENA_MAX`` or
   ``GLIBC_TUNABLES`` (theirs stands);
 * :func:`trim_forever`: ``malloc_trim(0)`` every ``interval`` seconds in a worker
-  thread, returning the free pages of the heap.
+  thread, returning the free pages of the heap, and at once (at most one at a time)
+  when code that has just dropped a large transient (a back end's whole job listing:
+  tens of MB) calls :func:`trim_soon`, so that what the daemon holds between two
+  periodic trims is not the peak of its last burst.
 
 The C library is the one the process already loaded (``ctypes.CDLL(None)``: no
 ``ldconfig`` or compiler is run to find it). Where it lacks these functions (musl,
@@ -20,13 +23,14 @@ binding for either call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 from collections.abc import Callable
 
 import structlog
 
-__all__ = ["limit_arenas", "malloc_trim", "trim_forever"]
+__all__ = ["limit_arenas", "malloc_trim", "trim_forever", "trim_soon"]
 
 log = structlog.get_logger("hpc_bridge.daemon")
 
@@ -66,14 +70,33 @@ def malloc_trim() -> bool:
     return trim is not None and bool(trim(0))
 
 
+#: Set by :func:`trim_soon` while :func:`trim_forever` runs (the loop's own event).
+_soon: asyncio.Event | None = None
+
+
+def trim_soon() -> None:
+    """Ask the running :func:`trim_forever` for a trim now (nothing when none runs; on
+    the event loop's thread)."""
+    if _soon is not None:
+        _soon.set()
+
+
 async def trim_forever(interval: float = 60.0) -> None:
-    """Trim the heap every ``interval`` seconds until cancelled (at once when the C
-    library has no ``malloc_trim``)."""
+    """Trim the heap every ``interval`` seconds, and when :func:`trim_soon` asks, until
+    cancelled (at once when the C library has no ``malloc_trim``)."""
+    global _soon
     if _function("malloc_trim", [ctypes.c_size_t], ctypes.c_int) is None:
         return
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await asyncio.to_thread(malloc_trim)
-        except Exception:  # never let this stop the daemon
-            log.exception("malloc_trim failed")
+    _soon = soon = asyncio.Event()
+    try:
+        while True:
+            with contextlib.suppress(TimeoutError):  # the periodic trim
+                await asyncio.wait_for(soon.wait(), interval)
+            soon.clear()
+            try:
+                await asyncio.to_thread(malloc_trim)
+            except Exception:  # never let this stop the daemon
+                log.exception("malloc_trim failed")
+    finally:
+        if _soon is soon:
+            _soon = None

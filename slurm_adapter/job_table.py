@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from bridge.backend import BackendError, BackendJob
+from bridge.memtrim import trim_soon
 from slurm_adapter.changes import ChangeReader
 from slurm_adapter.cli import SlurmCli
 from slurm_adapter.dialects import Dialect, dialect_from_meta
@@ -159,6 +160,10 @@ class JobTable:
             self.owner_uids = owners
             self._converted = jobs
             self._listed_at = asked_at
+            if raw_jobs:
+                # The decoded listing (tens of MB at thousands of jobs) is garbage now.
+                del raw_jobs
+                trim_soon()
 
     async def _listing(self) -> tuple[list[Any] | None, Dialect, int]:
         """Slurm's job listing, the dialect it is in, and when it was asked for; the

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from bridge.http11 import Response
 
 __all__ = ["tbatch_main", "tqueue_main"]
+
 #: User names sent as they are in a query (others go through the full command's quoting).
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 

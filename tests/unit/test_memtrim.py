@@ -77,3 +77,38 @@ async def test_the_trim_task_survives_a_failure_and_stops_when_cancelled(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_trim_asked_for_comes_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """trim_soon wakes the periodic task (which would otherwise wait an hour); two asks
+    while one trim runs give one more, not a pile; without the task it does nothing."""
+    memtrim.trim_soon()  # no task: nothing
+    trimmed = asyncio.Event()
+    calls: list[int] = []
+
+    def fake_trim() -> bool:
+        calls.append(1)
+        trimmed.set()
+        return True
+
+    monkeypatch.setattr(memtrim, "malloc_trim", fake_trim)
+    task = asyncio.create_task(memtrim.trim_forever(3600))
+    try:
+        for _ in range(10_000):  # the task's first steps (no timing: it only has to run)
+            if memtrim._soon is not None:
+                break
+            await asyncio.sleep(0)
+        assert memtrim._soon is not None
+        memtrim.trim_soon()
+        memtrim.trim_soon()
+        await asyncio.wait_for(trimmed.wait(), 10)
+        assert calls == [1]
+        trimmed.clear()
+        memtrim.trim_soon()
+        await asyncio.wait_for(trimmed.wait(), 10)
+        assert calls == [1, 1]
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert memtrim._soon is None

@@ -271,7 +271,7 @@ async def test_a_cancelled_readings_conversion_is_never_remembered(
     assert states(jobs)[str(target)] == "CANCELLED"
     gate.set()  # the abandoned conversion ends now
     await asyncio.sleep(0.05)
-    remembered = {str(i): job for i, (_, job) in converter._last.items()}
+    remembered = {str(i): job for i, (_, _, job) in converter._last.items()}
     assert remembered[str(target)] is not None
     assert remembered[str(target)].state.value == "CANCELLED"
 

@@ -92,6 +92,26 @@ def test_an_unchanged_job_keeps_its_conversion_and_a_changed_one_is_converted() 
     assert len(moved) == 1 and moved[0].backend_id == str(target["job_id"])
 
 
+def test_an_unchanged_listing_leaves_no_new_object_remembered() -> None:
+    """Each unchanged job's remembered entry, and the int keying it, are those of the
+    last listing: nothing of the listing just decoded stays (its pages can go back to
+    the system); a changed job's entry is new."""
+    jobs = _listing()
+    converter = ListingConverter()
+    converter.convert(_decoded(jobs), V0_0_38)
+    before = dict(converter._last)
+    keys = {id(k) for k in before}
+    converter.convert(_decoded(jobs), V0_0_38)
+    assert before and all(converter._last[i] is entry for i, entry in before.items())
+    assert {id(k) for k in converter._last} == keys
+    changed = copy.deepcopy(jobs)
+    target = next(j for j in changed if str(j.get("comment", "")).startswith("hpc-bridge:"))
+    target["state_reason"] = "Priority"
+    converter.convert(_decoded(changed), V0_0_38)
+    fresh = [i for i, entry in before.items() if converter._last[i] is not entry]
+    assert fresh == [target["job_id"]]
+
+
 def test_another_dialect_converts_everything_again() -> None:
     jobs = _decoded(_listing())
     converter = ListingConverter()

@@ -7,12 +7,14 @@ from slurmrestd 22.05 on the test bed; the stand-in only serves them back.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 import pytest
 from aiohttp import web
@@ -271,6 +273,29 @@ async def test_scontrol_tokens() -> None:
     assert calls == [["scontrol", "token", "username=alice", "lifespan=900"]]
     with pytest.raises(BackendUnavailable, match="Invalid user"):
         await tokens.token("nobody")
+
+
+async def test_an_answers_body_is_not_kept_for_the_cyclic_gc(
+        server: tuple[FakeRest, str], key_file: str) -> None:
+    """httpx's response and its stream refer to each other: a response that kept its body
+    (``resp.content``) held a whole listing (20 MB at 6,000 jobs) until the cyclic GC
+    ran. With the GC off, no response left behind holds the listing's bytes."""
+    fake, sock = server
+    jobs = [{"job_id": i, "name": "x" * 200, "comment": "c"} for i in range(2000)]
+    fake.answers[("GET", "/slurm/v0.0.38/jobs")] = (200, {"jobs": jobs, "meta": {}})
+    size = len(json.dumps({"jobs": jobs}))
+    rest = client(sock, key_file)
+    gc.collect()
+    gc.disable()
+    try:
+        listing = await rest.jobs("root")
+        assert listing is not None and len(listing["jobs"]) == 2000
+        kept = [o for o in gc.get_objects() if isinstance(o, httpx.Response)
+                and len(getattr(o, "_content", b"")) >= size]
+        assert kept == []
+    finally:
+        gc.enable()
+        await rest.close()
 
 
 async def test_jobs_not_modified_since(server: tuple[FakeRest, str], key_file: str) -> None:

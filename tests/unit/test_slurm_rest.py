@@ -290,7 +290,7 @@ async def test_an_answers_body_is_not_kept_for_the_cyclic_gc(
     try:
         listing = await rest.jobs("root")
         assert listing is not None and len(listing["jobs"]) == 2000
-        kept = [o for o in gc.get_objects() if isinstance(o, httpx.Response)
+        kept = [o for o in gc.get_objects() if type(o) is httpx.Response
                 and len(getattr(o, "_content", b"")) >= size]
         assert kept == []
     finally:

@@ -367,7 +367,10 @@ def measure(args: argparse.Namespace, bed: dict[str, str], daemon: Daemon, outdi
     # -- about 100 --
     fill_small = run_fill(daemon, outdir, first_slurm, first - first_slurm, args.threads)
     time.sleep(poll)
-    t_small, l_small = interleaved({"tqueue": tq, "squeue": sq}, args.repeat, env, outdir)
+    # python -c pass in the same turns: the floor of any Python command beside squeue.
+    t_small, l_small = interleaved({"tqueue": tq, "squeue": sq,
+                                    "python": [str(BIN / "python"), "-c", "pass"]},
+                                   args.repeat, env, outdir)
 
     # -- N --
     accepted, handed = fill_small
@@ -404,7 +407,7 @@ def measure(args: argparse.Namespace, bed: dict[str, str], daemon: Daemon, outdi
                   t_big["tqueue"], t_big["squeue"]),
         timed_row("tbatch --wrap true | python -c pass", t_sub["tbatch"], t_sub["python"]),
         # The floor of any Python command beside squeue: tqueue cannot start faster.
-        timed_row("python -c pass | squeue, ~100 jobs", t_sub["python"], t_small["squeue"]),
+        timed_row("python -c pass | squeue, ~100 jobs", t_small["python"], t_small["squeue"]),
         timed_row("tbatch --wrap true | sbatch --wrap true", t_sub["tbatch"], t_sub["sbatch"]),
         Row(f"fill ~100, {args.threads} threads: POSTs accepted | sbatch one by one",
             "jobs/s", fill_small[0], sbatch_rate),

@@ -70,15 +70,23 @@ def malloc_trim() -> bool:
     return trim is not None and bool(trim(0))
 
 
-#: Set by :func:`trim_soon` while :func:`trim_forever` runs (the loop's own event).
-_soon: asyncio.Event | None = None
+#: The loop :func:`trim_forever` runs on and the event :func:`trim_soon` sets, while it
+#: runs (the last one started, should there be two).
+_soon: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
 
 def trim_soon() -> None:
-    """Ask the running :func:`trim_forever` for a trim now (nothing when none runs; on
-    the event loop's thread)."""
-    if _soon is not None:
-        _soon.set()
+    """Ask the running :func:`trim_forever` for a trim now; nothing when none runs, or
+    when called outside its loop (another loop, or a thread without one)."""
+    if _soon is None:
+        return
+    loop, event = _soon
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if running is loop:
+        event.set()
 
 
 async def trim_forever(interval: float = 60.0) -> None:
@@ -87,16 +95,20 @@ async def trim_forever(interval: float = 60.0) -> None:
     global _soon
     if _function("malloc_trim", [ctypes.c_size_t], ctypes.c_int) is None:
         return
-    _soon = soon = asyncio.Event()
+    soon = asyncio.Event()
+    _soon = mine = (asyncio.get_running_loop(), soon)
     try:
         while True:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that
+            # comes as the event is set.
             with contextlib.suppress(TimeoutError):  # the periodic trim
-                await asyncio.wait_for(soon.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await soon.wait()
             soon.clear()
             try:
                 await asyncio.to_thread(malloc_trim)
             except Exception:  # never let this stop the daemon
                 log.exception("malloc_trim failed")
     finally:
-        if _soon is soon:
+        if _soon is mine:
             _soon = None

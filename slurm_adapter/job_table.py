@@ -44,6 +44,10 @@ log = structlog.get_logger(__name__)
 #: after a restart) share readings instead of each running ``squeue`` or a listing:
 #: at most four job-table RPCs a second to slurmctld, whatever the callers.
 MIN_GAP = 0.25
+#: A whole listing of at least this many jobs asks for a heap trim once it is garbage
+#: (bridge/memtrim.py): megabytes, where a smaller one is not worth a trim's walk of
+#: the heap (changes_from_squeue = false reads one at every change).
+TRIM_AFTER_JOBS = 1000
 
 
 class JobTable:
@@ -160,8 +164,8 @@ class JobTable:
             self.owner_uids = owners
             self._converted = jobs
             self._listed_at = asked_at
-            if raw_jobs:
-                # The decoded listing (tens of MB at thousands of jobs) is garbage now.
+            if raw_jobs is not None and len(raw_jobs) >= TRIM_AFTER_JOBS:
+                # The decoded listing (megabytes: ~3 KB a job) is garbage now.
                 del raw_jobs
                 trim_soon()
 

@@ -47,7 +47,7 @@ from slurm_adapter.dialects import Dialect
 from slurm_adapter.errors import classify, error_messages
 from slurm_adapter.listing import decode_listing
 
-__all__ = ["JwtSigner", "ScontrolTokens", "SlurmRestClient", "TokenSource"]
+__all__ = ["JwtSigner", "ScontrolTokens", "SlurmRestClient", "TokenSource", "hs256_token"]
 
 log = structlog.get_logger(__name__)
 

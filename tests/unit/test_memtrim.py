@@ -81,14 +81,15 @@ async def test_the_trim_task_survives_a_failure_and_stops_when_cancelled(
 
 async def test_a_trim_asked_for_comes_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """trim_soon wakes the periodic task (which would otherwise wait an hour); two asks
-    while one trim runs give one more, not a pile; without the task it does nothing."""
+    before it runs give one trim, not a pile; without the task it does nothing."""
     memtrim.trim_soon()  # no task: nothing
+    loop = asyncio.get_running_loop()
     trimmed = asyncio.Event()
     calls: list[int] = []
 
-    def fake_trim() -> bool:
+    def fake_trim() -> bool:  # in the worker thread
         calls.append(1)
-        trimmed.set()
+        loop.call_soon_threadsafe(trimmed.set)
         return True
 
     monkeypatch.setattr(memtrim, "malloc_trim", fake_trim)
@@ -107,6 +108,9 @@ async def test_a_trim_asked_for_comes_at_once(monkeypatch: pytest.MonkeyPatch) -
         memtrim.trim_soon()
         await asyncio.wait_for(trimmed.wait(), 10)
         assert calls == [1, 1]
+        await asyncio.to_thread(memtrim.trim_soon)  # not from another thread: no loop there
+        await asyncio.sleep(0)
+        assert not memtrim._soon[1].is_set()  # type: ignore[index]
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -98,7 +98,12 @@ async def test_submit_acts_as_the_owner_with_a_signed_token(
     assert sent["json"] == {"script": "#!/bin/bash\ntrue\n", "job": {"name": "x"}}
 
 
-@given(claims=st.dictionaries(st.text(), st.text() | st.integers(), max_size=5),
+#: Claims PyJWT checks the type of when it encodes (a non-string "iss" is a TypeError).
+_REGISTERED = {"iss", "sub", "aud", "exp", "nbf", "iat", "jti"}
+
+
+@given(claims=st.dictionaries(st.text().filter(lambda k: k not in _REGISTERED),
+                              st.text() | st.integers(), max_size=5),
        key=st.binary(min_size=32, max_size=64))
 def test_the_daemons_tokens_are_pyjwts(claims: dict[str, Any], key: bytes) -> None:
     """The HS256 signing by hand gives PyJWT's token, byte for byte, and PyJWT reads it."""

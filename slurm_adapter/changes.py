@@ -5,10 +5,14 @@ Each poll runs ``squeue`` first, then reads: so every record read is at least as
 the text it is compared against next time, and a change that lands between the two is
 read again at the next poll rather than missed. A whole listing is taken instead when:
 
-* there is no text to compare with (the first poll, ``squeue`` missing or failing, or a
-  text :func:`~slurm_adapter.queue_diff.parse` cannot read unambiguously);
+* there is no text to compare with: the first poll, ``squeue`` missing, a text
+  :func:`~slurm_adapter.queue_diff.parse` cannot read unambiguously, or ``squeue``
+  failed or timed out (then for ``RETRY_AFTER`` seconds: it is not run meanwhile);
+* the text is distrusted: it left out a job slurmrestd still holds (this ``squeue``
+  does not see every job), for ``RETRY_AFTER`` seconds;
 * more than ``MAX_READS`` jobs changed at once (one listing costs less than that many
   reads);
+* a read of a changed job failed;
 * ``FULL_LISTING_EVERY`` seconds passed since the last one (what the text does not
   show, such as a job's name or output path changed with ``scontrol update``, is then
   seen within that time).

@@ -14,9 +14,10 @@ Contract:
   and the broker's message), ``TimeoutError`` after ``timeout`` seconds, or
   :class:`BackendUnavailable` when the broker cannot be reached at all.
 * :func:`run_flux_as` runs ``flux job submit`` / ``flux cancel`` as a job's owner (uid,
-  gid, groups), for a multi-user (system) instance: the command signs the jobspec as
-  that user (flux-security: munge or curve), so the instance's IMP runs the job as the
-  user. No shell: the jobspec goes to the command's stdin.
+  gid, groups; switched by ``setpriv`` in a vforked child, :mod:`bridge.runas`), for a
+  multi-user (system) instance: the command signs the jobspec as that user
+  (flux-security: munge or curve), so the instance's IMP runs the job as the user. No
+  shell: the jobspec goes to the command's stdin.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 
 from bridge.backend import BackendError, BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK
+from bridge.runas import Switch, find_switcher
 
 __all__ = [
     "CONNECTION_ERRNOS",
@@ -335,15 +337,18 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
     if shutil.which(program, path=env.get("PATH")) is None:
         raise BackendUnavailable(f"{program!r} not found on PATH {env.get('PATH')!r}")
     kwargs: dict[str, Any] = {}
+    full, switcher = list(argv), None
     if os.geteuid() == 0 and owner.uid != 0:
-        try:
-            groups = os.getgrouplist(owner.user, owner.gid)
-        except OSError:
-            groups = [owner.gid]
-        kwargs = {"user": owner.uid, "group": owner.gid, "extra_groups": groups}
+        switch = Switch.to(owner)
+        switcher = find_switcher(SAFE_PATH)
+        if switcher is not None:  # a vforked child switches (bridge.runas)
+            found = shutil.which(program, path=env.get("PATH")) or program
+            full = switcher.argv(switch, [found, *argv[1:]])
+        else:
+            kwargs = switch.popen_kwargs()
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, cwd="/", env=dict(env), umask=JOB_UMASK, **kwargs)
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {program}: {exc.strerror or exc}") from None
@@ -354,6 +359,9 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
         await proc.wait()
         raise BackendUnavailable(f"{' '.join(argv[:3])} did not finish in {time_limit:.0f}s"
                                  ) from None
+    failed = switcher.failed(proc.returncode, err) if switcher is not None else None
+    if failed is not None:
+        raise BackendUnavailable(f"cannot run {program} as {owner.user}: {failed}")
     return RunResult(returncode=proc.returncode if proc.returncode is not None else -1,
                      stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"))
 

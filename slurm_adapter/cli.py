@@ -6,9 +6,11 @@ Contract:
 * Commands run with :func:`asyncio.create_subprocess_exec` (never a shell), in
   ``/``, with a timeout; a command that overruns is killed and gives
   :class:`BackendUnavailable`.
-* ``sbatch`` and ``scancel`` run AS THE JOB'S OWNER (``user=``/``group=``/
-  ``extra_groups=`` from ``os.getgrouplist``). That needs root unless the owner is
-  the daemon's own user; otherwise :class:`BackendRejected`.
+* ``sbatch``, ``scancel`` and ``scontrol`` on a job run AS THE JOB'S OWNER (uid, gid
+  and the groups ``os.getgrouplist`` gives), switched by ``setpriv`` in a child made
+  with ``vfork`` (:mod:`bridge.runas`: CPython's ``user=`` would fork the daemon), or
+  by CPython where ``setpriv`` is missing. That needs root unless the owner is the
+  daemon's own user; otherwise :class:`BackendRejected`.
 * The job's environment is exactly the one given (the back end passes
   :func:`slurm_adapter.script.job_environment`), plus ``SLURM_CONF`` when the
   daemon has it, handed to ``sbatch --export=ALL --export-file=FD`` through an anonymous
@@ -51,6 +53,7 @@ import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK, untrusted_component
+from bridge.runas import Switch, find_switcher
 from slurm_adapter.errors import classify, is_transient_message
 from slurm_adapter.listing import decode_listing
 
@@ -110,7 +113,10 @@ class SlurmCli:
         self.slurm_conf = slurm_conf if slurm_conf is not None else host_conf
         host_path = os.pathsep.join(p for p in (os.environ.get("PATH"), SAFE_PATH) if p)
         self.path = path or (SAFE_PATH if root else host_path)
-        self._setpriv = shutil.which("setpriv", path=host_path) if pdeathsig else None
+        #: setpriv (and env): the switch to a job's owner in a vforked child
+        #: (bridge.runas) and, with ``pdeathsig``, the child's parent-death signal.
+        self._switcher = find_switcher(host_path)
+        self._pdeathsig = pdeathsig
         self._chroot = shutil.which("chroot", path=host_path) if root else None
 
     def _lookup_path(self) -> str:
@@ -140,18 +146,14 @@ class SlurmCli:
         return env
 
     @staticmethod
-    def _as_owner(owner: Owner | None) -> dict[str, Any]:
-        """subprocess keyword arguments that switch to ``owner`` (empty: stay)."""
+    def _as_owner(owner: Owner | None) -> Switch | None:
+        """The switch to ``owner`` (None: stay the daemon's user)."""
         if owner is None or owner.uid == os.geteuid():
-            return {}
+            return None
         if os.geteuid() != 0:
             raise BackendRejected("the daemon must run as root to submit for other users "
                                   f"(job owner {owner.user!r}, uid {owner.uid})")
-        try:
-            groups = os.getgrouplist(owner.user, owner.gid)
-        except OSError:
-            groups = [owner.gid]
-        return {"user": owner.uid, "group": owner.gid, "extra_groups": groups}
+        return Switch.to(owner)
 
     async def run(self, argv: Sequence[str], *, owner: Owner | None = None,
                   stdin: bytes | None = None, pass_fds: Sequence[int] = ()) -> Completed:
@@ -164,14 +166,18 @@ class SlurmCli:
                 raise BackendUnavailable("chroot not found: cannot use client_root")
             inside = program.removeprefix(self.root.rstrip("/"))
             userspec = []
-            if switch:
-                groups = ",".join(str(g) for g in switch["extra_groups"])
-                userspec = [f"--userspec={switch['user']}:{switch['group']}",
-                            f"--groups={groups}"]
-                switch = {}
+            if switch is not None:
+                userspec = [f"--userspec={switch.uid}:{switch.gid}",
+                            f"--groups={','.join(str(g) for g in switch.groups)}"]
+                switch = None
             full = [self._chroot, *userspec, self.root, inside, *argv[1:]]
-        if self._setpriv:
-            full = [self._setpriv, "--pdeathsig", "KILL", "--", *full]
+        # setpriv switches in a vforked child; CPython's own switch forks the daemon.
+        switcher = self._switcher
+        if switcher is not None and (switch is not None or self._pdeathsig):
+            full = switcher.argv(switch, full, pdeathsig=self._pdeathsig)
+            switch = None
+        else:
+            switcher = None
         limit = self.timeout
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -183,7 +189,7 @@ class SlurmCli:
                 cwd="/",
                 pass_fds=tuple(pass_fds),
                 umask=JOB_UMASK,  # sbatch hands it on to the job (SLURM_UMASK)
-                **switch,
+                **(switch.popen_kwargs() if switch is not None else {}),
             )
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
@@ -196,6 +202,9 @@ class SlurmCli:
             await self._kill(proc)
             raise
         assert proc.returncode is not None
+        failed = switcher.failed(proc.returncode, err) if switcher is not None else None
+        if failed is not None:
+            raise BackendUnavailable(f"cannot run {argv[0]}: {failed}")
         return Completed(tuple(argv), proc.returncode, out, err)
 
     @staticmethod

@@ -5,11 +5,14 @@ run as a job's owner (a stand-in ``flux`` program)."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
 import pwd
+import shutil
 import sys
+import tempfile
 import threading
 import types
 from collections.abc import Iterator
@@ -22,6 +25,7 @@ from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from flux_adapter import client
 from flux_adapter.client import (
     LIST_ATTRS,
+    SAFE_PATH,
     PythonFlux,
     classify,
     import_flux,
@@ -29,6 +33,7 @@ from flux_adapter.client import (
     owner_command_env,
     run_flux_as,
 )
+from tests.requirements import require
 
 
 def me() -> Owner:
@@ -350,6 +355,42 @@ async def test_run_flux_as_refusals(fake_flux_command: Path) -> None:
         with pytest.raises(BackendRejected, match="needs root"):
             await run_flux_as(Owner(uid=os.geteuid() + 1, gid=0, user="other"),
                               [str(fake_flux_command)], env=env)
+
+
+async def test_run_flux_as_another_user_when_root(tmp_path: Path) -> None:
+    """As root, the command runs as the owner (uid, gid, their groups), switched by
+    setpriv in a child CPython makes with vfork (no user= given to it)."""
+    require(os.geteuid() == 0, "needs root")
+    require(shutil.which("setpriv", path=SAFE_PATH) is not None, "util-linux setpriv is "
+            "not installed")
+    alice = pwd.getpwnam("alice")
+    owner = Owner(uid=alice.pw_uid, gid=alice.pw_gid, user="alice")
+    folder = Path(tempfile.mkdtemp(prefix="hpcb-flux-as-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        flux = folder / "flux"
+        flux.write_text("#!/bin/sh\ncat >/dev/null; id -u; id -G\n")
+        flux.chmod(0o755)
+        made: list[dict[str, Any]] = []
+        spawn = asyncio.create_subprocess_exec
+
+        async def recorded(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
+            made.append({"argv": argv, **kwargs})
+            return await spawn(*argv, **kwargs)
+
+        env = owner_command_env(owner, None, str(flux))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(asyncio, "create_subprocess_exec", recorded)
+            done = await run_flux_as(owner, [str(flux), "job", "submit"], env=env)
+        uid, groups = done.stdout.splitlines()
+        assert int(uid) == alice.pw_uid
+        assert set(map(int, groups.split())) == set(os.getgrouplist("alice", alice.pw_gid))
+        assert "user" not in made[0] and made[0]["argv"][0].endswith("/setpriv")
+        flux.chmod(0o700)  # alice may not execute it: it does not start
+        with pytest.raises(BackendUnavailable, match=r"cannot run .* as alice"):
+            await run_flux_as(owner, [str(flux)], env=env)
+    finally:
+        shutil.rmtree(folder)
 
 
 async def test_run_flux_as_times_out(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ record how they were called: argv, environment, stdin, the --export-file fd.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pwd
@@ -15,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -201,7 +203,11 @@ async def test_other_owners_need_root(bindir: Path, monkeypatch: pytest.MonkeyPa
         await SlurmCli(path=str(bindir)).submit("S", [], {}, Owner(1001, 1001, "alice"))
 
 
-async def test_runs_as_the_owner_when_root(bindir: Path) -> None:
+@pytest.mark.parametrize("switch_by", ["setpriv", "cpython"])
+async def test_runs_as_the_owner_when_root(bindir: Path, monkeypatch: pytest.MonkeyPatch,
+                                           switch_by: str) -> None:
+    """setpriv switches in a child made without user=/group= (CPython makes it with
+    vfork, not a fork of the daemon); without setpriv CPython switches itself."""
     require(os.geteuid() == 0, "needs root")
     users = {p.pw_name: p for p in pwd.getpwall()}
     require("alice" in users, "no user alice on this machine (testbed/install.sh)")
@@ -211,10 +217,50 @@ async def test_runs_as_the_owner_when_root(bindir: Path) -> None:
     fake_sh(bindir, "sbatch", f'cat >/dev/null; id -u > {out}; id -G >> {out}; echo 5\n')
     (bindir / "sbatch").chmod(0o755 | stat.S_IXOTH)
     owner = Owner(alice.pw_uid, alice.pw_gid, "alice")
-    assert await SlurmCli(path=str(bindir)).submit("S", [], {}, owner) == "5"
+    made: list[dict[str, object]] = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def recorded(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
+        made.append({"argv": argv, **kwargs})
+        return await spawn(*argv, **kwargs)
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", recorded)
+    cli = SlurmCli(path=str(bindir))
+    if switch_by == "cpython":
+        cli._switcher = None
+    assert await cli.submit("S", [], {}, owner) == "5"
     uid, groups = out.read_text().splitlines()
     assert int(uid) == alice.pw_uid
     assert set(map(int, groups.split())) == set(os.getgrouplist("alice", alice.pw_gid))
+    if switch_by == "setpriv":
+        assert "user" not in made[-1] and "extra_groups" not in made[-1]
+        assert str(made[-1]["argv"][0]).endswith("/setpriv")  # type: ignore[index]
+    else:
+        assert made[-1]["user"] == alice.pw_uid
+
+
+async def test_the_owners_command_dies_with_the_daemon(bindir: Path) -> None:
+    require(os.geteuid() == 0, "needs root")
+    require(shutil.which("setpriv") is not None, "util-linux setpriv is not installed")
+    alice = pwd.getpwnam("alice")
+    bindir.chmod(0o1777)
+    record = fake(bindir, "sbatch", stdout="1\n")
+    await SlurmCli(path=f"{bindir}:/usr/bin:/bin").submit(
+        "S", [], {}, Owner(alice.pw_uid, alice.pw_gid, "alice"))
+    seen = json.loads(record.read_text())
+    assert (seen["uid"], seen["pdeathsig"]) == (alice.pw_uid, 9)
+
+
+async def test_a_command_the_owner_may_not_run_is_unavailable(bindir: Path) -> None:
+    """As with CPython's switch (an OSError), the command did not start: the back end is
+    unavailable, the job not rejected."""
+    require(os.geteuid() == 0, "needs root")
+    alice = pwd.getpwnam("alice")
+    fake_sh(bindir, "sbatch", "echo 1\n")
+    (bindir / "sbatch").chmod(0o700)
+    with pytest.raises(BackendUnavailable, match=r"cannot run sbatch: .*Permission denied"):
+        await SlurmCli(path=str(bindir)).submit(
+            "S", [], {}, Owner(alice.pw_uid, alice.pw_gid, "alice"))
 
 
 async def test_hold_requeues_a_running_job_and_holds_a_pending_one(bindir: Path) -> None:

@@ -66,16 +66,15 @@ async def main() -> int:
     parser.add_argument("--runs", type=int, default=200, help="commands each way")
     args = parser.parse_args()
     switcher = find_switcher(PATH)
-    if os.geteuid() != 0 or switcher is None:
-        print("needs root and util-linux setpriv", file=sys.stderr)
+    if os.geteuid() != 0 or switcher.setpriv is None:
+        print("needs root and a working util-linux setpriv", file=sys.stderr)
         return 2
     entry = pwd.getpwnam("alice")
     switch = Switch.to(Owner(entry.pw_uid, entry.pw_gid, "alice"))
     kept = grow(args.rss)
     rss = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     ways = {"CPython's switch (user=, fork)": (["/bin/true"], switch.popen_kwargs()),
-            "setpriv's switch (vfork, bridge.runas)": (switcher.argv(switch, ["/bin/true"]),
-                                                      {})}
+            "setpriv's switch (vfork, bridge.runas)": switcher.spawn(switch, ["/bin/true"])}
     stall: dict[str, list[float]] = {k: [] for k in ways}
     whole: dict[str, list[float]] = {k: [] for k in ways}
     for _ in range(args.runs):

@@ -4,49 +4,68 @@ Given ``user=``/``group=``/``extra_groups=``, CPython's subprocess makes the chi
 ``fork``: the child copies the daemon's page tables before it can switch and exec, and
 asyncio makes it in the event loop's thread. So every command a root daemon ran as a
 job's owner (``sbatch``, ``scancel``, ``scontrol``, ``flux``) stopped the event loop
-for 4 to 8 ms at 120 MB of RSS, more as the daemon grows (``bench/spawn.py``). Without
-those arguments CPython makes the child with ``vfork`` (0.1 to 0.2 ms), so the switch
-is left to programs that child runs: util-linux ``setpriv``, then ``env``.
+for 5.8 ms (p95 7.1) at 90 MB of RSS and 14.9 ms at 300 MB (``bench/spawn.py``).
+Without those arguments CPython makes the child with ``vfork`` (0.5 to 0.6 ms), so the
+switch is left to programs that child runs: util-linux ``setpriv``, then ``env``.
 
-Why ``env`` between them: ``setpriv`` keeps its capabilities across the uid change
-(it needs them to set the groups) until its own ``exec``, so a command it ran directly
-would be executed with root's ``CAP_DAC_OVERRIDE``: a program the owner may not
-execute (``chmod 750``, a directory they may not search) would run anyway. ``env``,
-executed by ``setpriv`` and left without any capability, executes the command as the
-owner alone, as CPython's switch does (``EACCES`` otherwise).
+* ``setpriv --reuid=+U --regid=+G --groups=+G1,+G2``: setpriv reads an id as a user
+  or group *name* first (an LDAP group named ``1001`` would be taken for gid 1001);
+  ``+1001`` is no name the system's databases give (glibc's files skip ``+`` lines;
+  ``useradd``/``groupadd`` and Active Directory refuse the character), and setpriv then
+  reads it as the number. ``--inh-caps=-all`` empties the inheritable set, and so the
+  ambient one.
+* ``env``: setpriv keeps root's capabilities until its own ``exec`` (it needs them to
+  set the groups), so a command it executed directly would be executed with
+  ``CAP_DAC_OVERRIDE``: a program the owner may not execute (``chmod 750``, a
+  directory they may not search) would run. ``env`` is executed by setpriv and left
+  with no capability; it executes the command as the owner alone. A program whose
+  path holds ``=`` (which ``env`` would read as a variable) is switched by CPython.
+* ``--pdeathsig KILL``: set after the switch (a change of uid clears it) and kept
+  across both ``exec``s.
 
 Contract:
 
 * :meth:`Switch.to` says whom to become: the owner's uid and gid, and the groups
   ``os.getgrouplist`` gives the owner (the owner's gid alone when the lookup fails).
-* :meth:`Switcher.argv` runs a command as a switch says: real, effective and saved uid
-  and gid the owner's, exactly those supplementary groups, no capability (inheritable
-  and so ambient emptied; permitted and effective lost at ``exec``), with
-  ``PR_SET_PDEATHSIG`` = SIGKILL when asked (set after the switch, so it holds). A unit
-  test compares ``/proc/self/status`` with CPython's switch. The command keeps the
-  pid of the child that was made.
-* :meth:`Switcher.failed` tells the switch's own failure (refused, or the command not
-  executable by the owner: status 126 or 127 and ``setpriv``'s or ``env``'s message)
+* :meth:`Switcher.spawn` gives the argv and the subprocess keyword arguments that run a
+  command as a switch says (None: as the daemon), with SIGKILL as its parent-death
+  signal when asked: through setpriv when it works (probed once per path), else
+  CPython's own switch. Either way the command runs with real, effective and saved uid
+  and gid the owner's, exactly those groups, no inheritable, ambient, permitted or
+  effective capability (a unit test compares ``/proc/self/status`` with CPython's
+  switch; the bounding set stays the daemon's, as with CPython's), and keeps the pid
+  of the child that was made. A relative program is taken from ``/``, the child's
+  working directory.
+* :meth:`Switcher.failed` tells the switch's own failure (setpriv or env refused, or
+  the command not executable by the owner: status 1, 126 or 127 with their message)
   from the command's: callers report it as the command not starting, as they reported
   CPython's ``OSError``.
-* :meth:`Switch.popen_kwargs` is CPython's own switch, for a host without ``setpriv``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
 
 from bridge.backend import Owner
 
 __all__ = ["Switch", "Switcher", "find_switcher"]
 
-#: Exit statuses of a program that could not be executed (util-linux and coreutils;
-#: 127 is also setpriv's for a refused switch).
-_EXEC_FAILED = (126, 127)
+log = structlog.get_logger(__name__)
+
+#: Exit statuses of setpriv and env that failed themselves: setpriv's usage errors (1),
+#: a program that could not be executed (126, 127; 127 also setpriv's refused switch).
+_OWN_FAILURE = (1, 126, 127)
+#: Seconds a probe of setpriv may take.
+_PROBE_TIMEOUT = 5.0
+_PROBE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,16 @@ class Switch:
             groups = (owner.gid,)
         return cls(owner.uid, owner.gid, groups or (owner.gid,))
 
+    def setpriv_options(self) -> list[str]:
+        """setpriv's options for this switch (``+``: read as numbers, see above)."""
+        return [f"--reuid=+{self.uid}", f"--regid=+{self.gid}",
+                "--groups=" + ",".join(f"+{g}" for g in self.groups), "--inh-caps=-all"]
+
+    def chroot_options(self) -> list[str]:
+        """coreutils chroot's options for this switch (``+``: numbers, never names)."""
+        return [f"--userspec=+{self.uid}:+{self.gid}",
+                "--groups=" + ",".join(f"+{g}" for g in self.groups)]
+
     def popen_kwargs(self) -> dict[str, Any]:
         """subprocess keyword arguments for this switch (CPython then forks)."""
         return {"user": self.uid, "group": self.gid, "extra_groups": list(self.groups)}
@@ -73,35 +102,68 @@ class Switch:
 
 @dataclass(frozen=True)
 class Switcher:
-    """``setpriv`` and ``env``, found on the host."""
+    """The host's ``setpriv`` and ``env`` (None: setpriv does not work here; CPython
+    switches, and no parent-death signal is set)."""
 
-    setpriv: str
-    env: str
+    setpriv: str | None
+    env: str | None
 
-    def argv(self, switch: Switch | None, command: Sequence[str], *,
-             pdeathsig: bool = False) -> list[str]:
-        """``command`` (its program an absolute path) run as ``switch`` says (None: as
-        the daemon), with SIGKILL as its parent-death signal if ``pdeathsig``."""
+    def spawn(self, switch: Switch | None, command: Sequence[str], *,
+              pdeathsig: bool = False) -> tuple[list[str], dict[str, Any]]:
+        """The argv and subprocess keyword arguments that run ``command`` as ``switch``
+        says (None: as the daemon)."""
+        program = os.path.join("/", command[0])
         options = ["--pdeathsig", "KILL"] if pdeathsig else []
+        if self.setpriv is None:
+            return [program, *command[1:]], switch.popen_kwargs() if switch else {}
         if switch is None:
-            return [self.setpriv, *options, "--", *command]
-        groups = ",".join(str(g) for g in switch.groups)
-        return [self.setpriv, f"--reuid={switch.uid}", f"--regid={switch.gid}",
-                f"--groups={groups}", "--inh-caps=-all", *options, "--",
-                self.env, "--", *command]
+            argv = [self.setpriv, *options, "--", program, *command[1:]]
+            return (argv, {}) if options else ([program, *command[1:]], {})
+        if self.env is None or "=" in program:
+            # CPython switches in the child; setpriv, run as the owner, sets the signal.
+            argv = [self.setpriv, *options, "--", program, *command[1:]]
+            return (argv if options else [program, *command[1:]]), switch.popen_kwargs()
+        return [self.setpriv, *switch.setpriv_options(), *options, "--", self.env, "--",
+                program, *command[1:]], {}
 
     def failed(self, returncode: int | None, stderr: bytes) -> str | None:
         """The switch's message when the command did not start (None: it did)."""
-        if returncode not in _EXEC_FAILED:
+        if returncode not in _OWN_FAILURE:
             return None
-        if not stderr.startswith((b"setpriv: ", self.env.encode() + b": ")):
-            return None
-        return stderr.decode(errors="replace").strip().splitlines()[0]
+        line = stderr.decode(errors="replace").strip().partition("\n")[0]
+        names = [p for p in (self.setpriv, self.env) if p is not None]
+        prefixes = tuple(f"{n}: " for p in names for n in (p, os.path.basename(p)))
+        return line if prefixes and line.startswith(prefixes) else None
 
 
-def find_switcher(path: str | None) -> Switcher | None:
-    """``setpriv`` and ``env`` on ``path`` (None: either is missing)."""
+def _works(argv: list[str]) -> str | None:
+    """None when ``argv`` ran and exited 0, else why not."""
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT, cwd="/",
+                              env={"PATH": _PROBE_PATH}, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if done.returncode != 0:
+        return done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+    return None
+
+
+@functools.cache
+def find_switcher(path: str | None) -> Switcher:
+    """setpriv and env on ``path``, setpriv kept only if a probe shows it does here what
+    :meth:`Switcher.spawn` asks of it (as root: a switch to root itself; a warning
+    otherwise). Once per ``path``."""
     setpriv, env = shutil.which("setpriv", path=path), shutil.which("env", path=path)
-    if setpriv is None or env is None:
-        return None
+    true = shutil.which("true", path=path) or "/bin/true"
+    if setpriv is not None:
+        probe = [setpriv, "--pdeathsig", "KILL", "--", true]
+        if os.geteuid() == 0 and env is not None:
+            me = Switch(0, os.getegid(), (os.getegid(),))
+            probe = [setpriv, *me.setpriv_options(), "--pdeathsig", "KILL", "--", env, "--",
+                     true]
+        why = _works(probe)
+        if why is not None:
+            log.warning("setpriv does not work here: commands run as a job's owner fork the "
+                        "daemon, and are not killed with it", setpriv=setpriv, error=why)
+            setpriv = None
     return Switcher(setpriv, env)

@@ -14,7 +14,7 @@ Contract:
   and the broker's message), ``TimeoutError`` after ``timeout`` seconds, or
   :class:`BackendUnavailable` when the broker cannot be reached at all.
 * :func:`run_flux_as` runs ``flux job submit`` / ``flux cancel`` as a job's owner (uid,
-  gid, groups; switched by ``setpriv`` in a vforked child, :mod:`bridge.runas`), for a
+  gid, groups; switched by ``chroot`` in a vforked child, :mod:`bridge.runas`), for a
   multi-user (system) instance: the command signs the jobspec as that user
   (flux-security: munge or curve), so the instance's IMP runs the job as the user. No
   shell: the jobspec goes to the command's stdin.
@@ -339,13 +339,10 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
     kwargs: dict[str, Any] = {}
     full, switcher = list(argv), None
     if os.geteuid() == 0 and owner.uid != 0:
-        switch = Switch.to(owner)
+        # chroot switches in a vforked child; CPython's own switch forks the daemon.
         switcher = find_switcher(SAFE_PATH)
-        if switcher is not None:  # a vforked child switches (bridge.runas)
-            found = shutil.which(program, path=env.get("PATH")) or program
-            full = switcher.argv(switch, [found, *argv[1:]])
-        else:
-            kwargs = switch.popen_kwargs()
+        found = shutil.which(program, path=env.get("PATH")) or program
+        full, kwargs = switcher.spawn(Switch.to(owner), [found, *argv[1:]])
     try:
         proc = await asyncio.create_subprocess_exec(
             *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

@@ -7,10 +7,10 @@ Contract:
   ``/``, with a timeout; a command that overruns is killed and gives
   :class:`BackendUnavailable`.
 * ``sbatch``, ``scancel`` and ``scontrol`` on a job run AS THE JOB'S OWNER (uid, gid
-  and the groups ``os.getgrouplist`` gives), switched by ``setpriv`` in a child made
-  with ``vfork`` (:mod:`bridge.runas`: CPython's ``user=`` would fork the daemon), or
-  by CPython where ``setpriv`` is missing. That needs root unless the owner is the
-  daemon's own user; otherwise :class:`BackendRejected`.
+  and the groups ``os.getgrouplist`` gives), switched by ``chroot --userspec`` in a
+  child made with ``vfork`` (:mod:`bridge.runas`: CPython's ``user=`` would fork the
+  daemon), or by CPython where that ``chroot`` does not work. That needs root unless
+  the owner is the daemon's own user; otherwise :class:`BackendRejected`.
 * The job's environment is exactly the one given (the back end passes
   :func:`slurm_adapter.script.job_environment`), plus ``SLURM_CONF`` when the
   daemon has it, handed to ``sbatch --export=ALL --export-file=FD`` through an anonymous
@@ -20,18 +20,21 @@ Contract:
   ``--export-file`` the job gets exactly the file's variables (plus Slurm's own),
   not sbatch's environment.
 * sbatch's own environment is ``PATH`` and ``SLURM_CONF`` only.
-* With ``root`` (a directory), every command runs as ``chroot [--userspec=U:G
-  --groups=…] ROOT CMD``: the cluster's own client programs, ``slurm.conf`` and
-  munge socket live there (another Slurm release, another munge key). The switch
-  to the owner is then chroot's, made as root. The program (and ``ROOT``) must be
+* With ``root`` (a directory), every command runs as ``chroot [--userspec=+U:+G
+  --groups=+G,…] ROOT CMD`` (``+``: ids, never looked up as names): the cluster's
+  own client programs, ``slurm.conf`` and munge socket live there (another Slurm
+  release, another munge key). The switch to the owner is then chroot's, made as
+  root. The program (and ``ROOT``) must be
   root's and writable by root only (:func:`bridge.filemodes.untrusted_component`):
   otherwise :class:`BackendUnavailable` naming the file, and nothing runs.
 * Every child gets ``PR_SET_PDEATHSIG`` = SIGKILL through util-linux ``setpriv
-  --pdeathsig KILL`` (when ``setpriv`` exists): if the daemon dies mid-call, no
+  --pdeathsig KILL`` (when ``setpriv`` works): if the daemon dies mid-call, no
   ``sbatch`` lingers, and no ``preexec_fn`` runs Python in the forked child (not
   safe with threads). The flag survives the uid switch because ``setpriv`` sets
-  it after the switch and ``sbatch`` is not set-uid. A submission cut short this
-  way is found again by its comment (the idempotency key).
+  it after the switch and ``sbatch`` is not set-uid. Not so with ``root``: there
+  ``setpriv`` runs before ``chroot``, whose switch to the owner clears it (as root,
+  no switch, it holds). A submission cut short this way is found again by its
+  comment (the idempotency key).
 * Error text: "Unable to contact slurm controller", "Socket timed out" …
   -> :class:`BackendUnavailable`; other sbatch failures -> :class:`BackendRejected`
   with sbatch's own message. ``squeue --json`` and ``sinfo --json`` exit 0 even
@@ -113,7 +116,7 @@ class SlurmCli:
         self.slurm_conf = slurm_conf if slurm_conf is not None else host_conf
         host_path = os.pathsep.join(p for p in (os.environ.get("PATH"), SAFE_PATH) if p)
         self.path = path or (SAFE_PATH if root else host_path)
-        #: setpriv (and env): the switch to a job's owner in a vforked child
+        #: chroot and setpriv: the switch to a job's owner in a vforked child
         #: (bridge.runas) and, with ``pdeathsig``, the child's parent-death signal.
         self._switcher = find_switcher(host_path)
         self._pdeathsig = pdeathsig
@@ -165,19 +168,11 @@ class SlurmCli:
             if self._chroot is None:
                 raise BackendUnavailable("chroot not found: cannot use client_root")
             inside = program.removeprefix(self.root.rstrip("/"))
-            userspec = []
-            if switch is not None:
-                userspec = [f"--userspec={switch.uid}:{switch.gid}",
-                            f"--groups={','.join(str(g) for g in switch.groups)}"]
-                switch = None
+            userspec = switch.chroot_options() if switch is not None else []
             full = [self._chroot, *userspec, self.root, inside, *argv[1:]]
-        # setpriv switches in a vforked child; CPython's own switch forks the daemon.
-        switcher = self._switcher
-        if switcher is not None and (switch is not None or self._pdeathsig):
-            full = switcher.argv(switch, full, pdeathsig=self._pdeathsig)
             switch = None
-        else:
-            switcher = None
+        # chroot switches in a vforked child; CPython's own switch forks the daemon.
+        full, switching = self._switcher.spawn(switch, full, pdeathsig=self._pdeathsig)
         limit = self.timeout
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -189,7 +184,7 @@ class SlurmCli:
                 cwd="/",
                 pass_fds=tuple(pass_fds),
                 umask=JOB_UMASK,  # sbatch hands it on to the job (SLURM_UMASK)
-                **(switch.popen_kwargs() if switch is not None else {}),
+                **switching,
             )
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
@@ -202,7 +197,7 @@ class SlurmCli:
             await self._kill(proc)
             raise
         assert proc.returncode is not None
-        failed = switcher.failed(proc.returncode, err) if switcher is not None else None
+        failed = self._switcher.failed(proc.returncode, err)
         if failed is not None:
             raise BackendUnavailable(f"cannot run {argv[0]}: {failed}")
         return Completed(tuple(argv), proc.returncode, out, err)

@@ -359,10 +359,12 @@ async def test_run_flux_as_refusals(fake_flux_command: Path) -> None:
 
 async def test_run_flux_as_another_user_when_root(tmp_path: Path) -> None:
     """As root, the command runs as the owner (uid, gid, their groups), switched by
-    setpriv in a child CPython makes with vfork (no user= given to it)."""
+    setpriv in a child CPython makes with vfork (no user= given to it); a program the
+    owner may not execute does not start."""
     require(os.geteuid() == 0, "needs root")
     require(shutil.which("setpriv", path=SAFE_PATH) is not None, "util-linux setpriv is "
             "not installed")
+    require("alice" in {p.pw_name for p in pwd.getpwall()}, "no user alice (testbed)")
     alice = pwd.getpwnam("alice")
     owner = Owner(uid=alice.pw_uid, gid=alice.pw_gid, user="alice")
     folder = Path(tempfile.mkdtemp(prefix="hpcb-flux-as-", dir="/tmp"))

@@ -1,4 +1,5 @@
-"""bridge.runas: setpriv's switch to a job's owner leaves the child as CPython's does.
+"""bridge.runas: the switch to a job's owner in a vforked child leaves the command as
+CPython's own switch does.
 
 Real processes, as root (the daemon's case); alice comes from testbed/install.sh.
 """
@@ -10,6 +11,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,11 @@ from bridge.runas import Switch, Switcher, find_switcher
 from tests.requirements import require
 
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+REPO = Path(__file__).resolve().parents[2]
 #: /proc/self/status lines that say who a process is and what it may do.
 IDENTITY = ("Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:",
             "CapAmb:", "NoNewPrivs:")
+STATUS = ["/bin/cat", "/proc/self/status"]
 
 
 def alice() -> Owner:
@@ -36,8 +40,8 @@ def alice() -> Owner:
 
 def switcher() -> Switcher:
     found = find_switcher(SAFE_PATH)
-    require(found is not None, "util-linux setpriv is not installed")
-    assert found is not None
+    require(found.setpriv is not None and found.env is not None,
+            "util-linux setpriv (or env) is missing or does not work here")
     return found
 
 
@@ -48,14 +52,27 @@ def identity(argv: list[str], **kwargs: object) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(IDENTITY)]
 
 
-STATUS = ["/bin/cat", "/proc/self/status"]
+def spawned(switch: Switch | None, command: list[str], *, pdeathsig: bool = False
+            ) -> list[str]:
+    argv, kwargs = switcher().spawn(switch, command, pdeathsig=pdeathsig)
+    assert kwargs == {}  # the child is made without user=/group=: vfork, not fork
+    return argv
 
 
-def test_setprivs_switch_leaves_what_cpythons_leaves() -> None:
+@pytest.fixture
+def public_dir() -> Iterator[Path]:
+    """A directory every user may search (pytest's own tmp_path is root's 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="hpcb-runas-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_the_switch_leaves_what_cpythons_leaves() -> None:
     owner = alice()
     switch = Switch.to(owner)
     assert switch.groups == tuple(os.getgrouplist("alice", owner.gid))
-    by_setpriv = identity(switcher().argv(switch, STATUS))
+    by_setpriv = identity(spawned(switch, STATUS, pdeathsig=True))
     by_cpython = identity(STATUS, **switch.popen_kwargs())
     assert by_setpriv == by_cpython
     uid_line = next(line for line in by_setpriv if line.startswith("Uid:"))
@@ -63,14 +80,93 @@ def test_setprivs_switch_leaves_what_cpythons_leaves() -> None:
     caps = {line.split()[0]: int(line.split()[1], 16) for line in by_setpriv
             if line.startswith("Cap") and not line.startswith("CapBnd")}
     assert caps == {"CapInh:": 0, "CapPrm:": 0, "CapEff:": 0, "CapAmb:": 0}
+    groups = next(line for line in by_setpriv if line.startswith("Groups:")).split()[1:]
+    assert sorted(map(int, groups)) == sorted(set(switch.groups))  # none of root's
 
 
-def test_only_the_groups_the_system_gives() -> None:
-    """Root's own groups are not kept: exactly getgrouplist's, as CPython's switch."""
+def test_ids_are_never_read_as_names(public_dir: Path) -> None:
+    """A group (or user) whose *name* is the owner's gid (uid) number, as LDAP sites
+    have: ``setpriv --regid=1001`` would take that group's gid, ``+1001`` is read as
+    the number. /etc/group and /etc/passwd are bind-mounted copies with those entries
+    (and entries named ``+1001``), in a mount namespace of the test's own."""
     owner = alice()
-    lines = identity(switcher().argv(Switch.to(owner), STATUS))
-    groups = next(line for line in lines if line.startswith("Groups:")).split()[1:]
-    assert sorted(map(int, groups)) == sorted(set(os.getgrouplist("alice", owner.gid)))
+    require(shutil.which("unshare") is not None, "util-linux unshare is missing")
+    group, passwd = public_dir / "group", public_dir / "passwd"
+    group.write_text(Path("/etc/group").read_text() +
+                     f"{owner.gid}:x:2999:\n+{owner.gid}:x:2997:\n")
+    passwd.write_text(Path("/etc/passwd").read_text() +
+                      f"{owner.uid}:x:2998:2999::/nonexistent:/usr/sbin/nologin\n"
+                      f"+{owner.uid}:x:2996:2997::/nonexistent:/usr/sbin/nologin\n")
+    switch = Switch.to(owner)
+    inside = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+              f'mount --bind {group} /etc/group && mount --bind {passwd} /etc/passwd && '
+              f'grep -c "^{owner.gid}:x:2999:" /etc/group && exec "$@"', "sh"]
+    trapped = [*inside, "/usr/bin/setpriv", f"--reuid={owner.uid}", f"--regid={owner.gid}",
+               f"--groups={owner.gid}", "--", *STATUS]
+    plain = subprocess.run(trapped, capture_output=True, text=True, check=True).stdout
+    assert "Gid:\t2999" in plain  # the namespace does hold the trap
+    lines = identity([*inside, *spawned(switch, STATUS)])
+    assert next(x for x in lines if x.startswith("Uid:")).split()[1:] == [str(owner.uid)] * 4
+    assert next(x for x in lines if x.startswith("Gid:")).split()[1:] == [str(owner.gid)] * 4
+    groups = next(x for x in lines if x.startswith("Groups:")).split()[1:]
+    assert sorted(map(int, groups)) == sorted(set(switch.groups))
+
+
+def test_a_program_the_owner_may_not_execute_does_not_start(public_dir: Path) -> None:
+    """The command is executed with the owner's rights alone: a mode that forbids the
+    owner to execute it holds, as with CPython's switch; the switch's own failure is
+    told from the command's."""
+    owner = alice()
+    locked = public_dir / "locked"
+    locked.write_text("#!/bin/sh\nexit 0\n")
+    locked.chmod(0o700)  # root's: alice may not run it
+    runs = switcher()
+    done = subprocess.run(spawned(Switch.to(owner), [str(locked)]), capture_output=True,
+                          check=False, cwd="/")
+    assert done.returncode == 126
+    message = runs.failed(done.returncode, done.stderr)
+    assert message is not None and str(locked) in message and "Permission denied" in message
+    with pytest.raises(PermissionError):
+        subprocess.run([str(locked)], check=False, cwd="/", **Switch.to(owner).popen_kwargs())
+    missing = subprocess.run(spawned(Switch.to(owner), ["/nonexistent-hpcb/gone"],
+                                     pdeathsig=True), capture_output=True, check=False)
+    assert missing.returncode == 127
+    assert runs.failed(missing.returncode, missing.stderr) is not None
+    # The command's own failure, even with the same status, is the command's.
+    assert runs.failed(127, b"sh: 1: nope: not found\n") is None
+    assert runs.failed(2, b"setpriv: something\n") is None
+    assert runs.failed(0, b"") is None
+    # Messages name the program as it was run, or by its base name (other builds).
+    assert runs.failed(126, b"env: 'x': Permission denied\n") == "env: 'x': Permission denied"
+    assert runs.failed(1, f"{runs.setpriv}: unrecognized option\n".encode()) is not None
+
+
+def test_parent_death_signal_survives_the_switch() -> None:
+    owner = alice()
+    script = ("import ctypes; s = ctypes.c_int(0); "
+              "ctypes.CDLL(None).prctl(2, ctypes.byref(s)); print(s.value)")
+    done = subprocess.run(spawned(Switch.to(owner), ["/usr/bin/python3", "-c", script],
+                                  pdeathsig=True),
+                          capture_output=True, text=True, check=True, cwd="/")
+    assert done.stdout.strip() == "9"
+
+
+def test_the_switch_works_under_the_shipped_units_hardening() -> None:
+    """packaging/systemd/hpc-bridge.service keeps only a few capabilities and sets
+    NoNewPrivileges: the switch needs nothing more."""
+    owner = alice()
+    unit = (REPO / "packaging" / "systemd" / "hpc-bridge.service").read_text()
+    kept = next(line.split("=", 1)[1].split() for line in unit.splitlines()
+                if line.startswith("CapabilityBoundingSet="))
+    assert "NoNewPrivileges=yes" in unit.splitlines()
+    bounding = ",".join(["-all", *(f"+{cap.removeprefix('CAP_').lower()}" for cap in kept)])
+    runs = switcher()
+    assert runs.setpriv is not None
+    confined = [runs.setpriv, f"--bounding-set={bounding}", "--no-new-privs", "--"]
+    lines = identity([*confined, *spawned(Switch.to(owner), STATUS, pdeathsig=True)])
+    uid_line = next(line for line in lines if line.startswith("Uid:"))
+    assert uid_line.split()[1:] == [str(owner.uid)] * 4
+    assert "NoNewPrivs:\t1" in lines
 
 
 def test_an_unknown_user_keeps_only_its_gid() -> None:
@@ -78,77 +174,21 @@ def test_an_unknown_user_keeps_only_its_gid() -> None:
     assert switch.groups == (54321,)
 
 
-def test_a_program_the_owner_may_not_execute_does_not_start() -> None:
-    """setpriv keeps root's capabilities until its exec: the command is executed by
-    env, as the owner alone, so a mode that forbids the owner to execute it holds (as
-    with CPython's switch), and the switch's failure is told from the command's."""
-    owner = alice()
-    folder = Path(tempfile.mkdtemp(prefix="hpcb-runas-", dir="/tmp"))
-    folder.chmod(0o755)  # alice may search it; only the program's own mode forbids
-    try:
-        locked_program(owner, folder / "locked")
-    finally:
-        shutil.rmtree(folder)
-
-
-def locked_program(owner: Owner, locked: Path) -> None:
-    locked.write_text("#!/bin/sh\nexit 0\n")
-    locked.chmod(0o700)  # root's: alice may not run it
-    runs = switcher()
-    done = subprocess.run(runs.argv(Switch.to(owner), [str(locked)]), capture_output=True,
-                          check=False, cwd="/")
-    assert done.returncode == 126
-    message = runs.failed(done.returncode, done.stderr)
-    assert message is not None and str(locked) in message and "Permission denied" in message
-    with pytest.raises(PermissionError):
-        subprocess.run([str(locked)], check=False, cwd="/", **Switch.to(owner).popen_kwargs())
-    missing = subprocess.run(runs.argv(Switch.to(owner), ["/nonexistent-hpcb/gone"]),
-                             capture_output=True, check=False, cwd="/")
-    assert missing.returncode == 127
-    assert runs.failed(missing.returncode, missing.stderr) is not None
-    # The command's own failure, even with the same status, is the command's.
-    assert runs.failed(127, b"sh: 1: nope: not found\n") is None
-    assert runs.failed(1, b"setpriv: nothing\n") is None
-    assert runs.failed(0, b"") is None
-
-
-def test_parent_death_signal_survives_the_switch() -> None:
-    owner = alice()
-    script = ("import ctypes; s = ctypes.c_int(0); "
-              "ctypes.CDLL(None).prctl(2, ctypes.byref(s)); print(s.value)")
-    done = subprocess.run(switcher().argv(Switch.to(owner), ["/usr/bin/python3", "-c", script],
-                                          pdeathsig=True),
-                          capture_output=True, text=True, check=True, cwd="/")
-    assert done.stdout.strip() == "9"
-
-
-def test_the_argv() -> None:
+def test_what_is_run() -> None:
     runs = Switcher("/usr/bin/setpriv", "/usr/bin/env")
     switch = Switch(uid=1001, gid=1001, groups=(1001, 27, 100))
-    assert runs.argv(switch, ["/usr/bin/sbatch", "x"], pdeathsig=True) == [
-        "/usr/bin/setpriv", "--reuid=1001", "--regid=1001", "--groups=1001,27,100",
+    assert runs.spawn(switch, ["/usr/bin/sbatch", "x"], pdeathsig=True) == ([
+        "/usr/bin/setpriv", "--reuid=+1001", "--regid=+1001", "--groups=+1001,+27,+100",
         "--inh-caps=-all", "--pdeathsig", "KILL", "--", "/usr/bin/env", "--",
-        "/usr/bin/sbatch", "x"]
-    assert runs.argv(None, ["/usr/bin/squeue"], pdeathsig=True) == [
-        "/usr/bin/setpriv", "--pdeathsig", "KILL", "--", "/usr/bin/squeue"]
-    assert switch.popen_kwargs() == {"user": 1001, "group": 1001,
-                                     "extra_groups": [1001, 27, 100]}
-
-
-def test_the_switch_works_under_the_shipped_units_hardening() -> None:
-    """packaging/systemd/hpc-bridge.service keeps only a few capabilities and sets
-    NoNewPrivileges: setpriv's switch needs nothing more (a daemon under that unit runs
-    its commands as their owners)."""
-    owner = alice()
-    unit = (Path(__file__).resolve().parents[2] / "packaging" / "systemd" /
-            "hpc-bridge.service").read_text()
-    kept = next(line.split("=", 1)[1].split() for line in unit.splitlines()
-                if line.startswith("CapabilityBoundingSet="))
-    assert "NoNewPrivileges=yes" in unit.splitlines()
-    bounding = ",".join(["-all", *(f"+{cap.removeprefix('CAP_').lower()}" for cap in kept)])
-    runs = switcher()
-    confined = [runs.setpriv, f"--bounding-set={bounding}", "--no-new-privs", "--"]
-    lines = identity([*confined, *runs.argv(Switch.to(owner), STATUS, pdeathsig=True)])
-    uid_line = next(line for line in lines if line.startswith("Uid:"))
-    assert uid_line.split()[1:] == [str(owner.uid)] * 4
-    assert "NoNewPrivs:\t1" in lines
+        "/usr/bin/sbatch", "x"], {})
+    assert runs.spawn(None, ["/usr/bin/squeue"], pdeathsig=True) == ([
+        "/usr/bin/setpriv", "--pdeathsig", "KILL", "--", "/usr/bin/squeue"], {})
+    assert runs.spawn(None, ["bin/squeue"]) == (["/bin/squeue"], {})  # from /, as cwd
+    forked = {"user": 1001, "group": 1001, "extra_groups": [1001, 27, 100]}
+    # env would read a path with "=" as a variable: CPython switches that one.
+    assert runs.spawn(switch, ["/opt/a=b/sbatch"], pdeathsig=True) == (
+        ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--", "/opt/a=b/sbatch"], forked)
+    # No working setpriv: CPython switches (and forks), and no signal is set.
+    assert Switcher(None, "/usr/bin/env").spawn(switch, ["/usr/bin/sbatch"],
+                                                pdeathsig=True) == (["/usr/bin/sbatch"], forked)
+    assert switch.chroot_options() == ["--userspec=+1001:+1001", "--groups=+1001,+27,+100"]

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
+from bridge.runas import Switcher
 from slurm_adapter.cli import SAFE_PATH, SlurmCli
 from tests.requirements import require
 from tests.unit.builders import slurm_fields
@@ -207,7 +208,7 @@ async def test_other_owners_need_root(bindir: Path, monkeypatch: pytest.MonkeyPa
 async def test_runs_as_the_owner_when_root(bindir: Path, monkeypatch: pytest.MonkeyPatch,
                                            switch_by: str) -> None:
     """setpriv switches in a child made without user=/group= (CPython makes it with
-    vfork, not a fork of the daemon); without setpriv CPython switches itself."""
+    vfork, not a fork of the daemon); where setpriv does not work CPython switches."""
     require(os.geteuid() == 0, "needs root")
     users = {p.pw_name: p for p in pwd.getpwall()}
     require("alice" in users, "no user alice on this machine (testbed/install.sh)")
@@ -226,8 +227,8 @@ async def test_runs_as_the_owner_when_root(bindir: Path, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", recorded)
     cli = SlurmCli(path=str(bindir))
-    if switch_by == "cpython":
-        cli._switcher = None
+    if switch_by == "cpython":  # a host where setpriv does not work
+        cli._switcher = Switcher(None, None)
     assert await cli.submit("S", [], {}, owner) == "5"
     uid, groups = out.read_text().splitlines()
     assert int(uid) == alice.pw_uid
@@ -242,6 +243,7 @@ async def test_runs_as_the_owner_when_root(bindir: Path, monkeypatch: pytest.Mon
 async def test_the_owners_command_dies_with_the_daemon(bindir: Path) -> None:
     require(os.geteuid() == 0, "needs root")
     require(shutil.which("setpriv") is not None, "util-linux setpriv is not installed")
+    require("alice" in {p.pw_name for p in pwd.getpwall()}, "no user alice (testbed)")
     alice = pwd.getpwnam("alice")
     bindir.chmod(0o1777)
     record = fake(bindir, "sbatch", stdout="1\n")
@@ -255,6 +257,7 @@ async def test_a_command_the_owner_may_not_run_is_unavailable(bindir: Path) -> N
     """As with CPython's switch (an OSError), the command did not start: the back end is
     unavailable, the job not rejected."""
     require(os.geteuid() == 0, "needs root")
+    require("alice" in {p.pw_name for p in pwd.getpwall()}, "no user alice (testbed)")
     alice = pwd.getpwnam("alice")
     fake_sh(bindir, "sbatch", "echo 1\n")
     (bindir / "sbatch").chmod(0o700)

@@ -14,7 +14,7 @@ Contract:
   and the broker's message), ``TimeoutError`` after ``timeout`` seconds, or
   :class:`BackendUnavailable` when the broker cannot be reached at all.
 * :func:`run_flux_as` runs ``flux job submit`` / ``flux cancel`` as a job's owner (uid,
-  gid, groups; switched by ``chroot`` in a vforked child, :mod:`bridge.runas`), for a
+  gid, groups; switched by ``setpriv`` in a vforked child, :mod:`bridge.runas`), for a
   multi-user (system) instance: the command signs the jobspec as that user
   (flux-security: munge or curve), so the instance's IMP runs the job as the user. No
   shell: the jobspec goes to the command's stdin.
@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from bridge.backend import BackendError, BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK
-from bridge.runas import Switch, find_switcher
+from bridge.runas import SYSTEM_PATH, Spawn, Switch, switcher_for
 
 __all__ = [
     "CONNECTION_ERRNOS",
@@ -336,17 +336,17 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
     program = argv[0]
     if shutil.which(program, path=env.get("PATH")) is None:
         raise BackendUnavailable(f"{program!r} not found on PATH {env.get('PATH')!r}")
-    kwargs: dict[str, Any] = {}
-    full, switcher = list(argv), None
+    spawn = Spawn(list(argv))
     if os.geteuid() == 0 and owner.uid != 0:
-        # chroot switches in a vforked child; CPython's own switch forks the daemon.
-        switcher = find_switcher(SAFE_PATH)
+        # setpriv switches in a vforked child; CPython's own switch forks the daemon.
+        switcher = await switcher_for(SYSTEM_PATH)
         found = shutil.which(program, path=env.get("PATH")) or program
-        full, kwargs = switcher.spawn(Switch.to(owner), [found, *argv[1:]])
+        spawn = switcher.spawn(Switch.to(owner), [found, *argv[1:]])
     try:
         proc = await asyncio.create_subprocess_exec(
-            *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd="/", env=dict(env), umask=JOB_UMASK, **kwargs)
+            *spawn.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd="/", env=dict(env), umask=JOB_UMASK,
+            **spawn.kwargs)
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {program}: {exc.strerror or exc}") from None
     try:
@@ -356,7 +356,7 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
         await proc.wait()
         raise BackendUnavailable(f"{' '.join(argv[:3])} did not finish in {time_limit:.0f}s"
                                  ) from None
-    failed = switcher.failed(proc.returncode, err) if switcher is not None else None
+    failed = spawn.failed(proc.returncode, err)
     if failed is not None:
         raise BackendUnavailable(f"cannot run {program} as {owner.user}: {failed}")
     return RunResult(returncode=proc.returncode if proc.returncode is not None else -1,

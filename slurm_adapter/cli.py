@@ -7,10 +7,10 @@ Contract:
   ``/``, with a timeout; a command that overruns is killed and gives
   :class:`BackendUnavailable`.
 * ``sbatch``, ``scancel`` and ``scontrol`` on a job run AS THE JOB'S OWNER (uid, gid
-  and the groups ``os.getgrouplist`` gives), switched by ``chroot --userspec`` in a
+  and the groups ``os.getgrouplist`` gives), switched by ``setpriv`` then ``env`` in a
   child made with ``vfork`` (:mod:`bridge.runas`: CPython's ``user=`` would fork the
-  daemon), or by CPython where that ``chroot`` does not work. That needs root unless
-  the owner is the daemon's own user; otherwise :class:`BackendRejected`.
+  daemon), or by CPython where setpriv does not switch. That needs root unless the
+  owner is the daemon's own user; otherwise :class:`BackendRejected`.
 * The job's environment is exactly the one given (the back end passes
   :func:`slurm_adapter.script.job_environment`), plus ``SLURM_CONF`` when the
   daemon has it, handed to ``sbatch --export=ALL --export-file=FD`` through an anonymous
@@ -56,7 +56,7 @@ import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK, untrusted_component
-from bridge.runas import Switch, find_switcher
+from bridge.runas import SYSTEM_PATH, Switch, Switcher, switcher_for
 from slurm_adapter.errors import classify, is_transient_message
 from slurm_adapter.listing import decode_listing
 
@@ -116,9 +116,10 @@ class SlurmCli:
         self.slurm_conf = slurm_conf if slurm_conf is not None else host_conf
         host_path = os.pathsep.join(p for p in (os.environ.get("PATH"), SAFE_PATH) if p)
         self.path = path or (SAFE_PATH if root else host_path)
-        #: chroot and setpriv: the switch to a job's owner in a vforked child
-        #: (bridge.runas) and, with ``pdeathsig``, the child's parent-death signal.
-        self._switcher = find_switcher(host_path)
+        #: setpriv and env, from the system's directories (bridge.runas): the switch
+        #: to a job's owner in a vforked child and, with ``pdeathsig``, the child's
+        #: parent-death signal. Probed at the first command (None: not yet).
+        self._switcher: Switcher | None = None
         self._pdeathsig = pdeathsig
         self._chroot = shutil.which("chroot", path=host_path) if root else None
 
@@ -170,13 +171,19 @@ class SlurmCli:
             inside = program.removeprefix(self.root.rstrip("/"))
             userspec = switch.chroot_options() if switch is not None else []
             full = [self._chroot, *userspec, self.root, inside, *argv[1:]]
+            wrappers: tuple[str, ...] = (self._chroot,)
             switch = None
-        # chroot switches in a vforked child; CPython's own switch forks the daemon.
-        full, switching = self._switcher.spawn(switch, full, pdeathsig=self._pdeathsig)
+        else:
+            wrappers = ()
+        if self._switcher is None:
+            self._switcher = await switcher_for(SYSTEM_PATH)
+        # setpriv switches in a vforked child; CPython's own switch forks the daemon.
+        spawn = self._switcher.spawn(switch, full, pdeathsig=self._pdeathsig,
+                                     wrappers=wrappers)
         limit = self.timeout
         try:
             proc = await asyncio.create_subprocess_exec(
-                *full,
+                *spawn.argv,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -184,7 +191,7 @@ class SlurmCli:
                 cwd="/",
                 pass_fds=tuple(pass_fds),
                 umask=JOB_UMASK,  # sbatch hands it on to the job (SLURM_UMASK)
-                **switching,
+                **spawn.kwargs,
             )
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
@@ -197,7 +204,7 @@ class SlurmCli:
             await self._kill(proc)
             raise
         assert proc.returncode is not None
-        failed = self._switcher.failed(proc.returncode, err)
+        failed = spawn.failed(proc.returncode, err)
         if failed is not None:
             raise BackendUnavailable(f"cannot run {argv[0]}: {failed}")
         return Completed(tuple(argv), proc.returncode, out, err)

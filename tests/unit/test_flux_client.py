@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
+from bridge.runas import forget_switchers
 from flux_adapter import client
 from flux_adapter.client import (
     LIST_ATTRS,
@@ -381,6 +382,7 @@ async def test_run_flux_as_another_user_when_root(tmp_path: Path) -> None:
             return await spawn(*argv, **kwargs)
 
         env = owner_command_env(owner, None, str(flux))
+        forget_switchers()  # probed here, as root, whatever an earlier test patched
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(asyncio, "create_subprocess_exec", recorded)
             done = await run_flux_as(owner, [str(flux), "job", "submit"], env=env)

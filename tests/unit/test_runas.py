@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bridge.backend import Owner
-from bridge.runas import Switch, Switcher, find_switcher
+from bridge.runas import Spawn, Switch, Switcher, find_switcher, forget_switchers
 from tests.requirements import require
 
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -38,10 +38,16 @@ def alice() -> Owner:
     return Owner(entry.pw_uid, entry.pw_gid, "alice")
 
 
+@pytest.fixture(autouse=True)
+def fresh_probe() -> Iterator[None]:
+    forget_switchers()
+    yield
+    forget_switchers()
+
+
 def switcher() -> Switcher:
-    found = find_switcher(SAFE_PATH)
-    require(found.setpriv is not None and found.env is not None,
-            "util-linux setpriv (or env) is missing or does not work here")
+    found = find_switcher()
+    require(found.switches, "util-linux setpriv (or env) is missing or does not switch here")
     return found
 
 
@@ -54,9 +60,9 @@ def identity(argv: list[str], **kwargs: object) -> list[str]:
 
 def spawned(switch: Switch | None, command: list[str], *, pdeathsig: bool = False
             ) -> list[str]:
-    argv, kwargs = switcher().spawn(switch, command, pdeathsig=pdeathsig)
-    assert kwargs == {}  # the child is made without user=/group=: vfork, not fork
-    return argv
+    spawn = switcher().spawn(switch, command, pdeathsig=pdeathsig)
+    assert spawn.kwargs == {}  # the child is made without user=/group=: vfork, not fork
+    return spawn.argv
 
 
 @pytest.fixture
@@ -84,6 +90,21 @@ def test_the_switch_leaves_what_cpythons_leaves() -> None:
     assert sorted(map(int, groups)) == sorted(set(switch.groups))  # none of root's
 
 
+def test_no_inheritable_or_ambient_capability_reaches_the_command() -> None:
+    """A daemon started with inheritable and ambient capabilities (a unit's
+    AmbientCapabilities=): the command gets none of them."""
+    owner = alice()
+    runs = switcher()
+    assert runs.setpriv is not None
+    seeded = [runs.setpriv, "--inh-caps=+dac_override,+kill", "--ambient-caps=+kill", "--"]
+    before = identity([*seeded, *STATUS])
+    assert int(next(x for x in before if x.startswith("CapAmb:")).split()[1], 16) != 0
+    after = identity([*seeded, *spawned(Switch.to(owner), STATUS, pdeathsig=True)])
+    caps = {x.split()[0]: int(x.split()[1], 16) for x in after
+            if x.startswith(("CapInh:", "CapPrm:", "CapEff:", "CapAmb:"))}
+    assert caps == {"CapInh:": 0, "CapPrm:": 0, "CapEff:": 0, "CapAmb:": 0}
+
+
 def test_ids_are_never_read_as_names(public_dir: Path) -> None:
     """A group (or user) whose *name* is the owner's gid (uid) number, as LDAP sites
     have: ``setpriv --regid=1001`` would take that group's gid, ``+1001`` is read as
@@ -91,6 +112,10 @@ def test_ids_are_never_read_as_names(public_dir: Path) -> None:
     (and entries named ``+1001``), in a mount namespace of the test's own."""
     owner = alice()
     require(shutil.which("unshare") is not None, "util-linux unshare is missing")
+    require(subprocess.run(["unshare", "--mount", "true"], check=False).returncode == 0,
+            "no mount namespaces here (CAP_SYS_ADMIN)")
+    require(not Path("/var/run/nscd/socket").exists(),
+            "nscd runs: it would answer from outside the test's namespace")
     group, passwd = public_dir / "group", public_dir / "passwd"
     group.write_text(Path("/etc/group").read_text() +
                      f"{owner.gid}:x:2999:\n+{owner.gid}:x:2997:\n")
@@ -121,24 +146,27 @@ def test_a_program_the_owner_may_not_execute_does_not_start(public_dir: Path) ->
     locked.write_text("#!/bin/sh\nexit 0\n")
     locked.chmod(0o700)  # root's: alice may not run it
     runs = switcher()
-    done = subprocess.run(spawned(Switch.to(owner), [str(locked)]), capture_output=True,
-                          check=False, cwd="/")
+    spawn = runs.spawn(Switch.to(owner), [str(locked)])
+    done = subprocess.run(spawn.argv, capture_output=True, check=False, cwd="/")
     assert done.returncode == 126
-    message = runs.failed(done.returncode, done.stderr)
+    message = spawn.failed(done.returncode, done.stderr)
     assert message is not None and str(locked) in message and "Permission denied" in message
     with pytest.raises(PermissionError):
         subprocess.run([str(locked)], check=False, cwd="/", **Switch.to(owner).popen_kwargs())
-    missing = subprocess.run(spawned(Switch.to(owner), ["/nonexistent-hpcb/gone"],
-                                     pdeathsig=True), capture_output=True, check=False)
-    assert missing.returncode == 127
-    assert runs.failed(missing.returncode, missing.stderr) is not None
+    missing = runs.spawn(Switch.to(owner), ["/nonexistent-hpcb/gone"], pdeathsig=True)
+    gone = subprocess.run(missing.argv, capture_output=True, check=False)
+    assert gone.returncode == 127
+    assert missing.failed(gone.returncode, gone.stderr) is not None
     # The command's own failure, even with the same status, is the command's.
-    assert runs.failed(127, b"sh: 1: nope: not found\n") is None
-    assert runs.failed(2, b"setpriv: something\n") is None
-    assert runs.failed(0, b"") is None
+    assert spawn.failed(127, b"sh: 1: nope: not found\n") is None
+    assert spawn.failed(2, b"setpriv: something\n") is None
+    assert spawn.failed(0, b"") is None
     # Messages name the program as it was run, or by its base name (other builds).
-    assert runs.failed(126, b"env: 'x': Permission denied\n") == "env: 'x': Permission denied"
-    assert runs.failed(1, f"{runs.setpriv}: unrecognized option\n".encode()) is not None
+    assert spawn.failed(126, b"env: 'x': Permission denied\n") == "env: 'x': Permission denied"
+    assert spawn.failed(125, b"env: invalid option\n") is not None
+    assert spawn.failed(1, f"{runs.setpriv}: unrecognized option\n".encode()) is not None
+    # Run without wrappers, a command's "env: " line is the command's own.
+    assert Spawn(["/usr/bin/sbatch"]).failed(127, b"env: 'python3': No such file\n") is None
 
 
 def test_parent_death_signal_survives_the_switch() -> None:
@@ -174,21 +202,47 @@ def test_an_unknown_user_keeps_only_its_gid() -> None:
     assert switch.groups == (54321,)
 
 
+def test_a_setpriv_that_does_not_work_is_not_used(public_dir: Path) -> None:
+    """The probe: a setpriv that fails (an old util-linux without --pdeathsig, a
+    seccomp filter) is not used; CPython switches, and no signal is set."""
+    alice()
+    fake = public_dir / "setpriv"
+    fake.write_text("#!/bin/sh\necho 'setpriv: unrecognized option' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    for name in ("env", "true"):
+        os.symlink(shutil.which(name, path=SAFE_PATH) or f"/bin/{name}", public_dir / name)
+    found = find_switcher(str(public_dir))
+    assert found == Switcher(None, str(public_dir / "env"), False)
+    assert found.spawn(Switch(1001, 1001, (1001,)), ["/usr/bin/sbatch"], pdeathsig=True) == \
+        Spawn(["/usr/bin/sbatch"], {"user": 1001, "group": 1001, "extra_groups": [1001]})
+
+
 def test_what_is_run() -> None:
-    runs = Switcher("/usr/bin/setpriv", "/usr/bin/env")
+    runs = Switcher("/usr/bin/setpriv", "/usr/bin/env", True)
     switch = Switch(uid=1001, gid=1001, groups=(1001, 27, 100))
-    assert runs.spawn(switch, ["/usr/bin/sbatch", "x"], pdeathsig=True) == ([
+    assert runs.spawn(switch, ["/usr/bin/sbatch", "x"], pdeathsig=True) == Spawn([
         "/usr/bin/setpriv", "--reuid=+1001", "--regid=+1001", "--groups=+1001,+27,+100",
         "--inh-caps=-all", "--pdeathsig", "KILL", "--", "/usr/bin/env", "--",
-        "/usr/bin/sbatch", "x"], {})
-    assert runs.spawn(None, ["/usr/bin/squeue"], pdeathsig=True) == ([
-        "/usr/bin/setpriv", "--pdeathsig", "KILL", "--", "/usr/bin/squeue"], {})
-    assert runs.spawn(None, ["bin/squeue"]) == (["/bin/squeue"], {})  # from /, as cwd
+        "/usr/bin/sbatch", "x"], {}, ("/usr/bin/setpriv", "/usr/bin/env"))
+    assert runs.spawn(None, ["/usr/bin/squeue"], pdeathsig=True) == Spawn([
+        "/usr/bin/setpriv", "--pdeathsig", "KILL", "--", "/usr/bin/squeue"], {},
+        ("/usr/bin/setpriv",))
+    assert runs.spawn(None, ["bin/squeue"]) == Spawn(["/bin/squeue"])  # from /, as cwd
+    assert runs.spawn(None, ["/usr/sbin/chroot", "/r", "squeue"], pdeathsig=True,
+                      wrappers=["/usr/sbin/chroot"]).wrappers == ("/usr/sbin/chroot",
+                                                                  "/usr/bin/setpriv")
     forked = {"user": 1001, "group": 1001, "extra_groups": [1001, 27, 100]}
-    # env would read a path with "=" as a variable: CPython switches that one.
-    assert runs.spawn(switch, ["/opt/a=b/sbatch"], pdeathsig=True) == (
-        ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--", "/opt/a=b/sbatch"], forked)
+    # env would read a path with "=" as a variable: CPython switches that one, and
+    # setpriv, run as the owner after the switch, sets the signal.
+    assert runs.spawn(switch, ["/opt/a=b/sbatch"], pdeathsig=True) == Spawn(
+        ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--", "/opt/a=b/sbatch"], forked,
+        ("/usr/bin/setpriv",))
+    assert runs.spawn(switch, ["/opt/a=b/sbatch"]) == Spawn(["/opt/a=b/sbatch"], forked)
+    # setpriv sets signals but does not switch here (or no env): CPython switches.
+    for limited in (Switcher("/usr/bin/setpriv", "/usr/bin/env", False),
+                    Switcher("/usr/bin/setpriv", None, True)):
+        assert limited.spawn(switch, ["/usr/bin/sbatch"]) == Spawn(["/usr/bin/sbatch"], forked)
     # No working setpriv: CPython switches (and forks), and no signal is set.
-    assert Switcher(None, "/usr/bin/env").spawn(switch, ["/usr/bin/sbatch"],
-                                                pdeathsig=True) == (["/usr/bin/sbatch"], forked)
+    assert Switcher(None, "/usr/bin/env", False).spawn(
+        switch, ["/usr/bin/sbatch"], pdeathsig=True) == Spawn(["/usr/bin/sbatch"], forked)
     assert switch.chroot_options() == ["--userspec=+1001:+1001", "--groups=+1001,+27,+100"]

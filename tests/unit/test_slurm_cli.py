@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
-from bridge.runas import Switcher
+from bridge.runas import Switcher, forget_switchers
 from slurm_adapter.cli import SAFE_PATH, SlurmCli
 from tests.requirements import require
 from tests.unit.builders import slurm_fields
@@ -226,9 +226,10 @@ async def test_runs_as_the_owner_when_root(bindir: Path, monkeypatch: pytest.Mon
         return await spawn(*argv, **kwargs)
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", recorded)
+    forget_switchers()  # probed here, as root, whatever an earlier test patched
     cli = SlurmCli(path=str(bindir))
     if switch_by == "cpython":  # a host where setpriv does not work
-        cli._switcher = Switcher(None, None)
+        cli._switcher = Switcher(None, None, switches=False)
     assert await cli.submit("S", [], {}, owner) == "5"
     uid, groups = out.read_text().splitlines()
     assert int(uid) == alice.pw_uid

@@ -54,6 +54,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 from data_cache import credentials, open_dataset  # noqa: E402
+from data_cache.privatedir import PrivateDir  # noqa: E402
 
 FILES, READERS, GOAL = 8, 4, 0.90
 MP = multiprocessing.get_context("spawn")
@@ -257,8 +258,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-data-cache-") as name:
         # The job's credentials, as `data-cache credentials` makes them, in the
         # environment every server and reader (spawned children too) inherits.
-        (Path(name) / "creds").mkdir(mode=0o700)
-        creds = credentials.make(Path(name) / "creds")
+        private, _ = PrivateDir.open(Path(name) / "creds", create=True)
+        creds = credentials.make(private)
         os.environ.update(creds.env())
         files = _write(Path(name), args.rows)
         print(f"dataset: {args.rows:,} rows x 4 columns = {args.rows * 32 / 1e6:,.0f} MB in "

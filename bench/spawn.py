@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridge.backend import Owner
-from bridge.runas import Switch, find_switcher
+from bridge.runas import SYSTEM_PATH, Switch, find_switcher
 
-PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+PATH = SYSTEM_PATH
 
 
 def grow(mb: int) -> list[object]:

@@ -66,7 +66,7 @@ LIST_ATTRS = ("userid", "name", "queue", "state", "result", "waitstatus", "prior
 #: FLUX_USERID_UNKNOWN: "all users" in a job-list query.
 ALL_USERS = 0xFFFFFFFF
 #: PATH of the flux commands run as a job's owner.
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SAFE_PATH = SYSTEM_PATH
 _JOURNAL_TOPIC = "job-manager.events-journal"
 
 

@@ -65,7 +65,7 @@ __all__ = ["Completed", "SlurmCli"]
 log = structlog.get_logger(__name__)
 
 #: PATH of the Slurm commands themselves.
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SAFE_PATH = SYSTEM_PATH
 #: Seconds a killed command is waited for (its exit report) before it is left behind.
 KILL_WAIT = 5.0
 #: squeue states (``%T``: a flag state where one is set) of a job on its nodes

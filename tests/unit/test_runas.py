@@ -17,10 +17,17 @@ from pathlib import Path
 import pytest
 
 from bridge.backend import Owner
-from bridge.runas import Spawn, Switch, Switcher, find_switcher, forget_switchers
+from bridge.runas import (
+    SYSTEM_PATH,
+    Spawn,
+    Switch,
+    Switcher,
+    find_switcher,
+    forget_switchers,
+)
 from tests.requirements import require
 
-SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+SAFE_PATH = SYSTEM_PATH
 REPO = Path(__file__).resolve().parents[2]
 #: /proc/self/status lines that say who a process is and what it may do.
 IDENTITY = ("Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:",

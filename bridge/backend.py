@@ -185,23 +185,6 @@ class StatusBatch:
     at: float
 
 
-def merge_changes(batches: Collection[StatusBatch]) -> StatusBatch:
-    """One change batch (``complete=False``) for consecutive change batches of an
-    event-driven back end whose reports each carry a job's whole state (a JobSet with
-    its pods): per ``(job_uid, backend_id)`` only the last report is kept, in the order
-    of its first appearance, and ``at`` is the latest batch's. Applying it moves the store
-    as applying them one by one would end, at the cost of one batch: what a watch sends
-    while the engine is busy is applied at once, not event by event."""
-    last: dict[tuple[str, str], BackendJob] = {}
-    for batch in batches:
-        if batch.complete:
-            raise ValueError("merge_changes takes change batches only")
-        for job in batch.jobs:
-            last[(job.job_uid, job.backend_id)] = job
-    return StatusBatch(tuple(last.values()), complete=False,
-                       at=max((b.at for b in batches), default=0.0))
-
-
 @runtime_checkable
 class Backend(Protocol):
     """A world that runs jobs. All methods may raise :class:`BackendUnavailable`."""

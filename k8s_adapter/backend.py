@@ -46,7 +46,6 @@ from bridge.backend import (
     Owner,
     StatusBatch,
     SubmitRequest,
-    merge_changes,
 )
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
@@ -448,22 +447,9 @@ class KubernetesBackend:
         # going on without that watch.
         for t in tasks:
             t.add_done_callback(queue.put_nowait)
-        held: StatusBatch | asyncio.Task[None] | None = None
         try:
             while True:
-                item = held if held is not None else await queue.get()
-                held = None
-                if isinstance(item, StatusBatch) and not item.complete and not queue.empty():
-                    # Events that came while the engine applied the last batch: one
-                    # batch, each JobSet's last state (it is whole: JobSet and pods).
-                    changes = [item]
-                    while not queue.empty() and held is None:
-                        nxt = queue.get_nowait()
-                        if isinstance(nxt, StatusBatch) and not nxt.complete:
-                            changes.append(nxt)
-                        else:
-                            held = nxt  # a listing or an ended task keeps its place
-                    item = merge_changes(changes)
+                item = await queue.get()
                 if isinstance(item, StatusBatch):
                     yield item
                     continue

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -129,11 +128,9 @@ def test_a_change_of_jobs_status_within_a_state_is_told_to_listeners() -> None:
     ]
     told: list[str] = []
     stop = b.on_jobs_status(told.append)
-    # Until every event was told (change batches that queue up are merged).
-    batches = run_watch(b, {"JobSets": events}, lambda got: len(told) == 5)
-    assert batches[0].complete and [bj.state.value for bj in batches[0].jobs] == ["PENDING"]
-    assert "RUNNING" in [bj.state.value for batch in batches[1:] for bj in batch.jobs
-                         if bj.job_uid == "a"]
+    batches = run_watch(b, {"JobSets": events}, len(events))  # one batch per event
+    assert [bj.state.value for batch in batches for bj in batch.jobs][:3] == [
+        "PENDING", "RUNNING", "RUNNING"]
     assert told == ["a", "a", "a", "b", "a"]  # not for the event that changed nothing
     assert b.jobs_status("ns", "b") == [{"name": "node", "active": 1, "ready": 0,
                                          "succeeded": 0, "failed": 0, "suspended": 0}]
@@ -143,11 +140,10 @@ def test_a_change_of_jobs_status_within_a_state_is_told_to_listeners() -> None:
 
 
 def run_watch(b: KubernetesBackend, events: dict[str, list[tuple[str, Any]]],
-              batches: int | Callable[[list[Any]], bool]) -> list[Any]:
+              batches: int) -> list[Any]:
     """Drive ``b.watch`` with fake list-watches (by what they watch: events, then
-    nothing) and take ``batches`` batches (or batches until ``batches(got)`` holds);
-    a list-watch whose events end in an exception raises it."""
-    done = batches if callable(batches) else lambda got: len(got) >= batches
+    nothing) and take ``batches`` batches; a list-watch whose events end in an
+    exception raises it."""
     async def list_watch(what: str, *args: Any, **kwargs: Any) -> Any:
         for event in events.get(what, []):
             await asyncio.sleep(0)  # the other watches get their turn, as on a socket
@@ -164,7 +160,7 @@ def run_watch(b: KubernetesBackend, events: dict[str, list[tuple[str, Any]]],
         got = []
         stream = b.watch(1.0)
         try:
-            while not done(got):
+            while len(got) < batches:
                 got.append(await asyncio.wait_for(anext(stream), 10))
         finally:
             await stream.aclose()
@@ -182,10 +178,8 @@ def test_a_listener_that_raises_stops_neither_the_others_nor_the_watch() -> None
     b.on_jobs_status(bad)
     b.on_jobs_status(told.append)
     got = run_watch(b, {"JobSets": [("SYNC", []), ("MODIFIED", jobset("a", 1, 0, "2")),
-                                    ("MODIFIED", jobset("a", 1, 1, "3"))]},
-                    lambda got: len(told) == 2 and not got[-1].complete)
-    assert told == ["a", "a"]
-    assert [bj.state.value for bj in got[-1].jobs] == ["RUNNING"]
+                                    ("MODIFIED", jobset("a", 1, 1, "3"))]}, 3)
+    assert len(got) == 3 and told == ["a", "a"]
 
 
 def test_a_relist_tells_of_jobsets_gone_meanwhile() -> None:
@@ -222,36 +216,3 @@ def test_a_watch_that_stops_leaves_no_inventory_served_from_its_caches() -> None
     assert seen == [True]
     # The stream was closed: the caches are no longer followed.
     assert b._capacity.inventory(levels) is None
-
-
-def test_events_that_came_while_the_engine_was_busy_are_one_batch() -> None:
-    """A burst of JobSet events queued before the engine takes the next batch is one
-    batch holding each JobSet's last state; a listing keeps its place after it."""
-    b = backend()
-
-    async def burst(what: str, *args: Any, **kwargs: Any) -> Any:
-        if what == "JobSets":  # no await between them: all queued at once
-            yield "MODIFIED", jobset("a", 0, 0, "1")
-            yield "MODIFIED", jobset("b", 1, 0, "2")
-            yield "MODIFIED", jobset("a", 1, 1, "3")
-            yield "SYNC", [jobset("a", 1, 1, "3"), jobset("b", 1, 0, "2")]
-            yield "MODIFIED", jobset("b", 1, 1, "4")
-        await asyncio.Event().wait()
-
-    b.kube.list_watch = burst  # type: ignore[method-assign]
-    b.kube.custom = SimpleNamespace(list_cluster_custom_object=None)
-    b.kube.core = SimpleNamespace(list_pod_for_all_namespaces=None, list_node=None)
-
-    async def go() -> list[Any]:
-        stream = b.watch(1.0)
-        try:
-            return [await asyncio.wait_for(anext(stream), 10) for _ in range(3)]
-        finally:
-            await stream.aclose()
-
-    changes, listing, last = asyncio.run(go())
-    assert not changes.complete
-    assert [(bj.job_uid, bj.state.value) for bj in changes.jobs] == [
-        ("a", "RUNNING"), ("b", "RUNNING")]  # a's last state, in first-seen order
-    assert listing.complete and len(listing.jobs) == 2
-    assert not last.complete and [bj.job_uid for bj in last.jobs] == ["b"]

@@ -191,10 +191,8 @@ def test_the_switch_works_under_the_shipped_units_hardening() -> None:
     NoNewPrivileges: the switch needs nothing more."""
     owner = alice()
     unit = (REPO / "packaging" / "systemd" / "hpc-bridge.service").read_text()
-    kept = next(line.split("=", 1)[1].split() for line in unit.splitlines()
-                if line.startswith("CapabilityBoundingSet="))
     assert "NoNewPrivileges=yes" in unit.splitlines()
-    bounding = ",".join(["-all", *(f"+{cap.removeprefix('CAP_').lower()}" for cap in kept)])
+    bounding = unit_bounding_set("hpc-bridge.service")
     runs = switcher()
     assert runs.setpriv is not None
     confined = [runs.setpriv, f"--bounding-set={bounding}", "--no-new-privs", "--"]
@@ -202,6 +200,60 @@ def test_the_switch_works_under_the_shipped_units_hardening() -> None:
     uid_line = next(line for line in lines if line.startswith("Uid:"))
     assert uid_line.split()[1:] == [str(owner.uid)] * 4
     assert "NoNewPrivs:\t1" in lines
+
+
+def unit_bounding_set(*units: str) -> str:
+    """setpriv's --bounding-set for the capabilities the named files of
+    packaging/systemd/ keep (CapabilityBoundingSet= lines add up, as in systemd)."""
+    kept = [cap for name in units
+            for line in (REPO / "packaging" / "systemd" / name).read_text().splitlines()
+            if line.startswith("CapabilityBoundingSet=")
+            for cap in line.split("=", 1)[1].split()]
+    return ",".join(["-all", *(f"+{cap.removeprefix('CAP_').lower()}" for cap in kept)])
+
+
+def test_client_root_needs_the_drop_in_and_works_with_it() -> None:
+    """client_root runs chroot(8), as root or switching to the owner: under the
+    shipped unit's bounding set it cannot; with packaging/systemd/client-root.conf
+    added it can."""
+    owner = alice()
+    runs = switcher()
+    chroot = shutil.which("chroot", path=SAFE_PATH)
+    assert runs.setpriv is not None and chroot is not None
+    userspec = Switch.to(owner).chroot_options()
+    for units, works in ((("hpc-bridge.service",), False),
+                         (("hpc-bridge.service", "client-root.conf"), True)):
+        confined = [runs.setpriv, f"--bounding-set={unit_bounding_set(*units)}",
+                    "--no-new-privs", "--"]
+        for command in ([chroot, "/", "true"], [chroot, *userspec, "/", "id", "-u"]):
+            done = subprocess.run([*confined, *command], capture_output=True, text=True,
+                                  check=False, cwd="/", env={"PATH": SAFE_PATH})
+            assert (done.returncode == 0) is works, (units, command, done)
+            if works and command[-1] == "-u":
+                assert done.stdout.strip() == str(owner.uid)
+            if not works:
+                assert "Operation not permitted" in done.stderr
+
+
+def test_the_drop_in_allows_the_chroot_call_that_the_units_filter_leaves_out() -> None:
+    """systemd's own tables: chroot is in @mount, not in @system-service (what the
+    unit's SystemCallFilter allows); the drop-in adds exactly that call."""
+    analyze = shutil.which("systemd-analyze")
+    require(analyze is not None, "systemd-analyze is missing: apt-get install -y systemd")
+    assert analyze is not None
+
+    def calls(group: str) -> set[str]:
+        out = subprocess.run([analyze, "syscall-filter", group], capture_output=True,
+                             text=True, check=True).stdout
+        return {line.strip() for line in out.splitlines()
+                if line.startswith(" ") and not line.strip().startswith(("#", "@"))}
+
+    unit = (REPO / "packaging" / "systemd" / "hpc-bridge.service").read_text().splitlines()
+    assert "SystemCallFilter=@system-service" in unit
+    assert "chroot" not in calls("@system-service") and "chroot" in calls("@mount")
+    drop_in = (REPO / "packaging" / "systemd" / "client-root.conf").read_text().splitlines()
+    assert [line for line in drop_in if line.startswith("SystemCallFilter=")] == [
+        "SystemCallFilter=chroot"]
 
 
 def test_an_unknown_user_keeps_only_its_gid() -> None:

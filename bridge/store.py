@@ -42,6 +42,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from bridge.backend import Owner
 from bridge.errors import BridgeError
 from bridge.job_summary import job_summary, suspend_wanted
@@ -56,6 +58,8 @@ from bridge.store_progress import ProgressQueries
 from bridge.store_records import LIGHT_COLUMNS, row_to_record
 from bridge.store_records import JobRecord as JobRecord
 from bridge.store_records import Transition as Transition
+
+log = structlog.get_logger(__name__)
 
 
 class DuplicateJob(BridgeError, ValueError):
@@ -76,6 +80,11 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         #: row (a change within a state: reason, message, bookkeeping, the document),
         #: in this process (:meth:`bridge.service.JobService.updates`).
         self.update_listeners: list[Callable[[int], None]] = []
+        #: Called (no arguments) after each committed transaction, in the thread that
+        #: committed it (:class:`bridge.feed.EventFeed` looks at the outbox then,
+        #: rather than polling it). A listener must be quick; what it raises is
+        #: logged, never the writer's.
+        self.commit_listeners: list[Callable[[], None]] = []
 
     def _updated(self, job_id: int) -> None:
         for listener in list(self.update_listeners):
@@ -115,6 +124,11 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
             raise
         else:
             self._db.execute("COMMIT")
+            for listener in list(self.commit_listeners):
+                try:
+                    listener()
+                except Exception:  # the write is done: its caller must not see this
+                    log.exception("a commit listener failed")
 
     # -- writing -----------------------------------------------------------------
 

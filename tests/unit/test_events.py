@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.backend import Owner
 from bridge.events import (
     acked_prefix,
     event_payload,
@@ -20,6 +21,7 @@ from bridge.events import (
 )
 from bridge.feed import EventFeed
 from bridge.filemodes import InsecureFile
+from bridge.model import TrainJob, load_trainjob
 from bridge.outbox import Event
 from bridge.publisher import read_password
 from bridge.settings_events import MetricsSection, MqttSection, check_prefix
@@ -104,6 +106,70 @@ async def test_feed_wakes_waiters_and_observes_each_event_once() -> None:
     assert await waiter is True
     assert seen == [1] and feed.last_id == 1
     task.cancel()
+
+
+def _job(n: int) -> TrainJob:
+
+    return load_trainjob({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                          "metadata": {"name": f"a{n}", "namespace": "default",
+                                       "uid": f"u{n}"},
+                          "spec": {"runtimeRef": {"name": "torch-distributed"}}}, "t")
+
+
+async def test_a_commit_wakes_the_feed_at_once_from_any_thread() -> None:
+    """With a look every hour at most, a commit (on the loop, or in a worker thread)
+    still wakes the waiters: the commit pokes the feed."""
+    store = Store.open(":memory:")
+    feed = EventFeed(store, interval=3600)
+    task = asyncio.create_task(feed.run())
+    try:
+        waiter = asyncio.create_task(feed.wait_after(0, 30))
+        await asyncio.sleep(0)  # the feed's first look, before any write
+        store.add(_job(1), Owner(1001, 1001, "alice"), "slurm")
+        assert await asyncio.wait_for(waiter, 10) is True
+        waiter = asyncio.create_task(feed.wait_after(1, 30))
+        await asyncio.to_thread(store.add, _job(2), Owner(1001, 1001, "alice"), "slurm")
+        assert await asyncio.wait_for(waiter, 10) is True
+        assert feed.last_id == 2
+    finally:
+        task.cancel()
+
+
+async def test_a_cancelled_feed_stops_even_as_commits_poke_it() -> None:
+    """A cancel that comes as a commit pokes the feed stops it (a wait_for in Python
+    3.11 could swallow such a cancel: a test fixture's teardown hung on it)."""
+    store = Store.open(":memory:")
+    rec = store.add(_job(1), Owner(1001, 1001, "alice"), "slurm")
+    for n in range(100):
+        feed = EventFeed(store, interval=0.001)
+        task = asyncio.create_task(feed.run())
+        for _ in range(n % 4):
+            await asyncio.sleep(0)
+        store.set_trainer_status(rec.id, {"progressPercentage": n}, float(n))
+        task.cancel()
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
+        assert task.cancelled()
+        store.commit_listeners.clear()
+
+
+async def test_an_idle_feed_reads_nothing() -> None:
+    """Without a write since its last look, a look reads no outbox (no SQLite lock)."""
+    store = Store.open(":memory:")
+    feed = EventFeed(store, interval=3600)
+    reads: list[int] = []
+    real = store.last_event_id
+
+    def counted() -> int:
+        reads.append(1)
+        return real()
+
+    store.last_event_id = counted  # type: ignore[method-assign]
+    await feed.check()
+    await feed.check()
+    assert len(reads) == 1
+    store.add(_job(1), Owner(1001, 1001, "alice"), "slurm")
+    await feed.check()
+    assert len(reads) == 2 and feed.last_id == 1
 
 
 def test_a_password_file_others_may_read_is_refused(tmp_path: Path) -> None:

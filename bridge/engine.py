@@ -278,8 +278,9 @@ class Engine:
                     await self.reconcile_once()
                 except Exception:  # a bug must not kill the daemon; log and go on
                     log.exception("reconcile pass failed")
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval)
+                with suppress(TimeoutError):  # not wait_for: 3.11's can swallow a cancel
+                    async with asyncio.timeout(self.settings.poll_interval):
+                        await self._wake.wait()
         finally:
             await self._shutdown()
 

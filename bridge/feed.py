@@ -129,6 +129,7 @@ class EventFeed:
             if left <= 0:
                 break
             changed = self._changed  # read with last_id, no await between: no miss
-            with suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+            with suppress(TimeoutError):  # not wait_for: 3.11's can swallow a cancel
+                async with asyncio.timeout(left):
+                    await changed.wait()
         return self.last_id > seq

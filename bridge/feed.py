@@ -2,7 +2,8 @@
 
 Every state change writes an outbox row (:mod:`bridge.store`) from wherever it happens
 (engine, API, front doors), in a transaction; the store tells its commit listeners after
-each commit. :class:`EventFeed` is one: at once (at most one look per
+each commit it makes (in ``Store._tx``). :class:`EventFeed` is one while it runs: at once
+(at most one look per
 :data:`MIN_GAP`, 10 ms, during a burst of commits) it looks at the
 newest sequence number (SQLite's ``max(rowid)``: a B-tree's last entry, microseconds)
 and wakes every waiter: the MQTT publisher and ``GET /v1/events`` long-polls. New rows
@@ -46,11 +47,11 @@ class EventFeed:
         #: Seconds between looks when no commit pokes the feed (a safety net: every
         #: outbox row is written in a transaction, and each commit pokes it).
         self.interval = interval
-        self._poked = asyncio.Event()
-        #: The running feed's loop and its thread (None while not running).
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Set by a commit while :meth:`run` runs (made there, on its loop).
+        self._poked: asyncio.Event | None = None
+        #: The running feed's thread and loop (None while not running).
         self._thread = 0
-        store.commit_listeners.append(self._poke)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.last_id = store.last_event_id()
         #: The store's write count at the last look (None: not looked yet).
         self._written: int | None = None
@@ -61,22 +62,27 @@ class EventFeed:
         self._changed = asyncio.Event()
 
     def _poke(self) -> None:
-        """A commit (in any thread): look again at the loop's next turn."""
-        loop = self._loop
-        if loop is None:  # not running: run() looks when it starts
+        """A commit: look again at once. The store is used by one thread at a time
+        (bridge/store.py); a commit made off the loop's thread still pokes it safely."""
+        loop, poked = self._loop, self._poked
+        if loop is None or poked is None:  # not running: run() looks when it starts
             return
         if threading.get_ident() == self._thread:
-            self._poked.set()
+            poked.set()
         else:
             with suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._poked.set)
+                loop.call_soon_threadsafe(poked.set)
 
     async def run(self) -> None:
-        loop = self._loop = asyncio.get_running_loop()
+        """Look at each commit (see the module docstring) until cancelled; the feed
+        is a commit listener of its store only while this runs."""
+        poked = self._poked = asyncio.Event()
         self._thread = threading.get_ident()
+        loop = self._loop = asyncio.get_running_loop()
+        self.store.commit_listeners.append(self._poke)
         try:
             while True:
-                self._poked.clear()  # before the look: a commit during it looks again
+                poked.clear()  # before the look: a commit during it looks again
                 looked = loop.time()
                 try:
                     await self.check()
@@ -86,11 +92,12 @@ class EventFeed:
                 # cancel that comes as the event is set, and the feed would never stop.
                 with suppress(TimeoutError):
                     async with asyncio.timeout(self.interval):
-                        await self._poked.wait()
+                        await poked.wait()
                 # Commits in a burst: one look per MIN_GAP at most, not one per commit.
                 await asyncio.sleep(max(0.0, looked + MIN_GAP - loop.time()))
         finally:
-            self._loop = None
+            self.store.commit_listeners.remove(self._poke)
+            self._loop = self._poked = None
 
     async def check(self) -> None:
         """Look at the outbox once; wake waiters if something new is there. Nothing
@@ -100,8 +107,8 @@ class EventFeed:
         if written == self._written:
             return
         newest = self.store.last_event_id()
-        self._written = written
         if newest <= self.last_id:
+            self._written = written
             return
         if self._observers:
             seen = self.last_id
@@ -116,6 +123,7 @@ class EventFeed:
                         log.exception("event observer failed")
                 seen = rows[-1].id
         self.last_id = newest
+        self._written = written  # only now: a look that failed is made again
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 

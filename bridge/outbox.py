@@ -2,7 +2,8 @@
 stream and the metrics use; :class:`bridge.store.Store` has them as a mixin.
 
 Contract: every query is one indexed statement, cheap enough to run on the event loop
-(the outbox feed asks :meth:`OutboxQueries.last_event_id` every 20 ms);
+(the outbox feed asks :meth:`OutboxQueries.last_event_id` after commits, at most every
+10 ms);
 :meth:`OutboxQueries.prune_events` removes old events in bounded batches (the daemon's
 retention, bridge/eventtasks.py).
 """

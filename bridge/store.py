@@ -80,8 +80,9 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         #: row (a change within a state: reason, message, bookkeeping, the document),
         #: in this process (:meth:`bridge.service.JobService.updates`).
         self.update_listeners: list[Callable[[int], None]] = []
-        #: Called (no arguments) after each committed transaction, in the thread that
-        #: committed it (:class:`bridge.feed.EventFeed` looks at the outbox then,
+        #: Called (no arguments) after each transaction of :meth:`_tx` commits (every
+        #: outbox row is written in one; ``prune_events`` deletes without one), in the
+        #: thread that committed it (:class:`bridge.feed.EventFeed` looks at the outbox then,
         #: rather than polling it). A listener must be quick; what it raises is
         #: logged, never the writer's.
         self.commit_listeners: list[Callable[[], None]] = []

@@ -56,14 +56,21 @@ def test_the_units_verify_clean(tmp_path: Path) -> None:
                                str(tmp_path / "hpc-bridge.service")],
                               capture_output=True, text=True, timeout=60, check=False)
     assert "Overall exposure level for hpc-bridge.service" in security.stdout, security
+    assert "Service cannot issue chroot()" in security.stdout
     # client_root's drop-in, where a site installs it (verify reads the unit's .d/;
-    # a misspelt key there is told on stderr).
+    # a misspelt key there is told on stderr); systemd's own assessment shows that it
+    # was read and what it allows.
     (tmp_path / "hpc-bridge.service.d").mkdir()
     shutil.copy(UNITS / "client-root.conf", tmp_path / "hpc-bridge.service.d")
     res = subprocess.run([analyze, "verify", str(tmp_path / "hpc-bridge.service"),
                           str(tmp_path / "hpc-bridge.socket")],
                          capture_output=True, text=True, timeout=60, check=False)
     assert (res.returncode, res.stdout, res.stderr) == (0, "", ""), res
+    widened = subprocess.run([analyze, "security", "--offline=yes",
+                              str(tmp_path / "hpc-bridge.service")],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert "Service may issue chroot()" in widened.stdout, widened
+    assert "chroot is allowed" in widened.stdout, widened
 
 
 class NotifyListener:

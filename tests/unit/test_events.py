@@ -4,6 +4,7 @@ count as published, topic prefixes, and the outbox feed (docs/events.md)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -117,8 +118,9 @@ def _job(n: int) -> TrainJob:
 
 
 async def test_a_commit_wakes_the_feed_at_once_from_any_thread() -> None:
-    """With a look every hour at most, a commit (on the loop, or in a worker thread)
-    still wakes the waiters: the commit pokes the feed."""
+    """With a look every hour at most, a commit (on the loop, or in a worker thread
+    while the loop waits: the store is used by one thread at a time) still wakes the
+    waiters: the commit pokes the feed."""
     store = Store.open(":memory:")
     feed = EventFeed(store, interval=3600)
     task = asyncio.create_task(feed.run())
@@ -149,7 +151,29 @@ async def test_a_cancelled_feed_stops_even_as_commits_poke_it() -> None:
         task.cancel()
         await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
         assert task.cancelled()
-        store.commit_listeners.clear()
+        assert store.commit_listeners == []  # a stopped feed is no listener any more
+
+
+async def test_a_look_that_failed_is_made_again() -> None:
+    """A look whose read fails (a busy database) is not taken for done: the next look
+    reads again, though nothing was written in between."""
+    store = Store.open(":memory:")
+    seen: list[int] = []
+    feed = EventFeed(store, observers=[lambda evs: seen.extend(e.id for e in evs)])
+    store.add(_job(1), Owner(1001, 1001, "alice"), "slurm")
+    real = store.events_after
+    failures = [sqlite3.OperationalError("database is locked")]
+
+    def flaky(*args: object, **kwargs: object) -> list[Event]:
+        if failures:
+            raise failures.pop()
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.events_after = flaky  # type: ignore[method-assign]
+    with pytest.raises(sqlite3.OperationalError):
+        await feed.check()
+    await feed.check()
+    assert seen == [1] and feed.last_id == 1
 
 
 async def test_an_idle_feed_reads_nothing() -> None:

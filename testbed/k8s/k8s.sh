@@ -287,7 +287,14 @@ start_kcm() {
   # serviceaccount (the "default" SA the ServiceAccount admission plugin
   # waits for), serviceaccount-token, root-ca-cert-publisher, node-lifecycle,
   # endpointslice. Each controller uses its own service-account credentials.
+  # --node-monitor-grace-period: the node-lifecycle controller marks a node
+  # whose lease was not renewed within it Unknown, and every pod on it
+  # Ready=False, for good: kwok's ready stage never runs again on a pod with an
+  # IP. A test that restarts the apiserver, or a busy bed that starves kwok's
+  # lease renewals past the default 50 s, left later tests' pods never Ready.
+  # No test here needs a node to go NotReady.
   start_daemon kube-controller-manager kcm_ok "$BIN/kube-controller-manager" \
+    --node-monitor-grace-period=10m \
     --kubeconfig="$STATE/kube-controller-manager.kubeconfig" \
     --authentication-kubeconfig="$STATE/kube-controller-manager.kubeconfig" \
     --authorization-kubeconfig="$STATE/kube-controller-manager.kubeconfig" \

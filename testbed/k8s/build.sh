@@ -9,7 +9,7 @@
 # From tools/ (k8s.io/kubernetes + published staging modules, see
 # tools/gen-go-mod.sh): etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl. From their own modules (see build_module): jobset
-# (the controller), kwok, helm and kubeconform (the chart's tests).
+# (the controller), kueue, kwok, helm and kubeconform (the chart's tests).
 # Go's module and build caches stay in their default locations
 # (go env GOMODCACHE / GOCACHE) so that re-runs are fast. A binary is skipped
 # when it exists and its stamp file names the pinned version. Timings are
@@ -107,6 +107,8 @@ build_module jobset sigs.k8s.io/jobset "$JOBSET_VERSION" . \
   "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"
 build_module kwok sigs.k8s.io/kwok "$KWOK_VERSION" ./cmd/kwok \
   "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.BinaryName=kwok"
+build_module kueue sigs.k8s.io/kueue "$KUEUE_VERSION" ./cmd/kueue \
+  "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
 
 # The chart's tools (tests/integration/test_k8s_chart*.py).
 build_module helm helm.sh/helm/v3 "$HELM_VERSION" ./cmd/helm \

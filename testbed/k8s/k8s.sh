@@ -21,6 +21,8 @@
 #     the chart's admission policy of the pool (POOL_POLICY) keeps off the pods that
 #     tolerate the taint, or name a pool node, without a Slurm allocation;
 #   * the JobSet controller, its webhooks served on https://127.0.0.1:16444;
+#   * Kueue, its TrainJob integration only, in namespaces labelled
+#     testbed.hpc-bridge.io/kueue=true (testbed/k8s/kueue.sh), webhooks on 16450;
 #   * the Kubeflow Trainer CRDs (TRAINER_VERSION, no Trainer controller), the
 #     TrainJob one patched to admit spec.managedBy=hpc-bridge.io/controller.
 # `up` writes /run/hpc-bridge-testbed/k8s/admin.kubeconfig and
@@ -83,7 +85,7 @@ POOL_TAINT=hpc-bridge.io/slurm-pool=true:NoSchedule
 KWOK_ANNOTATION=kwok.x-k8s.io/node
 
 # Daemons in start order: NAME (= pidfile/log name; /proc comm is its first 15 chars).
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset kueue)
 
 pidfile() { printf '%s/%s.pid\n' "$RUN" "$1"; }
 logfile() { printf '%s/%s.log\n' "$LOGS" "$1"; }
@@ -99,7 +101,7 @@ make_dirs() {
 
 ensure_binaries() {
   local b missing=0
-  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok jobset; do
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok jobset kueue; do
     [[ -x $BIN/$b ]] || missing=1
   done
   # build.sh skips what is up to date (a few seconds) and also catches a
@@ -550,6 +552,10 @@ start_jobset() {
   jobset_webhooks | kubectl apply -f - >/dev/null
 }
 
+# --- Kueue (testbed/k8s/kueue.sh) ------------------------------------------------
+# shellcheck source-path=SCRIPTDIR source=kueue.sh
+source "$HERE/kueue.sh"
+
 # --- Kubeflow Trainer CRDs -------------------------------------------------------
 # Only the CRDs (no Trainer controller: the bridge reconciles the TrainJobs it
 # manages). The upstream TrainJob CRD admits spec.managedBy only for Trainer's
@@ -618,6 +624,8 @@ K8S_VERSION=$K8S_VERSION
 JOBSET_VERSION=$JOBSET_VERSION
 KWOK_VERSION=$KWOK_VERSION
 TRAINER_VERSION=$TRAINER_VERSION
+KUEUE_VERSION=$KUEUE_VERSION
+KUEUE_NAMESPACE_LABEL=$KUEUE_NAMESPACE_LABEL
 K8S_NODES=$(for n in "${KWOK_NODES[@]}"; do read -r n _ <<<"$n"; printf '%s,' "$n"; done | sed 's/,$//')
 K8S_POOL_NODES=$(for n in "${POOL_NODES[@]}"; do read -r n _ <<<"$n"; printf '%s,' "$n"; done | sed 's/,$//')
 K8S_POOL_LABEL=$POOL_LABEL
@@ -757,6 +765,7 @@ cmd_up() {
   apply_pool_policy
   start_jobset
   install_trainer_crds
+  start_kueue
   write_env
   log "control plane up in $((SECONDS - t0))s; KUBECONFIG=$KUBECONFIG_ADMIN"
   [[ ${K8S_SKIP_VERIFY:-0} == 1 ]] || verify

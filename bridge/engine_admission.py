@@ -38,6 +38,7 @@ from bridge.model import (
     ANN_ADOPT_ONLY,
     ANN_BACKEND,
     ANN_SCHEDULING,
+    KUEUE_PATCH_MANAGER,
     TrainJob,
     ValidationError,
     ensure_identity,
@@ -85,8 +86,12 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
                               plan.batch_script)
     except ValidationError as exc:
         refusal = exc
+    # Kueue's entry is on every TrainJob Kueue may queue; its pod fields are Kueue's
+    # decision, meaningless (and left aside) where no pods run.
+    users_patches = [p for p in job.spec.runtime_patches or []
+                     if not (isinstance(p, dict) and p.get("manager") == KUEUE_PATCH_MANAGER)]
     pod_fields = [f for f, v in (("spec.podSpecOverrides", job.spec.pod_spec_overrides),
-                                 ("spec.runtimePatches", job.spec.runtime_patches)) if v]
+                                 ("spec.runtimePatches", users_patches)) if v]
     if pod_fields and not getattr(chosen, "runs_pods", False) and refusal is None:
         refusal = ValidationError([(f, f"back end {backend!r} runs no pods: a pod's fields "
                                        f"have no meaning there (send the job to a Kubernetes "

@@ -56,6 +56,10 @@ ANN_ADOPT_ONLY = ANNOTATION_PREFIX + "adopt-only"
 ANN_FRONTDOOR = ANNOTATION_PREFIX + "frontdoor"
 #: The value of ``spec.managedBy`` that hands a TrainJob to the bridge.
 MANAGED_BY = "hpc-bridge.io/controller"
+#: The ``manager`` of the ``spec.runtimePatches`` entry Kueue's webhook adds to every
+#: TrainJob it may queue (k8s_adapter/kueue.py): Kueue's bookkeeping and admission
+#: decision for pods, not a user's request.
+KUEUE_PATCH_MANAGER = "kueue.x-k8s.io/manager"
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")

@@ -68,6 +68,22 @@ def test_pod_fields_are_refused_by_a_back_end_without_pods(tmp_path: Path, field
     assert e.store.list_jobs() == []
 
 
+def test_kueues_entry_is_not_a_users_pod_field(tmp_path: Path) -> None:
+    """Kueue's webhook adds its entry to every TrainJob it may queue (k8s_adapter/kueue.py):
+    such a job may still go to Slurm; an entry of anyone else beside it is refused."""
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": FakeBackend(inventory())},
+               RuntimeCatalog(), EngineSettings(default_backend="slurm"))
+    kueue = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {
+        "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q"}}}}}
+    job = doc()
+    job["spec"]["runtimePatches"] = [kueue]  # type: ignore[index]
+    assert e.admit(load_trainjob(job), ALICE).backend == "slurm"
+    job["spec"]["runtimePatches"] = [kueue, {"manager": "me"}]  # type: ignore[index]
+    with pytest.raises(ValidationError, match=r"spec\.runtimePatches: back end 'slurm'"):
+        e.admit(load_trainjob(job), ALICE)
+    assert len(e.store.list_jobs()) == 1
+
+
 async def test_a_task_that_ignores_its_cancellation_does_not_keep_the_engine_running(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A back-end call stuck past its cancellation (an exit report that never comes):

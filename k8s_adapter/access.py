@@ -64,6 +64,15 @@ class AccessPolicy:
     def _allow_setting(self) -> str:
         return f"{self.section}.allow_privileges"
 
+    def check_patches(self, patches: Any) -> None:
+        """Refuse (:class:`BackendRejected`) runtime patches that ask for a privilege
+        outside ``allow_privileges``: the check admission makes, for patches read
+        later (Kueue's entry, :mod:`k8s_adapter.kueue_admission`)."""
+        try:
+            check_patches(patches, self.allow_privileges, self._allow_setting)
+        except Forbidden as exc:
+            raise BackendRejected(str(exc)) from None
+
     def admit(self, job: TrainJob, plan: LaunchPlan, owner: Owner, origin: str) -> None:
         """Refuse (:class:`AdmissionDenied`) or accept ``job``; may set its namespace."""
         annotations = job.metadata.annotations

@@ -11,6 +11,8 @@
   reports ``CANCELLED``.
 * ``cancel`` deletes the JobSet with ``propagationPolicy: Foreground`` (its Jobs and
   pods go first); ``set_suspended`` patches ``spec.suspend``.
+* A TrainJob CR that names a Kueue queue is laid out as Kueue admitted it, and resumed
+  with Kueue's new decision after a preemption (:mod:`k8s_adapter.kueue`).
 * ``inventory`` is nodes' allocatable minus the requests of the pods on them, with
   the topology from the configured node labels (:mod:`k8s_adapter.inventory`), kept
   from a watch of the nodes and of the bound, unfinished pods (no API call per
@@ -52,7 +54,7 @@ from bridge.model import VERSION as TRAINER_VERSION
 from bridge.model import TrainJob
 from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
-from k8s_adapter import data_cache, sshauth, trainer_status
+from k8s_adapter import data_cache, kueue, sshauth, trainer_status
 from k8s_adapter.access import (
     ANN_IDENTITY,
     ANN_ORIGIN,
@@ -85,7 +87,8 @@ from k8s_adapter.jobset import (
     render_jobset,
 )
 from k8s_adapter.jobset_status import split_id
-from k8s_adapter.kube import MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status
+from k8s_adapter.kueue_admission import admitted_requests, resume_operations
 from k8s_adapter.options import SUPPORT
 from k8s_adapter.settings import KubernetesSettings
 
@@ -189,7 +192,13 @@ class KubernetesBackend:
         if from_cr_door(job) and job.metadata.uid:
             owner_ref = controller_reference(f"{TRAINER_GROUP}/{TRAINER_VERSION}", "TrainJob",
                                              job.metadata.name, job.metadata.uid)
-        body = self._render(request, owner_ref)
+        if owner_ref is not None and kueue.managed(job):
+            # Laid out as Kueue admitted it (k8s_adapter/kueue.py).
+            request, base = await admitted_requests(self.kube, self.access, request)
+            body = self._render(request, owner_ref)
+            kueue.record_base(body, self._render(base, owner_ref))
+        else:
+            body = self._render(request, owner_ref)
         self.access.secure(body, job, request.owner, self.options.service_account,
                            impersonated=identity is not None)
         annotations = body["metadata"].setdefault("annotations", {})
@@ -369,6 +378,15 @@ class KubernetesBackend:
         (as the namespace's identity, whoever ``owner`` is: admission checked them)."""
         namespace, name = split_id(backend_id)
         kube = await self._jobset_client(namespace, name)
+        ops = None if suspend else await resume_operations(self.kube, self.access,
+                                                           namespace, name)
+        if ops:  # Kueue's new decision goes in with the resume (k8s_adapter/kueue.py)
+            await kube.call(
+                f"patch JobSet {backend_id}", kube.custom.patch_namespaced_custom_object,
+                GROUP, VERSION, namespace, PLURAL, name,
+                [*ops, {"op": "replace", "path": "/spec/suspend", "value": False}],
+                _content_type=JSON_PATCH)
+            return
         await kube.call(
             f"patch JobSet {backend_id}", kube.custom.patch_namespaced_custom_object,
             GROUP, VERSION, namespace, PLURAL, name, {"spec": {"suspend": suspend}},

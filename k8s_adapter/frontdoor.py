@@ -73,6 +73,7 @@ from k8s_adapter.dropin import (
 )
 from k8s_adapter.event_recorder import EventRecorder
 from k8s_adapter.kube import Kube, KubeSettings
+from k8s_adapter.kueue_workloads import KueueWorkloads
 from k8s_adapter.runtime_source import ClusterRuntimes
 from k8s_adapter.settings import TrainJobDoorSettings
 from k8s_adapter.status import desired_status, failed_status, same_status
@@ -139,6 +140,8 @@ class TrainJobFrontDoor:
         self._handled: dict[str, Any] = {}
         #: The cluster's training runtimes (k8s_adapter/runtime_source.py).
         self.runtimes = ClusterRuntimes(self.kube, name, self.settings.namespaces or (None,))
+        #: Why Kueue holds a TrainJob (k8s_adapter/kueue_workloads.py).
+        self.kueue = KueueWorkloads(self.kube, self._jobs_status_changed)
         #: When to record an Event for a job (k8s_adapter/event_recorder.py).
         self.events = EventRecorder(f"{name}@{socket.gethostname()}")
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
@@ -174,6 +177,7 @@ class TrainJobFrontDoor:
         writer = asyncio.create_task(self._status_loop(), name=f"{self.name}-status")
         watchers += [asyncio.create_task(self._watch(ns), name=f"{self.name}-watch-{ns or 'all'}")
                      for ns in namespaces]
+        watchers.append(asyncio.create_task(self.kueue.run(), name=f"{self.name}-kueue"))
         if TRAINER_MANAGED_BY in self.settings.managed_by:
             watchers.append(asyncio.create_task(self._guard_drop_in(),
                                                 name=f"{self.name}-drop-in"))
@@ -497,7 +501,8 @@ class TrainJobFrontDoor:
         previous = self._written.get(uid) or obj.get("status")
         assert self._service is not None
         status = desired_status(rec, self._service.jobs_status(rec), previous,
-                                self._service.trainer_statuses([rec.id]).get(rec.id))
+                                self._service.trainer_statuses([rec.id]).get(rec.id),
+                                self.kueue.hold(uid))
         # The event first: a reader who sees a condition finds the event that goes with it.
         await self.events.record(self.calls, obj, rec)
         if not same_status(status, previous) and not same_status(status, obj.get("status")):

@@ -7,7 +7,8 @@ condition types, and so does the bridge:
 =============  ==============================================================
 type           when (``status``, ``reason``, ``message``)
 =============  ==============================================================
-Suspended      held: ``True``, ``Suspended``, "TrainJob is suspended";
+Suspended      held: ``True``, ``Suspended``, "TrainJob is suspended" (held by Kueue:
+               Kueue's reason, and its message after Trainer's);
                resumed after a hold: ``False``, ``Resumed``, "TrainJob is resumed"
 Complete       succeeded: ``True``, the back end's reason (``Completed`` …), message
 Failed         failed or cancelled: ``True``, the reason (``NonZeroExitCode``,
@@ -79,13 +80,19 @@ def is_held(rec: JobRecord) -> bool:
 
 
 def desired_conditions(rec: JobRecord, previous: Sequence[Mapping[str, Any]] | None = None,
-                       ) -> list[dict[str, Any]]:
+                       kueue_hold: tuple[str, str] | None = None) -> list[dict[str, Any]]:
     """The conditions of ``rec`` (module docstring), times from the record; ``previous``
-    (the TrainJob's conditions now) gives their order and whether a hold was lifted."""
+    (the TrainJob's conditions now) gives their order and whether a hold was lifted;
+    ``kueue_hold``: Kueue's reason and message while it holds the job
+    (:mod:`k8s_adapter.kueue_workloads`)."""
     prior = {c.get("type"): c for c in previous or [] if c.get("type") in CONDITION_TYPES}
     state = rec.state
     want: dict[str, dict[str, Any]] = {}
-    if is_held(rec):
+    if is_held(rec) and kueue_hold is not None and rec.state == JobState.SUSPENDED:
+        reason, message = kueue_hold
+        want["Suspended"] = _cond("Suspended", True, reason, f"{SUSPENDED_MESSAGE}: Kueue: "
+                                  f"{message or reason}", rec.updated_at)
+    elif is_held(rec):
         want["Suspended"] = _cond("Suspended", True, "Suspended", SUSPENDED_MESSAGE,
                                   rec.updated_at)
     elif "Suspended" in prior:
@@ -120,15 +127,17 @@ def synthetic_jobs_status(rec: JobRecord) -> list[dict[str, Any]]:
 
 def desired_status(rec: JobRecord, jobs_status: Sequence[Mapping[str, Any]] | None,
                    previous: Mapping[str, Any] | None,
-                   reported: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   reported: Mapping[str, Any] | None = None,
+                   kueue_hold: tuple[str, str] | None = None) -> dict[str, Any]:
     """The whole ``status`` to write: conditions keep their previous
     ``lastTransitionTime`` when their status is unchanged; ``trainerStatus`` is what the
     job ``reported`` from inside (bridge/trainer_status.py, on any back end), and
-    100 % once it succeeded (its last metrics kept)."""
+    100 % once it succeeded (its last metrics kept); ``kueue_hold`` as for
+    :func:`desired_conditions`."""
     before = (previous or {}).get("conditions") or []
     old = {c.get("type"): c for c in before}
     conditions = []
-    for c in desired_conditions(rec, before):
+    for c in desired_conditions(rec, before, kueue_hold):
         prior = old.get(c["type"])
         if prior is not None and prior.get("status") == c["status"] and prior.get(
                 "lastTransitionTime"):

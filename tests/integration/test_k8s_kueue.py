@@ -1,0 +1,211 @@
+"""TrainJobs that a real Kueue queues (``sigs.k8s.io/kueue``, built from its Go module and
+run by testbed/k8s/kueue.sh: its TrainJob integration, in namespaces labelled for it)
+and the bridge runs (k8s_adapter/kueue.py, docs/kubernetes.md "Kueue").
+
+Each test makes its own ResourceFlavors (the kwok nodes' racks, as node labels), a
+ClusterQueue with a CPU quota and a LocalQueue ``q`` in its namespace. The bridge's test
+daemon pins pods to the hosts its placement chose (``nodelist``); for a job Kueue
+queues it must not: Kueue's flavor decides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.bed import Daemon
+from tests.integration.k8s_bridge import (
+    JOBSETS,
+    KWOK_STAY_RUNNING,
+    TRAINJOBS,
+    apply,
+    conditions,
+    is_true,
+    jobsets,
+    k8s_daemon,
+    node_ready,
+    pods,
+    trainjob,
+)
+from tests.integration.k8sbed import K8sBed
+from tests.integration.test_k8s_trainjobs import release
+from tests.integration.test_kubeflow_sdk import RUNTIMES
+from tests.requirements import require
+
+pytestmark = pytest.mark.integration
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RACK = "topology.hpc-bridge.io/rack"
+WORKLOADS = "workloads.kueue.x-k8s.io"
+CLUSTER_QUEUES = "clusterqueues.kueue.x-k8s.io"
+FLAVORS = "resourceflavors.kueue.x-k8s.io"
+
+
+def flavor(name: str, rack: str) -> dict[str, Any]:
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": name},
+            "spec": {"nodeLabels": {RACK: rack}}}
+
+
+def cluster_queue(name: str, flavors: list[tuple[str, int]]) -> dict[str, Any]:
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": name}},
+                "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+                    {"name": f, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+                    for f, cpu in flavors]}]}}
+
+
+def queued(name: str, **fields: Any) -> dict[str, Any]:
+    """A TrainJob in LocalQueue ``q`` (2 nodes, 1 CPU each)."""
+    doc = trainjob(name, **fields)
+    doc["metadata"]["labels"] = {QUEUE_LABEL: "q"}
+    return doc
+
+
+@pytest.fixture
+def queues(k8s: K8sBed, k8s_namespace: str) -> Iterator[str]:
+    """The namespace, under Kueue, with its LocalQueue ``q``; the ClusterQueue is named
+    after the namespace, its flavors ``NS-rack1`` and ``NS-rack2``."""
+    label = k8s.env.get("KUEUE_NAMESPACE_LABEL")
+    require(label, "the Kubernetes bed runs no Kueue (testbed/k8s/k8s.sh up starts it; "
+                   "an older bed: run it again)")
+    ns = k8s_namespace
+    k8s.kubectl("label", "namespace", ns, f"{label}=true")
+    k8s.kubectl("apply", "-f", str(RUNTIMES))  # Kueue reads the TrainJob's runtime
+    apply(k8s, ns, flavor(f"{ns}-rack1", "rack-1"), flavor(f"{ns}-rack2", "rack-2"),
+          cluster_queue(ns, [(f"{ns}-rack1", 2)]),
+          {"apiVersion": KUEUE_API, "kind": "LocalQueue",
+           "metadata": {"name": "q", "namespace": ns}, "spec": {"clusterQueue": ns}})
+    yield ns
+    k8s.kubectl("delete", CLUSTER_QUEUES, ns, "--wait=false", "--ignore-not-found",
+                check=False)
+    k8s.kubectl("delete", FLAVORS, f"{ns}-rack1", f"{ns}-rack2", "--wait=false",
+                "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def bridge(k8s: K8sBed, queues: str) -> Iterator[Daemon]:
+    daemon = k8s_daemon(k8s, queues)
+    daemon.start()
+    yield daemon
+    release(k8s, queues, daemon)
+
+
+@pytest.fixture
+def hybrid(k8s: K8sBed, queues: str, testbed: dict[str, str]) -> Iterator[Daemon]:
+    """The bridge with the Slurm back end too (the ``hpc-bridge.io/backend`` annotation)."""
+    daemon = k8s_daemon(k8s, queues, slurm=testbed)
+    daemon.start()
+    yield daemon
+    release(k8s, queues, daemon)
+
+
+def pod_template(k8s: K8sBed, ns: str, name: str) -> dict[str, Any]:
+    jobset = k8s.get_json("-n", ns, JOBSETS, name)
+    template: dict[str, Any] = jobset["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"]
+    return template
+
+
+def running_on(k8s: K8sBed, ns: str, name: str) -> set[str]:
+    """The nodes of the JobSet's Running pods."""
+    return {p["spec"].get("nodeName", "") for p in pods(
+        k8s, ns, f"jobset.sigs.k8s.io/jobset-name={name}")
+        if p["status"].get("phase") == "Running"}
+
+
+def racks_of(k8s: K8sBed, nodes: set[str]) -> set[str]:
+    return {k8s.get_json("node", n)["metadata"]["labels"].get(RACK, "") for n in nodes}
+
+
+def workload_of(k8s: K8sBed, ns: str, name: str) -> str:
+    uid = k8s.get_json("-n", ns, TRAINJOBS, name)["metadata"]["uid"]
+    items = k8s.get_json("-n", ns, WORKLOADS, "-l", f"kueue.x-k8s.io/job-uid={uid}")["items"]
+    assert len(items) == 1, items
+    return str(items[0]["metadata"]["name"])
+
+
+def test_kueue_admits_within_its_quota_and_the_rest_wait_saying_why(
+        k8s: K8sBed, queues: str, bridge: Daemon) -> None:
+    ns = queues
+    apply(k8s, ns, queued("first", pod_labels={KWOK_STAY_RUNNING: "true"}))
+    k8s.wait_for(lambda: len(running_on(k8s, ns, "first")) == 2, 90,
+                 "Kueue to admit the first TrainJob and its two pods to run")
+    # On the admitted flavor's rack, and not pinned by the bridge's placement.
+    assert racks_of(k8s, running_on(k8s, ns, "first")) == {"rack-1"}
+    template = pod_template(k8s, ns, "first")
+    assert template["spec"]["nodeSelector"][RACK] == "rack-1"
+    assert "kubernetes.io/hostname" not in json.dumps(template["spec"].get("affinity") or {})
+    assert template["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "node"
+
+    # The quota is used up: the second waits, suspended, with Kueue's reason.
+    apply(k8s, ns, queued("second"))
+
+    def held() -> bool:
+        c = conditions(k8s, ns, "second").get("Suspended") or {}
+        return c.get("status") == "True" and c.get("reason") == "Pending"
+
+    k8s.wait_for(held, 60, "the second TrainJob to wait with Kueue's reason")
+    message = conditions(k8s, ns, "second")["Suspended"]["message"]
+    assert message.startswith("TrainJob is suspended: Kueue: "), message
+    assert "insufficient" in message and "cpu" in message, message
+    assert k8s.get_json("-n", ns, TRAINJOBS, "second")["spec"]["suspend"] is True
+    assert "second" not in {j["metadata"]["name"] for j in jobsets(k8s, ns)}
+
+    # The first goes: Kueue admits the second, which runs to the end.
+    k8s.kubectl("-n", ns, "delete", TRAINJOBS, "first", "--wait=false")
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "second"), "Complete"), 120,
+                 "the second TrainJob to be admitted and complete")
+    suspended = conditions(k8s, ns, "second")["Suspended"]
+    assert (suspended["status"], suspended["reason"]) == ("False", "Resumed")
+
+
+def test_a_job_kueue_stops_and_admits_again_moves_to_the_new_flavor(
+        k8s: K8sBed, queues: str, bridge: Daemon) -> None:
+    ns = queues
+    apply(k8s, ns, cluster_queue(ns, [(f"{ns}-rack1", 2), (f"{ns}-rack2", 2)]),
+          queued("moved", pod_labels={KWOK_STAY_RUNNING: "true"}))
+    k8s.wait_for(lambda: racks_of(k8s, running_on(k8s, ns, "moved")) == {"rack-1"}, 90,
+                 "the TrainJob to run on rack-1 (the first flavor)")
+    workload = workload_of(k8s, ns, "moved")
+
+    # Kueue stops it (the Workload deactivated): suspended, pods gone, JobSet kept.
+    k8s.kubectl("-n", ns, "patch", WORKLOADS, workload, "--type=merge",
+                "-p", '{"spec":{"active":false}}')
+    k8s.wait_for(lambda: k8s.get_json("-n", ns, JOBSETS, "moved")["spec"].get("suspend")
+                 and not running_on(k8s, ns, "moved"), 90,
+                 "the JobSet to be suspended and its pods to go")
+    assert is_true(conditions(k8s, ns, "moved"), "Suspended")
+
+    # Admitted again, now on rack-2 first: the JobSet resumes there, and nothing of
+    # rack-1's admission is left on its pods.
+    apply(k8s, ns, cluster_queue(ns, [(f"{ns}-rack2", 2), (f"{ns}-rack1", 2)]))
+    k8s.kubectl("-n", ns, "patch", WORKLOADS, workload, "--type=merge",
+                "-p", '{"spec":{"active":true}}')
+    k8s.wait_for(lambda: racks_of(k8s, running_on(k8s, ns, "moved")) == {"rack-2"}, 90,
+                 "the TrainJob to run again, on rack-2")
+    template = pod_template(k8s, ns, "moved")
+    assert template["spec"]["nodeSelector"][RACK] == "rack-2"
+    assert not is_true(conditions(k8s, ns, "moved"), "Suspended")
+
+
+def test_kueue_quota_gates_a_trainjob_routed_to_slurm(k8s: K8sBed, queues: str,
+                                                     hybrid: Daemon) -> None:
+    """Kueue's quota holds a TrainJob the bridge runs on Slurm as it holds one with pods:
+    the second waits, suspended and not in Slurm, until the first is complete."""
+    ns = queues
+    slurm = {"backend": "slurm", "runtime": "plain", "image": None}
+    apply(k8s, ns, queued("on-slurm", command=["sh", "-c", "sleep 4; hostname"], **slurm))
+    k8s.wait_for(lambda: node_ready(k8s, ns, "on-slurm"), 90,
+                 "Kueue to admit the TrainJob and Slurm to run it")
+    apply(k8s, ns, queued("after", command=["hostname"], **slurm))
+    k8s.wait_for(lambda: (conditions(k8s, ns, "after").get("Suspended") or {}).get(
+        "reason") == "Pending", 60, "the second to wait for Kueue's quota")
+    assert not is_true(conditions(k8s, ns, "on-slurm"), "Complete")
+    k8s.wait_for(lambda: is_true(conditions(k8s, ns, "after"), "Complete"), 120,
+                 "the second to run on Slurm once the first is complete")
+    assert is_true(conditions(k8s, ns, "on-slurm"), "Complete")

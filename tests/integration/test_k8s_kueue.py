@@ -209,3 +209,38 @@ def test_kueue_quota_gates_a_trainjob_routed_to_slurm(k8s: K8sBed, queues: str,
     k8s.wait_for(lambda: is_true(conditions(k8s, ns, "after"), "Complete"), 120,
                  "the second to run on Slurm once the first is complete")
     assert is_true(conditions(k8s, ns, "on-slurm"), "Complete")
+
+
+def test_kueue_topology_aware_scheduling_places_the_pods_in_one_rack(
+        k8s: K8sBed, queues: str, bridge: Daemon) -> None:
+    """A TrainJob asks Kueue for one rack (its ``podset-required-topology`` annotation in
+    a runtime patch): Kueue's Topology Aware Scheduling admits it with its scheduling
+    gate on the pods, which the bridge lays out; Kueue then names each pod's node and
+    lifts the gate, and the two pods run in one rack."""
+    ns = queues
+    levels = [f"topology.hpc-bridge.io/{lvl}" for lvl in ("block", "rack")]
+    apply(k8s, ns,
+          {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": ns},
+           "spec": {"levels": [{"nodeLabel": k} for k in
+                               [*levels, "kubernetes.io/hostname"]]}},
+          {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"{ns}-tas"},
+           "spec": {"nodeLabels": {levels[0]: "block-a"}, "topologyName": ns}},
+          cluster_queue(ns, [(f"{ns}-tas", 4)]))
+    try:
+        apply(k8s, ns, queued("tas", pod_labels={KWOK_STAY_RUNNING: "true"}, pod_annotations={
+            "kueue.x-k8s.io/podset-required-topology": levels[1]}))
+        k8s.wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in pods(
+            k8s, ns, "jobset.sigs.k8s.io/jobset-name=tas")) == 2, 90,
+                     "Kueue to admit the TrainJob with a topology and its pods to run")
+        # (Kueue's best fit may put both on one node: 1 CPU each, 32 a node.)
+        assert len(racks_of(k8s, running_on(k8s, ns, "tas"))) == 1
+        template = pod_template(k8s, ns, "tas")
+        assert {"name": "kueue.x-k8s.io/topology"} in template["spec"]["schedulingGates"]
+        for p in pods(k8s, ns, "jobset.sigs.k8s.io/jobset-name=tas"):
+            assert not p["spec"].get("schedulingGates"), p["spec"]
+    finally:
+        k8s.kubectl("-n", ns, "delete", TRAINJOBS, "--all", "--wait=false", check=False)
+        k8s.kubectl("delete", "topologies.kueue.x-k8s.io", ns, "--wait=false",
+                    "--ignore-not-found", check=False)
+        k8s.kubectl("delete", FLAVORS, f"{ns}-tas", "--wait=false", "--ignore-not-found",
+                    check=False)

@@ -407,6 +407,7 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
     }
     sizes = {rj["name"]: _size(rj) for rj in replicated}
     js_spec = {k: body["spec"].get(k) for k in _KEPT_SPEC}
+    own_annotations = dict(metadata["annotations"])
     for field, patches in (("spec.podSpecOverrides",
                             as_runtime_patches(job.spec.pod_spec_overrides)),
                            ("spec.runtimePatches", job.spec.runtime_patches or [])):
@@ -436,8 +437,18 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
         _keep_deadline(rj["template"]["spec"], deadline)
     if cache is not None:
         data_cache.finish(body, target, NODE, {"mpi-hostfile", sshauth.VOLUME})
-    body["metadata"]["labels"].update(labels)
+    # The JobSet's own labels and annotations under the bridge's prefix are the bridge's
+    # word (its identity, what it recorded: k8s_adapter/kueue.py), never a patch's.
+    for key in ("labels", "annotations"):
+        mine = labels if key == "labels" else own_annotations
+        body["metadata"][key] = {
+            **{k: v for k, v in (body["metadata"].get(key) or {}).items()
+               if not k.startswith(BRIDGE_PREFIX)}, **mine}
     return body
+
+
+#: The prefix of the bridge's own labels and annotations.
+BRIDGE_PREFIX = "hpc-bridge.io/"
 
 
 #: JobSet spec fields the bridge sets or leaves unset that no patch may change.

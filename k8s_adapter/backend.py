@@ -88,7 +88,7 @@ from k8s_adapter.jobset import (
 )
 from k8s_adapter.jobset_status import split_id
 from k8s_adapter.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeSettings, is_status
-from k8s_adapter.kueue_admission import admitted_requests, resume_operations
+from k8s_adapter.kueue_admission import admitted_body, resume_operations
 from k8s_adapter.options import SUPPORT
 from k8s_adapter.settings import KubernetesSettings
 
@@ -192,11 +192,9 @@ class KubernetesBackend:
         if from_cr_door(job) and job.metadata.uid:
             owner_ref = controller_reference(f"{TRAINER_GROUP}/{TRAINER_VERSION}", "TrainJob",
                                              job.metadata.name, job.metadata.uid)
-        if owner_ref is not None and kueue.managed(job):
-            # Laid out as Kueue admitted it (k8s_adapter/kueue.py).
-            request, base = await admitted_requests(self.kube, self.access, request)
-            body = self._render(request, owner_ref)
-            kueue.record_base(body, self._render(base, owner_ref))
+        if owner_ref is not None and kueue.managed(job):  # as Kueue admitted it
+            body = await admitted_body(self.kube, self.access, request,
+                                       lambda r: self._render(r, owner_ref))
         else:
             body = self._render(request, owner_ref)
         self.access.secure(body, job, request.owner, self.options.service_account,
@@ -375,7 +373,9 @@ class KubernetesBackend:
 
     async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
         """Suspend (pods deleted, Jobs kept) or resume the JobSet through ``spec.suspend``
-        (as the namespace's identity, whoever ``owner`` is: admission checked them)."""
+        (as the namespace's identity, whoever ``owner`` is: admission checked them); the
+        resume of a JobSet laid out for Kueue carries Kueue's new decision in the same
+        JSON patch (:func:`k8s_adapter.kueue_admission.resume_operations`)."""
         namespace, name = split_id(backend_id)
         kube = await self._jobset_client(namespace, name)
         ops = None if suspend else await resume_operations(self.kube, self.access,

@@ -17,8 +17,12 @@ at that point; the bridge does the same with what matters here:
   Kueue empties its entry, and writes a new decision before resuming it.
   :func:`resume_ops` lays that decision over the pod templates as they were laid out
   without any Kueue entry (kept in the JobSet's annotation :data:`ANN_BASE` by
-  :func:`record_base`), so that a flavor's node selector of the last admission does not
-  outlive it; the fields changed are exactly those JobSet lets a suspended JobSet change.
+  :func:`record_base`; no patch can set an annotation under the bridge's prefix on a
+  JobSet: :func:`k8s_adapter.jobset.render_jobset`), so that the JobSet's templates
+  carry no flavor's node selector of the last admission; the fields changed are exactly
+  those JobSet lets a suspended JobSet change. (JobSet's controller merges them into the
+  Jobs it kept: a key of the last admission that the new one does not set stays on the
+  pods, as under Trainer's controller.)
 * The bridge's own placement is not pinned as node affinity on such a job
   (:func:`managed`): Kueue chose the nodes' flavor, and its Topology Aware Scheduling the
   nodes (a TrainJob asks for it with Kueue's ``podset-required-topology`` or
@@ -32,14 +36,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from bridge.backend import BackendRejected
 from bridge.model import KUEUE_PATCH_MANAGER, TrainJob
 
-__all__ = ["ANN_BASE", "PATCH_MANAGER", "QUEUE_LABEL", "managed", "record_base",
-           "resume_ops", "with_admission"]
+__all__ = ["ANN_BASE", "PATCH_MANAGER", "QUEUE_LABEL", "managed", "only_jobs",
+           "record_base", "resume_ops", "with_admission", "without_kueue"]
 
 #: The label that puts a TrainJob in a Kueue LocalQueue.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -54,8 +58,34 @@ SPEC_FIELDS = ("nodeSelector", "tolerations", "schedulingGates")
 
 
 def managed(job: TrainJob) -> bool:
-    """Whether Kueue queues ``job`` (it names a LocalQueue)."""
-    return bool(job.metadata.labels.get(QUEUE_LABEL))
+    """Whether Kueue may queue ``job``: it names a LocalQueue, or Kueue's webhook gave it
+    an entry (a namespace where Kueue manages jobs without a queue name)."""
+    return bool(job.metadata.labels.get(QUEUE_LABEL)) or bool(
+        kueue_entries(job.spec.runtime_patches))
+
+
+def only_jobs(entries: Sequence[Mapping[str, Any]], names: Collection[str]
+              ) -> list[dict[str, Any]]:
+    """Kueue's entries with only the replicated jobs the bridge's layout has: Trainer's
+    runtime code (which Kueue runs) may count one the bridge does not lay out, e.g. the
+    ``node`` workers of a one-node MPI job, whose launcher is the only pod."""
+    out = []
+    for entry in entries:
+        kept = copy.deepcopy(dict(entry))
+        spec = _dig(kept, "trainingRuntimeSpec", "template", "spec")
+        if isinstance(spec, dict) and isinstance(spec.get("replicatedJobs"), list):
+            spec["replicatedJobs"] = [rj for rj in spec["replicatedJobs"]
+                                      if isinstance(rj, Mapping) and rj.get("name") in names]
+        out.append(kept)
+    return out
+
+
+def _dig(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
 
 
 def kueue_entries(patches: Any) -> list[dict[str, Any]]:
@@ -97,17 +127,43 @@ def record_base(body: dict[str, Any], base: Mapping[str, Any]) -> None:
 
 
 def _admitted(entries: Sequence[Mapping[str, Any]], rjob: str) -> list[Mapping[str, Any]]:
-    """The pod templates Kueue's entries give replicated job ``rjob``, in order."""
+    """The pod templates Kueue's entries give replicated job ``rjob``, in order, each
+    checked for shape (:func:`_checked`)."""
     out = []
-    for entry in entries:
-        spec = (((entry.get("trainingRuntimeSpec") or {}).get("template") or {})
-                .get("spec") or {})
-        for rj in spec.get("replicatedJobs") or []:
+    for i, entry in enumerate(entries):
+        rjobs = _dig(entry, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+        for j, rj in enumerate(rjobs if isinstance(rjobs, list) else []):
             if isinstance(rj, Mapping) and rj.get("name") == rjob:
-                pod = ((rj.get("template") or {}).get("spec") or {}).get("template")
-                if isinstance(pod, Mapping):
-                    out.append(pod)
+                pod = _dig(rj, "template", "spec", "template")
+                if pod is not None:
+                    out.append(_checked(pod, f"spec.runtimePatches ({PATCH_MANAGER} #{i}): "
+                                             f"replicatedJobs[{j}]"))
     return out
+
+
+def _checked(pod: Any, where: str) -> Mapping[str, Any]:
+    """``pod`` if its scheduling fields have the shapes Kubernetes gives them (string
+    maps; lists of mappings), else :class:`BackendRejected` naming the field."""
+    if not isinstance(pod, Mapping):
+        raise BackendRejected(f"{where}: the pod template must be a mapping")
+    for part, keys in (("metadata", META_FIELDS), ("spec", SPEC_FIELDS)):
+        section = pod.get(part, {})
+        if not isinstance(section, Mapping):
+            raise BackendRejected(f"{where}: {part} must be a mapping")
+        for key in keys:
+            value = section.get(key)
+            if value is None:
+                continue
+            ok = (isinstance(value, Mapping) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+                if key in ("labels", "annotations", "nodeSelector") else
+                isinstance(value, list) and all(isinstance(v, Mapping) for v in value))
+            if not ok:
+                raise BackendRejected(f"{where}: {part}.{key} must be "
+                                      + ("a map of strings" if key in (
+                                          "labels", "annotations", "nodeSelector")
+                                         else "a list of mappings"))
+    return pod
 
 
 def _lay_over(fields: dict[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,8 +191,8 @@ def resume_ops(jobset: Mapping[str, Any], current: Any,
         return None
     try:
         base = json.loads(text)
-        if not isinstance(base, dict):
-            raise ValueError("not a mapping")
+        if not isinstance(base, dict) or not all(isinstance(v, dict) for v in base.values()):
+            raise ValueError("not a mapping of mappings")
     except ValueError as exc:
         raise BackendRejected(f"JobSet annotation {ANN_BASE}: {exc}") from None
     entries = kueue_entries(current)

@@ -1,10 +1,11 @@
 """The Kubernetes back end's calls for TrainJobs that Kueue queues (:mod:`k8s_adapter.kueue`).
 
-* :func:`admitted_requests` — at submission of a TrainJob CR that names a Kueue queue:
-  the TrainJob as the apiserver holds it now (its uid must be the job's), its Kueue
-  entry checked as a user's patch, and two requests to lay out: the job with that entry
-  in place of the stored one and without the engine's pinned hosts, and the same
-  without any Kueue entry (the base :func:`k8s_adapter.kueue.record_base` keeps).
+* :func:`admitted_body` — at submission of a TrainJob CR Kueue may queue: the TrainJob
+  as the apiserver holds it now (its uid must be the job's); the JobSet laid out without
+  any Kueue entry and without the engine's pinned hosts (the base
+  :func:`k8s_adapter.kueue.record_base` keeps); Kueue's current entry, cut to the
+  replicated jobs of that layout and checked as a user's patch is; and the JobSet laid
+  out with it in place of the stored one.
 * :func:`resume_operations` — when such a JobSet is resumed: the JSON-patch operations
   that carry Kueue's new decision into it (:func:`k8s_adapter.kueue.resume_ops`), or
   None for a JobSet that records no base.
@@ -15,7 +16,7 @@ was made again under the same name is :class:`BackendRejected`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -36,7 +37,7 @@ from k8s_adapter.jobset import (
 )
 from k8s_adapter.kube import Kube, is_status
 
-__all__ = ["admitted_requests", "resume_operations"]
+__all__ = ["IDENTITY_LABELS", "admitted_body", "resume_operations"]
 
 #: Pod labels that name the job: no Kueue entry changes them.
 IDENTITY_LABELS = (MANAGED_BY_LABEL, UID_LABEL, JOB_ID_LABEL, TRAINJOB_NAME_LABEL)
@@ -62,18 +63,24 @@ def _with_patches(job: TrainJob, patches: list[dict[str, Any]]) -> TrainJob:
         update={"runtime_patches": patches or None})})
 
 
-async def admitted_requests(kube: Kube, access: AccessPolicy, request: SubmitRequest
-                            ) -> tuple[SubmitRequest, SubmitRequest]:
-    """(the request to lay out, the base request): see the module docstring."""
+async def admitted_body(kube: Kube, access: AccessPolicy, request: SubmitRequest,
+                        render: Callable[[SubmitRequest], dict[str, Any]]) -> dict[str, Any]:
+    """The JobSet ``render`` lays out for ``request`` as Kueue admitted it, with its base
+    recorded (see the module docstring)."""
     job = request.job
     current = await _current_patches(kube, str(job.metadata.namespace), job.metadata.name,
                                      str(job.metadata.uid))
-    access.check_patches(kueue.kueue_entries(current))
     stored = job.spec.runtime_patches
-    admitted = replace(request, placement=None,
-                       job=_with_patches(job, kueue.with_admission(stored, current)))
-    base = replace(admitted, job=_with_patches(job, kueue.without_kueue(stored)))
-    return admitted, base
+    base_request = replace(request, placement=None,
+                           job=_with_patches(job, kueue.without_kueue(stored)))
+    base = render(base_request)
+    names = {rj["name"] for rj in base["spec"]["replicatedJobs"]}
+    entries = kueue.only_jobs(kueue.kueue_entries(current), names)
+    access.check_patches(entries)
+    body = render(replace(base_request, job=_with_patches(job, kueue.with_admission(
+        stored, entries))))
+    kueue.record_base(body, base)
+    return body
 
 
 def _owner_trainjob(jobset: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -102,4 +109,9 @@ async def resume_operations(kube: Kube, access: AccessPolicy, namespace: str, na
         return None
     current = await _current_patches(kube, namespace, *owner)
     access.check_patches(kueue.kueue_entries(current))
-    return kueue.resume_ops(jobset, current, IDENTITY_LABELS)
+    try:
+        return kueue.resume_ops(jobset, current, IDENTITY_LABELS)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        # A JobSet changed by hand: refused, never another error.
+        raise BackendRejected(f"JobSet {namespace}/{name} cannot be resumed as Kueue "
+                              f"admitted it: {type(exc).__name__}: {str(exc)[:300]}") from None

@@ -230,6 +230,62 @@ def test_no_base_no_operations_and_a_bad_one_is_refused() -> None:
         kueue.resume_ops(ok, [bad], IDENTITY_LABELS)
 
 
+def test_a_one_node_mpi_job_keeps_only_the_replicated_jobs_it_has() -> None:
+    """Trainer's MPI plugin (which Kueue runs) counts ``node`` workers for a one-node job
+    whose launcher is the only pod of the bridge's layout: that part is left out."""
+    doc = builders.trainjob_doc("mpi-distributed", nodes=1, image=IMAGE, command=["true"])
+    doc["metadata"]["labels"] = {kueue.QUEUE_LABEL: "q"}
+    both = decision({"rack": "r1"}, rjob="launcher")
+    both["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"].append(
+        {"name": "node", "template": {"spec": {"template": {"spec": {"nodeSelector": {
+            "rack": "r1"}}}}}})
+    one = TrainJob.model_validate(doc)
+    names = {rj["name"] for rj in render_jobset(request(one), OPTS)["spec"]["replicatedJobs"]}
+    assert names == {"launcher"}
+    with pytest.raises(BackendRejected, match="names 'node'"):
+        render_jobset(request(TrainJob.model_validate({**doc, "spec": {
+            **doc["spec"], "runtimePatches": [both]}})), OPTS)
+    kept = kueue.only_jobs([both], names)
+    body = render_jobset(request(TrainJob.model_validate({**doc, "spec": {
+        **doc["spec"], "runtimePatches": kept}})), OPTS)
+    assert body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "nodeSelector"] == {"rack": "r1"}
+
+
+def test_no_patch_sets_the_bridges_own_jobset_labels_or_annotations() -> None:
+    """The base a resume trusts (kueue.ANN_BASE) and the bridge's identity are the
+    bridge's word: a patch's JobSet metadata under the bridge's prefix is dropped."""
+    forged = json.dumps({"node": {"spec.tolerations": [{"operator": "Exists"}]}})
+    patch = {"manager": "mallory", "trainingRuntimeSpec": {"template": {"metadata": {
+        "annotations": {kueue.ANN_BASE: forged, "hpc-bridge.io/identity": "x/y",
+                        "fine": "1"},
+        "labels": {"hpc-bridge.io/job-uid": "other", "hpc-bridge.io/x": "1", "ok": "1"}}}}}
+    body = render_jobset(request(job([patch])), OPTS)
+    meta = body["metadata"]
+    assert kueue.ANN_BASE not in meta["annotations"]
+    assert "hpc-bridge.io/identity" not in meta["annotations"]
+    assert meta["annotations"]["fine"] == "1" and meta["labels"]["ok"] == "1"
+    assert meta["labels"][UID_LABEL] != "other" and "hpc-bridge.io/x" not in meta["labels"]
+    assert kueue.resume_ops(body, [decision()], IDENTITY_LABELS) is None
+
+
+@pytest.mark.parametrize("pod", [
+    "not a template", {"metadata": "labels"}, {"metadata": {"labels": ["x"]}},
+    {"metadata": {"annotations": {"a": 1}}}, {"spec": {"nodeSelector": "rack=r1"}},
+    {"spec": {"tolerations": {"key": "gpu"}}}, {"spec": {"schedulingGates": ["gate"]}},
+    {"spec": []}])
+def test_an_entry_of_the_wrong_shape_is_refused_naming_it(pod: Any) -> None:
+    body = laid_out([decision()])
+    bad = decision()
+    bad["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"] = pod
+    with pytest.raises(BackendRejected, match=r"spec\.runtimePatches \(kueue"):
+        kueue.resume_ops(body, [bad], IDENTITY_LABELS)
+    for broken in ({"trainingRuntimeSpec": "x"}, {"trainingRuntimeSpec": {"template": []}}):
+        assert kueue.resume_ops(body, [{"manager": kueue.PATCH_MANAGER, **broken}],
+                                IDENTITY_LABELS) is not None
+
+
 # -- why Kueue holds a job -------------------------------------------------------------
 
 PENDING = {"type": "QuotaReserved", "status": "False", "reason": "Pending",
@@ -255,12 +311,25 @@ def test_the_watch_tells_each_change_of_a_hold_once() -> None:
     w = KueueWorkloads(None, told.append)  # type: ignore[arg-type]
     w._take(workload(PENDING), deleted=False)
     w._take(workload(PENDING), deleted=False)
-    assert w.hold("u1") == ("Pending", PENDING["message"]) and told == ["u1"]
+    assert w.hold("u1", "team-a") == ("Pending", PENDING["message"]) and told == ["u1"]
+    assert w.hold("u1", "team-b") is None  # only for a TrainJob of its own namespace
     w._take(workload({**PENDING, "status": "True"}), deleted=False)
-    assert w.hold("u1") is None and told == ["u1", "u1"]
+    assert w.hold("u1", "team-a") is None and told == ["u1", "u1"]
     w._take(workload(PENDING), deleted=False)
     w._take(workload(PENDING), deleted=True)
-    assert w.hold("u1") is None and told == ["u1"] * 4
+    assert w.hold("u1", "team-a") is None and told == ["u1"] * 4
+
+
+def test_a_replaced_workload_does_not_end_the_hold_of_its_successor() -> None:
+    """Kueue replaces a TrainJob's Workload (its pod sets changed): the old one's delete,
+    seen after the new one, leaves the new one's hold."""
+    w = KueueWorkloads(None, lambda uid: None)  # type: ignore[arg-type]
+    w._take(workload(PENDING, name="old"), deleted=False)
+    w._take(workload(PENDING, name="new"), deleted=False)
+    w._take(workload(PENDING, name="old"), deleted=True)
+    assert w.hold("u1", "team-a") == ("Pending", PENDING["message"])
+    w._take(workload(PENDING, name="new", uid="u2"), deleted=False)  # relabelled
+    assert w.hold("u1", "team-a") is None and w.hold("u2", "team-a") is not None
 
 
 def test_the_suspended_condition_says_why_kueue_holds_the_job() -> None:
@@ -278,5 +347,21 @@ def test_the_suspended_condition_says_why_kueue_holds_the_job() -> None:
         assert [(c["type"], c["status"], c["reason"]) for c in held] == [
             ("Suspended", "True", "Pending")]
         assert held[0]["message"] == f"TrainJob is suspended: Kueue: {PENDING['message']}"
+        # Stopped by Kueue while it ran (preempted): held in the back end, same words.
+        rec = store.transition(rec.id, JobState.PENDING, "Resumed", "resumed")
+        store.update(rec.id, attempts=1)
+        rec = store.transition(rec.id, JobState.SUBMITTED, "Submitted", "JobSet created",
+                               backend_id="team-a/x")
+        rec = store.transition(rec.id, JobState.RUNNING, "Suspended", "suspended")
+        assert desired_conditions(rec, kueue_hold=("Preempted", "by a higher priority"))[0][
+            "reason"] == "Preempted"
+        # An administrator's hold is not Kueue's: its own reason stays.
+        admin = store.add(TrainJob.model_validate({**doc, "metadata": {
+            **doc["metadata"], "name": "held", "uid": "00000000-0000-4000-8000-00000000a001"}}),
+            ALICE,
+            "kubernetes", origin="kubernetes")
+        admin = store.transition(admin.id, JobState.SUSPENDED, "JobHeldAdmin", "held")
+        assert [(c["type"], c["status"], c["reason"]) for c in desired_conditions(
+            admin, kueue_hold=("Pending", "x"))] == [("Suspended", "True", "Suspended")]
     finally:
         store.close()

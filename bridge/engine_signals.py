@@ -144,6 +144,9 @@ class Signals:
                                               f"{exc}") is not None:
                     self._suspend_refused[rec.id] = want
                 continue
+            except Exception:  # one job's data must never stop the pass for the others
+                log.exception("suspend/resume failed; will retry", job_id=rec.id)
+                continue
             self._suspend_refused.pop(rec.id, None)
             if self.store.transition_from(
                     rec.id, rec.state, rec.state, "Suspended" if want else "Resumed",

@@ -243,6 +243,37 @@ async def test_one_user_gets_a_few_suspends_a_pass(tmp_path: Path) -> None:
     assert len(backend.suspends) == SUSPENDS_PER_USER + 3
 
 
+class BrokenBackend(PodBackend):
+    """Fails one job's suspend with an error the seam does not name (a bug, data it
+    cannot read)."""
+
+    def __init__(self, inv: Inventory) -> None:
+        super().__init__(inv)
+        self.broken: set[str] = set()
+
+    async def set_suspended(self, backend_id: str, suspend: bool, owner: Owner) -> None:
+        self.suspends.append((backend_id, suspend))
+        if backend_id in self.broken:
+            raise TypeError("'str' object is not a mapping")
+
+
+async def test_one_jobs_failing_suspend_does_not_stop_the_others(tmp_path: Path) -> None:
+    """The pass goes on to the next job (and the next back end); the failed one is tried
+    again next pass."""
+    backend = BrokenBackend(pods_inventory())
+    e = _engine(tmp_path, backend)
+    first, second = (e.admit(trainjob(nodes=1), ALICE) for _ in range(2))
+    await settle(e)
+    backend.broken.add(str(e.store.get(first.id).backend_id))
+    for rec in (first, second):
+        e.set_suspend(e.store.get(rec.id), True, ALICE)
+    await e.reconcile_once()
+    assert [s for _, s in backend.suspends] == [True, True]
+    assert e.store.get(second.id).reason == "Suspended"
+    await e.reconcile_once()
+    assert len(backend.suspends) == 3  # the failed one again, the sent one not
+
+
 class EndingBackend(PodBackend):
     """The job ends (the tracker records it) while the refusal is on its way."""
 

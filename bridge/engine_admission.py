@@ -86,10 +86,12 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
                               plan.batch_script)
     except ValidationError as exc:
         refusal = exc
-    # Kueue's entry is on every TrainJob Kueue may queue; its pod fields are Kueue's
-    # decision, meaningless (and left aside) where no pods run.
+    # Kueue's webhook gives its entry to every TrainJob CR Kueue may queue; its pod
+    # fields are Kueue's decision, meaningless (and left aside) where no pods run. Only
+    # on a CR: through the API it is the caller's own patch.
     users_patches = [p for p in job.spec.runtime_patches or []
-                     if not (isinstance(p, dict) and p.get("manager") == KUEUE_PATCH_MANAGER)]
+                     if not (origin == "kubernetes" and isinstance(p, dict)
+                             and p.get("manager") == KUEUE_PATCH_MANAGER)]
     pod_fields = [f for f, v in (("spec.podSpecOverrides", job.spec.pod_spec_overrides),
                                  ("spec.runtimePatches", users_patches)) if v]
     if pod_fields and not getattr(chosen, "runs_pods", False) and refusal is None:

@@ -69,18 +69,22 @@ def test_pod_fields_are_refused_by_a_back_end_without_pods(tmp_path: Path, field
 
 
 def test_kueues_entry_is_not_a_users_pod_field(tmp_path: Path) -> None:
-    """Kueue's webhook adds its entry to every TrainJob it may queue (k8s_adapter/kueue.py):
-    such a job may still go to Slurm; an entry of anyone else beside it is refused."""
+    """Kueue's webhook adds its entry to every TrainJob CR it may queue
+    (k8s_adapter/kueue.py): such a job may still go to Slurm; an entry of anyone else
+    beside it is refused, and so is that entry sent through the API (the caller's)."""
     e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": FakeBackend(inventory())},
                RuntimeCatalog(), EngineSettings(default_backend="slurm"))
     kueue = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {
         "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q"}}}}}
     job = doc()
     job["spec"]["runtimePatches"] = [kueue]  # type: ignore[index]
-    assert e.admit(load_trainjob(job), ALICE).backend == "slurm"
+    with pytest.raises(ValidationError, match=r"spec\.runtimePatches: back end 'slurm'"):
+        e.admit(load_trainjob(job), ALICE)  # through the API
+    assert e.admit(load_trainjob(job), ALICE, origin="kubernetes").backend == "slurm"
+    job["metadata"]["name"] = "t2"  # type: ignore[index]
     job["spec"]["runtimePatches"] = [kueue, {"manager": "me"}]  # type: ignore[index]
     with pytest.raises(ValidationError, match=r"spec\.runtimePatches: back end 'slurm'"):
-        e.admit(load_trainjob(job), ALICE)
+        e.admit(load_trainjob(job), ALICE, origin="kubernetes")
     assert len(e.store.list_jobs()) == 1
 
 

@@ -141,7 +141,8 @@ class TrainJobFrontDoor:
         #: The cluster's training runtimes (k8s_adapter/runtime_source.py).
         self.runtimes = ClusterRuntimes(self.kube, name, self.settings.namespaces or (None,))
         #: Why Kueue holds a TrainJob (k8s_adapter/kueue_workloads.py).
-        self.kueue = KueueWorkloads(self.kube, self._jobs_status_changed)
+        self.kueue = KueueWorkloads(self.kube, self._jobs_status_changed,
+                                    settings.namespaces or (None,))
         #: When to record an Event for a job (k8s_adapter/event_recorder.py).
         self.events = EventRecorder(f"{name}@{socket.gethostname()}")
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
@@ -502,7 +503,7 @@ class TrainJobFrontDoor:
         assert self._service is not None
         status = desired_status(rec, self._service.jobs_status(rec), previous,
                                 self._service.trainer_statuses([rec.id]).get(rec.id),
-                                self.kueue.hold(uid))
+                                self.kueue.hold(uid, str(meta.get("namespace"))))
         # The event first: a reader who sees a condition finds the event that goes with it.
         await self.events.record(self.calls, obj, rec)
         if not same_status(status, previous) and not same_status(status, obj.get("status")):

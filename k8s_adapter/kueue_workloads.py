@@ -10,22 +10,24 @@ holds it (:func:`k8s_adapter.status.desired_status`), so that ``kubectl describe
 trainjob`` answers "why is my job not running" without a look at the Workload.
 
 :class:`KueueWorkloads` follows the Workloads that carry that label (one list-then-watch
-for the cluster, with the door's own identity) and tells ``changed(uid)`` whenever a
-TrainJob's hold begins, changes or ends. A cluster without Kueue (its Workload resource
-is not served, or the door may not list it) is looked at again every
-:data:`PROBE_SECONDS`; nothing else changes there. :func:`hold_of` is pure.
+per namespace followed, with the door's own identity) and tells ``changed(uid)`` whenever a
+TrainJob's hold begins, changes or ends; a hold counts only for a TrainJob of the
+Workload's own namespace. It follows the door's namespaces (all, or each one). A cluster
+without Kueue (its Workload resource is not served, or the door may not list it) is
+looked at again every :data:`PROBE_SECONDS`; nothing else changes there. It keeps a
+Workload's key, uid and hold, never the object. :func:`hold_of` is pure.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
 
 from bridge.backend import BackendRejected, BackendUnavailable
-from k8s_adapter.kube import Kube, is_status
+from k8s_adapter.kube import Kube
 
 __all__ = ["JOB_UID_LABEL", "KueueWorkloads", "hold_of"]
 
@@ -55,51 +57,70 @@ def hold_of(workload: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 class KueueWorkloads:
-    """See the module docstring."""
+    """See the module docstring. ``namespaces``: those to follow (None: all)."""
 
-    def __init__(self, kube: Kube, changed: Callable[[str], None]):
+    def __init__(self, kube: Kube, changed: Callable[[str], None],
+                 namespaces: Sequence[str | None] = (None,)):
         self.kube = kube
         self.changed = changed
-        #: TrainJob uid -> (reason, message) while Kueue holds it.
-        self.holds: dict[str, tuple[str, str]] = {}
-        #: Workload (namespace, name) -> the TrainJob uid it stands for.
-        self._uids: dict[tuple[str, str], str] = {}
+        self.namespaces = tuple(namespaces) or (None,)
+        #: Workload (namespace, name) -> (the TrainJob uid it names, Kueue's hold or None).
+        self._workloads: dict[tuple[str, str], tuple[str, tuple[str, str] | None]] = {}
+        #: TrainJob uid -> its Workloads' keys (Kueue replaces one by another).
+        self._by_uid: dict[str, set[tuple[str, str]]] = {}
 
-    def hold(self, uid: str) -> tuple[str, str] | None:
-        """Why Kueue holds TrainJob ``uid`` now (None: it does not, or no Kueue)."""
-        return self.holds.get(uid)
+    def hold(self, uid: str, namespace: str) -> tuple[str, str] | None:
+        """Why Kueue holds TrainJob ``uid`` of ``namespace`` now (None: it does not, or no
+        Kueue): from a Workload of that namespace with that uid that holds it."""
+        for key in sorted(self._by_uid.get(uid, ())):
+            held = self._workloads[key][1]
+            if key[0] == namespace and held is not None:
+                return held
+        return None
 
     async def run(self) -> None:
         """Follow the Workloads until cancelled (module docstring)."""
+        await asyncio.gather(*(self._follow(ns) for ns in self.namespaces))
+
+    async def _follow(self, namespace: str | None) -> None:
         while True:  # looked at again, not waited on: nothing tells when Kueue comes
-            if await self._served():
+            if await self._served(namespace):
                 break
             await asyncio.sleep(PROBE_SECONDS)
-        async for kind, payload in self.kube.list_watch(
+        if namespace is None:
+            stream = self.kube.list_watch(
                 "Kueue Workloads", self.kube.custom.list_cluster_custom_object, GROUP,
-                VERSION, PLURAL, label_selector=JOB_UID_LABEL):
+                VERSION, PLURAL, label_selector=JOB_UID_LABEL)
+        else:
+            stream = self.kube.list_watch(
+                f"Kueue Workloads in {namespace}", self.kube.custom.list_namespaced_custom_object,
+                GROUP, VERSION, namespace, PLURAL, label_selector=JOB_UID_LABEL)
+        async for kind, payload in stream:
             if kind == "SYNC":
                 seen = {self._key(w) for w in payload}
-                for key in [k for k in self._uids if k not in seen]:
-                    self._set(self._uids.pop(key), None)
+                for key in [k for k in self._workloads
+                            if k not in seen and (namespace is None or k[0] == namespace)]:
+                    self._forget(key)
                 for workload in payload:
                     self._take(workload, deleted=False)
             else:
                 self._take(payload, deleted=kind == "DELETED")
 
-    async def _served(self) -> bool:
+    async def _served(self, namespace: str | None) -> bool:
         try:
-            await self.kube.raw("list Kueue Workloads", self.kube.custom.list_cluster_custom_object,
-                                GROUP, VERSION, PLURAL, limit=1)
-        except BackendRejected as exc:
-            if not (is_status(exc, 404) or is_status(exc, 403)):
-                raise
-            log.info("no Kueue Workloads to follow (looked again in %.0f s): %s",
+            if namespace is None:
+                await self.kube.raw("list Kueue Workloads",
+                                    self.kube.custom.list_cluster_custom_object,
+                                    GROUP, VERSION, PLURAL, limit=1)
+            else:
+                await self.kube.raw(f"list Kueue Workloads in {namespace}",
+                                    self.kube.custom.list_namespaced_custom_object,
+                                    GROUP, VERSION, namespace, PLURAL, limit=1)
+        except (BackendRejected, BackendUnavailable) as exc:
+            # No Workload resource (404), no right to list it (403: taken as the
+            # bridge's misconfiguration), or no apiserver: not this watch's to fix.
+            log.info("no Kueue Workloads followed (looked at again in %.0f s): %s",
                      PROBE_SECONDS, exc)
-            return False
-        except BackendUnavailable as exc:
-            log.warning("Kueue Workloads not listed (looked again in %.0f s): %s",
-                        PROBE_SECONDS, exc)
             return False
         return True
 
@@ -111,20 +132,24 @@ class KueueWorkloads:
     def _take(self, workload: Mapping[str, Any], deleted: bool) -> None:
         key = self._key(workload)
         uid = ((workload.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
-        if not uid:
+        if deleted or not uid:
+            self._forget(key)
             return
-        if deleted:
-            self._uids.pop(key, None)
-            self._set(uid, None)
-            return
-        self._uids[key] = uid
-        self._set(uid, hold_of(workload))
+        before = self._workloads.get(key)
+        if before is not None and before[0] != uid:
+            self._forget(key)
+        self._workloads[key] = (str(uid), hold_of(workload))
+        self._by_uid.setdefault(str(uid), set()).add(key)
+        if before != self._workloads[key]:
+            self.changed(str(uid))
 
-    def _set(self, uid: str, hold: tuple[str, str] | None) -> None:
-        if self.holds.get(uid) == hold:
+    def _forget(self, key: tuple[str, str]) -> None:
+        gone = self._workloads.pop(key, None)
+        if gone is None:
             return
-        if hold is None:
-            self.holds.pop(uid, None)
-        else:
-            self.holds[uid] = hold
-        self.changed(uid)
+        keys = self._by_uid.get(gone[0], set())
+        keys.discard(key)
+        if not keys:
+            self._by_uid.pop(gone[0], None)
+        if gone[1] is not None:
+            self.changed(gone[0])

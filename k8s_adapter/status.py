@@ -88,7 +88,7 @@ def desired_conditions(rec: JobRecord, previous: Sequence[Mapping[str, Any]] | N
     prior = {c.get("type"): c for c in previous or [] if c.get("type") in CONDITION_TYPES}
     state = rec.state
     want: dict[str, dict[str, Any]] = {}
-    if is_held(rec) and kueue_hold is not None and rec.state == JobState.SUSPENDED:
+    if is_held(rec) and kueue_hold is not None and rec.reason in HELD_REASONS:
         reason, message = kueue_hold
         want["Suspended"] = _cond("Suspended", True, reason, f"{SUSPENDED_MESSAGE}: Kueue: "
                                   f"{message or reason}", rec.updated_at)

@@ -11,12 +11,13 @@ queues it must not: Kueue's flavor decides.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.integration.bed import Daemon
+from tests.integration.bed import Daemon, shared_dir
 from tests.integration.k8s_bridge import (
     JOBSETS,
     KWOK_STAY_RUNNING,
@@ -145,9 +146,10 @@ def test_kueue_admits_within_its_quota_and_the_rest_wait_saying_why(
     # The quota is used up: the second waits, suspended, with Kueue's reason.
     apply(k8s, ns, queued("second"))
 
-    def held() -> bool:
+    def held() -> bool:  # (Kueue's scheduler writes its message after the Workload)
         c = conditions(k8s, ns, "second").get("Suspended") or {}
-        return c.get("status") == "True" and c.get("reason") == "Pending"
+        return (c.get("status") == "True" and c.get("reason") == "Pending"
+                and "insufficient" in c.get("message", ""))
 
     k8s.wait_for(held, 60, "the second TrainJob to wait with Kueue's reason")
     message = conditions(k8s, ns, "second")["Suspended"]["message"]
@@ -172,6 +174,8 @@ def test_a_job_kueue_stops_and_admits_again_moves_to_the_new_flavor(
     k8s.wait_for(lambda: racks_of(k8s, running_on(k8s, ns, "moved")) == {"rack-1"}, 90,
                  "the TrainJob to run on rack-1 (the first flavor)")
     workload = workload_of(k8s, ns, "moved")
+    # rack-2 first from now on (before the stop: Kueue's cache has it when it admits).
+    apply(k8s, ns, cluster_queue(ns, [(f"{ns}-rack2", 2), (f"{ns}-rack1", 2)]))
 
     # Kueue stops it (the Workload deactivated): suspended, pods gone, JobSet kept.
     k8s.kubectl("-n", ns, "patch", WORKLOADS, workload, "--type=merge",
@@ -181,9 +185,7 @@ def test_a_job_kueue_stops_and_admits_again_moves_to_the_new_flavor(
                  "the JobSet to be suspended and its pods to go")
     assert is_true(conditions(k8s, ns, "moved"), "Suspended")
 
-    # Admitted again, now on rack-2 first: the JobSet resumes there, and nothing of
-    # rack-1's admission is left on its pods.
-    apply(k8s, ns, cluster_queue(ns, [(f"{ns}-rack2", 2), (f"{ns}-rack1", 2)]))
+    # Admitted again, now on rack-2: the JobSet resumes there.
     k8s.kubectl("-n", ns, "patch", WORKLOADS, workload, "--type=merge",
                 "-p", '{"spec":{"active":true}}')
     k8s.wait_for(lambda: racks_of(k8s, running_on(k8s, ns, "moved")) == {"rack-2"}, 90,
@@ -199,16 +201,21 @@ def test_kueue_quota_gates_a_trainjob_routed_to_slurm(k8s: K8sBed, queues: str,
     the second waits, suspended and not in Slurm, until the first is complete."""
     ns = queues
     slurm = {"backend": "slurm", "runtime": "plain", "image": None}
-    apply(k8s, ns, queued("on-slurm", command=["sh", "-c", "sleep 4; hostname"], **slurm))
+    shared = shared_dir("hpcb-kueue-")
+    release = shared / "release"  # the job (alice's) waits for it
+    apply(k8s, ns, queued("on-slurm", command=[
+        "sh", "-c", f"until [ -e {release} ]; do sleep 0.2; done; hostname"], **slurm))
     k8s.wait_for(lambda: node_ready(k8s, ns, "on-slurm"), 90,
                  "Kueue to admit the TrainJob and Slurm to run it")
     apply(k8s, ns, queued("after", command=["hostname"], **slurm))
     k8s.wait_for(lambda: (conditions(k8s, ns, "after").get("Suspended") or {}).get(
         "reason") == "Pending", 60, "the second to wait for Kueue's quota")
     assert not is_true(conditions(k8s, ns, "on-slurm"), "Complete")
+    release.touch()
     k8s.wait_for(lambda: is_true(conditions(k8s, ns, "after"), "Complete"), 120,
                  "the second to run on Slurm once the first is complete")
     assert is_true(conditions(k8s, ns, "on-slurm"), "Complete")
+    shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_kueue_topology_aware_scheduling_places_the_pods_in_one_rack(
@@ -244,3 +251,25 @@ def test_kueue_topology_aware_scheduling_places_the_pods_in_one_rack(
                     "--ignore-not-found", check=False)
         k8s.kubectl("delete", FLAVORS, f"{ns}-tas", "--wait=false", "--ignore-not-found",
                     check=False)
+
+
+def test_a_flavor_toleration_of_a_reserved_taint_fails_the_job_naming_the_setting(
+        k8s: K8sBed, queues: str, bridge: Daemon) -> None:
+    """Kueue's entry is checked as a user's patch: a flavor that tolerates the Slurm
+    pool's taint (which only the pool's own pods may) is refused at submission."""
+    ns = queues
+    risky = flavor(f"{ns}-tolerant", "rack-1")
+    risky["spec"]["tolerations"] = [{"key": "hpc-bridge.io/slurm-pool", "operator": "Exists",
+                                     "effect": "NoSchedule"}]
+    try:
+        apply(k8s, ns, risky, cluster_queue(ns, [(f"{ns}-tolerant", 2)]))
+        apply(k8s, ns, queued("tolerant"))
+        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "tolerant"), "Failed"), 90,
+                     "the TrainJob admitted on a tolerant flavor to fail")
+        message = conditions(k8s, ns, "tolerant")["Failed"]["message"]
+        assert "tolerations" in message and "allow_privileges" in message, message
+        assert "tolerant" not in {j["metadata"]["name"] for j in jobsets(k8s, ns)}
+    finally:
+        k8s.kubectl("-n", ns, "delete", TRAINJOBS, "--all", "--wait=false", check=False)
+        k8s.kubectl("delete", FLAVORS, f"{ns}-tolerant", "--wait=false",
+                    "--ignore-not-found", check=False)

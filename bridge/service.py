@@ -374,14 +374,16 @@ class JobService:
                                    "its output")
         finished = rec.state.terminal
         path = rec.stdout_path if stream == "stdout" else rec.stderr_path
-        if not (rec.backend_id and path):
+        backend = self._engine.backends.get(rec.backend)
+        # A back end that runs pods keeps no output file: its log is the pod's.
+        if not rec.backend_id or backend is None or (
+                not path and not getattr(backend, "runs_pods", False)):
             return OutputChunk(b"", offset, finished)
         bj = BackendJob(backend_id=rec.backend_id, job_uid=rec.uid,
                         state=BackendState.UNKNOWN, stdout_path=rec.stdout_path,
                         stderr_path=rec.stderr_path, owner_uid=rec.owner.uid)
         try:
-            data, offset = await self._engine.backends[rec.backend].read_log(
-                bj, stream, offset)
+            data, offset = await backend.read_log(bj, stream, offset)
         except BackendUnavailable as exc:
             log.warning("reading output failed", job_id=rec.id, error=str(exc))
             return OutputChunk(b"", offset, finished)

@@ -150,6 +150,20 @@ async def test_read_output_goes_through_the_back_end_for_the_owner_only(
     assert service.jobs_status(rec) is None  # the fake does not report parts
 
 
+async def test_a_pod_back_end_is_asked_for_the_log_without_an_output_file(
+        tmp_path: Path) -> None:
+    """A job that runs in pods has no output file: its log is the pod's (tlog)."""
+    service, engine, _ = make_service(tmp_path)
+    backend = engine.backends["slurm"]
+    rec = service.admit(trainjob(nodes=1), ALICE).record
+    engine.store.transition(rec.id, JobState.SUBMITTED, "Submitted", backend_id="ns/j",
+                            attempts=1)
+    assert (await service.read_output(rec.id, ALICE, "stdout", 0)).data == b""  # no file
+    backend.runs_pods = True  # type: ignore[attr-defined]
+    chunk = await service.read_output(rec.id, ALICE, "stdout", 1)
+    assert (chunk.data, chunk.offset) == (b"ello", 5)
+
+
 # -- the change feed ----------------------------------------------------------------
 
 

@@ -60,6 +60,9 @@ SCHED_PORT=16259
 JOBSET_WEBHOOK_PORT=16444
 JOBSET_METRICS_PORT=16445
 JOBSET_HEALTH_PORT=16446
+# kwok's kubelet API (container logs from its Logs/ClusterLogs objects), TLS with the
+# bed's CA; the apiserver reaches it at each node's InternalIP (127.0.0.1).
+KWOK_SERVER_PORT=16453
 SERVICE_CIDR=10.0.0.0/24
 POD_CIDR=10.244.0.1/16 # pod IPs kwok hands out (kwok's default overlaps SERVICE_CIDR)
 APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
@@ -141,6 +144,8 @@ ensure_pki() {
   client_ext=$'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth'
   sign_cert apiserver "/CN=kube-apiserver" "$server_ext"
   sign_cert jobset-webhook "/CN=jobset-webhook" \
+    $'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost'
+  sign_cert kwok-kubelet "/CN=kwok-kubelet" \
     $'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost'
   sign_cert admin "/O=system:masters/CN=admin" "$client_ext"
   sign_cert kube-controller-manager "/CN=system:kube-controller-manager" "$client_ext"
@@ -280,6 +285,8 @@ start_apiserver() {
     --requestheader-username-headers=X-Remote-User \
     --requestheader-group-headers=X-Remote-Group \
     --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --kubelet-preferred-address-types=InternalIP \
+    --kubelet-certificate-authority="$PKI/ca.crt" \
     --profiling=false \
     --v="$VERBOSITY"
 }
@@ -367,20 +374,36 @@ kwok_config() {
   done
 }
 
+# kwok's flags, one per line: a change restarts kwok (as a change of its stages does).
+kwok_flags() {
+  printf '%s\n' --config="$STATE/kwok.yaml" --kubeconfig="$KUBECONFIG_ADMIN" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector="$KWOK_ANNOTATION=fake" \
+    --cidr="$POD_CIDR" --node-ip=127.0.0.1 \
+    --server-address="127.0.0.1:$KWOK_SERVER_PORT" --node-port="$KWOK_SERVER_PORT" \
+    --tls-cert-file="$PKI/kwok-kubelet.crt" --tls-private-key-file="$PKI/kwok-kubelet.key" \
+    --enable-crds=Logs,ClusterLogs
+}
+
 start_kwok() {
-  local pid
-  if write_if_changed "$STATE/kwok.yaml" "$(kwok_config)" && pid=$(running_pid kwok); then
-    log "kwok's stages changed: restarting kwok"
+  local pid f flags=() changed=0
+  # Its Logs and ClusterLogs CRDs first: kwok follows them (container logs).
+  for f in logs clusterlogs; do
+    kubectl apply --server-side --force-conflicts --field-manager=hpc-bridge-testbed -f \
+      "$(module_dir sigs.k8s.io/kwok "$KWOK_VERSION")/kustomize/crd/bases/kwok.x-k8s.io_$f.yaml" \
+      >/dev/null
+    wait_for "$f CRD" "$UP_TIMEOUT" crd_established "$f.kwok.x-k8s.io" ||
+      die "CRD $f.kwok.x-k8s.io not Established"
+  done
+  write_if_changed "$STATE/kwok.yaml" "$(kwok_config)" && changed=1
+  write_if_changed "$STATE/kwok.flags" "$(kwok_flags)" && changed=1
+  if ((changed)) && pid=$(running_pid kwok); then
+    log "kwok's stages or flags changed: restarting kwok"
     stop_pid "$pid" "$(comm_of kwok)" 20
     rm -f "$(pidfile kwok)"
   fi
-  start_daemon kwok kwok_ok "$BIN/kwok" \
-    --config="$STATE/kwok.yaml" \
-    --kubeconfig="$KUBECONFIG_ADMIN" \
-    --manage-all-nodes=false \
-    --manage-nodes-with-annotation-selector="$KWOK_ANNOTATION=fake" \
-    --cidr="$POD_CIDR" \
-    --node-ip=127.0.0.1
+  mapfile -t flags < <(kwok_flags)
+  start_daemon kwok kwok_ok "$BIN/kwok" "${flags[@]}"
 }
 
 node_manifest() { # NAME BLOCK RACK [pool]

@@ -58,6 +58,8 @@ def main() -> int:
         result = [{"kind": e.involved_object_kind, "name": e.involved_object_name,
                    "reason": e.reason, "message": e.message}
                   for e in client.get_job_events(opts.args[0])]
+    elif opts.action == "logs":
+        result = list(client.get_job_logs(opts.args[0]))
     elif opts.action == "delete":
         client.delete_job(opts.args[0])
         result = {"deleted": opts.args[0]}

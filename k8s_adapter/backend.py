@@ -43,7 +43,6 @@ import structlog
 from bridge.backend import (
     BackendJob,
     BackendRejected,
-    BackendUnavailable,
     Inventory,
     Owner,
     StatusBatch,
@@ -55,6 +54,7 @@ from bridge.model import TrainJob
 from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
 from k8s_adapter import data_cache, kueue, sshauth, trainer_status
+from k8s_adapter import dependents as dependents_of
 from k8s_adapter.access import (
     ANN_IDENTITY,
     ANN_ORIGIN,
@@ -206,58 +206,27 @@ class KubernetesBackend:
             await self._admission_dry_run(kube, body)
         namespace = body["metadata"]["namespace"]
         name = jobset_name(request)
-        dependents: list[tuple[str, Any, Any, dict[str, Any]]] = []
+        dependents: list[dependents_of.Dependent] = []
         if needs_hostfile(request):
             cm = hostfile_configmap(name, namespace, request, None)
             private, public = await sshauth.keypair()
-            secret = sshauth.secret(name, namespace, dict(cm["metadata"]["labels"]),
-                                    private, public)
-            dependents = [
-                ("ConfigMap", kube.core.create_namespaced_config_map,
-                 kube.core.patch_namespaced_config_map, cm),
-                ("Secret", kube.core.create_namespaced_secret,
-                 kube.core.patch_namespaced_secret, secret)]
-        cache_secret: dict[str, Any] | None = None
+            dependents += [dependents_of.config_map(kube, cm), dependents_of.secret(
+                kube, sshauth.secret(name, namespace, dict(cm["metadata"]["labels"]),
+                                     private, public))]
         if request.plan.data_cache is not None:  # the cache's token: a retry keeps the first
-            cache_secret = data_cache.secret(
+            dependents.append(dependents_of.secret(kube, data_cache.secret(
                 name, namespace, {MANAGED_BY_LABEL: MANAGED_BY_VALUE, UID_LABEL: request.job_uid},
-                data_cache.new_credentials())
-            dependents.append(("Secret", kube.core.create_namespaced_secret,
-                               kube.core.patch_namespaced_secret, cache_secret))
+                data_cache.new_credentials()), own_only=True))
         report = request.status_secret
-        status_secret: dict[str, Any] | None = None
         if report:  # progress reports (k8s_adapter/trainer_status.py)
             try:
                 trainer_status.mount(body, name, report["url"])
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise BackendRejected(f"the JobSet cannot be laid out: {exc}") from None
-            status_secret = trainer_status.secret(name, namespace, {UID_LABEL: request.job_uid},
-                                                  report["token"], report["ca.crt"])
-            dependents.append(("Secret", kube.core.create_namespaced_secret,
-                               kube.core.patch_namespaced_secret, status_secret))
-        for kind, create_fn, patch_fn, obj in dependents:
-            try:
-                await kube.call(f"create {kind} {namespace}/{obj['metadata']['name']}",
-                                create_fn, namespace, obj)
-            except BackendRejected as exc:
-                if not is_status(exc, 409):  # made by an earlier attempt: keep it
-                    raise
-                if obj is cache_secret:  # an earlier attempt's, or someone else's?
-                    found = await kube.call(
-                        f"get Secret {namespace}/{obj['metadata']['name']}",
-                        kube.core.read_namespaced_secret, obj["metadata"]["name"], namespace)
-                    labels = getattr(getattr(found, "metadata", None), "labels", None) or {}
-                    if labels.get(UID_LABEL) != request.job_uid:
-                        raise BackendRejected(
-                            f"a Secret named {namespace}/{obj['metadata']['name']} exists and "
-                            f"is not this job's (its {UID_LABEL} is "
-                            f"{labels.get(UID_LABEL)!r}): its credentials could be known to "
-                            "whoever made it") from None
-                if obj is status_secret:  # whoever made it, it holds this job's token now
-                    await kube.call(f"update Secret {namespace}/{obj['metadata']['name']}",
-                                    patch_fn, obj["metadata"]["name"], namespace,
-                                    {"metadata": {"labels": obj["metadata"]["labels"]},
-                                     "data": obj["data"]})
+            dependents.append(dependents_of.secret(kube, trainer_status.secret(
+                name, namespace, {UID_LABEL: request.job_uid}, report["token"],
+                report["ca.crt"]), refresh=True))
+        await dependents_of.create_all(kube, namespace, dependents, request.job_uid)
         try:
             created = await kube.call(
                 f"create JobSet {namespace}/{name}", kube.custom.create_namespaced_custom_object,
@@ -274,16 +243,8 @@ class KubernetesBackend:
                     f"a JobSet named {namespace}/{name} exists and is not this job's "
                     f"(its {UID_LABEL} is {labels.get(UID_LABEL)!r})") from None
             log.info("JobSet %s/%s already exists for this job; adopted", namespace, name)
-        owned = {"metadata": {"ownerReferences": [controller_reference(
-            f"{GROUP}/{VERSION}", "JobSet", name, created["metadata"].get("uid"))]}}
-        for kind, _, patch_fn, obj in dependents:
-            try:
-                await kube.call(f"hand {kind} {obj['metadata']['name']} to its JobSet",
-                                patch_fn, obj["metadata"]["name"], namespace, owned)
-            except (BackendRejected, BackendUnavailable) as exc:
-                # The job runs; only the clean-up of this object is at stake.
-                log.error("%s %s/%s is not owned by its JobSet (delete it by hand after "
-                          "the job): %s", kind, namespace, obj["metadata"]["name"], exc)
+        await dependents_of.hand_over(kube, namespace, dependents, name,
+                                      created["metadata"].get("uid"))
         return f"{namespace}/{name}"
 
     async def _admission_dry_run(self, kube: Kube, body: Mapping[str, Any]) -> None:

@@ -21,6 +21,7 @@ from bridge.model import TrainJob
 from bridge.states import JobState
 from bridge.store import Store
 from k8s_adapter import kueue
+from k8s_adapter.access import access_policy
 from k8s_adapter.jobset import (
     JOB_ID_LABEL,
     MANAGED_BY_LABEL,
@@ -29,7 +30,8 @@ from k8s_adapter.jobset import (
     JobSetOptions,
     render_jobset,
 )
-from k8s_adapter.kueue_admission import IDENTITY_LABELS
+from k8s_adapter.kube import KubeRejected
+from k8s_adapter.kueue_admission import IDENTITY_LABELS, admitted_body, resume_operations
 from k8s_adapter.kueue_workloads import KueueWorkloads, hold_of
 from k8s_adapter.status import desired_conditions
 from tests.unit import builders
@@ -365,3 +367,82 @@ def test_the_suspended_condition_says_why_kueue_holds_the_job() -> None:
             admin, kueue_hold=("Pending", "x"))] == [("Suspended", "True", "Suspended")]
     finally:
         store.close()
+
+
+# -- the back end's calls (k8s_adapter/kueue_admission.py) ------------------------------
+
+
+class FakeApi:
+    """The apiserver's objects by (plural, namespace, name), as the client returns them."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+        self.objects = objects
+
+    async def get_namespaced_custom_object(self, group: str, version: str, namespace: str,
+                                           plural: str, name: str) -> dict[str, Any]:
+        try:
+            return copy.deepcopy(self.objects[(plural, namespace, name)])
+        except KeyError:
+            raise KubeRejected(f"{plural} {name!r} not found", 404) from None
+
+
+class FakeKube:
+    def __init__(self, objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+        self.custom = FakeApi(objects)
+
+    async def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await fn(*args, **kwargs)
+
+
+def cr(patches: list[dict[str, Any]], uid: str = builders.UID) -> dict[str, Any]:
+    return {"metadata": {"name": "train", "namespace": "team-a", "uid": uid},
+            "spec": {"runtimePatches": patches}}
+
+
+def render_for(r: Any) -> dict[str, Any]:
+    return render_jobset(r, OPTS)
+
+
+async def test_the_submission_reads_kueues_decision_from_the_apiserver() -> None:
+    stored = job([USER_PATCH, empty_decision()])
+    now = [USER_PATCH, decision({"rack": "r2"})]
+    policy = access_policy("backends.k8s", {})
+    kube = FakeKube({("trainjobs", "team-a", "train"): cr(now)})
+    body = await admitted_body(kube, policy, request(stored), render_for)  # type: ignore[arg-type]
+    assert scheduling(body) == scheduling(render_jobset(request(job(now)), OPTS))
+    assert kueue.ANN_BASE in body["metadata"]["annotations"]
+    # Made again under the same name, or gone: refused, never laid out.
+    kube = FakeKube({("trainjobs", "team-a", "train"): cr(now, uid="someone-else")})
+    with pytest.raises(BackendRejected, match="made again"):
+        await admitted_body(kube, policy, request(stored), render_for)  # type: ignore[arg-type]
+    with pytest.raises(BackendRejected, match="is gone"):
+        await admitted_body(FakeKube({}), policy, request(stored), render_for)  # type: ignore[arg-type]
+    # Kueue's entry is checked as a user's patch: a reserved toleration is refused.
+    tolerant = decision(tolerations=[{"key": "hpc-bridge.io/slurm-pool", "operator": "Exists"}])
+    kube = FakeKube({("trainjobs", "team-a", "train"): cr([tolerant])})
+    with pytest.raises(BackendRejected, match="allow_privileges"):
+        await admitted_body(kube, policy, request(stored), render_for)  # type: ignore[arg-type]
+
+
+async def test_a_resume_reads_kueues_decision_for_a_jobset_laid_out_for_kueue() -> None:
+    body = laid_out([decision({"rack": "r1"})])
+    body["metadata"]["ownerReferences"] = [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                                            "kind": "TrainJob", "name": "train",
+                                            "uid": builders.UID}]
+    name = body["metadata"]["name"]
+    policy = access_policy("backends.k8s", {})
+    objects = {("jobsets", "team-a", name): body,
+               ("trainjobs", "team-a", "train"): cr([decision({"rack": "r2"})])}
+    ops = await resume_operations(FakeKube(objects), policy, "team-a", name)  # type: ignore[arg-type]
+    assert ops is not None
+    assert apply(body, ops)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"]["nodeSelector"] == {"rack": "r2"}
+    # No base (not laid out for Kueue), no JobSet: nothing to add to the resume.
+    plain = render_jobset(request(job([])), OPTS)
+    assert await resume_operations(FakeKube({("jobsets", "team-a", name): plain}), policy,  # type: ignore[arg-type]
+                                   "team-a", name) is None
+    assert await resume_operations(FakeKube({}), policy, "team-a", name) is None  # type: ignore[arg-type]
+    tolerant = decision(tolerations=[{"operator": "Exists"}])
+    objects[("trainjobs", "team-a", "train")] = cr([tolerant])
+    with pytest.raises(BackendRejected, match="allow_privileges"):
+        await resume_operations(FakeKube(objects), policy, "team-a", name)  # type: ignore[arg-type]

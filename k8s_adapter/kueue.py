@@ -41,6 +41,7 @@ from typing import Any
 
 from bridge.backend import BackendRejected
 from bridge.model import KUEUE_PATCH_MANAGER, TrainJob
+from k8s_adapter.podsecurity import dig
 
 __all__ = ["ANN_BASE", "PATCH_MANAGER", "QUEUE_LABEL", "managed", "only_jobs",
            "record_base", "resume_ops", "with_admission", "without_kueue"]
@@ -72,20 +73,13 @@ def only_jobs(entries: Sequence[Mapping[str, Any]], names: Collection[str]
     out = []
     for entry in entries:
         kept = copy.deepcopy(dict(entry))
-        spec = _dig(kept, "trainingRuntimeSpec", "template", "spec")
+        spec = dig(kept, "trainingRuntimeSpec", "template", "spec")
         if isinstance(spec, dict) and isinstance(spec.get("replicatedJobs"), list):
             spec["replicatedJobs"] = [rj for rj in spec["replicatedJobs"]
                                       if isinstance(rj, Mapping) and rj.get("name") in names]
         out.append(kept)
     return out
 
-
-def _dig(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def kueue_entries(patches: Any) -> list[dict[str, Any]]:
@@ -131,10 +125,10 @@ def _admitted(entries: Sequence[Mapping[str, Any]], rjob: str) -> list[Mapping[s
     checked for shape (:func:`_checked`)."""
     out = []
     for i, entry in enumerate(entries):
-        rjobs = _dig(entry, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+        rjobs = dig(entry, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")
         for j, rj in enumerate(rjobs if isinstance(rjobs, list) else []):
             if isinstance(rj, Mapping) and rj.get("name") == rjob:
-                pod = _dig(rj, "template", "spec", "template")
+                pod = dig(rj, "template", "spec", "template")
                 if pod is not None:
                     out.append(_checked(pod, f"spec.runtimePatches ({PATCH_MANAGER} #{i}): "
                                              f"replicatedJobs[{j}]"))

@@ -190,12 +190,13 @@ def patch_pod_specs(patches: Any, field: str = "spec.runtimePatches"
         spec = template.get("spec") if isinstance(template, Mapping) else None
         rjobs = spec.get("replicatedJobs") if isinstance(spec, Mapping) else None
         for j, rj in enumerate(rjobs if isinstance(rjobs, list) else []):
-            pod = _dig(rj, "template", "spec", "template")
+            pod = dig(rj, "template", "spec", "template")
             if pod is not None:
                 yield f"{base}.replicatedJobs[{j}].template.spec.template.", pod
 
 
-def _dig(obj: Any, *keys: str) -> Any:
+def dig(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]…``, or None where a level is not a mapping or lacks the key."""
     for key in keys:
         if not isinstance(obj, Mapping):
             return None

@@ -399,7 +399,8 @@ class KubernetesBackend:
                 before = self._cache.replicated_status_of(payload)
                 bj = self._cache.jobset_event(payload, deleted=kind == "DELETED")
                 if bj is not None:
-                    queue.put_nowait(StatusBatch((bj,), complete=False, at=now))
+                    if kind == "DELETED" or self._cache.news(bj):
+                        queue.put_nowait(StatusBatch((bj,), complete=False, at=now))
                     if kind == "DELETED" or before != self._cache.replicated_status_of(payload):
                         self._jobs_status_changed([bj.job_uid])
 
@@ -409,6 +410,7 @@ class KubernetesBackend:
                     label_selector=SELECTOR):
                 jobs = self._cache.pod_events(payload if kind == "SYNC" else [payload],
                                               deleted=kind == "DELETED", sync=kind == "SYNC")
+                jobs = [bj for bj in jobs if self._cache.news(bj) or kind == "SYNC"]
                 self._capacity.note_own(kind, payload)
                 if jobs:
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=False, at=time.time()))

@@ -128,9 +128,11 @@ def test_a_change_of_jobs_status_within_a_state_is_told_to_listeners() -> None:
     ]
     told: list[str] = []
     stop = b.on_jobs_status(told.append)
-    batches = run_watch(b, {"JobSets": events}, len(events))  # one batch per event
-    assert [bj.state.value for batch in batches for bj in batch.jobs][:3] == [
-        "PENDING", "RUNNING", "RUNNING"]
+    # A batch per event that changed the engine's view: not for the two within Running.
+    batches = run_watch(b, {"JobSets": events}, 4)
+    assert [(bj.job_uid, bj.state.value) for batch in batches for bj in batch.jobs][:3] == [
+        ("a", "PENDING"), ("a", "RUNNING"), ("b", "RUNNING")]
+    assert batches[3].jobs[0].job_uid == "a"  # its deletion
     assert told == ["a", "a", "a", "b", "a"]  # not for the event that changed nothing
     assert b.jobs_status("ns", "b") == [{"name": "node", "active": 1, "ready": 0,
                                          "succeeded": 0, "failed": 0, "suspended": 0}]
@@ -178,8 +180,9 @@ def test_a_listener_that_raises_stops_neither_the_others_nor_the_watch() -> None
     b.on_jobs_status(bad)
     b.on_jobs_status(told.append)
     got = run_watch(b, {"JobSets": [("SYNC", []), ("MODIFIED", jobset("a", 1, 0, "2")),
-                                    ("MODIFIED", jobset("a", 1, 1, "3"))]}, 3)
-    assert len(got) == 3 and told == ["a", "a"]
+                                    ("MODIFIED", jobset("a", 1, 1, "3")),
+                                    ("MODIFIED", jobset("b", 1, 0, "4"))]}, 3)
+    assert len(got) == 3 and told == ["a", "a", "b"]
 
 
 def test_a_relist_tells_of_jobsets_gone_meanwhile() -> None:

@@ -141,3 +141,25 @@ def test_a_pod_that_recovered_and_was_killed_by_the_deadline_is_not_blamed() -> 
     cache.pod_events([killed])
     bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
     assert bj is not None and bj.exit_code == 143
+
+
+def test_only_views_that_changed_are_news_and_a_foreign_namespace_is_its_own() -> None:
+    """The engine is handed a view only when it changed since the last one: a pod
+    event that changes no view (a second event of the same pod) is not news; another
+    node is; the same uid in another namespace is a different JobSet's view."""
+    cache = JobCache()
+    [listed] = cache.sync_jobsets([jobset("alice", "train")])
+    assert not cache.news(listed)  # the listing showed it
+    [first] = cache.pod_events([pod("alice", "train-node-0-0-a", "node-1")])
+    assert cache.news(first) and first.nodes == ("node-1",)
+    [again] = cache.pod_events([pod("alice", "train-node-0-0-a", "node-1")])
+    assert again == first and not cache.news(again)
+    [moved] = cache.pod_events([pod("alice", "train-node-1-0-b", "node-2")])
+    assert cache.news(moved) and moved.nodes == ("node-1", "node-2")
+    foreign = cache.jobset_event(jobset("bob", "fake"), deleted=False)
+    assert foreign is not None and cache.news(foreign) and not cache.news(foreign)
+    assert not cache.news(moved)  # bob's view replaced nothing of alice's
+    gone = cache.jobset_event(jobset("alice", "train"), deleted=True)
+    assert gone is not None
+    back = cache.jobset_event(jobset("alice", "train"), deleted=False)
+    assert back is not None and cache.news(back)  # the deletion forgot the view

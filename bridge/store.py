@@ -386,9 +386,11 @@ class Store(OutboxQueries, ArrayQueries, ProgressQueries, ListingQueries):
         return row_to_record(row, self._document) if row is not None else None
 
     def get_by_uid(self, uid: str) -> JobRecord | None:
-        """The job with this uid (a TrainJob's ``metadata.uid``), or None."""
-        row = self._db.execute("SELECT * FROM jobs WHERE uid=?", (uid,)).fetchone()
-        return row_to_record(row) if row is not None else None
+        """The job with this uid (a TrainJob's ``metadata.uid``), or None (a light row:
+        its document is read when first asked for, as :meth:`get`'s)."""
+        row = self._db.execute(f"SELECT {LIGHT_COLUMNS} FROM jobs WHERE uid=?",
+                               (uid,)).fetchone()
+        return row_to_record(row, self._document) if row is not None else None
 
     def by_uids(self, uids: Sequence[str], states: Sequence[JobState] | None = None,
                 ) -> list[JobRecord]:

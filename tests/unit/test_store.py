@@ -60,6 +60,25 @@ def test_old_events_are_pruned_in_batches(tmp_path: Path) -> None:
     assert len(store.events_after(0, 10)) == 1
 
 
+def test_the_newest_event_id_is_read_again_only_after_a_write(tmp_path: Path) -> None:
+    """last_event_id answers from memory while nothing was written (it is asked on every
+    reconcile pass and status round), and sees every write: a transition, a prune."""
+    store = Store.open(tmp_path / "s.sqlite")
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    assert store.last_event_id() == 0
+    rec = store.add(job(), ALICE, "slurm")
+    first = store.last_event_id()
+    assert first == store.events_after(0, 10)[-1].id
+    statements.clear()
+    assert [store.last_event_id() for _ in range(3)] == [first] * 3
+    assert statements == []  # nothing written since: no statement
+    store.transition(rec.id, JobState.SUBMITTED, "Submitted", backend_id="1")
+    assert store.last_event_id() == first + 1
+    store.prune_events(first + 2, published_only=False)
+    assert store.last_event_id() == 0 and store.events_after(0, 10) == []
+
+
 def test_illegal_transition_changes_nothing(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.sqlite")
     rec = store.add(job(), ALICE, "slurm")

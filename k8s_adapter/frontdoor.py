@@ -23,7 +23,7 @@ For each of its TrainJobs:
    once the job is finished (for Kubernetes the JobSet and its pods are gone).
 6. Status is written back (``/status`` subresource, merge patch) whenever the job
    changes (:mod:`k8s_adapter.status`), driven by the service's change feed: see
-   :meth:`TrainJobFrontDoor._status_loop`.
+   :meth:`TrainJobFrontDoor._status_loop` (k8s_adapter/door_status.py).
 7. Each change of the job's state or reason is recorded as a Kubernetes Event on the
    TrainJob (:mod:`k8s_adapter.trainjob_events`), once, and no job floods the
    apiserver (:mod:`k8s_adapter.event_recorder`). The event is recorded before the
@@ -49,7 +49,7 @@ import asyncio
 import pwd
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -62,9 +62,10 @@ from bridge.model import ANN_BACKEND, ANN_FRONTDOOR, MANAGED_BY, ValidationError
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
 from bridge.plugin_settings import parse_settings
-from bridge.service import EngineError, JobNotFound, JobRecord
+from bridge.service import EngineError, JobRecord
 from bridge.states import LIVE
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
+from k8s_adapter.door_status import ORIGIN, StatusWriteBack
 from k8s_adapter.dropin import (
     TRAINER_MANAGED_BY,
     TrainerInstalled,
@@ -76,14 +77,13 @@ from k8s_adapter.kube import Kube, KubeSettings
 from k8s_adapter.kueue_workloads import KueueWorkloads
 from k8s_adapter.runtime_source import ClusterRuntimes
 from k8s_adapter.settings import TrainJobDoorSettings
-from k8s_adapter.status import desired_status, failed_status, same_status
+from k8s_adapter.status import failed_status
 from k8s_adapter.trainjobs import ANN_REFUSED, FINALIZER, PLURAL, TrainJobCalls
 from k8s_adapter.trainjobs import document as _document
 from k8s_adapter.trainjobs import finished as _finished
 from k8s_adapter.trainjobs import ref as _ref
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
 
     from bridge.service import JobService
 
@@ -91,14 +91,11 @@ __all__ = ["FINALIZER", "TrainJobFrontDoor", "create"]
 
 log = structlog.get_logger(__name__)
 
-ORIGIN = "kubernetes"
 ROOT = Owner(uid=0, gid=0, user="root")
 #: Seconds before a TrainJob whose handling failed is handled again.
 RETRY_SECONDS = 2.0
 #: TrainJobs handled at once (their finalizer and status calls overlap).
 HANDLE_CONCURRENCY = 16
-#: Events of the change feed the status loop reads at once.
-STATUS_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,7 @@ class FrontDoorSettings:
     namespaces: tuple[str, ...] = ()
 
 
-class TrainJobFrontDoor:
+class TrainJobFrontDoor(StatusWriteBack):
     """See the module docstring."""
 
     def __init__(self, name: str, settings: FrontDoorSettings):
@@ -396,92 +393,7 @@ class TrainJobFrontDoor:
         await self.calls.mark_refused(obj)
         await self.calls.remove_finalizer(obj)
 
-    # -- status write-back -----------------------------------------------------------
-
-    async def _status_loop(self) -> None:
-        """Write the status of each TrainJob whose job changed: on every event of the
-        service's change feed (from its cursor at start), every change within a state
-        (:meth:`JobService.updates`) and every TrainJob of the door's dirty set (what
-        the watch delivered, or whose ``jobsStatus`` the back end says changed: a
-        JobSet's pods becoming ready change no state). Every TrainJob known at start is
-        synced once, and the watch's first listing marks each dirty: after a restart
-        (or a crash) each status converges. A failed write is tried again
-        ``status_interval`` later."""
-        assert self._service is not None
-        service = self._service
-        cursor = service.cursor()
-        updates = service.updates(self._wake)
-        stop_reports: Callable[[], None] | None = None
-        try:
-            stop_reports = service.on_jobs_status(self._jobs_status_changed)
-            self._dirty.update(self._objects)
-            self.events.seed(service.list_jobs(list(LIVE), origin=ORIGIN).items, time.time())
-            while True:
-                self._wake.clear()
-                await self._retry_due()
-                events, cursor = service.changes(cursor, STATUS_BATCH)
-                await self._sync_all(self._changed({e.job_id for e in events} | updates.take()))
-                if len(events) < STATUS_BATCH:  # else more are there already
-                    await self._wait(cursor)
-        finally:
-            service.stop_updates(updates)
-            if stop_reports is not None:
-                stop_reports()
-
-    def _jobs_status_changed(self, uid: str) -> None:
-        """The back end's ``jobsStatus`` of job ``uid`` may have changed: sync its
-        TrainJob (one of this door's) in the next round."""
-        if uid in self._objects:
-            self._dirty.add(uid)
-            self._wake.set()
-
-    def _changed(self, job_ids: Iterable[int]) -> dict[str, JobRecord]:
-        """The records of the door's TrainJobs among ``job_ids`` and the dirty set (which
-        is emptied), by uid."""
-        assert self._service is not None
-        records: dict[str, JobRecord] = {}
-        for job_id in sorted(job_ids):
-            try:
-                rec = self._service.get(job_id)
-            except JobNotFound:
-                continue
-            if rec.origin == ORIGIN and rec.uid in self._objects:
-                records[rec.uid] = rec
-        for uid in sorted(self._dirty - set(records)):
-            found = self._service.get_by_uid(uid)
-            if found is not None and found.origin == ORIGIN:
-                records[uid] = found
-        self._dirty.clear()
-        return records
-
-    async def _sync_all(self, records: dict[str, JobRecord]) -> None:
-        for uid, rec in records.items():
-            obj = self._objects.get(uid)
-            if obj is None:
-                continue
-            try:
-                await self._sync(obj, rec)
-            except (BackendUnavailable, BackendRejected) as exc:
-                log.warning("TrainJob %s: status not written: %s", _ref(obj), exc)
-                self._dirty.add(uid)
-            except Exception:
-                log.exception("TrainJob %s: status write failed", _ref(obj))
-
-    async def _wait(self, cursor: int) -> None:
-        """Until an event after ``cursor``, the door's wake (a TrainJob handled, a job
-        changed within its state) or ``status_interval`` seconds, whichever is first."""
-        assert self._service is not None
-        if self._wake.is_set():
-            return
-        timeout = self.settings.status_interval
-        waits = {asyncio.ensure_future(self._service.wait_for_changes(cursor, timeout)),
-                 asyncio.ensure_future(self._wake.wait())}
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+    # -- status write-back (k8s_adapter/door_status.py) ---------------------------
 
     async def _retry_due(self) -> None:
         """Handle again the TrainJobs whose last handling failed (apiserver down,
@@ -495,22 +407,6 @@ class TrainJobFrontDoor:
             obj = self._objects.get(uid)
             if obj is not None and uid not in self._latest:
                 self._enqueue(obj, deleted=False)
-
-    async def _sync(self, obj: dict[str, Any], rec: JobRecord) -> None:
-        uid = rec.uid
-        meta = obj.get("metadata") or {}
-        previous = self._written.get(uid) or obj.get("status")
-        assert self._service is not None
-        status = desired_status(rec, self._service.jobs_status(rec), previous,
-                                self._service.trainer_statuses([rec.id]).get(rec.id),
-                                self.kueue.hold(uid, str(meta.get("namespace"))))
-        # The event first: a reader who sees a condition finds the event that goes with it.
-        await self.events.record(self.calls, obj, rec)
-        if not same_status(status, previous) and not same_status(status, obj.get("status")):
-            await self.calls.patch_status(obj, status)
-            self._written[uid] = status
-        if meta.get("deletionTimestamp") and rec.state.terminal:
-            await self.calls.remove_finalizer(obj)
 
 
 KNOWN_SETTINGS = frozenset(TrainJobDoorSettings.model_fields)

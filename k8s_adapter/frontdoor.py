@@ -77,7 +77,7 @@ from k8s_adapter.kube import Kube, KubeSettings
 from k8s_adapter.kueue_workloads import KueueWorkloads
 from k8s_adapter.runtime_source import ClusterRuntimes
 from k8s_adapter.settings import TrainJobDoorSettings
-from k8s_adapter.status import failed_status
+from k8s_adapter.status import failed_status, same_status
 from k8s_adapter.trainjobs import ANN_REFUSED, FINALIZER, PLURAL, TrainJobCalls
 from k8s_adapter.trainjobs import document as _document
 from k8s_adapter.trainjobs import finished as _finished
@@ -284,7 +284,9 @@ class TrainJobFrontDoor(StatusWriteBack):
                 self._service.cancel(rec, ROOT)
             return
         self._objects[uid] = obj
-        self._dirty.add(uid)
+        written = self._written.get(uid)
+        if written is None or not same_status(obj.get("status"), written):
+            self._dirty.add(uid)  # not the echo of the door's own status write
         generation = meta.get("generation")
         if (not meta.get("deletionTimestamp") and generation is not None
                 and self._handled.get(uid) == generation):

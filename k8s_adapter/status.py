@@ -33,7 +33,10 @@ readers do not look and ``kubectl describe`` shows it; reasons of ``Complete`` a
 ``Failed`` are the bridge's own (Trainer's readers read only their type and status).
 
 ``jobsStatus`` is the JobSet's ``replicatedJobsStatus`` for the Kubernetes back end,
-and one entry ``node`` (the one batch job) elsewhere. ``trainerStatus`` follows
+and one entry ``node`` (the one batch job) elsewhere. A JobSet its controller has not
+reported on yet (no ``replicatedJobsStatus``) leaves the counts written before (the
+``node`` entry of the job while it was pending) as they were: emptied, then filled again
+a moment later, they cost two status writes that said nothing. ``trainerStatus`` follows
 Trainer v2.3: what the job reports from inside (KEP-2779, on every back end), and
 ``progressPercentage`` 100 once complete, ``lastUpdatedTime``.
 """
@@ -143,11 +146,14 @@ def desired_status(rec: JobRecord, jobs_status: Sequence[Mapping[str, Any]] | No
                 "lastTransitionTime"):
             c["lastTransitionTime"] = prior["lastTransitionTime"]
         conditions.append(c)
-    status: dict[str, Any] = {
-        "conditions": conditions,
-        "jobsStatus": [dict(j) for j in jobs_status] if jobs_status is not None
-        else synthetic_jobs_status(rec),
-    }
+    kept = (previous or {}).get("jobsStatus")
+    if jobs_status is None:
+        jobs = synthetic_jobs_status(rec)
+    elif not jobs_status and kept and not rec.state.terminal:  # see the module docstring
+        jobs = [dict(j) for j in kept]
+    else:
+        jobs = [dict(j) for j in jobs_status]
+    status: dict[str, Any] = {"conditions": conditions, "jobsStatus": jobs}
     trainer: dict[str, Any] = dict(reported or {})
     if rec.state == JobState.SUCCEEDED:
         trainer["progressPercentage"] = 100

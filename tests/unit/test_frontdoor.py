@@ -6,6 +6,7 @@ real apiserver: tests/integration/test_k8s_trainjobs.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -387,3 +388,20 @@ async def test_a_reason_held_back_is_recorded_once_the_allowance_is_back(
                 await bed.calls.evented.wait()
     finally:
         await stop(loop)
+
+
+async def test_the_echo_of_its_own_status_write_makes_no_sync(bed: Bed) -> None:
+    """Each status write comes back as a watch event of the TrainJob: it is not a
+    reason to sync that TrainJob again. A status someone else wrote is."""
+    admit_for(bed, uid(11))
+    mine = {"conditions": [], "jobsStatus": [{"name": "node", "active": 1, "ready": 0,
+                                              "succeeded": 0, "failed": 0, "suspended": 0}]}
+    bed.door._written[uid(11)] = mine
+    echo = obj(uid(11))
+    echo["status"] = json.loads(json.dumps(mine))
+    await bed.door._handle(echo, deleted=False)
+    assert uid(11) not in bed.door._dirty
+    other = obj(uid(11))
+    other["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    await bed.door._handle(other, deleted=False)
+    assert uid(11) in bed.door._dirty

@@ -299,6 +299,19 @@ def test_backend_jobs_status_is_used_as_given(store: Store) -> None:
     assert desired_status(rec, [], None)["jobsStatus"] == []
 
 
+def test_a_jobset_not_reported_on_yet_keeps_the_counts_written_before(store: Store) -> None:
+    """Pending: the synthetic ``node`` entry; the new JobSet's empty report changes
+    nothing (no write of an empty list, then of the JobSet's first counts); its
+    report, once there, is used as given."""
+    rec = add(store)
+    pending = desired_status(rec, None, None)
+    rec = store.transition(rec.id, JobState.SUBMITTED, "Submitted", backend_id="ns/j")
+    assert same_status(desired_status(rec, [], pending), pending)
+    given = [{"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 1,
+              "suspended": 0}]
+    assert desired_status(rec, given, pending)["jobsStatus"] == given
+
+
 def test_failed_status() -> None:
     status = failed_status("spec.trainer.image: required", "InvalidSpec", None)
     [cond] = status["conditions"]

@@ -85,7 +85,8 @@ class OutboxQueries:
             return kept[1]
         row = self._db.execute("SELECT max(id) FROM outbox").fetchone()
         newest = int(row[0] or 0)
-        self._newest_event = (changes, newest)
+        if not self._db.in_transaction:  # an id a rollback may take back is not kept
+            self._newest_event = (changes, newest)
         return newest
 
     def outbox_backlog(self) -> tuple[int, float | None]:

@@ -130,9 +130,11 @@ class JobCache:
         count): the engine is handed only views that changed, since each costs it a
         store read (most of the daemon's status work while 200 TrainJobs ran, py-spy).
         A listing (``sync_jobsets``) shows every view it returns; a JobSet's deletion
-        forgets its view."""
+        forgets its view. A finished view is always news: should the engine have failed
+        to apply it (a full disk), the job's next event delivers it again, instead of
+        the job staying Running until the watch lists again."""
         key = (bj.namespace or "", bj.job_uid)
-        if self._shown.get(key) == bj:
+        if self._shown.get(key) == bj and not bj.state.finished:
             return False
         if key in self.jobsets:  # not kept for a view of a JobSet already gone
             self._shown[key] = bj

@@ -301,10 +301,11 @@ class Kube:
                 return ""
 
             def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
-                """The client's own, decoded with :data:`decode_json`; anything but an
+                """The client's own, decoded with :data:`decode_json`: a line that is
+                not JSON comes back as it is (list_watch skips it); JSON other than an
                 ``ADDED``/``MODIFIED``/``DELETED``/``BOOKMARK`` event carrying an
-                object with a resourceVersion (an error, a malformed line) is left to
-                the client's, which raises for it as it documents."""
+                object with a resourceVersion (an ``ERROR`` event, a malformed one) is
+                left to the client's, which raises for it as it documents."""
                 try:
                     js = decode_json(data)
                 except msgspec.DecodeError:
@@ -312,7 +313,7 @@ class Kube:
                 obj = js.get("object") if isinstance(js, dict) else None
                 meta = obj.get("metadata") if isinstance(obj, dict) else None
                 rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-                if js.get("type") not in _EVENTS or not rv:
+                if not isinstance(js, dict) or js.get("type") not in _EVENTS or not rv:
                     return super().unmarshal_event(data, response_type)
                 js["raw_object"] = obj
                 self.resource_version = rv

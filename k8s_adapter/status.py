@@ -34,8 +34,9 @@ readers do not look and ``kubectl describe`` shows it; reasons of ``Complete`` a
 
 ``jobsStatus`` is the JobSet's ``replicatedJobsStatus`` for the Kubernetes back end,
 and one entry ``node`` (the one batch job) elsewhere. A JobSet its controller has not
-reported on yet (no ``replicatedJobsStatus``) leaves the counts written before (the
-``node`` entry of the job while it was pending) as they were: emptied, then filled again
+reported on yet (no ``replicatedJobsStatus``) leaves the counts of the previous status
+(the one written before, or the object's own after a restart: the ``node`` entry of the
+job while it was pending) as they were, unless the job has finished: emptied, then filled again
 a moment later, they cost two status writes that said nothing. ``trainerStatus`` follows
 Trainer v2.3: what the job reports from inside (KEP-2779, on every back end), and
 ``progressPercentage`` 100 once complete, ``lastUpdatedTime``.

@@ -163,3 +163,13 @@ def test_only_views_that_changed_are_news_and_a_foreign_namespace_is_its_own() -
     assert gone is not None
     back = cache.jobset_event(jobset("alice", "train"), deleted=False)
     assert back is not None and cache.news(back)  # the deletion forgot the view
+
+
+def test_a_finished_view_is_always_news() -> None:
+    """Should the engine have failed to apply it, the job's next event hands it over
+    again (a finished job left Running would hold its owner's place)."""
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train")])
+    done = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
+    assert done is not None and done.state.finished
+    assert cache.news(done) and cache.news(done)

@@ -8,6 +8,9 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
+from k8s_adapter import kube
 from k8s_adapter.kube import Kube, KubeSettings
 
 
@@ -65,7 +68,15 @@ def run(answers: list[Answer], take: int) -> tuple[list[tuple[str, Any]], list[d
     return asyncio.run(asyncio.wait_for(go(), 10)), calls
 
 
-def test_events_are_decoded_as_plain_objects_and_the_watch_resumes_from_the_last() -> None:
+def test_events_are_decoded_as_plain_objects_and_the_watch_resumes_from_the_last(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    decoded: list[object] = []
+    real = kube.decode_json
+
+    def counted(data: str | bytes) -> object:
+        decoded.append(data)
+        return real(data)
+    monkeypatch.setattr(kube, "decode_json", counted)
     listing = {"kind": "PodList", "metadata": {"resourceVersion": "10"},
                "items": [pod("a", "9")]}
     got, calls = run([Answer(listing), Answer(lines=[
@@ -77,6 +88,7 @@ def test_events_are_decoded_as_plain_objects_and_the_watch_resumes_from_the_last
                    ("MODIFIED", pod("b", "16")), ("DELETED", pod("a", "17"))]
     assert calls[0] == {"label_selector": "x=y", "_preload_content": False}
     assert calls[1]["resource_version"] == "10" and calls[1]["watch"] is True
+    assert len(decoded) == 5  # the listing and each line: the bridge's decoder, not json's
 
 
 def test_an_expired_watch_lists_again() -> None:

@@ -79,6 +79,21 @@ def test_the_newest_event_id_is_read_again_only_after_a_write(tmp_path: Path) ->
     assert store.last_event_id() == 0 and store.events_after(0, 10) == []
 
 
+def test_an_event_id_read_in_a_transaction_that_rolls_back_is_not_kept(tmp_path: Path,
+                                                                       ) -> None:
+    """A rollback leaves the connection's change count where it was: an id read
+    inside the transaction, kept, would name an event that never was."""
+    store = Store.open(tmp_path / "s.sqlite")
+    rec = store.add(job(), ALICE, "slurm")
+    first = store.last_event_id()
+    store._db.execute("BEGIN")
+    store._db.execute("INSERT INTO outbox (job_id, event, created_at) VALUES (?, '{}', 0)",
+                      (rec.id,))
+    assert store.last_event_id() == first + 1
+    store._db.execute("ROLLBACK")
+    assert store.last_event_id() == first
+
+
 def test_illegal_transition_changes_nothing(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.sqlite")
     rec = store.add(job(), ALICE, "slurm")

@@ -161,16 +161,19 @@ def _iceberg(env: dict[str, str], source: str, num_nodes: int) -> dict[str, str 
             "catalog_uri": catalog, "catalog_name": env.get("CATALOG_NAME")}
 
 
-def data_cache_of(job: TrainJob, num_nodes: int = 1) -> DataCacheSpec | None:
-    """The job's data cache (see the module docstring); ``num_nodes``: the job's."""
+def data_cache_of(job: TrainJob, num_nodes: int = 1,
+                  model_step: bool = False) -> DataCacheSpec | None:
+    """The job's data cache (see the module docstring); ``num_nodes``: the job's;
+    ``model_step``: its runtime has a model initializer (bridge/runtime_steps.py), which
+    ``spec.initializer.model`` configures."""
     init = job.spec.initializer
     if not init:
         return None
     if not isinstance(init, dict):
         raise ValidationError([("spec.initializer", "must be an object")])
-    if init.get("model") is not None:
-        raise ValidationError([("spec.initializer.model", "the bridge runs no model "
-                                "initializer: fetch the model in the training command")])
+    if init.get("model") is not None and not model_step:
+        raise ValidationError([("spec.initializer.model", "the job's runtime has no model "
+                                "initializer step: fetch the model in the training command")])
     unknown = sorted(set(init) - {"dataset", "model"})
     if unknown:
         raise ValidationError([(f"spec.initializer.{unknown[0]}", "unknown field")])

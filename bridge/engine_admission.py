@@ -98,6 +98,11 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
         refusal = ValidationError([(f, f"back end {backend!r} runs no pods: a pod's fields "
                                        f"have no meaning there (send the job to a Kubernetes "
                                        f"back end, or drop them)") for f in pod_fields])
+    if plan.initializers and not getattr(chosen, "runs_pods", False) and refusal is None:
+        refusal = ValidationError([("spec.runtimeRef.name", (
+            f"runtime {plan.runtime!r} has initializer steps ({', '.join(plan.initializers)}) "
+            f"that run as containers before the trainer, and back end {backend!r} runs no "
+            f"pods: send the job to a Kubernetes back end, or use a runtime without them"))])
     if (plan.data_cache is not None and not getattr(chosen, DATA_CACHE_ATTR, False)
             and refusal is None):
         refusal = ValidationError([(DATASET_FIELD, f"back end {backend!r} does not start a "

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import yaml
 
+from bridge import runtime_steps, torchtune
 from bridge.batchscript import script_of
 from bridge.dataset import DataCacheSpec, data_cache_of
 from bridge.model import (
@@ -55,6 +55,7 @@ from bridge.model import (
     ValidationError,
     load_document,
 )
+from bridge.runtime_steps import trainer_container
 
 
 class Framework(StrEnum):
@@ -97,10 +98,10 @@ class MpiImplementation(StrEnum):
 
 
 #: Trainer's label marking the replicated job that runs the trainer (value ``trainer``).
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-TRAINER_STEP = "trainer"
+ANCESTOR_LABEL = runtime_steps.ANCESTOR_LABEL
+TRAINER_STEP = runtime_steps.TRAINER_STEP
 #: The trainer container's name, in every replicated job (Trainer's and the SDK's).
-NODE = "node"
+NODE = runtime_steps.NODE
 LAUNCHER = "launcher"
 #: Where a runtime's trainer container is (what an admission error names).
 TRAINER_CONTAINER_FIELD = (
@@ -191,31 +192,6 @@ def builtin_runtimes() -> list[ClusterTrainingRuntime]:
     ]
 
 
-def _mapping(value: object, key: str) -> Mapping[str, Any]:
-    """``value[key]`` when both are mappings, else an empty mapping."""
-    found = value.get(key) if isinstance(value, Mapping) else None
-    return found if isinstance(found, Mapping) else {}
-
-
-def trainer_container(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The trainer container of a runtime's JobSet template, found as Trainer and the
-    Kubeflow SDK find it: the container named ``node`` in the first replicated job
-    whose template is labelled ``trainer.kubeflow.org/trainjob-ancestor-step:
-    trainer``. ``None`` when there is none (also for a template of another shape)."""
-    jobs = _mapping(template, "spec").get("replicatedJobs")
-    for rjob in jobs if isinstance(jobs, list) else []:
-        job_template = _mapping(rjob, "template")
-        if _mapping(_mapping(job_template, "metadata"), "labels").get(
-                ANCESTOR_LABEL) != TRAINER_STEP:
-            continue
-        pod_spec = _mapping(_mapping(_mapping(job_template, "spec"), "template"), "spec")
-        containers = pod_spec.get("containers")
-        for container in containers if isinstance(containers, list) else []:
-            if isinstance(container, Mapping) and container.get("name") == NODE:
-                return container
-    return None
-
-
 def runtimes_yaml() -> str:
     """The built-in runtimes as one multi-document YAML of ClusterTrainingRuntimes, so
     that a cluster shows what the bridge knows (charts/hpc-bridge/files/runtimes.yaml,
@@ -254,6 +230,11 @@ class LaunchPlan:
     builtin_image: bool = False
     #: The data cache the job asks for (``spec.initializer.dataset``: bridge/dataset.py).
     data_cache: DataCacheSpec | None = None
+    #: The runtime's initializer steps (bridge/runtime_steps.py): run on Kubernetes only.
+    initializers: tuple[str, ...] = ()
+    #: The runtime's trainer container's ``resources`` (requests/limits), which stand
+    #: where the TrainJob gives no ``resourcesPerNode`` (as in Trainer).
+    resources: dict[str, dict[str, Any]] | None = None
 
 
 def load_runtime_files(patterns: list[str]) -> list[ClusterTrainingRuntime | TrainingRuntime]:
@@ -395,11 +376,12 @@ class RuntimeCatalog:
         """
         runtime = self.get(job, origin)
         policy = runtime.spec.ml_policy or MLPolicy()
-        framework = Framework(
-            runtime.metadata.labels.get(FRAMEWORK_LABEL)
-            or next((f for f in Framework if f is not Framework.PLAIN
-                     and getattr(policy, f.value, None) is not None), Framework.PLAIN)
-        )
+        # The label when it names a framework the bridge launches; else (Trainer's
+        # deepspeed, mlx, torchtune: their mlPolicy is mpi or torch) the policy's.
+        label = runtime.metadata.labels.get(FRAMEWORK_LABEL)
+        framework = Framework(label) if label in set(Framework) else next(
+            (f for f in Framework if f is not Framework.PLAIN
+             and getattr(policy, f.value, None) is not None), Framework.PLAIN)
         fw_policy: dict[str, Any] = (
             getattr(policy, framework.value, None) or {} if framework is not Framework.PLAIN
             else {}
@@ -422,6 +404,16 @@ class RuntimeCatalog:
             command = container.command
             if not (trainer and trainer.args is not None):
                 args = container.args
+        template = runtime.spec.template
+        extra: dict[str, Any] = {"template": template} if template else {}
+        steps = runtime_steps.initializer_steps(template)
+        runtime_steps.check_initializer(job, steps)
+        resources = (trainer.resources_per_node.model_dump(exclude_none=True)
+                     if trainer and trainer.resources_per_node else container.resources)
+        if script is None and trainer and torchtune.is_torchtune(trainer.command):
+            command, more = runtime_steps.builtin_trainer(
+                runtime.metadata.name, num_nodes, procs, resources, args, container.command)
+            extra.update(more)
         if not script and not command:
             raise ValidationError([(
                 "spec.trainer.command",
@@ -436,6 +428,9 @@ class RuntimeCatalog:
             mpi = MpiImplementation.parse(
                 fw_policy.get("mpiImplementation", MpiImplementation.OPENMPI.value),
                 f"spec.runtimeRef.name: runtime {runtime.metadata.name!r} {MPI_FIELD}")
+            extra.update(runtime_steps.ssh_auth_mount_path(
+                fw_policy, f"spec.runtimeRef.name: runtime {runtime.metadata.name!r} "
+                           f"mlPolicy.mpi.sshAuthMountPath"))
         return LaunchPlan(
             runtime=runtime.metadata.name,
             framework=framework,
@@ -445,14 +440,17 @@ class RuntimeCatalog:
             builtin_image=not (trainer and trainer.image) and bool(container.image)
             and runtime is self._builtin.get(runtime.metadata.name),
             # The runtime's JobSet template: what the Kubernetes back end keeps of it
-            # (restart policy, backoff: k8s_adapter/trainer_layout.py).
-            extra={"template": runtime.spec.template} if runtime.spec.template else {},
+            # (k8s_adapter/trainer_layout.py, k8s_adapter/runtime_template.py).
+            extra=extra,
+            initializers=steps,
+            resources=container.resources,
             command=command,
             args=args,
             env=env,
             batch_script=script,
             mpi_implementation=mpi,
-            data_cache=data_cache_of(job, num_nodes),
+            data_cache=None if runtime_steps.DATASET_STEP in steps else data_cache_of(
+                job, num_nodes, model_step=runtime_steps.MODEL_STEP in steps),
         )
 
 
@@ -463,6 +461,7 @@ class _RuntimeContainer:
     image: str | None = None
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    resources: dict[str, dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, runtime: ClusterTrainingRuntime | TrainingRuntime) -> _RuntimeContainer:
@@ -485,4 +484,5 @@ class _RuntimeContainer:
                 raise ValidationError([(f"{where}.{key}", "must be a list of strings")])
             return tuple(value)
 
-        return cls(image=image, command=strings("command"), args=strings("args"))
+        return cls(image=image, command=strings("command"), args=strings("args"),
+                   resources=runtime_steps.trainer_resources(container))

@@ -100,16 +100,19 @@ class JobShape(BaseModel):
         return cls.model_validate(dict(data))
 
 
-def resources_of(job: TrainJob) -> Mapping[str, str | int | float]:
-    """``spec.trainer.resourcesPerNode``: its ``requests``, each completed by ``limits``
-    (as in Kubernetes, a limit alone stands for the request); empty when none."""
+def resources_of(job: TrainJob,
+                 runtime: Mapping[str, Any] | None = None) -> Mapping[str, str | int | float]:
+    """``spec.trainer.resourcesPerNode``, else the runtime trainer's ``resources``
+    (``runtime``: ``LaunchPlan.resources``, as Trainer takes them): the ``requests``,
+    each completed by ``limits`` (as in Kubernetes, a limit alone stands for the
+    request); empty when neither gives any."""
     trainer = job.spec.trainer
     res = trainer.resources_per_node if trainer else None
-    if res is None:
-        return {}
+    limits, requests = ((res.limits, res.requests) if res is not None
+                        else ((runtime or {}).get("limits"), (runtime or {}).get("requests")))
     # requests first: what the job needs; limits stand for requests when only they are
     # given (as in Kubernetes).
-    return {**(res.limits or {}), **(res.requests or {})}
+    return {**(limits or {}), **(requests or {})}
 
 
 def _quantity(resources: Mapping[str, Any], key: str, convert: Any) -> int | None:
@@ -145,7 +148,7 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
     Memory: ``--mem``, else ``memory``. Time limit: ``--time``, else
     ``spec.activeDeadlineSeconds`` rounded up to minutes.
     """
-    resources = resources_of(job)
+    resources = resources_of(job, plan.resources)
     ranks = _ranks(plan, options)
     tasks = ranks or 1
     millis = _quantity(resources, "cpu", cpu_millis)

@@ -140,7 +140,8 @@ class AccessPolicy:
         for rj in body["spec"]["replicatedJobs"]:
             template = rj["template"]["spec"]["template"]
             pod = template["spec"]
-            where = f"spec.runtimePatches: replicatedJob {rj.get('name')!r}: pod template "
+            where = (f"replicatedJob {rj.get('name')!r} (the runtime's template or "
+                     f"spec.runtimePatches): pod template ")
             checked = dict(pod)
             if admin_account and checked.get("serviceAccountName") == admin_account:
                 del checked["serviceAccountName"]

@@ -193,8 +193,9 @@ def finish(body: dict[str, Any], training: str, training_container: str,
     for name, rj in rjobs.items():
         if name == CACHE:
             rj.pop("dependsOn", None)
-        else:
-            rj["dependsOn"] = [{"name": CACHE, "status": "Ready"}]
+        else:  # first in the list, with what the runtime's template says
+            rj["dependsOn"] = [{"name": CACHE, "status": "Ready"}, *(
+                d for d in rj.get("dependsOn") or [] if d.get("name") != CACHE)]
     source, cache = _pod_spec(rjobs[training]), _pod_spec(rjobs[CACHE])
     trainer: Mapping[str, Any] = next((c for c in source.get("containers") or []
                                        if c.get("name") == training_container), {})

@@ -45,22 +45,24 @@ Labels ``app.kubernetes.io/managed-by=hpc-bridge`` and ``hpc-bridge.io/job-uid``
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bridge import torchtune
 from bridge.backend import BackendRejected, SubmitRequest
 from bridge.jobid import identity_env
 from bridge.model import ValidationError
+from bridge.runtime_steps import SSH_AUTH_MOUNT_PATH, TORCHTUNE_RDZV
 from bridge.runtimes import Framework, MpiImplementation
 from bridge.scheduling import scheduling_of
-from bridge.shape import GPU_RESOURCE
-from k8s_adapter import data_cache, sshauth, trainer_layout
+from k8s_adapter import data_cache, runtime_template, sshauth, trainer_layout
 from k8s_adapter.affinity import keep_affinity, node_affinity
+from k8s_adapter.jobset_merge import apply_template_patch
 from k8s_adapter.overrides import as_runtime_patches
+from k8s_adapter.pod_resources import container_resources, torch_nproc_per_node
 from mpi_launch.allocation import Host, jobset_allocation
 from mpi_launch.hostfile import hostfile_env, render_hostfile
 
@@ -128,33 +130,6 @@ def hostfile_configmap_name(name: str) -> str:
     return f"{name}-mpi-hostfile"
 
 
-def _quantities(values: Mapping[str, Any] | None) -> dict[str, str]:
-    return {k: str(v) for k, v in (values or {}).items()}
-
-
-def container_resources(request: SubmitRequest) -> dict[str, dict[str, str]]:
-    """A node pod's ``resources``: ``resourcesPerNode`` as the user wrote it, except
-    for what an explicit scheduling option set (the job shape's precedence,
-    :mod:`bridge.shape`): CPUs per node, ``<MiB>Mi`` and GPUs from the shape, in
-    ``requests`` and, where the user gave a limit (always, for GPUs), in ``limits``."""
-    shape = request.job_shape
-    trainer = request.job.spec.trainer
-    given = trainer.resources_per_node if trainer else None
-    requests = _quantities(given.requests if given else None)
-    limits = _quantities(given.limits if given else None)
-    values = {"cpu": shape.cpus_per_node, "memory": (
-        f"{shape.mem_per_node_mb}Mi" if shape.mem_per_node_mb is not None else None),
-        GPU_RESOURCE: shape.gpus_per_node}
-    for key in sorted(shape.from_options):
-        value = values[key]
-        if value is None:
-            continue
-        requests[key] = str(value)
-        if key in limits or key == GPU_RESOURCE:
-            limits[key] = str(value)
-    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-
-
 def _env(items: Mapping[str, str]) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in items.items()]
 
@@ -208,8 +183,9 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
     fw = plan.framework
     if fw is Framework.TORCH:
         env += _env({"PET_NNODES": str(nodes),
-                     "PET_NPROC_PER_NODE": torch_nproc_per_node(request),
-                     "PET_MASTER_ADDR": hosts[0], "PET_MASTER_PORT": str(TORCH_PORT)})
+                     "PET_NPROC_PER_NODE": torch_nproc_per_node(request)})
+        if TORCHTUNE_RDZV not in plan.extra:  # torchtune: --rdzv_endpoint, as Trainer
+            env += _env({"PET_MASTER_ADDR": hosts[0], "PET_MASTER_PORT": str(TORCH_PORT)})
         env.append(_index_env("PET_NODE_RANK"))
     elif fw is Framework.JAX:
         env += _env({"JAX_NUM_PROCESSES": str(nodes),
@@ -231,38 +207,17 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
     return env
 
 
-def torch_nproc_per_node(request: SubmitRequest) -> str:
-    """``PET_NPROC_PER_NODE``: an explicit ``--ntasks-per-node`` / ``--ntasks`` as the
-    number; else the TrainJob's ``numProcPerNode`` (else the runtime's, else ``auto``)
-    resolved against ``resourcesPerNode`` as Trainer does
-    (:func:`k8s_adapter.trainer_layout.torch_nproc_per_node`), with the resources the
-    container gets. Raises BackendRejected for a malformed CPU quantity."""
-    options = request.options
-    if options.ntasks_per_node is not None or options.ntasks is not None:
-        return str(request.job_shape.ranks_per_node or 1)
-    trainer = request.job.spec.trainer
-    value: int | str = "auto"
-    if trainer is not None and trainer.num_proc_per_node is not None:
-        value = trainer.num_proc_per_node
-    elif request.plan.proc_per_node is not None:
-        value = request.plan.proc_per_node
-    given = trainer.resources_per_node if trainer else None
-    resources = container_resources(request)
-    requests = resources.get("requests", {} if given and given.requests is not None else None)
-    limits = resources.get("limits", {} if given and given.limits is not None else None)
-    try:
-        return trainer_layout.torch_nproc_per_node(
-            value, requests, limits, has_resources=given is not None or bool(resources))
-    except ValueError as exc:
-        raise BackendRejected(str(exc)) from None
-
-
 def _command(request: SubmitRequest) -> tuple[list[str], list[str]]:
     plan = request.plan
     if plan.batch_script is not None:
         # The script is one argv element of bash, never pasted into another string.
         return ["/bin/bash", "-c", plan.batch_script, "tbatch-script"], list(plan.args)
-    return list(plan.command), list(plan.args)
+    command = list(plan.command)
+    if plan.extra.get(TORCHTUNE_RDZV):  # Trainer's torchtune: after "tune run"
+        host = _hosts(jobset_name(request), request)[0]
+        command.insert(len(torchtune.ENTRYPOINT),
+                       f"{torchtune.RDZV_ARG}={host}:{TORCH_PORT}")
+    return command, list(plan.args)
 
 
 def _pod_template(name: str, rjob: str, request: SubmitRequest, options: JobSetOptions,
@@ -285,7 +240,8 @@ def _pod_template(name: str, rjob: str, request: SubmitRequest, options: JobSetO
         batch=request.plan.batch_script is not None), "containers": [container]}
     if mpi:
         container["volumeMounts"] = [{"name": "mpi-hostfile", "mountPath": HOSTFILE_DIR},
-                                     sshauth.volume_mount()]
+                                     sshauth.volume_mount(
+                                         request.plan.extra.get(SSH_AUTH_MOUNT_PATH))]
         spec["volumes"] = [{"name": "mpi-hostfile", "configMap": {
             "name": hostfile_configmap_name(name),
             "items": [{"key": HOSTFILE_KEY, "path": HOSTFILE_KEY, "mode": 0o444}]}},
@@ -405,7 +361,8 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             "replicatedJobs": replicated,
         },
     }
-    sizes = {rj["name"]: _size(rj) for rj in replicated}
+    runtime_template.graft(body, template, job, (NODE, LAUNCHER, data_cache.CACHE), target)
+    sizes = {rj["name"]: _size(rj) for rj in body["spec"]["replicatedJobs"]}
     js_spec = {k: body["spec"].get(k) for k in _KEPT_SPEC}
     own_annotations = dict(metadata["annotations"])
     for field, patches in (("spec.podSpecOverrides",
@@ -418,7 +375,7 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             if not isinstance(template, Mapping):
                 raise BackendRejected(
                     f"{field}[{i}].trainingRuntimeSpec.template: must be a mapping")
-            body = _apply_template_patch(body, template, f"{field}[{i}]")
+            body = apply_template_patch(body, template, f"{field}[{i}]")
     # Whatever the patches said, the bridge's identity labels, the user's --exclude and
     # --constraint, the pinned hosts and --time stay; so do the job's size (the nodes
     # admission counted: replicas, parallelism, completions) and who manages the
@@ -467,55 +424,6 @@ def _size(rj: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """A replicated job's ``replicas`` and its Job's ``parallelism`` and ``completions``."""
     spec = rj["template"]["spec"]
     return rj.get("replicas"), spec.get("parallelism"), spec.get("completions")
-
-
-def _apply_template_patch(body: dict[str, Any], template: Mapping[str, Any],
-                          where: str) -> dict[str, Any]:
-    """Merge a Trainer ``JobSetTemplatePatch`` (metadata + spec.replicatedJobs[…]) in;
-    ``where`` names the patch in errors."""
-    out = dict(body)
-    if "metadata" in template:
-        meta = dict(out["metadata"])
-        for key in ("labels", "annotations"):
-            if key in template["metadata"]:
-                meta[key] = {**meta.get(key, {}), **template["metadata"][key]}
-        out["metadata"] = meta
-    spec_patch = template.get("spec") or {}
-    known = {rj["name"] for rj in out["spec"]["replicatedJobs"]}
-    for i, rj in enumerate(spec_patch.get("replicatedJobs") or []):
-        if not isinstance(rj, Mapping) or rj.get("name") not in known:
-            name = rj.get("name") if isinstance(rj, Mapping) else rj
-            raise BackendRejected(
-                f"{where}: replicatedJobs[{i}] names {name!r}; this runtime's "
-                f"JobSet has {', '.join(sorted(known))}")
-    if spec_patch:
-        out["spec"] = merge(out["spec"], spec_patch)
-    return out
-
-
-_NAMED_LISTS = frozenset({"replicatedJobs", "containers", "initContainers", "env", "volumes",
-                          "volumeMounts", "ports"})
-
-
-def merge(base: Any, patch: Any, key: str = "") -> Any:
-    """Strategic-merge-like: maps merge recursively; lists of named items (by ``name``)
-    merge item by item (new names appended); other values are replaced."""
-    if isinstance(base, Mapping) and isinstance(patch, Mapping):
-        out = dict(base)
-        for k, v in patch.items():
-            out[k] = merge(base[k], v, k) if k in base else copy.deepcopy(v)
-        return out
-    if (key in _NAMED_LISTS and isinstance(base, list) and isinstance(patch, list)
-            and all(isinstance(i, Mapping) and "name" in i for i in [*base, *patch])):
-        merged = [dict(i) for i in base]
-        index = {i["name"]: n for n, i in enumerate(merged)}
-        for item in patch:
-            if item["name"] in index:
-                merged[index[item["name"]]] = merge(merged[index[item["name"]]], item)
-            else:
-                merged.append(copy.deepcopy(dict(item)))
-        return merged
-    return copy.deepcopy(patch)
 
 
 def controller_reference(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:

@@ -162,7 +162,7 @@ def _checked(pod: Any, where: str) -> Mapping[str, Any]:
 
 def _lay_over(fields: dict[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
     """``fields`` with a Kueue pod template laid over: maps merged, lists replaced (as
-    :func:`k8s_adapter.jobset.merge` does for a patch)."""
+    :func:`k8s_adapter.jobset_merge.merge` does for a patch)."""
     out = copy.deepcopy(fields)
     for key, value in _fields(pod).items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):

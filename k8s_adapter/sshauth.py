@@ -40,8 +40,10 @@ def volume(jobset: str) -> dict[str, Any]:
                   {"key": PUBLIC_KEY, "path": "authorized_keys", "mode": 0o644}]}}
 
 
-def volume_mount() -> dict[str, Any]:
-    return {"name": VOLUME, "mountPath": MOUNT_PATH}
+def volume_mount(path: str | None = None) -> dict[str, Any]:
+    """The keys' mount: at ``path`` (an MPI runtime's ``sshAuthMountPath``, as Trainer
+    mounts them), else :data:`MOUNT_PATH`."""
+    return {"name": VOLUME, "mountPath": path or MOUNT_PATH}
 
 
 async def keypair() -> tuple[bytes, bytes]:

@@ -56,7 +56,8 @@ def torch_nproc_per_node(value: int | str, requests: Mapping[str, Any] | None,
 
     ``value`` is the TrainJob's ``numProcPerNode``, else the runtime's, else ``auto``.
     Without ``spec.trainer.resourcesPerNode`` (``has_resources`` False) it is written
-    as it is. With it, ``limits`` is looked at first, then ``requests``:
+    as it is, except ``auto``, which is 1 there (no GPU to count). With it,
+    ``limits`` is looked at first, then ``requests``:
 
     * ``auto``: a resource list with no resource whose name contains ``gpu`` gives its
       CPU count (at least 1; ``auto`` stays for torchrun to count the GPUs otherwise);
@@ -65,11 +66,18 @@ def torch_nproc_per_node(value: int | str, requests: Mapping[str, Any] | None,
 
     and a list that is absent (``None``, not merely empty) gives 1 -- so, as in
     Trainer, a job whose ``resourcesPerNode`` has ``limits`` but no ``requests`` and
-    whose limits do not decide gets 1. Raises ValueError for a malformed CPU quantity.
+    whose limits do not decide gets 1. ``auto`` with a GPU in either list stays
+    ``auto`` (Trainer v2.3 counts GPUs in the requests, else the limits). Raises
+    ValueError for a malformed CPU quantity.
     """
     mode = str(value)
     if not has_resources:
-        return mode
+        # Trainer v2.3: auto on no GPU is the CPU count, at least 1 (recorded:
+        # upstream-runtimes/torch-distributed-no-resources.yaml)
+        return "1" if mode == "auto" else mode
+    if mode == "auto" and any("gpu" in str(name).lower()
+                              for res in (limits, requests) for name in res or {}):
+        return mode  # Trainer v2.3: GPUs in requests, else in limits (GetNumGPUPerNode)
 
     def use_cpu(resources: Mapping[str, Any]) -> bool:
         if mode == "auto":

@@ -102,13 +102,15 @@ kubectl create ns "$NS" >/dev/null
 # bridge/runtimes.py; the integration tests apply the same file).
 kubectl apply -f "$REPO/charts/hpc-bridge/files/runtimes.yaml" >/dev/null
 # Trainer's own runtimes as namespaced TrainingRuntimes (same specs, other kind).
-for f in torch_distributed deepspeed_distributed jax_distributed xgboost_distributed mlx_distributed; do
+for f in torch_distributed deepspeed_distributed jax_distributed xgboost_distributed mlx_distributed \
+  torchtune/llama3_2/llama3_2_1B; do
   [[ -f $MOD_DIR/manifests/base/runtimes/$f.yaml ]] || continue
   sed 's/^kind: ClusterTrainingRuntime$/kind: TrainingRuntime/' \
     "$MOD_DIR/manifests/base/runtimes/$f.yaml" | kubectl -n "$NS" apply -f - >/dev/null
 done
 
-# NAME FILE RUNTIME_KIND RUNTIME NUM_NODES COMMAND(json) [RESOURCES(json)]
+# NAME FILE RUNTIME_KIND RUNTIME NUM_NODES COMMAND(json) [RESOURCES(json)] [SPEC(json)]
+# (SPEC: more of the TrainJob's spec; its `trainer` is merged into the trainer's.)
 # The first two are the `trainJob:` blocks of the fixtures as they were derived.
 CASES=(
   "train|torch-distributed|ClusterTrainingRuntime|torch-distributed|2|[\"torchrun\",\"train.py\"]|{\"requests\":{\"cpu\":\"2\"}}"
@@ -122,13 +124,16 @@ CASES=(
   "jax-train|upstream-runtimes/jax-distributed|TrainingRuntime|jax-distributed|2|[\"python\",\"train.py\"]|"
   "xgb-train|upstream-runtimes/xgboost-distributed|TrainingRuntime|xgboost-distributed|2|[\"python\",\"train.py\"]|"
   "mlx-train|upstream-runtimes/mlx-distributed|TrainingRuntime|mlx-distributed|2|[\"mpirun\",\"python\",\"train.py\"]|"
+  "train-nores|upstream-runtimes/torch-distributed-no-resources|TrainingRuntime|torch-distributed|2|[\"torchrun\",\"train.py\"]|"
+  "tune|upstream-runtimes/torchtune-llama3.2-1b|TrainingRuntime|torchtune-llama3.2-1b|1|[\"tune\",\"run\"]||{\"trainer\":{\"args\":[\"dtype=bf16\",\"batch_size=2\",\"epochs=1\",\"dataset.data_dir=/workspace/dataset/data\"]},\"initializer\":{\"dataset\":{\"storageUri\":\"hf://tatsu-lab/alpaca/data\",\"env\":[{\"name\":\"SPLIT\",\"value\":\"train\"}]},\"model\":{\"storageUri\":\"hf://meta-llama/Llama-3.2-1B-Instruct\",\"secretRef\":{\"name\":\"hf-token\"}}}}"
+  "tune-lora|upstream-runtimes/torchtune-llama3.2-1b-lora|TrainingRuntime|torchtune-llama3.2-1b|1|[\"tune\",\"run\"]|{\"limits\":{\"nvidia.com/gpu\":\"1\"}}|{\"trainer\":{\"args\":[\"model.lora_attn_modules=[q_proj,v_proj]\",\"model.lora_rank=8\"]}}"
 )
 
 # A TrainJob name is unique per namespace: the upstream-runtimes cases get a
 # prefix "u-" on the cluster and are written back under the plain name.
 mkdir -p "$TMP/cases"
 for c in "${CASES[@]}"; do
-  IFS='|' read -r name file kind runtime nodes cmd res <<<"$c"
+  IFS='|' read -r name file kind runtime nodes cmd res extra <<<"$c"
   cname=$name
   [[ $file == upstream-runtimes/* ]] && cname=u-$name
   if [[ $kind == TrainingRuntime ]] && ! kubectl -n "$NS" get trainingruntime "$runtime" >/dev/null 2>&1; then
@@ -139,7 +144,7 @@ for c in "${CASES[@]}"; do
     log "skipping $file: no ClusterTrainingRuntime $runtime on the bed"
     continue
   fi
-  NAME=$name CNAME=$cname NS=$NS KIND=$kind RUNTIME=$runtime NODES=$nodes CMD=$cmd RES=$res \
+  NAME=$name CNAME=$cname NS=$NS KIND=$kind RUNTIME=$runtime NODES=$nodes CMD=$cmd RES=$res EXTRA=$extra \
     "$PY" - >"$TMP/cases/${file//\//__}.json" <<'EOF'
 import json, os
 e = os.environ
@@ -150,8 +155,11 @@ trainer = {"numNodes": int(e["NODES"]), "image": "registry.example/train:1",
            "command": json.loads(e["CMD"])}
 if e["RES"]:
     trainer["resourcesPerNode"] = json.loads(e["RES"])
-print(json.dumps({"metadata": {"name": e["CNAME"], "namespace": e["NS"]},
-                  "spec": {"runtimeRef": ref, "trainer": trainer}}))
+spec = {"runtimeRef": ref, "trainer": trainer}
+extra = json.loads(e["EXTRA"] or "{}")
+trainer.update(extra.pop("trainer", {}))
+spec.update(extra)
+print(json.dumps({"metadata": {"name": e["CNAME"], "namespace": e["NS"]}, "spec": spec}))
 EOF
   "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); d.update(apiVersion="trainer.kubeflow.org/v1alpha1", kind="TrainJob"); print(json.dumps(d))' \
     "$TMP/cases/${file//\//__}.json" | kubectl apply -f - >/dev/null

@@ -11,6 +11,7 @@ test suite itself). One action per run, its result as JSON on stdout::
     kubeflow_sdk_probe.py ... delete NAME
     kubeflow_sdk_probe.py ... runtimes
     kubeflow_sdk_probe.py ... train RUNTIME NODES   (a CustomTrainer; prints its name)
+    kubeflow_sdk_probe.py ... tune RUNTIME          (a BuiltinTrainer: torchtune, 1 GPU)
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ import sys
 from typing import Any
 
 from kubeflow.common.types import KubernetesBackendConfig
-from kubeflow.trainer import CustomTrainer, TrainerClient
+from kubeflow.trainer import (
+    BuiltinTrainer,
+    CustomTrainer,
+    DataType,
+    HuggingFaceDatasetInitializer,
+    HuggingFaceModelInitializer,
+    Initializer,
+    TorchTuneConfig,
+    TrainerClient,
+)
 
 
 def job_view(job: Any) -> dict[str, Any]:
@@ -71,6 +81,16 @@ def main() -> int:
         runtime, nodes = opts.args
         result = {"name": client.train(runtime=runtime, trainer=CustomTrainer(
             func=train_fn, num_nodes=int(nodes)))}
+    elif opts.action == "tune":
+        result = {"name": client.train(
+            runtime=opts.args[0],
+            initializer=Initializer(
+                dataset=HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca/data"),
+                model=HuggingFaceModelInitializer(
+                    storage_uri="hf://meta-llama/Llama-3.2-1B-Instruct")),
+            trainer=BuiltinTrainer(config=TorchTuneConfig(
+                dtype=DataType.BF16, epochs=1, batch_size=2,
+                resources_per_node={"gpu": 1})))}
     else:
         parser.error(f"unknown action {opts.action!r}")
     json.dump(result, sys.stdout)

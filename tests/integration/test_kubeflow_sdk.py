@@ -32,6 +32,8 @@ from tests.integration.k8s_bridge import (
 from tests.integration.k8sbed import K8sBed
 from tests.integration.test_k8s_trainjobs import release
 from tests.requirements import require
+from tests.unit.test_runtime_steps import NAME as RUNTIME_NAME
+from tests.unit.test_runtime_steps import runtime_doc
 
 pytestmark = pytest.mark.integration
 
@@ -220,3 +222,54 @@ def test_a_drop_in_door_stops_when_trainer_is_installed_later(
             k8s.kubectl("-n", ns, "patch", TRAINJOBS, obj["metadata"]["name"],
                         "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
         cleanup(daemon.workdir)
+
+
+def test_train_with_a_builtin_torchtune_trainer_runs_its_initializers_first(
+        k8s: K8sBed, k8s_namespace: str) -> None:
+    """``TrainerClient.train()`` with a ``BuiltinTrainer(TorchTuneConfig)`` on a runtime
+    shaped as Trainer v2.3's torchtune ones (initializer steps, a volume claim, the
+    trainer's GPUs): the JobSet runs the dataset and model initializers, then the node
+    with torchtune's completed command, on a volume JobSet claims (bound here to a
+    static PersistentVolume: the bed has no provisioner); the job ends Complete."""
+    require(SDK_PYTHON.exists(), f"{SDK_PYTHON} is missing: scripts/setup-python.sh")
+    ns = k8s_namespace
+    runtime = runtime_doc()
+    runtime["spec"]["template"]["spec"]["volumeClaimPolicies"][0]["templates"][0]["spec"][
+        "storageClassName"] = ""  # the static volume below, never a default class
+    pv = f"{ns}-initializer"
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(runtime))
+    k8s.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "storageClassName": "", "hostPath": {"path": f"/tmp/{pv}"}}}))
+    daemon = k8s_daemon(k8s, ns, managed_by=[TRAINER_MANAGED_BY])
+    daemon.start()
+    try:
+        name = sdk(k8s, ns, "tune", RUNTIME_NAME)["name"]
+        wait_for(lambda: k8s.kubectl("-n", ns, "get", "jobsets.jobset.x-k8s.io", name,
+                                     check=False).returncode == 0, 60, f"JobSet {name}")
+        jobset = k8s.get_json("-n", ns, "jobsets.jobset.x-k8s.io", name)
+        rjobs = {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]}
+        assert list(rjobs) == ["dataset-initializer", "model-initializer", "node"]
+        assert [d["name"] for d in rjobs["node"]["dependsOn"]] == [
+            "dataset-initializer", "model-initializer"]
+        assert jobset["spec"]["volumeClaimPolicies"]
+        node = rjobs["node"]["template"]["spec"]["template"]["spec"]["containers"][0]
+        assert node["command"][:5] == ["tune", "run", "full_finetune_single_device",
+                                       "--config", "llama3_2/1B_full_single_device"]
+        assert "dtype=bf16" in node["args"] and "epochs=1" in node["args"]
+        dataset = rjobs["dataset-initializer"]["template"]["spec"]["template"]["spec"][
+            "containers"][0]
+        assert {"name": "STORAGE_URI", "value": "hf://tatsu-lab/alpaca/data"} in dataset["env"]
+        done = sdk(k8s, ns, "wait", name, "Complete", "150", timeout=200)
+        assert done["status"] == "Complete"
+        # JobSet made the claim (<template>-<jobset>), bound to the static volume.
+        claim = k8s.get_json("-n", ns, "pvc", f"initializer-{name}")
+        assert (claim["status"]["phase"], claim["spec"]["volumeName"]) == ("Bound", pv)
+        obj = k8s.get_json("-n", ns, TRAINJOBS, name)
+        assert daemon.job(obj["metadata"]["uid"])["state"] == "Succeeded"
+    finally:
+        release(k8s, ns, daemon)
+        k8s.kubectl("delete", "clustertrainingruntimes.trainer.kubeflow.org", RUNTIME_NAME,
+                    "--ignore-not-found", check=False)
+        k8s.kubectl("delete", "pv", pv, "--ignore-not-found", "--wait=false", check=False)

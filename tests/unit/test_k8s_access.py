@@ -23,7 +23,7 @@ from bridge.backend import (
     Owner,
     SubmitRequest,
 )
-from bridge.model import TrainJob, load_trainjob
+from bridge.model import TrainingRuntime, TrainJob, load_document, load_trainjob
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from k8s_adapter.access import ANN_ORIGIN, AccessPolicy, access_policy
@@ -389,3 +389,49 @@ def test_cr_door_pods_created_as_the_namespaces_account_get_the_restricted_conte
     assert pod["securityContext"] == {"runAsNonRoot": True,
                                       "seccompProfile": {"type": "RuntimeDefault"}}
     assert pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@pytest.mark.parametrize(("pod_spec", "privilege"), [
+    ({"hostNetwork": True}, "hostNetwork"),
+    ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, "hostPath"),
+    ({"containers": [{"name": "node", "securityContext": {"privileged": True}}]},
+     "securityContext"),
+])
+@pytest.mark.parametrize("rjob", ["node", "dataset-initializer"])
+def test_a_runtime_template_asking_for_a_privilege_is_refused(
+        pod_spec: dict[str, Any], privilege: str, rjob: str) -> None:
+    """A namespace's TrainingRuntime is written by that namespace's users: what its
+    template lays under the bridge's pods (or runs as an initializer step) is checked
+    as a patch is, for the trainer's replicated job and for a step alike."""
+    step = {"name": "dataset-initializer", "template": {
+        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step":
+                                "dataset-initializer"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "dataset-initializer",
+                                                        "image": "busybox"}]}}}}}
+    node = {"name": "node", "template": {
+        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "x"}]}}}}}
+    pod = (node if rjob == "node" else step)["template"]["spec"]["template"]["spec"]
+    for key, value in copy.deepcopy(pod_spec).items():
+        if key == "containers":  # the container's own, beside its name and image
+            pod["containers"][0].update({k: v for k, v in value[0].items() if k != "name"})
+        else:
+            pod[key] = value
+    runtime = load_document({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+        "metadata": {"name": "team-runtime", "namespace": "team-b"},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
+                 "template": {"spec": {"replicatedJobs": [step, node]}}}})
+    assert isinstance(runtime, TrainingRuntime)
+    tj = load_trainjob({"metadata": {"name": "t", "namespace": "team-b", "uid": UID,
+                                     "annotations": {ANN_ORIGIN: "kubernetes"}},
+                        "spec": {"runtimeRef": {"name": "team-runtime",
+                                                "kind": "TrainingRuntime"},
+                                 "trainer": {"command": ["true"]}}})
+    plan = RuntimeCatalog([runtime]).resolve(tj, "kubernetes")
+    request = SubmitRequest(job_uid=UID, job_id=7, job=tj, plan=plan,
+                            options=SchedulingOptions(), owner=BOB)
+    body = render_jobset(request, OPTIONS)
+    with pytest.raises(BackendRejected, match=f"{privilege}.*{SECTION}.allow_privileges") as err:
+        POLICY.secure(body, tj, BOB)
+    assert f"replicatedJob {rjob!r} (the runtime's template" in str(err.value)

@@ -37,10 +37,10 @@ from k8s_adapter.jobset import (
     hostfile_configmap,
     hostfile_configmap_name,
     jobset_name,
-    merge,
     needs_hostfile,
     render_jobset,
 )
+from k8s_adapter.jobset_merge import merge
 from k8s_adapter.jobset_status import (
     backend_job_from_jobset,
     container_failure,
@@ -152,8 +152,8 @@ def test_suspend_and_options_propagate() -> None:
 # --------------------------------------------------------------------------- rank env
 
 
-@pytest.mark.parametrize(("nodes", "procs", "nproc"), [(1, None, "auto"), (3, 4, "4"),
-                                                       (2, "auto", "auto")])
+@pytest.mark.parametrize(("nodes", "procs", "nproc"), [(1, None, "1"), (3, 4, "4"),
+                                                       (2, "auto", "1")])
 def test_torch_env(nodes: int, procs: int | str | None, nproc: str) -> None:
     body = render(trainjob(nodes=nodes, procs=procs))
     env = env_of(body)
@@ -172,7 +172,8 @@ GPU = "nvidia.com/gpu"
 
 @pytest.mark.parametrize(("procs", "resources", "nproc"), [
     # no resourcesPerNode: written as it is
-    (None, None, "auto"), ("gpu", None, "gpu"), ("cpu", None, "cpu"), (3, None, "3"),
+    # Trainer v2.3: auto without resources counts no GPU: 1
+    (None, None, "1"), ("gpu", None, "gpu"), ("cpu", None, "cpu"), (3, None, "3"),
     # auto: CPUs of a list without a GPU (limits first), auto with a GPU
     (None, {"requests": {"cpu": "2"}}, "2"),
     ("auto", {"limits": {"cpu": "4"}, "requests": {"cpu": "2"}}, "4"),
@@ -180,8 +181,8 @@ GPU = "nvidia.com/gpu"
     ("auto", {"requests": {"memory": "1Gi"}}, "1"),
     ("auto", {"requests": {"cpu": "8", GPU: "2"}, "limits": {GPU: "2"}}, "auto"),
     ("auto", {"requests": {"amd.com/GPU": "1"}}, "auto"),
-    # Trainer's reading: limits alone that do not decide leave an absent requests: 1
-    ("auto", {"limits": {GPU: "2"}}, "1"),
+    # Trainer v2.3 counts the GPUs of the limits when the requests have none
+    ("auto", {"limits": {GPU: "2"}}, "auto"),
     # cpu: the cpu entry, else 1
     ("cpu", {"requests": {"cpu": "6", GPU: "1"}}, "6"),
     ("cpu", {"requests": {GPU: "1"}}, "1"),

@@ -22,13 +22,15 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge.model import load_trainjob
+from bridge.model import TrainingRuntime, load_document, load_trainjob
+from bridge.runtimes import RuntimeCatalog
 from k8s_adapter.jobset import JobSetOptions, hostfile_text, jobset_name, render_jobset
 from tests.unit.builders import UID
 from tests.unit.builders import submit_request as request
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "trainer-v2.3-jobsets"
-CASES = sorted(p.name for p in FIXTURES.glob("*.yaml"))
+#: The bridge's built-in runtimes (``*.yaml``) and Trainer's own (``upstream-runtimes/``).
+CASES = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("**/*.yaml"))
 #: Kubernetes' default ``backoffLimit`` of a Job that sets none.
 JOB_BACKOFF_LIMIT = 6
 
@@ -59,12 +61,34 @@ def load_case(name: str) -> dict[str, Any]:
     return case
 
 
+def recorded_runtime(case: dict[str, Any]) -> RuntimeCatalog | None:
+    """The catalogue with the case's runtime when it is one of Trainer's own (a
+    namespaced TrainingRuntime), else ``None`` (the built-in catalogue)."""
+    runtime = dict(case["runtime"])
+    kind, name = runtime.pop("kind"), runtime.pop("name")
+    if kind != "TrainingRuntime":
+        return None
+    doc = load_document({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind,
+                         "metadata": {"name": name,
+                                      "namespace": case["trainJob"]["metadata"]["namespace"]},
+                         "spec": runtime})
+    assert isinstance(doc, TrainingRuntime)
+    return RuntimeCatalog([doc])
+
+
 def bridge_jobset(case: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     doc = copy.deepcopy(case["trainJob"])
     doc.update(apiVersion="trainer.kubeflow.org/v1alpha1", kind="TrainJob")
     doc["metadata"]["uid"] = UID
-    req = request(load_trainjob(doc))
+    req = request(load_trainjob(doc), catalog=recorded_runtime(case))
     return render_jobset(req, JobSetOptions()), req
+
+
+def claims(spec: dict[str, Any]) -> list[Any]:
+    """``volumeClaimPolicies`` without what JobSet and the apiserver default
+    (``retentionPolicy``, an empty ``status``)."""
+    return [[{k: v for k, v in t.items() if k != "status"} for t in p.get("templates") or []]
+            for p in spec.get("volumeClaimPolicies") or []]
 
 
 def by_name(items: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
@@ -80,6 +104,8 @@ def test_the_bridge_lays_out_the_jobset_as_trainer_does(case_name: str) -> None:
     assert body["metadata"]["name"] == case["trainJob"]["metadata"]["name"]
 
     assert ours.get("failurePolicy") == theirs.get("failurePolicy")
+    assert claims(ours) == claims(theirs)
+    mpi_node = "launcher" in {rj["name"] for rj in theirs["replicatedJobs"]}
     assert ours["successPolicy"] == theirs["successPolicy"]
     for key in ("enableDNSHostnames", "publishNotReadyAddresses"):
         assert ours["network"][key] == theirs["network"][key]
@@ -91,6 +117,7 @@ def test_the_bridge_lays_out_the_jobset_as_trainer_does(case_name: str) -> None:
         assert our_rj["replicas"] == their_rj["replicas"], name
         their_labels = (their_rj["template"].get("metadata") or {}).get("labels") or {}
         assert their_labels.items() <= our_rj["template"]["metadata"]["labels"].items()
+        assert our_rj.get("dependsOn") == their_rj.get("dependsOn"), name
         our_job, their_job = our_rj["template"]["spec"], their_rj["template"]["spec"]
         for key in ("parallelism", "completions", "completionMode", "backoffLimit"):
             assert our_job[key] == their_job[key], (name, key)
@@ -107,6 +134,10 @@ def test_the_bridge_lays_out_the_jobset_as_trainer_does(case_name: str) -> None:
         for their_c in their_pod["containers"]:
             our_c = our_containers[their_c["name"]]
             assert our_c.get("ports") == their_c.get("ports"), name
+            assert (our_c.get("resources") or {}) == (their_c.get("resources") or {}), name
+            if not (mpi_node and name == "node"):  # sshd: see the module docstring
+                assert our_c.get("command") == their_c.get("command"), name
+                assert our_c.get("args") == their_c.get("args"), name
             mounts = {(m["name"], m["mountPath"]) for m in our_c.get("volumeMounts") or []}
             assert {(m["name"], m["mountPath"])
                     for m in their_c.get("volumeMounts") or []} <= mounts, name
@@ -117,7 +148,10 @@ def test_the_bridge_lays_out_the_jobset_as_trainer_does(case_name: str) -> None:
             assert ({n for n in our_env if n.startswith("PET_")}
                     == {n for n in their_env if n.startswith("PET_")}), name
 
-    if "hostfile" in case:
+    # Trainer writes the hosts in its template's replicated-job order: its own MPI
+    # runtimes list node before launcher, the bridge's launcher first; the bridge puts
+    # the launcher first for every MPI job.
+    if "hostfile" in case and not case_name.startswith("upstream-runtimes/"):
         assert hostfile_text(jobset_name(req), req) == case["hostfile"]
 
 

@@ -406,13 +406,18 @@ class RuntimeCatalog:
                 args = container.args
         template = runtime.spec.template
         extra: dict[str, Any] = {"template": template} if template else {}
+        if isinstance(runtime, TrainingRuntime):
+            extra[runtime_steps.NAMESPACED_RUNTIME] = (
+                f"{runtime.metadata.namespace or 'default'}/{runtime.metadata.name}")
         steps = runtime_steps.initializer_steps(template)
-        runtime_steps.check_initializer(job, steps)
+        runtime_steps.check_initializer(job, steps, template)
         resources = (trainer.resources_per_node.model_dump(exclude_none=True)
                      if trainer and trainer.resources_per_node else container.resources)
-        if script is None and trainer and torchtune.is_torchtune(trainer.command):
+        if (script is None and trainer and framework is Framework.TORCH
+                and torchtune.is_torchtune(trainer.command)):
             command, more = runtime_steps.builtin_trainer(
-                runtime.metadata.name, num_nodes, procs, resources, args, container.command)
+                runtime.metadata.name, trainer.num_nodes, num_nodes, procs, resources, args,
+                container.command)
             extra.update(more)
         if not script and not command:
             raise ValidationError([(

@@ -102,17 +102,19 @@ class JobShape(BaseModel):
 
 def resources_of(job: TrainJob,
                  runtime: Mapping[str, Any] | None = None) -> Mapping[str, str | int | float]:
-    """``spec.trainer.resourcesPerNode``, else the runtime trainer's ``resources``
-    (``runtime``: ``LaunchPlan.resources``, as Trainer takes them): the ``requests``,
-    each completed by ``limits`` (as in Kubernetes, a limit alone stands for the
-    request); empty when neither gives any."""
+    """What a node pod asks for: the runtime trainer's ``resources`` (``runtime``:
+    ``LaunchPlan.resources``) with ``spec.trainer.resourcesPerNode`` merged over them
+    name by name, as Trainer merges them into the pod; the ``requests``, each completed
+    by ``limits`` (as in Kubernetes, a limit alone stands for the request); empty when
+    neither gives any."""
     trainer = job.spec.trainer
     res = trainer.resources_per_node if trainer else None
-    limits, requests = ((res.limits, res.requests) if res is not None
-                        else ((runtime or {}).get("limits"), (runtime or {}).get("requests")))
+    runtime = runtime or {}
+    limits = {**(runtime.get("limits") or {}), **((res.limits if res else None) or {})}
+    requests = {**(runtime.get("requests") or {}), **((res.requests if res else None) or {})}
     # requests first: what the job needs; limits stand for requests when only they are
     # given (as in Kubernetes).
-    return {**(limits or {}), **(requests or {})}
+    return {**limits, **requests}
 
 
 def _quantity(resources: Mapping[str, Any], key: str, convert: Any) -> int | None:

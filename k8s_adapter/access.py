@@ -6,7 +6,10 @@ Ties :mod:`k8s_adapter.identity` (user → namespace and service account) and
 * :meth:`AccessPolicy.admit` — before the engine stores a job (403 on refusal):
   a local (socket or token) user needs a mapping and may use only its namespace
   (an empty ``metadata.namespace`` becomes it); no job may ask, through
-  ``spec.runtimePatches``, for a privilege outside ``allow_privileges``; a local
+  ``spec.runtimePatches``, for a privilege outside ``allow_privileges`` (nor through
+  the template of a namespaced TrainingRuntime, which that namespace's users may
+  write: checked as a patch is; nor a ``spec.initializer`` ``secretRef`` naming a
+  Secret the bridge makes); a local
   user's multi-node MPI job is refused (its worker pods would run ``sshd`` as root);
   the annotation ``hpc-bridge.io/origin`` is the CR door's alone.
 * :meth:`AccessPolicy.identity_of` — at submit: whom to impersonate (``None``: the
@@ -27,14 +30,18 @@ from typing import Any
 
 from bridge.backend import AdmissionDenied, BackendRejected, Owner
 from bridge.model import TrainJob
+from bridge.runtime_steps import NAMESPACED_RUNTIME
 from bridge.runtimes import Framework, LaunchPlan
 from k8s_adapter.identity import Denied, Identity, IdentityMap, identity_settings
 from k8s_adapter.overrides import as_runtime_patches
 from k8s_adapter.podsecurity import (
     PRIVILEGES,
     Forbidden,
+    bridge_secret,
     check_patches,
     check_template,
+    check_users_template,
+    dig,
     harden,
 )
 
@@ -86,6 +93,7 @@ class AccessPolicy:
                 check_patches(as_runtime_patches(job.spec.pod_spec_overrides),
                               self.allow_privileges, self._allow_setting,
                               field="spec.podSpecOverrides")
+            self._check_runtime(job, plan)
         except Forbidden as exc:
             raise AdmissionDenied(str(exc)) from None
         if origin == ORIGIN_KUBERNETES:
@@ -110,6 +118,26 @@ class AccessPolicy:
                 f"pods of an MPI job run sshd as root, and jobs of local users run as the "
                 f"user's uid under Pod Security 'restricted' ({setting}); run it on Slurm "
                 f"or Flux, or on one node")
+
+    def _check_runtime(self, job: TrainJob, plan: LaunchPlan) -> None:
+        """Raise :class:`Forbidden` for what a user may not ask through the runtime: a
+        namespaced TrainingRuntime's template is checked as a patch is (its namespace's
+        users may write it); an initializer's ``secretRef`` may not name a Secret the
+        bridge makes (k8s_adapter/runtime_template.py loads it into the step)."""
+        runtime = plan.extra.get(NAMESPACED_RUNTIME)
+        jobs = dig(plan.extra.get("template"), "spec", "replicatedJobs") if runtime else None
+        for j, rj in enumerate(jobs if isinstance(jobs, list) else []):
+            pod = dig(rj, "template", "spec", "template")
+            if pod is not None:
+                check_users_template(
+                    pod, self.allow_privileges, self._allow_setting,
+                    f"TrainingRuntime {runtime}: spec.template.spec.replicatedJobs[{j}]"
+                    f".template.spec.template.")
+        init = job.spec.initializer if isinstance(job.spec.initializer, Mapping) else {}
+        for key in ("dataset", "model"):
+            if bridge_secret(dig(init, key, "secretRef", "name")):
+                raise Forbidden(f"spec.initializer.{key}.secretRef: not allowed: it names a "
+                                f"Secret the bridge makes for a job")
 
     def identity_of(self, job: TrainJob, owner: Owner) -> Identity | None:
         """Whom the job's objects are created as (see the module docstring)."""

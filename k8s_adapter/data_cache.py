@@ -49,6 +49,7 @@ from typing import Any
 
 from bridge.backend import BackendRejected
 from bridge.dataset import DATASET_FIELD, DataCacheSpec, serve_options
+from bridge.runtime_steps import ANCESTOR_LABEL, STEP_CONTAINERS
 from data_cache.credentials import (
     CERT_ENV,
     FILES,
@@ -185,15 +186,21 @@ def _pod_spec(rjob: Mapping[str, Any]) -> dict[str, Any]:
 
 def finish(body: dict[str, Any], training: str, training_container: str,
            own_volumes: Collection[str]) -> None:
-    """After the patches: every replicated job but the cache depends on it (a patch
-    does not change that), and the cache container mounts, read-only, what replicated
-    job ``training``'s ``training_container`` mounts, with those pod volumes (except
-    ``own_volumes``, the bridge's; a volume or path the cache has already stays)."""
+    """After the patches: every replicated job but the cache and the runtime's
+    initializer steps (laid out before it) depends on it (a patch does not change
+    that; the JobSet's ``startupPolicy`` goes), and the cache container mounts,
+    read-only, what replicated job ``training``'s ``training_container`` mounts, with
+    those pod volumes (except ``own_volumes``, the bridge's; a volume or path the cache
+    has already stays)."""
     rjobs = {rj["name"]: rj for rj in body["spec"]["replicatedJobs"]}
+    # dependsOn orders the set: JobSet refuses it beside startupPolicy InOrder.
+    body["spec"].pop("startupPolicy", None)
     for name, rj in rjobs.items():
+        labels = ((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}
         if name == CACHE:
             rj.pop("dependsOn", None)
-        else:  # first in the list, with what the runtime's template says
+        elif labels.get(ANCESTOR_LABEL) not in STEP_CONTAINERS:  # steps come before it
+            # first in the list, with what the runtime's template says
             rj["dependsOn"] = [{"name": CACHE, "status": "Ready"}, *(
                 d for d in rj.get("dependsOn") or [] if d.get("name") != CACHE)]
     source, cache = _pod_spec(rjobs[training]), _pod_spec(rjobs[CACHE])

@@ -55,7 +55,7 @@ from bridge import torchtune
 from bridge.backend import BackendRejected, SubmitRequest
 from bridge.jobid import identity_env
 from bridge.model import ValidationError
-from bridge.runtime_steps import SSH_AUTH_MOUNT_PATH, TORCHTUNE_RDZV
+from bridge.runtime_steps import SSH_AUTH_MOUNT_PATH, TORCHTUNE, TORCHTUNE_RDZV
 from bridge.runtimes import Framework, MpiImplementation
 from bridge.scheduling import scheduling_of
 from k8s_adapter import data_cache, runtime_template, sshauth, trainer_layout
@@ -184,7 +184,7 @@ def rank_env(name: str, request: SubmitRequest) -> list[dict[str, Any]]:
     if fw is Framework.TORCH:
         env += _env({"PET_NNODES": str(nodes),
                      "PET_NPROC_PER_NODE": torch_nproc_per_node(request)})
-        if TORCHTUNE_RDZV not in plan.extra:  # torchtune: --rdzv_endpoint, as Trainer
+        if not plan.extra.get(TORCHTUNE):  # torchtune: none, as in Trainer
             env += _env({"PET_MASTER_ADDR": hosts[0], "PET_MASTER_PORT": str(TORCH_PORT)})
         env.append(_index_env("PET_NODE_RANK"))
     elif fw is Framework.JAX:
@@ -361,7 +361,10 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             "replicatedJobs": replicated,
         },
     }
-    runtime_template.graft(body, template, job, (NODE, LAUNCHER, data_cache.CACHE), target)
+    pod_defaults = {k: v for k, v in (("serviceAccountName", options.service_account),
+                                      ("schedulerName", options.scheduler_name)) if v}
+    runtime_template.graft(body, template, job, (NODE, LAUNCHER, data_cache.CACHE), target,
+                           plan.initializers, pod_defaults)
     sizes = {rj["name"]: _size(rj) for rj in body["spec"]["replicatedJobs"]}
     js_spec = {k: body["spec"].get(k) for k in _KEPT_SPEC}
     own_annotations = dict(metadata["annotations"])
@@ -376,6 +379,7 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
                 raise BackendRejected(
                     f"{field}[{i}].trainingRuntimeSpec.template: must be a mapping")
             body = apply_template_patch(body, template, f"{field}[{i}]")
+    _check_pods(body)
     # Whatever the patches said, the bridge's identity labels, the user's --exclude and
     # --constraint, the pinned hosts and --time stay; so do the job's size (the nodes
     # admission counted: replicas, parallelism, completions) and who manages the
@@ -402,6 +406,33 @@ def render_jobset(request: SubmitRequest, options: JobSetOptions,
             **{k: v for k, v in (body["metadata"].get(key) or {}).items()
                if not k.startswith(BRIDGE_PREFIX)}, **mine}
     return body
+
+
+def _check_pods(body: Mapping[str, Any]) -> None:
+    """Refuse (:class:`BackendRejected`) a JobSet whose replicated jobs, pod specs or
+    containers are not what Kubernetes takes (a runtime's template or a patch can make
+    them anything): every later step reads them as mappings and lists of mappings."""
+    for rj in body["spec"]["replicatedJobs"]:
+        name = rj.get("name") if isinstance(rj, Mapping) else rj
+        pod = dig_mapping(rj, "template", "spec", "template", "spec")
+        if pod is None:
+            raise BackendRejected(f"replicatedJob {name!r}: template.spec.template.spec must "
+                                  f"be a mapping (the runtime's template or "
+                                  f"spec.runtimePatches)")
+        for key in ("containers", "initContainers", "volumes"):
+            items = pod.get(key)
+            if items is not None and not (isinstance(items, list) and all(
+                    isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items)):
+                raise BackendRejected(f"replicatedJob {name!r}: pod {key} must be a list of "
+                                      f"named mappings (the runtime's template or "
+                                      f"spec.runtimePatches)")
+
+
+def dig_mapping(obj: Any, *keys: str) -> Mapping[str, Any] | None:
+    """``obj[k1][k2]…`` when every level is a mapping, else None."""
+    for key in keys:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj if isinstance(obj, Mapping) else None
 
 
 #: The prefix of the bridge's own labels and annotations.

@@ -30,6 +30,13 @@ def apply_template_patch(body: dict[str, Any], template: Mapping[str, Any],
                 meta[key] = {**meta.get(key, {}), **template["metadata"][key]}
         out["metadata"] = meta
     spec_patch = template.get("spec") or {}
+    if not isinstance(spec_patch, Mapping):
+        raise BackendRejected(f"{where}.trainingRuntimeSpec.template.spec: must be a mapping")
+    for key in sorted(set(spec_patch) - {"replicatedJobs"}):
+        # Trainer's JobSetSpecPatch has replicatedJobs only: a patch does not reach the
+        # JobSet's own fields (volumeClaimPolicies would bind any volume, as JobSet).
+        raise BackendRejected(f"{where}.trainingRuntimeSpec.template.spec.{key}: not a "
+                              f"field of a runtime patch (only replicatedJobs)")
     known = {rj["name"] for rj in out["spec"]["replicatedJobs"]}
     for i, rj in enumerate(spec_patch.get("replicatedJobs") or []):
         if not isinstance(rj, Mapping) or rj.get("name") not in known:
@@ -46,9 +53,15 @@ _NAMED_LISTS = frozenset({"replicatedJobs", "containers", "initContainers", "env
                           "volumeMounts", "ports"})
 
 
+#: Named lists whose items replace each other whole (an ``env`` item's ``value`` and
+#: ``valueFrom`` exclude each other: Trainer's ``UpsertEnvVars`` replaces the item).
+_REPLACED_ITEMS = frozenset({"env"})
+
+
 def merge(base: Any, patch: Any, key: str = "") -> Any:
     """Strategic-merge-like: maps merge recursively; lists of named items (by ``name``)
-    merge item by item (new names appended); other values are replaced."""
+    merge item by item (``env`` items replace: :data:`_REPLACED_ITEMS`; new names
+    appended); other values are replaced."""
     if isinstance(base, Mapping) and isinstance(patch, Mapping):
         out = dict(base)
         for k, v in patch.items():
@@ -59,7 +72,9 @@ def merge(base: Any, patch: Any, key: str = "") -> Any:
         merged = [dict(i) for i in base]
         index = {i["name"]: n for n, i in enumerate(merged)}
         for item in patch:
-            if item["name"] in index:
+            if item["name"] in index and key in _REPLACED_ITEMS:
+                merged[index[item["name"]]] = copy.deepcopy(dict(item))
+            elif item["name"] in index:
                 merged[index[item["name"]]] = merge(merged[index[item["name"]]], item)
             else:
                 merged.append(copy.deepcopy(dict(item)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bridge.backend import BackendRejected, SubmitRequest
+from bridge.backend import SubmitRequest
 from bridge.shape import GPU_RESOURCE
 from k8s_adapter import trainer_layout
 
@@ -57,9 +57,8 @@ def container_resources(request: SubmitRequest) -> dict[str, dict[str, str]]:
 def torch_nproc_per_node(request: SubmitRequest) -> str:
     """``PET_NPROC_PER_NODE``: an explicit ``--ntasks-per-node`` / ``--ntasks`` as the
     number; else the TrainJob's ``numProcPerNode`` (else the runtime's, else ``auto``)
-    resolved against ``resourcesPerNode`` as Trainer does
-    (:func:`k8s_adapter.trainer_layout.torch_nproc_per_node`), with the resources the
-    container gets. Raises BackendRejected for a malformed CPU quantity."""
+    resolved as Trainer does (:func:`k8s_adapter.trainer_layout.torch_nproc_per_node`)
+    against the resources the container gets."""
     options = request.options
     if options.ntasks_per_node is not None or options.ntasks is not None:
         return str(request.job_shape.ranks_per_node or 1)
@@ -69,12 +68,4 @@ def torch_nproc_per_node(request: SubmitRequest) -> str:
         value = trainer.num_proc_per_node
     elif request.plan.proc_per_node is not None:
         value = request.plan.proc_per_node
-    given = _given_resources(request)
-    resources = container_resources(request)
-    requests = resources.get("requests", {} if "requests" in given else None)
-    limits = resources.get("limits", {} if "limits" in given else None)
-    try:
-        return trainer_layout.torch_nproc_per_node(
-            value, requests, limits, has_resources=bool(given) or bool(resources))
-    except ValueError as exc:
-        raise BackendRejected(str(exc)) from None
+    return trainer_layout.torch_nproc_per_node(value, container_resources(request))

@@ -206,11 +206,35 @@ def dig(obj: Any, *keys: str) -> Any:
 
 #: Secrets the bridge makes for a job (its MPI SSH key, its progress token): no user's
 #: patch may mount one, another job's included (a namespace may be shared by users).
-BRIDGE_SECRET_SUFFIXES = ("-mpi-ssh-auth", "-trainer-status")
+BRIDGE_SECRET_SUFFIXES = ("-mpi-ssh-auth", "-trainer-status", "-data-cache-token")
+
+
+def bridge_secret(name: Any) -> bool:
+    """Whether ``name`` is that of a Secret the bridge makes for a job."""
+    return isinstance(name, str) and name.endswith(BRIDGE_SECRET_SUFFIXES)
+
+
+def _env_secrets(pod_spec: Mapping[str, Any], where: str) -> Iterator[str]:
+    """The paths of containers' ``env`` items and ``envFrom`` sources that read a Secret
+    the bridge makes."""
+    for key in _CONTAINER_LISTS:
+        containers = pod_spec.get(key)
+        for i, ctr in enumerate(containers if isinstance(containers, list) else []):
+            env = ctr.get("env") if isinstance(ctr, Mapping) else None
+            for j, item in enumerate(env if isinstance(env, list) else []):
+                if bridge_secret(dig(item, "valueFrom", "secretKeyRef", "name")):
+                    yield f"{where}{key}[{i}].env[{j}]"
+            sources = ctr.get("envFrom") if isinstance(ctr, Mapping) else None
+            for j, source in enumerate(sources if isinstance(sources, list) else []):
+                if bridge_secret(dig(source, "secretRef", "name")):
+                    yield f"{where}{key}[{i}].envFrom[{j}]"
 
 
 def bridge_secrets_in(pod_spec: Any, where: str = "") -> Iterator[str]:
-    """The paths of ``pod_spec``'s volumes that name a Secret the bridge makes."""
+    """The paths of ``pod_spec``'s volumes, ``env`` items and ``envFrom`` sources that
+    name a Secret the bridge makes."""
+    if isinstance(pod_spec, Mapping):
+        yield from _env_secrets(pod_spec, where)
     volumes = pod_spec.get("volumes") if isinstance(pod_spec, Mapping) else None
     for i, vol in enumerate(volumes if isinstance(volumes, list) else []):
         if not isinstance(vol, Mapping):
@@ -222,7 +246,7 @@ def bridge_secrets_in(pod_spec: Any, where: str = "") -> Iterator[str]:
         for source in sources if isinstance(sources, list) else []:
             if isinstance(source, Mapping) and isinstance(source.get("secret"), Mapping):
                 names.append(source["secret"].get("name"))
-        if any(isinstance(n, str) and n.endswith(BRIDGE_SECRET_SUFFIXES) for n in names):
+        if any(bridge_secret(n) for n in names):
             yield f"{where}volumes[{i}]"
 
 
@@ -233,13 +257,21 @@ def check_patches(patches: Any, allowed: Collection[str], setting: str,
     ``setting`` names the allow-list in the message, ``field`` the patches
     (:func:`patch_pod_specs`)."""
     for where, template in patch_pod_specs(patches, field):
-        check_template(template, allowed, setting, where)
-        spec = template.get("spec") if isinstance(template, Mapping) else None
-        _refuse_first(scheduling_privileges_in(spec, f"{where}spec."), allowed, setting)
-        for path in bridge_secrets_in(spec, f"{where}spec."):
-            raise Forbidden(f"{path}: not allowed: it mounts a Secret the bridge makes for "
-                            f"a job (an SSH key or a progress token: "
-                            f"*{'/*'.join(BRIDGE_SECRET_SUFFIXES)})")
+        check_users_template(template, allowed, setting, where)
+
+
+def check_users_template(template: Any, allowed: Collection[str], setting: str,
+                         where: str = "") -> None:
+    """As :func:`check_patches`, for one pod template a user wrote (a patch's, or the
+    template of a runtime a namespace's users may write): privileges, placement, and
+    the bridge's Secrets."""
+    check_template(template, allowed, setting, where)
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    _refuse_first(scheduling_privileges_in(spec, f"{where}spec."), allowed, setting)
+    for path in bridge_secrets_in(spec, f"{where}spec."):
+        raise Forbidden(f"{path}: not allowed: it reads a Secret the bridge makes for "
+                        f"a job (an SSH key, a progress or data cache token: "
+                        f"*{', *'.join(BRIDGE_SECRET_SUFFIXES)})")
 
 
 def check_template(template: Any, allowed: Collection[str], setting: str,

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bridge.topology import cpu_millis
+from bridge.runtime_steps import cpu_count, gpu_count
 
 #: Trainer's ``ContainerTrainerPort``: torch master port and the node container's port.
 TRAINER_PORT = 29500
@@ -40,66 +40,26 @@ DEFAULT_RESTART_POLICY = "OnFailure"
 OPENMPI_RSH_ARGS = "-o ConnectionAttempts=10"
 
 
-def _cpu_count(value: Any, where: str) -> int:
-    """A CPU quantity as Kubernetes' ``Quantity.Value()`` reads it: whole CPUs, rounded
-    up (``500m`` is 1). Raises ValueError naming ``where`` for a malformed one."""
-    try:
-        millis = cpu_millis(value)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"{where}: not a CPU quantity: {value!r}") from exc
-    return -(-int(millis) // 1000)
+def torch_nproc_per_node(value: int | str, resources: Mapping[str, Any] | None) -> str:
+    """``PET_NPROC_PER_NODE`` as Trainer v2.3's torch plugin resolves it
+    (``EnforceMLPolicy``): ``value`` is the TrainJob's ``numProcPerNode`` (else, a
+    bridge extension, the runtime's), else ``auto``; ``resources`` the pod's
+    (``requests``/``limits``).
 
-
-def torch_nproc_per_node(value: int | str, requests: Mapping[str, Any] | None,
-                         limits: Mapping[str, Any] | None, *, has_resources: bool) -> str:
-    """``PET_NPROC_PER_NODE`` as Trainer's torch plugin resolves it.
-
-    ``value`` is the TrainJob's ``numProcPerNode``, else the runtime's, else ``auto``.
-    Without ``spec.trainer.resourcesPerNode`` (``has_resources`` False) it is written
-    as it is, except ``auto``, which is 1 there (no GPU to count). With it,
-    ``limits`` is looked at first, then ``requests``:
-
-    * ``auto``: a resource list with no resource whose name contains ``gpu`` gives its
-      CPU count (at least 1; ``auto`` stays for torchrun to count the GPUs otherwise);
-    * ``cpu``: a list with a ``cpu`` entry gives that count (at least 1), else 1;
-    * a number or ``gpu``: kept;
-
-    and a list that is absent (``None``, not merely empty) gives 1 -- so, as in
-    Trainer, a job whose ``resourcesPerNode`` has ``limits`` but no ``requests`` and
-    whose limits do not decide gets 1. ``auto`` with a GPU in either list stays
-    ``auto`` (Trainer v2.3 counts GPUs in the requests, else the limits). Raises
-    ValueError for a malformed CPU quantity.
+    * ``auto``: stays ``auto`` (torchrun counts the GPUs) when the requests, else the
+      limits, ask for a GPU (a resource whose name contains ``gpu``, more than 0);
+      else the CPU count (the requests' ``cpu`` unless absent or 0, else the limits'),
+      at least 1 -- so 1 without any resources;
+    * ``cpu`` (a bridge extension: Trainer v2.3 takes numbers only): the CPU count, at
+      least 1; without any resources it stays ``cpu`` for torchrun to count;
+    * a number or ``gpu``: kept.
     """
     mode = str(value)
-    if not has_resources:
-        # Trainer v2.3: auto on no GPU is the CPU count, at least 1 (recorded:
-        # upstream-runtimes/torch-distributed-no-resources.yaml)
-        return "1" if mode == "auto" else mode
-    if mode == "auto" and any("gpu" in str(name).lower()
-                              for res in (limits, requests) for name in res or {}):
-        return mode  # Trainer v2.3: GPUs in requests, else in limits (GetNumGPUPerNode)
-
-    def use_cpu(resources: Mapping[str, Any]) -> bool:
-        if mode == "auto":
-            return not any("gpu" in str(name).lower() for name in resources)
-        if mode == "cpu":
-            return "cpu" in resources
-        return False
-
-    fallback = "1" if mode == "cpu" else mode
-
-    def decide(resources: Mapping[str, Any] | None, where: str) -> tuple[str, bool]:
-        if resources is None:
-            return "1", False
-        if use_cpu(resources):
-            cpus = resources.get("cpu", 0)
-            return str(max(1, _cpu_count(cpus, f"{where}[cpu]"))), True
-        return fallback, False
-
-    chosen, used_cpu = decide(limits, "spec.trainer.resourcesPerNode.limits")
-    if not used_cpu:
-        chosen, _ = decide(requests, "spec.trainer.resourcesPerNode.requests")
-    return chosen
+    if mode == "auto" and gpu_count(resources) > 0:
+        return mode
+    if mode == "auto" or (mode == "cpu" and resources):
+        return str(max(1, cpu_count(resources)))
+    return mode
 
 
 def replicated_job_template(template: Mapping[str, Any] | None,

@@ -237,14 +237,14 @@ def test_train_with_a_builtin_torchtune_trainer_runs_its_initializers_first(
     runtime["spec"]["template"]["spec"]["volumeClaimPolicies"][0]["templates"][0]["spec"][
         "storageClassName"] = ""  # the static volume below, never a default class
     pv = f"{ns}-initializer"
-    k8s.kubectl("apply", "-f", "-", input=json.dumps(runtime))
-    k8s.kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-        "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "storageClassName": "", "hostPath": {"path": f"/tmp/{pv}"}}}))
     daemon = k8s_daemon(k8s, ns, managed_by=[TRAINER_MANAGED_BY])
-    daemon.start()
     try:
+        k8s.kubectl("apply", "-f", "-", input=json.dumps(runtime))
+        k8s.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": "", "hostPath": {"path": f"/tmp/{pv}"}}}))
+        daemon.start()
         name = sdk(k8s, ns, "tune", RUNTIME_NAME)["name"]
         wait_for(lambda: k8s.kubectl("-n", ns, "get", "jobsets.jobset.x-k8s.io", name,
                                      check=False).returncode == 0, 60, f"JobSet {name}")

@@ -435,3 +435,60 @@ def test_a_runtime_template_asking_for_a_privilege_is_refused(
     with pytest.raises(BackendRejected, match=f"{privilege}.*{SECTION}.allow_privileges") as err:
         POLICY.secure(body, tj, BOB)
     assert f"replicatedJob {rjob!r} (the runtime's template" in str(err.value)
+
+
+def team_runtime(kind: str, pod_spec: dict[str, Any]) -> Any:
+    node = {"name": "node", "template": {
+        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "x"}],
+                                       **pod_spec}}}}}
+    meta: dict[str, Any] = {"name": "team-runtime"}
+    if kind == "TrainingRuntime":
+        meta["namespace"] = "team-b"
+    return load_document({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind,
+                          "metadata": meta,
+                          "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
+                                   "template": {"spec": {"replicatedJobs": [node]}}}})
+
+
+@pytest.mark.parametrize(("pod_spec", "says"), [
+    ({"nodeName": "control-plane-1"}, "nodeName"),
+    ({"tolerations": [{"operator": "Exists"}]}, "tolerations"),
+    ({"priorityClassName": "system-cluster-critical"}, "priorityClassName"),
+    ({"volumes": [{"name": "k", "secret": {"secretName": "victim-mpi-ssh-auth"}}]},
+     "Secret the bridge makes"),
+    ({"containers": [{"name": "node", "image": "x", "env": [{"name": "T", "valueFrom": {
+        "secretKeyRef": {"name": "victim-trainer-status", "key": "token"}}}]}]},
+     "Secret the bridge makes"),
+    ({"containers": [{"name": "node", "image": "x", "envFrom": [
+        {"secretRef": {"name": "victim-data-cache-token"}}]}]}, "Secret the bridge makes"),
+])
+def test_a_namespaced_runtime_template_is_checked_as_a_patch_is(
+        pod_spec: dict[str, Any], says: str) -> None:
+    """A namespace's users may write its TrainingRuntimes: what a patch may not ask for
+    (placement, another job's Secrets), its template may not either. An admin's
+    ClusterTrainingRuntime is the admin's word."""
+    tj = load_trainjob({"metadata": {"name": "t", "namespace": "team-b", "uid": UID,
+                                     "annotations": {ANN_ORIGIN: "kubernetes"}},
+                        "spec": {"runtimeRef": {"name": "team-runtime",
+                                                "kind": "TrainingRuntime"},
+                                 "trainer": {"command": ["true"]}}})
+    runtime = team_runtime("TrainingRuntime", pod_spec)
+    plan = RuntimeCatalog([runtime]).resolve(tj, "kubernetes")
+    with pytest.raises(AdmissionDenied, match=says) as err:
+        POLICY.admit(tj, plan, BOB, "kubernetes")
+    assert "TrainingRuntime team-b/team-runtime" in str(err.value)
+    cluster = team_runtime("ClusterTrainingRuntime", pod_spec)
+    tj.spec.runtime_ref.kind = "ClusterTrainingRuntime"
+    POLICY.admit(tj, RuntimeCatalog([cluster]).resolve(tj, "kubernetes"), BOB, "kubernetes")
+
+
+def test_an_initializer_secret_ref_may_not_name_a_bridge_secret() -> None:
+    tj = job()
+    tj.spec.initializer = {"model": {"storageUri": "hf://a/b",
+                                     "secretRef": {"name": "victim-trainer-status"}}}
+    plan = RuntimeCatalog().resolve(load_trainjob({
+        "metadata": {"name": "t"}, "spec": {"runtimeRef": {"name": "torch-distributed"},
+                                            "trainer": {"command": ["x"]}}}))
+    with pytest.raises(AdmissionDenied, match=r"spec\.initializer\.model\.secretRef"):
+        POLICY.admit(tj, plan, ALICE, "api")

@@ -176,7 +176,11 @@ GPU = "nvidia.com/gpu"
     (None, None, "1"), ("gpu", None, "gpu"), ("cpu", None, "cpu"), (3, None, "3"),
     # auto: CPUs of a list without a GPU (limits first), auto with a GPU
     (None, {"requests": {"cpu": "2"}}, "2"),
-    ("auto", {"limits": {"cpu": "4"}, "requests": {"cpu": "2"}}, "4"),
+    # Trainer v2.3 (getNumCPUPerNode): the requests' CPUs first, the limits' when none
+    ("auto", {"limits": {"cpu": "4"}, "requests": {"cpu": "2"}}, "2"),
+    ("auto", {"limits": {"cpu": "4"}, "requests": {"memory": "1Gi"}}, "4"),
+    # a GPU asked for 0 times is no GPU: the CPUs count
+    ("auto", {"requests": {"cpu": "3", GPU: "0"}}, "3"),
     ("auto", {"requests": {"cpu": "500m"}}, "1"),
     ("auto", {"requests": {"memory": "1Gi"}}, "1"),
     ("auto", {"requests": {"cpu": "8", GPU: "2"}, "limits": {GPU: "2"}}, "auto"),
@@ -660,10 +664,13 @@ def test_merge_named_lists(key: str, base_names: list[str], patch_names: list[st
     new = [n for n in patch_names if n not in base_names]
     assert [i["name"] for i in out] == [*base_names, *new]
     for item in out:
-        if item["name"] in base_names:
+        replaced = key == "env" and item["name"] in patch_names  # env items replace whole
+        if item["name"] in base_names and not replaced:
             assert item["old"] == item["name"]
         if item["name"] in patch_names:
             assert item["new"] == tag
+        if replaced:
+            assert "old" not in item
 
 
 def test_merge_replaces_unnamed_lists_and_scalars() -> None:
@@ -894,3 +901,13 @@ def test_a_container_restarted_in_its_pod_is_a_failure() -> None:
     done = copy.deepcopy(restarted)
     done["status"]["phase"] = "Succeeded"
     assert container_failure(done) is None
+
+
+@pytest.mark.parametrize("key", ["volumeClaimPolicies", "failurePolicy", "managedBy"])
+def test_a_patch_reaches_replicated_jobs_only(key: str) -> None:
+    """Trainer's JobSetSpecPatch has replicatedJobs only: a patch that sets another
+    JobSet field is refused naming it (a claim policy would bind any volume)."""
+    patch = {"manager": "me", "trainingRuntimeSpec": {"template": {"spec": {
+        key: [{"templates": [{"metadata": {"name": "d"}, "spec": {"volumeName": "pv"}}]}]}}}}
+    with pytest.raises(BackendRejected, match=f"template.spec.{key}: not a field"):
+        render(trainjob(patches=[patch]))

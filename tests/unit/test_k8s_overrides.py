@@ -104,7 +104,6 @@ def test_a_patch_cannot_grow_the_job_or_hand_it_to_another_controller() -> None:
     from k8s_adapter.jobset import JobSetOptions, render_jobset
 
     req = request(patch={"trainingRuntimeSpec": {"template": {"spec": {
-        "managedBy": "example.com/other", "suspend": True,
         "replicatedJobs": [{"name": "node", "replicas": 50,
                             "template": {"spec": {"parallelism": 100, "completions": 100}}}]}}}})
     body = render_jobset(req, JobSetOptions())
@@ -113,3 +112,8 @@ def test_a_patch_cannot_grow_the_job_or_hand_it_to_another_controller() -> None:
     assert (rj["template"]["spec"]["parallelism"], rj["template"]["spec"]["completions"]) == (
         2, 2)
     assert "managedBy" not in body["spec"] and body["spec"]["suspend"] is False
+    # The JobSet's own fields are not a patch's (Trainer's JobSetSpecPatch): refused.
+    for key, value in (("managedBy", "example.com/other"), ("suspend", True)):
+        req = request(patch={"trainingRuntimeSpec": {"template": {"spec": {key: value}}}})
+        with pytest.raises(BackendRejected, match=f"spec.{key}: not a field"):
+            render_jobset(req, JobSetOptions())

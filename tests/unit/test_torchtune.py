@@ -82,3 +82,19 @@ def test_only_tune_run_is_a_torchtune_job() -> None:
     assert torchtune.is_torchtune(["tune", "run"])
     assert not torchtune.is_torchtune(["tune", "run", "x"])
     assert not torchtune.is_torchtune(None)
+
+
+def test_more_of_trainers_cases() -> None:
+    # quantize_base false is no QLoRA; DoRA alone is not LoRA (no attention modules)
+    assert torchtune.recipe_of(RUNTIME, 1, None, 1, ["model.quantize_base=False"]).recipe == (
+        "full_finetune_single_device")
+    assert torchtune.recipe_of(RUNTIME, 1, None, 1, ["model.use_dora=true"]).recipe == (
+        "full_finetune_single_device")
+    # the 3B model with QLoRA on several devices: the webhook's two errors
+    fields = [f for f, _ in torchtune.check("torchtune-llama3.2-3b", 1, None, 2, QLORA)]
+    assert fields == ["spec.trainer.numProcPerNode", "spec.trainer.resourcesPerNode"]
+    # tokenizer.merges_file is one of the runtime's immutable items
+    cmd = torchtune.command("torchtune-qwen2.5-1.5b", 1, 1, 0, [],
+                            ["tune", "run", "tokenizer.merges_file=/w/merges.txt", "x=1"])
+    assert cmd[-1] == "tokenizer.merges_file=/w/merges.txt" and "x=1" not in cmd
+    assert torchtune.needs_rendezvous(1, None, 4) and not torchtune.needs_rendezvous(1, 1, 4)

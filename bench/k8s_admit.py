@@ -225,7 +225,8 @@ class Watcher:
                 raise TimeoutError(f"timed out after {limit:g} s waiting for {what}")
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, 1.0))
+                async with asyncio.timeout(min(left, 1.0)):
+                    await self._changed.wait()
 
 
 # -- the daemon -------------------------------------------------------------------------

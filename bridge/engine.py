@@ -88,6 +88,8 @@ log = structlog.get_logger("hpc_bridge.engine")
 #: Seconds a stopping engine waits for its cancelled tasks (below the 30 s a service
 #: manager or a test gives a stopping daemon).
 SHUTDOWN_GRACE = 10.0
+#: Tasks still running this long after a cancellation are cancelled again.
+CANCEL_AGAIN = 1.0
 
 
 #: Reason of a Pending job that waits for ``--switches``.
@@ -289,22 +291,28 @@ class Engine:
         self._wake.set()
 
     async def _shutdown(self) -> None:
-        """Cancel the engine's tasks and wait at most :data:`SHUTDOWN_GRACE` for them: a
-        back-end call that does not end when cancelled must not keep the daemon from
-        stopping (what it leaves half done is found again by its key at the next start,
-        as after a crash)."""
+        """Cancel the engine's tasks (again every :data:`CANCEL_AGAIN` while they run) and
+        wait at most :data:`SHUTDOWN_GRACE` for them: a back-end call that does not end
+        when cancelled must not keep the daemon from stopping (what it leaves half done
+        is found again by its key at the next start, as after a crash)."""
         tasks = [*self._tasks, *self._inflight.values()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            done, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE)
+        pending: set[asyncio.Task[object]] = set(tasks)
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        while pending and (left := deadline - time.monotonic()) > 0:
+            # Cancelled again each round: a cancellation can be lost on its way (Python
+            # 3.11's wait_for returns its result when the awaited call ends in the same
+            # step as the cancel, and a library may do the same), and a task that lost
+            # its only one would poll its back end until the grace ran out.
+            for task in pending:
+                task.cancel()
+            done, pending = await asyncio.wait(pending, timeout=min(left, CANCEL_AGAIN))
             for task in done:
                 if not task.cancelled():
                     task.exception()  # retrieved: a task's end is no news at shutdown
-            for task in pending:
-                log.warning("task did not end within the shutdown grace after its "
-                            "cancellation; left behind", task=task.get_name(),
-                            grace_s=SHUTDOWN_GRACE)
+        for task in pending:
+            log.warning("task did not end within the shutdown grace after its "
+                        "cancellation; left behind", task=task.get_name(),
+                        grace_s=SHUTDOWN_GRACE)
         for backend in self.backends.values():
             with suppress(Exception):
                 await backend.close()
@@ -492,8 +500,8 @@ class Engine:
                     self._wait_again(rec, str(exc), now)
                     return
                 try:
-                    backend_id = await asyncio.wait_for(backend.submit(request),
-                                                        self.settings.submit_timeout)
+                    async with asyncio.timeout(self.settings.submit_timeout):
+                        backend_id = await backend.submit(request)
                 except BackendRejected as exc:
                     if request.dependency and "dependency" in str(exc).lower():
                         # A job it names is gone from the back end already (purged):

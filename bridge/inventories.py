@@ -108,7 +108,8 @@ class Inventories:
         """Read ``name``'s inventory now (at most :data:`READ_TIMEOUT` s);
         BackendUnavailable or TimeoutError if it cannot."""
         asked_at = time.monotonic()
-        inventory = await asyncio.wait_for(backend.inventory(), READ_TIMEOUT)
+        async with asyncio.timeout(READ_TIMEOUT):
+            inventory = await backend.inventory()
         self.set(name, inventory, asked_at)
 
     async def fresh(self, name: str, backend: Backend) -> Inventory | None:

@@ -350,7 +350,8 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {program}: {exc.strerror or exc}") from None
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), time_limit)
+        async with asyncio.timeout(time_limit):
+            out, err = await proc.communicate(stdin)
     except TimeoutError:
         proc.kill()
         await proc.wait()

@@ -161,7 +161,8 @@ class StatusStream:
             while True:
                 timeout = None if not caught_up else max(0.0, next_snapshot - loop.time())
                 try:
-                    item = await asyncio.wait_for(queue.get(), timeout)
+                    async with asyncio.timeout(timeout):
+                        item = await queue.get()
                 except TimeoutError:
                     snapshot = await self._try_snapshot()
                     if snapshot is not None:

@@ -217,7 +217,8 @@ class Kube:
             self.custom = client.CustomObjectsApi(self._api)
             self._version = client.VersionApi(self._api)
         try:
-            await asyncio.wait_for(self._version.get_code(), self.settings.request_timeout)
+            async with asyncio.timeout(self.settings.request_timeout):
+                await self._version.get_code()
         except Exception as exc:
             raise classify(exc, "reach the apiserver") from exc
 
@@ -258,7 +259,8 @@ class Kube:
                    **kwargs: Any) -> Any:
         """``await fn(*args, **kwargs)`` with the request timeout; errors classified."""
         try:
-            return await asyncio.wait_for(fn(*args, **kwargs), self.settings.request_timeout)
+            async with asyncio.timeout(self.settings.request_timeout):
+                return await fn(*args, **kwargs)
         except (BackendRejected, BackendUnavailable):
             raise
         except Exception as exc:

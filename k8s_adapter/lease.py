@@ -80,9 +80,9 @@ class LeaseElector:
     async def _attempt(self) -> bool:
         election = await self._setup()
         try:
-            ok = bool(await asyncio.wait_for(election.try_acquire_or_renew(),
-                                             min(self.kube.settings.request_timeout,
-                                                 self.renew_deadline)))
+            async with asyncio.timeout(min(self.kube.settings.request_timeout,
+                                           self.renew_deadline)):
+                ok = bool(await election.try_acquire_or_renew())
         except Exception as exc:  # a timeout, a connection error, a bad answer
             log.warning("leader election: lease %s/%s: %s", self.namespace, self.lease,
                         exc or type(exc).__name__)

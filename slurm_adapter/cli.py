@@ -196,7 +196,8 @@ class SlurmCli:
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
         try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin), limit)
+            async with asyncio.timeout(limit):
+                out, err = await proc.communicate(stdin)
         except TimeoutError:
             await self._kill(proc)
             raise BackendUnavailable(f"{argv[0]} did not finish within {limit:g}s") from None
@@ -217,7 +218,8 @@ class SlurmCli:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), KILL_WAIT)
+                async with asyncio.timeout(KILL_WAIT):
+                    await proc.wait()
 
     async def ping(self) -> None:
         """``scontrol ping``; :class:`BackendUnavailable` unless slurmctld is UP."""

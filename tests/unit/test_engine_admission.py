@@ -117,3 +117,40 @@ async def test_a_task_that_ignores_its_cancellation_does_not_keep_the_engine_run
     await e.stop()
     await asyncio.wait_for(running, 30)
     assert stuck.is_set()
+
+
+async def test_a_task_that_lost_its_cancellation_is_cancelled_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A status watch whose cancel was lost on its way (3.11's wait_for returned the
+    finished call's result instead) went on polling its back end after shutdown: the
+    engine cancels again what still runs, and the watch ends within the grace."""
+    import asyncio
+
+    from bridge import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "CANCEL_AGAIN", 0.05)
+    cancels, watching = [], asyncio.Event()
+
+    class LosesOne(FakeBackend):
+        async def watch(self, interval: float):  # type: ignore[no-untyped-def,override]
+            while True:
+                try:
+                    watching.set()
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    cancels.append(1)
+                    if len(cancels) > 1:
+                        raise
+                    asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                yield  # pragma: no cover
+
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": LosesOne(inventory())},
+               RuntimeCatalog(), EngineSettings(default_backend="slurm"))
+    running = asyncio.create_task(e.run())
+    async with asyncio.timeout(30):
+        await watching.wait()
+    await e.stop()
+    async with asyncio.timeout(30):
+        await running
+    track = next(t for t in e._tasks if t.get_name() == "track-slurm")
+    assert track.done() and len(cancels) == 2

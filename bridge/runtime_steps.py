@@ -51,6 +51,7 @@ __all__ = [
     "builtin_trainer",
     "check_initializer",
     "cpu_count",
+    "given_resources",
     "gpu_count",
     "initializer_steps",
     "ssh_auth_mount_path",
@@ -141,6 +142,17 @@ def _whole(value: Any) -> int:
         return -(-cpu_millis(value) // 1000)
     except (ValueError, TypeError, OverflowError):
         return 0
+
+
+def given_resources(job: TrainJob, runtime: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``spec.trainer.resourcesPerNode`` as the user wrote it, else the runtime
+    trainer's ``resources`` (``runtime``: ``LaunchPlan.resources``), as Trainer takes
+    them (``ExtractResourcePerNodeFromRuntime``); empty when neither gives any."""
+    trainer = job.spec.trainer
+    given = trainer.resources_per_node if trainer else None
+    if given is not None:
+        return given.model_dump(exclude_none=True)
+    return dict(runtime or {})
 
 
 def gpu_count(resources: Mapping[str, Any] | None) -> int:

@@ -411,8 +411,7 @@ class RuntimeCatalog:
                 f"{runtime.metadata.namespace or 'default'}/{runtime.metadata.name}")
         steps = runtime_steps.initializer_steps(template)
         runtime_steps.check_initializer(job, steps, template)
-        resources = (trainer.resources_per_node.model_dump(exclude_none=True)
-                     if trainer and trainer.resources_per_node else container.resources)
+        resources = runtime_steps.given_resources(job, container.resources)
         if (script is None and trainer and framework is Framework.TORCH
                 and torchtune.is_torchtune(trainer.command)):
             command, more = runtime_steps.builtin_trainer(

@@ -63,6 +63,7 @@ from k8s_adapter.affinity import keep_affinity, node_affinity
 from k8s_adapter.jobset_merge import apply_template_patch
 from k8s_adapter.overrides import as_runtime_patches
 from k8s_adapter.pod_resources import container_resources, torch_nproc_per_node
+from k8s_adapter.podsecurity import dig
 from mpi_launch.allocation import Host, jobset_allocation
 from mpi_launch.hostfile import hostfile_env, render_hostfile
 
@@ -414,8 +415,8 @@ def _check_pods(body: Mapping[str, Any]) -> None:
     them anything): every later step reads them as mappings and lists of mappings."""
     for rj in body["spec"]["replicatedJobs"]:
         name = rj.get("name") if isinstance(rj, Mapping) else rj
-        pod = dig_mapping(rj, "template", "spec", "template", "spec")
-        if pod is None:
+        pod = dig(rj, "template", "spec", "template", "spec")
+        if not isinstance(pod, Mapping):
             raise BackendRejected(f"replicatedJob {name!r}: template.spec.template.spec must "
                                   f"be a mapping (the runtime's template or "
                                   f"spec.runtimePatches)")
@@ -426,13 +427,6 @@ def _check_pods(body: Mapping[str, Any]) -> None:
                 raise BackendRejected(f"replicatedJob {name!r}: pod {key} must be a list of "
                                       f"named mappings (the runtime's template or "
                                       f"spec.runtimePatches)")
-
-
-def dig_mapping(obj: Any, *keys: str) -> Mapping[str, Any] | None:
-    """``obj[k1][k2]…`` when every level is a mapping, else None."""
-    for key in keys:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
-    return obj if isinstance(obj, Mapping) else None
 
 
 #: The prefix of the bridge's own labels and annotations.

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge.backend import SubmitRequest
+from bridge.runtime_steps import given_resources
 from bridge.shape import GPU_RESOURCE
 from k8s_adapter import trainer_layout
 
@@ -22,23 +23,13 @@ def _quantities(values: Mapping[str, Any] | None) -> dict[str, str]:
     return {k: str(v) for k, v in (values or {}).items()}
 
 
-def _given_resources(request: SubmitRequest) -> dict[str, Any]:
-    """``resourcesPerNode`` as the user wrote it, else the runtime trainer's ``resources``
-    (as Trainer); empty when neither gives any."""
-    trainer = request.job.spec.trainer
-    given = trainer.resources_per_node if trainer else None
-    if given is not None:
-        return given.model_dump(exclude_none=True)
-    return dict(request.plan.resources or {})
-
-
 def container_resources(request: SubmitRequest) -> dict[str, dict[str, str]]:
     """A node pod's ``resources``: ``resourcesPerNode`` as the user wrote it, except
     for what an explicit scheduling option set (the job shape's precedence,
     :mod:`bridge.shape`): CPUs per node, ``<MiB>Mi`` and GPUs from the shape, in
     ``requests`` and, where the user gave a limit (always, for GPUs), in ``limits``."""
     shape = request.job_shape
-    given = _given_resources(request)
+    given = given_resources(request.job, request.plan.resources)
     requests = _quantities(given.get("requests"))
     limits = _quantities(given.get("limits"))
     values = {"cpu": shape.cpus_per_node, "memory": (

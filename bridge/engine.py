@@ -449,6 +449,11 @@ class Engine:
             options = scheduling_of(rec.job)
         except ValidationError:
             return None
+        queue_places = getattr(self.backends[name], "queue_places", None)
+        if options.switches is not None and queue_places and queue_places(rec.job):
+            # An outside queue (Kueue) got the request and enforces it: not waited for.
+            options = options.model_copy(update={"switches": None,
+                                                 "switches_wait_minutes": None})
         try:
             return plan_placement(rec.job, plan, options, mode, topology, rec.created_at,
                                   time.time(), backend=name,

@@ -77,8 +77,11 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     plan = catalog.resolve(job, origin)
     chosen = backends[backend]
     routed = frozenset(p for p, b in settings.partition_routes.items() if b == backend)
+    queue_places = getattr(chosen, "queue_places", None)
     context = AdmitContext(routed_partitions=routed, nodes=plan.num_nodes,
-                           framework=plan.framework.value)
+                           framework=plan.framework.value,
+                           queue_places=bool(queue_places and queue_places(job)),
+                           topology_labels=tuple(getattr(chosen, "topology_labels", ())))
     refusal: ValidationError | None = None
     try:
         check_backend_options(options, backend, getattr(chosen, "option_support", None),

@@ -54,6 +54,11 @@ class AdmitContext:
     #: The job's runtime framework (:class:`bridge.runtimes.Framework` value: ``torch``,
     #: ``mpi``, ``jax``, ``xgboost``, ``plain``).
     framework: str = "plain"
+    #: Whether a queue outside the bridge places the job's pods (Kueue's Topology Aware
+    #: Scheduling for a TrainJob it queues): a topology request is handed to it.
+    queue_places: bool = False
+    #: The back end's topology levels (node label keys, widest first).
+    topology_labels: tuple[str, ...] = ()
 
 
 #: A check: the reason the back end cannot honour these options here, or ``None``.

@@ -43,7 +43,7 @@ from bridge.engine_hold import RELEASING, held_in_backend
 from bridge.engine_settings import Admission
 from bridge.errors import BridgeError, Conflict, PermissionDenied
 from bridge.feed import EventFeed
-from bridge.model import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from bridge.model import ClusterTrainingRuntime, TrainingRuntime, TrainJob, ValidationError
 from bridge.outbox import Event
 from bridge.refs import AmbiguousJob
 from bridge.states import IllegalTransition, JobState
@@ -194,6 +194,22 @@ class JobService:
         if taken_before:  # no await since admit: the engine has not looked at it yet
             record = self._store.update(record.id, attempts=1)
         return Admitted(record)
+
+    def topology_labels(self, backend_name: str | None) -> tuple[str, ...]:
+        """The node label keys of the topology levels of back end ``backend_name``
+        (None: the default one), widest first; empty for a back end that has none (one
+        that runs no pods)."""
+        backend = self._engine.backends.get(
+            backend_name or self._engine.settings.default_backend or "")
+        return tuple(getattr(backend, "topology_labels", ()) or ())
+
+    def runtime_template(self, job: TrainJob, origin: str) -> dict[str, Any] | None:
+        """The ``spec.template`` of ``job``'s runtime as admission resolves it now, or
+        None when it names none that is known."""
+        try:
+            return self._engine.catalog.get(job, origin).spec.template
+        except ValidationError:
+            return None
 
     def count_active(self, owner_uid: int, at_most: int | None = None) -> int:
         """How many unfinished jobs the user ``owner_uid`` has (counted no further than

@@ -24,7 +24,9 @@ For each of its TrainJobs:
 6. Status is written back (``/status`` subresource, merge patch) whenever the job
    changes (:mod:`k8s_adapter.status`), driven by the service's change feed: see
    :meth:`TrainJobFrontDoor._status_loop` (k8s_adapter/door_status.py).
-7. Each change of the job's state or reason is recorded as a Kubernetes Event on the
+7. A TrainJob Kueue queues gets the bridge's topology request in Kueue's terms when it
+   is created, from the door's webhook (:mod:`k8s_adapter.door_topology`).
+8. Each change of the job's state or reason is recorded as a Kubernetes Event on the
    TrainJob (:mod:`k8s_adapter.trainjob_events`), once, and no job floods the
    apiserver (:mod:`k8s_adapter.event_recorder`). The event is recorded before the
    status that goes with it, so a reader who sees a condition finds its event.
@@ -40,7 +42,8 @@ The door reaches jobs only through :class:`bridge.service.JobService`.
 Settings (``[frontdoors.NAME]``, ``kind = "kubernetes"``): ``kubeconfig``, ``context``,
 ``managed_by`` (list), ``backend``, ``allowed_backends`` (list), ``run_as``,
 ``namespace_users`` (table), ``status_interval`` (seconds), ``namespaces`` (list to
-watch; default all).
+watch; default all), ``webhook_listen``/``webhook_tls_cert``/``webhook_tls_key`` (the
+topology webhook: k8s_adapter/door_topology.py).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from bridge.service import EngineError, JobRecord
 from bridge.states import LIVE
 from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
 from k8s_adapter.door_status import ORIGIN, StatusWriteBack
+from k8s_adapter.door_topology import DoorTopology
 from k8s_adapter.dropin import (
     TRAINER_MANAGED_BY,
     TrainerInstalled,
@@ -112,6 +116,10 @@ class FrontDoorSettings:
     status_interval: float = 0.5
     #: Namespaces to watch (empty: all; then the bridge needs cluster-wide RBAC).
     namespaces: tuple[str, ...] = ()
+    #: The topology webhook (k8s_adapter/topology_webhook.py): ``HOST:PORT`` (empty:
+    #: none), its certificate and key files.
+    webhook_listen: str = ""
+    webhook_tls: tuple[str, str] = ("", "")
 
 
 class TrainJobFrontDoor(StatusWriteBack):
@@ -142,6 +150,8 @@ class TrainJobFrontDoor(StatusWriteBack):
                                     settings.namespaces or (None,))
         #: When to record an Event for a job (k8s_adapter/event_recorder.py).
         self.events = EventRecorder(f"{name}@{socket.gethostname()}")
+        #: Kueue's topology request (k8s_adapter/door_topology.py).
+        self.topology = DoorTopology(name, settings, self.kube, self._ours)
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
         self._wake = asyncio.Event()
         self._service: JobService | None = None
@@ -150,6 +160,14 @@ class TrainJobFrontDoor(StatusWriteBack):
 
     async def run(self, service: JobService) -> None:
         self._service = service
+        webhook = await self.topology.serve(service)  # first: the apiserver may call it
+        try:
+            await self._run(service)
+        finally:
+            if webhook is not None:
+                await webhook.cleanup()
+
+    async def _run(self, service: JobService) -> None:
         backoff = Backoff(1.0, 30.0)
         namespaces = self.settings.namespaces or (None,)
         runtimes = self.runtimes
@@ -423,4 +441,5 @@ def create(name: str, settings: Mapping[str, Any]) -> TrainJobFrontDoor:
         kube=s.kube(), managed_by=s.managed_by or (MANAGED_BY,), backend=s.backend,
         allowed_backends=s.allowed_backends, run_as=s.run_as,
         namespace_users=dict(s.namespace_users), status_interval=s.status_interval,
-        namespaces=s.namespaces))
+        namespaces=s.namespaces, webhook_listen=s.webhook_listen,
+        webhook_tls=(s.webhook_tls_cert, s.webhook_tls_key)))

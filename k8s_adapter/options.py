@@ -6,8 +6,9 @@ directory on a shared file system, and the Kubernetes scheduler, not the bridge,
 its node: ``--exclude`` and ``--constraint`` (node labels) become required node
 affinity it obeys (k8s_adapter/affinity.py, which also checks them); it has no leaf
 switches to count (``--switches`` is refused: a topology label in ``--constraint`` is
-the Kubernetes way). Every option is either honoured or refused at admission (400)
-with the reason; none is ignored.
+the Kubernetes way), except on a TrainJob Kueue queues, whose Topology Aware
+Scheduling gets the request (k8s_adapter/kueue_topology.py). Every option is either
+honoured or refused at admission (400) with the reason; none is ignored.
 Contract: :data:`SUPPORT` covers every field of
 :class:`bridge.scheduling.SchedulingOptions`; published as the ``kubernetes`` entry
 point of ``hpc_bridge.option_support``.
@@ -29,6 +30,7 @@ from bridge.option_support import (
 )
 from bridge.scheduling import SchedulingOptions
 from k8s_adapter.affinity import MAX_EXCLUDED, constraint_expressions, exclude_values
+from k8s_adapter.kueue_topology import leaf_level
 
 __all__ = ["SUPPORT"]
 
@@ -58,6 +60,17 @@ def _one_process(per_pod: int, ctx: AdmitContext) -> str | None:
     if ctx.framework in ("jax", "xgboost") and per_pod > 1:
         return (f"a {ctx.framework} job runs one process per pod here "
                 "(JAX_NUM_PROCESSES / DMLC_NUM_WORKER count pods): ask for more nodes")
+    return None
+
+
+def _switches(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+    if not ctx.queue_places:
+        return ("the Kubernetes scheduler has no leaf switches to count; ask for one "
+                "topology domain with --constraint (e.g. topology.kubernetes.io/zone=a), "
+                "or queue the TrainJob in Kueue")
+    if leaf_level(ctx.topology_labels) is None:
+        return ("the back end's topology_labels name no level above the host, so Kueue "
+                "cannot be asked for leaf switches")
     return None
 
 
@@ -101,6 +114,11 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
                             None),
     "hold": ("held by the bridge (spec.suspend; no JobSet yet) until `tcontrol release`",
              None),
+    "switches": ("on a TrainJob Kueue queues only: Kueue's topology request at the back "
+                 "end's leaf level, required for 1, else preferred "
+                 "(k8s_adapter/kueue_topology.py); refused otherwise", _switches),
+    "switches_wait_minutes": ("with --switches: the request is Kueue's preferred one "
+                              "(Kueue's requirement has no time limit)", _switches),
 }
 
 _REFUSED: Mapping[str, str] = {
@@ -115,9 +133,6 @@ _REFUSED: Mapping[str, str] = {
     "chdir": "the directories of the host tbatch ran on are not inside the pod; it starts "
              "in its image's working directory (WORKDIR)",
     "exclusive": "Kubernetes cannot keep other pods off a node",
-    "switches": "the Kubernetes scheduler has no leaf switches to count; ask for one "
-                "topology domain with --constraint (e.g. topology.kubernetes.io/zone=a)",
-    "switches_wait_minutes": "the Kubernetes scheduler has no leaf switches to count",
     "nodelist": "the bridge does not pin pods to hosts the user names; use --exclude or "
                 "--constraint",
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, model_validator
 
 from bridge.plugin_settings import PositiveFloat, StringTuple
 from k8s_adapter.kube import KubeConnection
@@ -56,3 +56,18 @@ class TrainJobDoorSettings(KubeConnection):
     namespace_users: dict[str, str] = {}
     status_interval: PositiveFloat = 0.5
     namespaces: StringTuple = ()
+    #: ``HOST:PORT`` of the mutating admission webhook that hands a queued TrainJob's
+    #: topology to Kueue (k8s_adapter/topology_webhook.py); off while empty. Its
+    #: certificate (chain) and key, PEM.
+    webhook_listen: str = ""
+    webhook_tls_cert: str = ""
+    webhook_tls_key: str = ""
+
+    @model_validator(mode="after")
+    def _webhook_tls(self) -> TrainJobDoorSettings:
+        if self.webhook_listen and not (self.webhook_tls_cert and self.webhook_tls_key):
+            raise ValueError("webhook_listen needs webhook_tls_cert and webhook_tls_key "
+                             "(the apiserver calls webhooks over TLS only)")
+        if self.webhook_listen and not self.webhook_listen.rpartition(":")[2].isdigit():
+            raise ValueError(f"webhook_listen must be HOST:PORT, got {self.webhook_listen!r}")
+        return self

@@ -10,9 +10,13 @@ queues it must not: Kueue's flavor decides.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import socket
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -273,3 +277,139 @@ def test_a_flavor_toleration_of_a_reserved_taint_fails_the_job_naming_the_settin
         k8s.kubectl("-n", ns, "delete", TRAINJOBS, "--all", "--wait=false", check=False)
         k8s.kubectl("delete", FLAVORS, f"{ns}-tolerant", "--wait=false",
                     "--ignore-not-found", check=False)
+
+
+def tas_queue(k8s: K8sBed, ns: str) -> list[str]:
+    """A Topology (block, rack, host), a flavor on it and the namespace's ClusterQueue
+    on that flavor; the level labels, widest first."""
+    levels = [f"topology.hpc-bridge.io/{lvl}" for lvl in ("block", "rack")]
+    apply(k8s, ns,
+          {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": ns},
+           "spec": {"levels": [{"nodeLabel": k} for k in
+                               [*levels, "kubernetes.io/hostname"]]}},
+          {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"{ns}-tas"},
+           "spec": {"nodeLabels": {levels[0]: "block-a"}, "topologyName": ns}},
+          cluster_queue(ns, [(f"{ns}-tas", 4)]))
+    return levels
+
+
+def drop_tas_queue(k8s: K8sBed, ns: str) -> None:
+    k8s.kubectl("-n", ns, "delete", TRAINJOBS, "--all", "--wait=false", check=False)
+    k8s.kubectl("delete", "topologies.kueue.x-k8s.io", ns, "--wait=false",
+                "--ignore-not-found", check=False)
+    k8s.kubectl("delete", FLAVORS, f"{ns}-tas", "--wait=false", "--ignore-not-found",
+                check=False)
+
+
+@pytest.fixture
+def webhook(k8s: K8sBed, queues: str, tmp_path: Path) -> Iterator[Daemon]:
+    """The bridge with its topology webhook on a free port, registered for TrainJobs
+    created in the namespace with a queue label (docs/kubernetes.md, "Kueue")."""
+    ns = queues
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    daemon = k8s_daemon(k8s, ns, webhook_listen=f"127.0.0.1:{port}",
+                        webhook_tls_cert=str(cert), webhook_tls_key=str(key))
+    daemon.start()
+    config = f"hpc-bridge-topology-{ns}"
+    apply(k8s, ns, {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": config},
+        "webhooks": [{
+            "name": "topology.hpc-bridge.io", "admissionReviewVersions": ["v1"],
+            "sideEffects": "None", "failurePolicy": "Ignore", "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+            "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate-trainjob",
+                             "caBundle": base64.b64encode(cert.read_bytes()).decode()},
+            "rules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
+                       "operations": ["CREATE"], "resources": ["trainjobs"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "objectSelector": {"matchExpressions": [
+                {"key": QUEUE_LABEL, "operator": "Exists"}]}}]})
+    yield daemon
+    k8s.kubectl("delete", "mutatingwebhookconfigurations", config, "--ignore-not-found",
+                check=False)
+    release(k8s, ns, daemon)
+
+
+def with_switches(doc: dict[str, Any], switches: str) -> dict[str, Any]:
+    """``doc`` with sbatch's ``--switches`` as the bridge's scheduling annotation."""
+    count, _, wait = switches.partition("@")
+    options: dict[str, Any] = {"switches": int(count)}
+    if wait:
+        options["switches_wait_minutes"] = int(wait)
+    doc["metadata"].setdefault("annotations", {})[
+        "hpc-bridge.io/scheduling"] = json.dumps(options)
+    return doc
+
+
+def podset_topology(k8s: K8sBed, ns: str, name: str) -> dict[str, Any]:
+    uid = k8s.get_json("-n", ns, TRAINJOBS, name)["metadata"]["uid"]
+    items = k8s.get_json("-n", ns, WORKLOADS, "-l", f"kueue.x-k8s.io/job-uid={uid}")["items"]
+    for item in items:
+        for podset in item["spec"]["podSets"]:
+            if podset["name"] == "node":
+                return dict(podset.get("topologyRequest") or {})
+    return {}
+
+
+def test_the_bridges_switch_request_reaches_kueue_as_a_topology_request(
+        k8s: K8sBed, queues: str, webhook: Daemon) -> None:
+    """``--switches=1`` (the scheduling annotation) becomes Kueue's required topology at
+    the rack level (the bridge's leaf switches) when the TrainJob is created, so the
+    first Workload asks for it, Kueue admits it in one rack and the pods run there;
+    ``--switches=2`` and ``--switches=1@5`` (Slurm runs those anyway, in the end) become
+    a preferred one. A job that asks Kueue itself keeps its own request."""
+    ns = queues
+    levels = tas_queue(k8s, ns)
+    rack = levels[1]
+    try:
+        stay = {KWOK_STAY_RUNNING: "true"}
+        apply(k8s, ns, with_switches(queued("one-rack", pod_labels=stay), "1"))
+        k8s.wait_for(lambda: podset_topology(k8s, ns, "one-rack"), 60, "the Workload")
+        assert podset_topology(k8s, ns, "one-rack")["required"] == rack
+        patches = k8s.get_json("-n", ns, TRAINJOBS, "one-rack")["spec"]["runtimePatches"]
+        assert {p["manager"] for p in patches} >= {"kueue.x-k8s.io/manager",
+                                                  "hpc-bridge.io/placement"}, patches
+        k8s.wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in pods(
+            k8s, ns, "jobset.sigs.k8s.io/jobset-name=one-rack")) == 2, 90,
+                     "Kueue to admit the TrainJob in one rack and its pods to run")
+        assert len(racks_of(k8s, running_on(k8s, ns, "one-rack"))) == 1
+        for name, switches in (("two-racks", "2"), ("wait-for-one", "1@5")):
+            apply(k8s, ns, with_switches(queued(name), switches))
+            k8s.wait_for(lambda n=name: podset_topology(k8s, ns, n), 60, "the Workload")
+            assert podset_topology(k8s, ns, name)["preferred"] == rack, name
+        own = queued("own", pod_annotations={
+            "kueue.x-k8s.io/podset-required-topology": levels[0]})
+        apply(k8s, ns, with_switches(own, "1"))
+        k8s.wait_for(lambda: podset_topology(k8s, ns, "own"), 60, "the Workload")
+        assert podset_topology(k8s, ns, "own")["required"] == levels[0]
+        assert "hpc-bridge.io/placement" not in json.dumps(
+            k8s.get_json("-n", ns, TRAINJOBS, "own")["spec"])
+    finally:
+        drop_tas_queue(k8s, ns)
+
+
+def test_without_the_webhook_a_queued_switch_request_is_refused_naming_it(
+        k8s: K8sBed, queues: str, bridge: Daemon) -> None:
+    """No webhook: Kueue built the Workload without the request (and never rebuilds
+    it for an annotation), so the bridge refuses the job rather than drop
+    ``--switches`` without a word. (Without Kueue ``--switches`` is refused on
+    Kubernetes as before: tests/unit/test_option_support.py.)"""
+    ns = queues
+    tas_queue(k8s, ns)
+    try:
+        apply(k8s, ns, with_switches(queued("no-webhook"), "1"))
+        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "no-webhook"), "Failed"), 60,
+                     "the TrainJob to be refused")
+        message = conditions(k8s, ns, "no-webhook")["Failed"]["message"]
+        assert "switches" in message and "topology webhook" in message, message
+        assert not jobsets(k8s, ns)
+    finally:
+        drop_tas_queue(k8s, ns)

@@ -155,6 +155,24 @@ async def test_switches_job_waits_then_goes_when_it_fits(tmp_path: Path) -> None
     assert done.placement is not None and done.placement["hosts"] == ["node3", "node4"]
 
 
+async def test_a_switch_request_an_outside_queue_places_is_not_waited_for(
+        tmp_path: Path) -> None:
+    """A back end whose pods an outside queue places (Kueue, which got the request:
+    k8s_adapter/kueue_topology.py) submits such a job at once: the bridge's inventory
+    may disagree with the queue's, which enforces the request itself."""
+
+    class Queued(FakeBackend):
+        def queue_places(self, job: TrainJob) -> bool:
+            return True
+
+    backend = Queued(inventory(busy=("node1", "node3")))
+    e = engine(tmp_path, backend)
+    rec = e.admit(trainjob(switches=1, switches_wait_minutes=10), ALICE)
+    await settle(e)
+    assert e.store.get(rec.id).state is JobState.SUBMITTED
+    assert backend.submitted[0].options.switches == 1  # the job's own options, as asked
+
+
 async def test_switches_job_relaxed_after_its_wait(tmp_path: Path) -> None:
     backend = FakeBackend(inventory(busy=("node1", "node3")))
     e = engine(tmp_path, backend)

@@ -130,10 +130,18 @@ def test_kubernetes_refuses_what_a_pod_cannot_do(options: dict[str, Any], flag: 
     assert words in found[0]
 
 
-def test_kubernetes_refuses_switches_in_every_mode() -> None:
+def test_kubernetes_refuses_switches_unless_kueue_places_the_pods() -> None:
+    """Only Kueue's Topology Aware Scheduling can count leaf switches there
+    (k8s_adapter/kueue_topology.py), and only with a level above the hosts."""
     options = SchedulingOptions(switches=1, switches_wait_minutes=5)
     assert len(refusals(options, K8S, "kubernetes", AdmitContext())) == 2
     assert len(refusals(options, K8S, "kubernetes")) == 2
+    levels = ("topology.example/rack", "kubernetes.io/hostname")
+    kueue = AdmitContext(queue_places=True, topology_labels=levels)
+    assert refusals(options, K8S, "kubernetes", kueue) == []
+    hosts_only = AdmitContext(queue_places=True, topology_labels=levels[1:])
+    found = refusals(options, K8S, "kubernetes", hosts_only)
+    assert len(found) == 2 and "no level above the host" in found[0]
 
 
 def test_kubernetes_refuses_tasks_that_do_not_divide_over_the_pods() -> None:

@@ -1,0 +1,82 @@
+"""The TrainJob door's mutating admission webhook: Kueue's topology request added when a
+TrainJob is created (what and why: :mod:`k8s_adapter.kueue_topology`).
+
+``POST /mutate-trainjob``, an ``admission.k8s.io/v1`` AdmissionReview over TLS (the
+door's ``webhook_listen``, ``webhook_tls_cert``, ``webhook_tls_key``). Register it
+with a MutatingWebhookConfiguration for ``CREATE`` of
+``trainer.kubeflow.org/v1alpha1`` ``trainjobs``, an ``objectSelector`` on the label
+``kueue.x-k8s.io/queue-name`` (``Exists``), ``sideEffects: None``,
+``failurePolicy: Ignore`` and ``reinvocationPolicy: IfNeeded`` (docs/kubernetes.md,
+"Kueue").
+
+Contract:
+
+* The answer is always ``allowed: true``: this webhook adds, it never refuses. A
+  TrainJob it cannot read passes unchanged; the door refuses it later, naming the field.
+* The patch (JSONPatch, one ``add`` of ``/spec/runtimePatches``) is what ``decide``
+  returns for the object: the door's runtime patches with the bridge's entry, or None
+  for no patch (another operation, not the door's, no request, asks itself ...).
+* A request that is not an AdmissionReview is a 400; one over :data:`MAX_BODY` bytes a
+  413. The handler never waits on the apiserver or a back end: the apiserver waits for
+  it (``timeoutSeconds``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from bridge.model import ValidationError, parse_json_object
+
+__all__ = ["MAX_BODY", "PATH", "make_webhook_app", "review_answer"]
+
+log = structlog.get_logger("k8s_adapter.frontdoor")
+
+PATH = "/mutate-trainjob"
+#: The apiserver's own limit on a request (3 MiB) plus the review's envelope.
+MAX_BODY = 4 << 20
+
+Decide = Callable[[dict[str, Any]], "list[dict[str, Any]] | None"]
+
+
+def review_answer(review: Any, decide: Decide) -> dict[str, Any]:
+    """The AdmissionReview answering ``review``; ValueError when it is none."""
+    request = review.get("request") if isinstance(review, Mapping) else None
+    if (not isinstance(request, Mapping) or not isinstance(request.get("uid"), str)
+            or review.get("kind") != "AdmissionReview"):
+        raise ValueError("not an admission.k8s.io/v1 AdmissionReview with a request.uid")
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    obj = request.get("object")
+    patches = None
+    if request.get("operation") == "CREATE" and isinstance(obj, dict):
+        try:
+            patches = decide(obj)
+        except Exception:  # a bug must not stop a TrainJob from being created
+            log.exception("topology webhook: deciding failed; the TrainJob passes as it is")
+    if patches is not None:
+        ops = [{"op": "add", "path": "/spec/runtimePatches", "value": patches}]
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": response}
+
+
+def make_webhook_app(decide: Decide) -> web.Application:
+    """The webhook's aiohttp application (serve it over TLS)."""
+
+    async def mutate(request: web.Request) -> web.Response:
+        try:
+            review = parse_json_object(await request.read(), "the AdmissionReview")
+            answer = review_answer(review, decide)
+        except (ValidationError, ValueError) as exc:
+            return web.json_response({"error": f"not an AdmissionReview: {exc}"}, status=400)
+        return web.json_response(answer)
+
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_post(PATH, mutate)
+    return app

@@ -46,11 +46,19 @@ from bridge.model import (
 )
 from bridge.option_support import AdmitContext, check_backend_options
 from bridge.runtimes import RuntimeCatalog
-from bridge.scheduling import scheduling_of
+from bridge.scheduling import SchedulingOptions, scheduling_of
 from bridge.shape import resolve_shape
 from bridge.store_arrays import ArrayTaskRow
 
-__all__ = ["check_capacity", "prepare"]
+__all__ = ["backend_name", "check_capacity", "prepare"]
+
+
+def backend_name(job: TrainJob, options: SchedulingOptions, settings: EngineSettings) -> str:
+    """The back end ``job`` goes to: its annotation, else its partition's route, else
+    the default (not checked: admission refuses an unknown one, naming the field)."""
+    return (job.metadata.annotations.get(ANN_BACKEND)
+            or settings.partition_routes.get(options.partition or "")
+            or settings.default_backend)
 
 
 def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, Backend],
@@ -66,9 +74,7 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     validate_trainjob(job)
     job.metadata.annotations.pop(ANN_ADOPT_ONLY, None)  # the engine's word, never a client's
     options = scheduling_of(job)
-    backend = (job.metadata.annotations.get(ANN_BACKEND)
-               or settings.partition_routes.get(options.partition or "")
-               or settings.default_backend)
+    backend = backend_name(job, options, settings)
     if backend not in backends:
         raise ValidationError([(
             f"metadata.annotations[{ANN_BACKEND}]",
@@ -78,10 +84,12 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     chosen = backends[backend]
     routed = frozenset(p for p, b in settings.partition_routes.items() if b == backend)
     queue_places = getattr(chosen, "queue_places", None)
+    handed = getattr(chosen, "topology_handed", None)
     context = AdmitContext(routed_partitions=routed, nodes=plan.num_nodes,
                            framework=plan.framework.value,
                            queue_places=bool(queue_places and queue_places(job)),
-                           topology_labels=tuple(getattr(chosen, "topology_labels", ())))
+                           topology_labels=tuple(getattr(chosen, "topology_labels", ())),
+                           topology_handed=bool(handed and handed(job)))
     refusal: ValidationError | None = None
     try:
         check_backend_options(options, backend, getattr(chosen, "option_support", None),

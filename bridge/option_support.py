@@ -59,6 +59,8 @@ class AdmitContext:
     queue_places: bool = False
     #: The back end's topology levels (node label keys, widest first).
     topology_labels: tuple[str, ...] = ()
+    #: Whether that queue has the job's topology request.
+    topology_handed: bool = False
 
 
 #: A check: the reason the back end cannot honour these options here, or ``None``.

@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 
 from bridge.backend import (
+    Backend,
     BackendJob,
     BackendState,
     BackendUnavailable,
@@ -39,6 +40,7 @@ from bridge.backend import (
     ReportsJobsStatus,
 )
 from bridge.engine import Engine, EngineError
+from bridge.engine_admission import backend_name
 from bridge.engine_hold import RELEASING, held_in_backend
 from bridge.engine_settings import Admission
 from bridge.errors import BridgeError, Conflict, PermissionDenied
@@ -46,6 +48,8 @@ from bridge.feed import EventFeed
 from bridge.model import ClusterTrainingRuntime, TrainingRuntime, TrainJob, ValidationError
 from bridge.outbox import Event
 from bridge.refs import AmbiguousJob
+from bridge.runtimes import LaunchPlan
+from bridge.scheduling import scheduling_of
 from bridge.states import IllegalTransition, JobState
 from bridge.store import JobNotFound, JobRecord, Transition
 from bridge.store_listing import ListRow
@@ -195,21 +199,17 @@ class JobService:
             record = self._store.update(record.id, attempts=1)
         return Admitted(record)
 
-    def topology_labels(self, backend_name: str | None) -> tuple[str, ...]:
-        """The node label keys of the topology levels of back end ``backend_name``
-        (None: the default one), widest first; empty for a back end that has none (one
-        that runs no pods)."""
-        backend = self._engine.backends.get(
-            backend_name or self._engine.settings.default_backend or "")
-        return tuple(getattr(backend, "topology_labels", ()) or ())
-
-    def runtime_template(self, job: TrainJob, origin: str) -> dict[str, Any] | None:
-        """The ``spec.template`` of ``job``'s runtime as admission resolves it now, or
-        None when it names none that is known."""
+    def destination(self, job: TrainJob, origin: str) -> tuple[Backend, LaunchPlan] | None:
+        """The back end ``job`` would go to and its runtime merged with it, as admission
+        works them out now (no check made, nothing stored); None when either is
+        unknown or the job is invalid (admission refuses it, naming the field)."""
         try:
-            return self._engine.catalog.get(job, origin).spec.template
+            name = backend_name(job, scheduling_of(job), self._engine.settings)
+            backend = self._engine.backends.get(name)
+            plan = self._engine.catalog.resolve(job, origin)
         except ValidationError:
             return None
+        return None if backend is None else (backend, plan)
 
     def count_active(self, owner_uid: int, at_most: int | None = None) -> int:
         """How many unfinished jobs the user ``owner_uid`` has (counted no further than

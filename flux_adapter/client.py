@@ -23,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import importlib
 import json
@@ -357,6 +358,10 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
         await proc.wait()
         raise BackendUnavailable(f"{' '.join(argv[:3])} did not finish in {time_limit:.0f}s"
                                  ) from None
+    except BaseException:  # cancelled: the child must not outlive its caller
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise
     failed = spawn.failed(proc.returncode, err)
     if failed is not None:
         raise BackendUnavailable(f"cannot run {program} as {owner.user}: {failed}")

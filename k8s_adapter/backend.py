@@ -48,12 +48,11 @@ from bridge.backend import (
     StatusBatch,
     SubmitRequest,
 )
-from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import VERSION as TRAINER_VERSION
+from bridge.model import TrainJob
 from bridge.plugin_settings import parse_settings
 from bridge.runtimes import LaunchPlan
-from bridge.scheduling import scheduling_of
 from k8s_adapter import data_cache, kueue, sshauth, trainer_status
 from k8s_adapter import dependents as dependents_of
 from k8s_adapter.access import (
@@ -156,6 +155,10 @@ class KubernetesBackend:
         for nor pinned."""
         return from_cr_door(job) and kueue.managed(job)
 
+    def topology_handed(self, job: TrainJob) -> bool:
+        """Whether ``job`` carries the bridge's topology request for Kueue."""
+        return handed(job.spec.runtime_patches)
+
     @property
     def topology_labels(self) -> tuple[str, ...]:
         """The node label keys of its topology levels, widest first (its setting)."""
@@ -165,19 +168,8 @@ class KubernetesBackend:
 
     def check_admission(self, job: TrainJob, plan: LaunchPlan, owner: Owner,
                         origin: str) -> None:
-        """:class:`bridge.backend.Admitting`: the access policy (:mod:`k8s_adapter.access`);
-        a queued TrainJob's ``--switches`` only when the door's webhook handed it to
-        Kueue (:mod:`k8s_adapter.kueue_topology`)."""
+        """:class:`bridge.backend.Admitting`: the access policy (:mod:`k8s_adapter.access`)."""
         self.access.admit(job, plan, owner, origin)
-        if (self.queue_places(job) and scheduling_of(job).switches is not None
-                and not handed(job.spec.runtime_patches)):
-            raise ValidationError([(
-                f"metadata.annotations[{ANN_SCHEDULING}].switches",
-                "Kueue queues this TrainJob and did not get the request: it is handed to "
-                "Kueue when the TrainJob is created, by the TrainJob door's topology "
-                "webhook (webhook_listen; docs/kubernetes.md, 'Kueue'), which did not "
-                "add it (not registered, or it did not answer; or the job asks Kueue for "
-                "a topology itself: then drop --switches)")])
 
     def validate(self, request: SubmitRequest) -> None:
         """At admission (:class:`bridge.backend.Validating`): the JobSet renders, so that

@@ -19,10 +19,9 @@ from bridge.model import ANN_BACKEND, ANN_FRONTDOOR, ANN_SCHEDULING, ValidationE
 from bridge.scheduling import scheduling_of
 from bridge.service import JobService
 from bridge.status_server import serve_status, tls_context
+from k8s_adapter.access import ANN_ORIGIN, ORIGIN_KUBERNETES
 from k8s_adapter.door_status import ORIGIN
-from k8s_adapter.kube import Kube
-from k8s_adapter.kueue import QUEUE_LABEL
-from k8s_adapter.kueue_topology import asks_topology, entry_for, request_for
+from k8s_adapter.kueue_topology import asks_topology, entry_for, pod_sets, request_for
 from k8s_adapter.topology_webhook import PATH, make_webhook_app
 from k8s_adapter.trainjobs import document, ref
 
@@ -35,14 +34,15 @@ log = structlog.get_logger("k8s_adapter.frontdoor")
 
 
 class DoorTopology:
-    """See the module docstring. ``ours``: whether a TrainJob is the door's."""
+    """See the module docstring. ``ours``: whether a TrainJob is the door's;
+    ``ready``: whether the door has read the cluster's runtimes."""
 
-    def __init__(self, name: str, settings: FrontDoorSettings, kube: Kube,
-                 ours: Callable[[Mapping[str, Any]], bool]) -> None:
+    def __init__(self, name: str, settings: FrontDoorSettings,
+                 ours: Callable[[Mapping[str, Any]], bool], ready: Callable[[], bool]) -> None:
         self.name = name
         self.settings = settings
-        self.kube = kube
         self._ours = ours
+        self._ready = ready
         self._service: JobService | None = None
 
     async def serve(self, service: JobService) -> web.AppRunner | None:
@@ -59,35 +59,44 @@ class DoorTopology:
 
     def for_webhook(self, obj: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The runtime patches of the TrainJob ``obj`` being created, with the bridge's
-        entry, or None to leave it as it is (not this door's, Kueue does not queue it,
-        nothing to hand over)."""
+        entry, or None to leave it as it is: not this door's (its ``managed_by``, its
+        namespaces), a back end Kueue does not place pods for (no queue label nor
+        Kueue's entry yet: the apiserver calls again once Kueue's webhook added one),
+        no switch request, the job or its runtime asks Kueue itself, or the door has
+        not read the cluster's runtimes yet (the job is then refused, naming the
+        webhook)."""
         meta = obj.get("metadata")
-        labels = meta.get("labels") if isinstance(meta, Mapping) else None
-        if not self._ours(obj) or not isinstance(labels, Mapping) or not labels.get(QUEUE_LABEL):
+        if (self._service is None or not isinstance(meta, Mapping) or not self._ours(obj)
+                or not self._ready()):
             return None
-        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-        chosen = annotations.get(ANN_BACKEND) if isinstance(annotations, Mapping) else None
-        allowed = {*self.settings.allowed_backends, self.settings.backend}
-        return self.patches(obj, chosen if chosen in allowed else self.settings.backend)
-
-    def patches(self, obj: dict[str, Any], backend: str | None) -> list[dict[str, Any]] | None:
-        """``obj``'s runtime patches with the entry for its switch request on
-        ``backend`` (None: the engine's default), or None."""
-        meta = obj.get("metadata")
-        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-        if (self._service is None or not isinstance(annotations, Mapping)
-                or ANN_SCHEDULING not in annotations):
+        annotations = meta.get("annotations")
+        if not isinstance(annotations, Mapping) or ANN_SCHEDULING not in annotations:
             return None  # asks for no placement
+        if self.settings.namespaces and meta.get("namespace") not in self.settings.namespaces:
+            return None
         try:
             job = load_trainjob(document(obj), f"TrainJob {ref(obj)}")
-            job.metadata.annotations[ANN_FRONTDOOR] = self.name  # its cluster's runtimes
-            request = request_for(scheduling_of(job), self._service.topology_labels(backend))
         except ValidationError:
             return None
-        patches = entry_for(obj, request)
-        if patches is None:
+        # As the door admits it (k8s_adapter/frontdoor.py).
+        chosen = job.metadata.annotations.get(ANN_BACKEND)
+        if chosen is None and self.settings.backend:
+            job.metadata.annotations[ANN_BACKEND] = self.settings.backend
+        elif chosen not in (*self.settings.allowed_backends, self.settings.backend):
+            return None  # refused at admission
+        job.metadata.annotations[ANN_ORIGIN] = ORIGIN_KUBERNETES
+        job.metadata.annotations[ANN_FRONTDOOR] = self.name
+        destination = self._service.destination(job, ORIGIN)
+        if destination is None:
             return None
-        template = self._service.runtime_template(job, ORIGIN)
-        if asks_topology([{"trainingRuntimeSpec": {"template": template}}]):
-            return None  # its runtime asks for a topology itself
-        return patches
+        backend, plan = destination
+        places = getattr(backend, "queue_places", None)
+        if places is None or not places(job):
+            return None
+        try:
+            request = request_for(scheduling_of(job), getattr(backend, "topology_labels", ()))
+        except ValidationError:
+            return None
+        template = {"trainingRuntimeSpec": {"template": plan.extra.get("template")}}
+        return entry_for(obj, request, pod_sets(plan.framework.value, plan.num_nodes),
+                         runtime_asks=asks_topology([template]))

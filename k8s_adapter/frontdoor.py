@@ -151,7 +151,8 @@ class TrainJobFrontDoor(StatusWriteBack):
         #: When to record an Event for a job (k8s_adapter/event_recorder.py).
         self.events = EventRecorder(f"{name}@{socket.gethostname()}")
         #: Kueue's topology request (k8s_adapter/door_topology.py).
-        self.topology = DoorTopology(name, settings, self.kube, self._ours)
+        self.topology = DoorTopology(name, settings, self._ours,
+                                     lambda: self.runtimes.synced.is_set())
         self._slots = asyncio.Semaphore(HANDLE_CONCURRENCY)
         self._wake = asyncio.Event()
         self._service: JobService | None = None
@@ -283,7 +284,8 @@ class TrainJobFrontDoor(StatusWriteBack):
     # -- one TrainJob ----------------------------------------------------------------
 
     def _ours(self, obj: Mapping[str, Any]) -> bool:
-        return (obj.get("spec") or {}).get("managedBy") in self.settings.managed_by
+        spec = obj.get("spec")
+        return isinstance(spec, Mapping) and spec.get("managedBy") in self.settings.managed_by
 
     async def _handle(self, obj: dict[str, Any], deleted: bool) -> None:
         assert self._service is not None

@@ -5,8 +5,10 @@ On a TrainJob that Kueue queues the bridge pins no node affinity (k8s_adapter/ku
 What the bridge's placement would ask of them, the job's ``switches`` option (sbatch's
 ``--switches=COUNT[@MAX_TIME]``: all nodes under at most COUNT leaf switches), is
 handed to Kueue instead, as Kueue's own annotation on the trainer's pod template
-(``replicatedJobs`` ``node``), in a ``spec.runtimePatches`` entry of manager
-:data:`PATCH_MANAGER`:
+(``replicatedJobs`` ``node``; an MPI job's ``launcher`` too, both in one pod-set group,
+so that Kueue fits every rank in one domain), in a ``spec.runtimePatches`` entry of
+manager :data:`PATCH_MANAGER`. A job of one node asks for nothing (it is always under
+one switch).
 
 * ``switches=1`` without a wait: ``kueue.x-k8s.io/podset-required-topology`` at the
   back end's lowest topology level (its ``topology_labels``, the host level dropped:
@@ -41,7 +43,7 @@ from bridge.scheduling import SchedulingOptions
 from k8s_adapter.podsecurity import dig
 
 __all__ = ["PATCH_MANAGER", "PREFERRED", "REQUIRED", "TAS_ANNOTATIONS", "asks_topology",
-           "entry_for", "handed", "leaf_level", "request_for"]
+           "entry_for", "handed", "leaf_level", "pod_sets", "request_for"]
 
 #: The ``manager`` of the bridge's ``spec.runtimePatches`` entry.
 PATCH_MANAGER = "hpc-bridge.io/placement"
@@ -52,6 +54,9 @@ TAS_ANNOTATIONS = (REQUIRED, PREFERRED, "kueue.x-k8s.io/podset-unconstrained-top
                    "kueue.x-k8s.io/podset-slice-required-topology")
 #: The replicated job whose pods the bridge's placement places (the trainer's).
 TRAINER_JOB = "node"
+#: Kueue's pod-set group: pod sets placed in one topology domain together.
+GROUP = "kueue.x-k8s.io/podset-group-name"
+GROUP_NAME = "hpc-bridge-ranks"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
@@ -88,23 +93,37 @@ def asks_topology(patches: Any) -> bool:
     return False
 
 
+def pod_sets(framework: str, num_nodes: int) -> tuple[str, ...]:
+    """The replicated jobs whose pods the request is for: none for one node (always
+    under one switch), the launcher and the workers of an MPI job (one group: Kueue
+    fits them in one domain together), else the trainer's ``node``."""
+    if num_nodes <= 1:
+        return ()
+    return ("launcher", TRAINER_JOB) if framework == "mpi" else (TRAINER_JOB,)
+
+
 def entry_for(obj: Mapping[str, Any], request: tuple[str, str] | None,
-              runtime_asks: bool = False) -> list[dict[str, Any]] | None:
+              jobs: Sequence[str] = (TRAINER_JOB,), runtime_asks: bool = False
+              ) -> list[dict[str, Any]] | None:
     """The TrainJob ``obj``'s ``spec.runtimePatches`` with the bridge's entry for
-    ``request`` added, or None when nothing is to be written: no request, the entry is
-    there, or the job (``runtime_asks``: its runtime) asks for a topology itself."""
+    ``request`` on the replicated ``jobs`` added, or None when nothing is to be added:
+    no request or no jobs, patches that are no list, the entry is there, or the job
+    (``runtime_asks``: its runtime) asks for a topology itself."""
     spec = obj.get("spec")
-    if request is None or not isinstance(spec, Mapping):
+    if request is None or not jobs or not isinstance(spec, Mapping):
         return None
-    patches = spec.get("runtimePatches")
-    patches = patches if isinstance(patches, list) else []
-    if runtime_asks or asks_topology(patches) or any(
+    patches = spec.get("runtimePatches", [])
+    if not isinstance(patches, list) or runtime_asks or asks_topology(patches) or any(
             isinstance(p, Mapping) and p.get("manager") == PATCH_MANAGER for p in patches):
         return None
     annotation, level = request
+    annotations = {annotation: level}
+    if len(jobs) > 1:
+        annotations[GROUP] = GROUP_NAME
     return [*copy.deepcopy(patches), {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {
-        "template": {"spec": {"replicatedJobs": [{"name": TRAINER_JOB, "template": {
-            "spec": {"template": {"metadata": {"annotations": {annotation: level}}}}}}]}}}}]
+        "template": {"spec": {"replicatedJobs": [{"name": name, "template": {
+            "spec": {"template": {"metadata": {"annotations": dict(annotations)}}}}}
+            for name in jobs]}}}}]
 
 
 def handed(patches: Any) -> bool:

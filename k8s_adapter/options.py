@@ -71,6 +71,13 @@ def _switches(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     if leaf_level(ctx.topology_labels) is None:
         return ("the back end's topology_labels name no level above the host, so Kueue "
                 "cannot be asked for leaf switches")
+    if ctx.nodes > 1 and not ctx.topology_handed:
+        return ("Kueue queues this TrainJob and did not get the request: it is handed to "
+                "Kueue when the TrainJob is created, by the TrainJob door's topology "
+                "webhook (webhook_listen; docs/kubernetes.md, 'Kueue'), which did not "
+                "add it (not registered, no replica leading, or it did not answer; or "
+                "the job or its runtime asks Kueue for a topology itself: then drop "
+                "--switches)")
     return None
 
 

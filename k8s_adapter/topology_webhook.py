@@ -4,10 +4,10 @@ TrainJob is created (what and why: :mod:`k8s_adapter.kueue_topology`).
 ``POST /mutate-trainjob``, an ``admission.k8s.io/v1`` AdmissionReview over TLS (the
 door's ``webhook_listen``, ``webhook_tls_cert``, ``webhook_tls_key``). Register it
 with a MutatingWebhookConfiguration for ``CREATE`` of
-``trainer.kubeflow.org/v1alpha1`` ``trainjobs``, an ``objectSelector`` on the label
-``kueue.x-k8s.io/queue-name`` (``Exists``), ``sideEffects: None``,
-``failurePolicy: Ignore`` and ``reinvocationPolicy: IfNeeded`` (docs/kubernetes.md,
-"Kueue").
+``trainer.kubeflow.org/v1alpha1`` ``trainjobs``, ``sideEffects: None``,
+``failurePolicy: Ignore`` and ``reinvocationPolicy: IfNeeded`` (Kueue's webhook may add
+the queue label or its entry after this one ran: the apiserver then calls it again),
+and no ``objectSelector`` for the same reason (docs/kubernetes.md, "Kueue").
 
 Contract:
 
@@ -17,12 +17,15 @@ Contract:
   returns for the object: the door's runtime patches with the bridge's entry, or None
   for no patch (another operation, not the door's, no request, asks itself ...).
 * A request that is not an AdmissionReview is a 400; one over :data:`MAX_BODY` bytes a
-  413. The handler never waits on the apiserver or a back end: the apiserver waits for
-  it (``timeoutSeconds``).
+  413; at most :data:`CONCURRENCY` are read and answered at once. The handler never
+  waits on the apiserver or a back end: the apiserver waits for it
+  (``timeoutSeconds``). It has no side effect: whoever reaches the port learns only
+  what patch a TrainJob would get.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Callable, Mapping
@@ -33,13 +36,16 @@ from aiohttp import web
 
 from bridge.model import ValidationError, parse_json_object
 
-__all__ = ["MAX_BODY", "PATH", "make_webhook_app", "review_answer"]
+__all__ = ["CONCURRENCY", "MAX_BODY", "PATH", "make_webhook_app", "review_answer"]
 
 log = structlog.get_logger("k8s_adapter.frontdoor")
 
 PATH = "/mutate-trainjob"
-#: The apiserver's own limit on a request (3 MiB) plus the review's envelope.
-MAX_BODY = 4 << 20
+#: A TrainJob is an object of etcd's (1.5 MiB at most), in the review's envelope.
+MAX_BODY = 2 << 20
+#: Reviews read and answered at once; more wait (the apiserver gives up after its
+#: ``timeoutSeconds`` and, with ``failurePolicy: Ignore``, creates the TrainJob as is).
+CONCURRENCY = 4
 
 Decide = Callable[[dict[str, Any]], "list[dict[str, Any]] | None"]
 
@@ -69,10 +75,13 @@ def review_answer(review: Any, decide: Decide) -> dict[str, Any]:
 def make_webhook_app(decide: Decide) -> web.Application:
     """The webhook's aiohttp application (serve it over TLS)."""
 
+    slots = asyncio.Semaphore(CONCURRENCY)
+
     async def mutate(request: web.Request) -> web.Response:
         try:
-            review = parse_json_object(await request.read(), "the AdmissionReview")
-            answer = review_answer(review, decide)
+            async with slots:  # at most CONCURRENCY bodies held and decoded at once
+                review = parse_json_object(await request.read(), "the AdmissionReview")
+                answer = review_answer(review, decide)
         except (ValidationError, ValueError) as exc:
             return web.json_response({"error": f"not an AdmissionReview: {exc}"}, status=400)
         return web.json_response(answer)

@@ -133,13 +133,26 @@ def test_each_setup_lints_validates_strictly_and_renders_a_valid_config(
             f"https://hpcb-hpc-bridge.hpc-bridge-system.svc:{port}")
     else:
         assert "trainer-status" not in ports
+    door = toml.get("frontdoors", {}).get("kubernetes", {})
+    hooks = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    if "webhook_listen" in door:  # the topology webhook: listener, ports and hook agree
+        port = int(door["webhook_listen"].rpartition(":")[2])
+        assert container_ports["topology-hook"] == port and ports["topology-hook"]["port"] == port
+        [hook] = hooks[0]["webhooks"]
+        assert hook["clientConfig"]["service"] == {
+            "name": "hpcb-hpc-bridge", "namespace": "hpc-bridge-system", "port": port,
+            "path": "/mutate-trainjob"}
+        assert hook["failurePolicy"] == "Ignore" and hook["rules"][0]["operations"] == ["CREATE"]
+    else:
+        assert "topology-hook" not in ports and not hooks
     assert "ServiceMonitor" not in kinds
     _files_are_mounted(toml, deploy)
 
 
 def _files_are_mounted(toml: dict[str, Any], deploy: dict[str, Any]) -> None:
-    """Each file ``[events.mqtt]`` and ``[trainer_status]`` name is an item of a Secret
-    volume mounted where the TOML looks; the password and keys with mode 0400."""
+    """Each file ``[events.mqtt]``, ``[trainer_status]`` and the door's webhook name is
+    an item of a Secret volume mounted where the TOML looks; the password and keys with
+    mode 0400."""
     mqtt = toml.get("events", {}).get("mqtt", {})
     spec = deploy["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -153,6 +166,11 @@ def _files_are_mounted(toml: dict[str, Any], deploy: dict[str, Any]) -> None:
             secret, _ = mounted[mqtt[key]]
             if key in ("password_file", "key_file"):
                 assert secret["defaultMode"] == 0o400, (key, secret)
+    door = toml.get("frontdoors", {}).get("kubernetes", {})
+    for key in ("webhook_tls_cert", "webhook_tls_key"):
+        if key in door:
+            secret, _ = mounted[door[key]]
+            assert secret["defaultMode"] == 0o400, (key, secret)
     progress = toml.get("trainer_status", {})
     for key in ("tls_cert", "tls_key", "ca_cert", "secret_file"):
         if key in progress:
@@ -178,6 +196,8 @@ def test_values_the_schema_refuses(k8s: K8sBed) -> None:
                 ["--set", "events.mqtt.tls.caSecret=ca"],               # tls off
                 ["--set", "trainerStatus.enabled=true"],                # no Secrets
                 ["--set", "trainerStatus.url=http://x"],                # https only
+                ["--set", "frontdoor.topologyWebhook.port=0"],
+                ["--set", "frontdoor.topologyWebhook.extra=1"],
                 ["--set", "events.mqtt.passwordSecret.name=Not_A_Name,events.mqtt.username=u"],
                 # the pool policy's CEL is built from these: names only
                 ["--set", "slurmPool.admissionPolicy.taintKey=a\" || true || \"b"],
@@ -243,7 +263,17 @@ def test_render_refuses_a_service_monitor_without_metrics_and_a_port_clash(
              "metrics.port 8081 is already health.port or api.port"),
             (["--set", "metrics.enabled=true", "--set", "metrics.port=8765",
               "--set", "api.existingSecret=tokens"],
-             "metrics.port 8765 is already health.port or api.port")):
+             "metrics.port 8765 is already health.port or api.port"),
+            (["--set", "frontdoor.topologyWebhook.enabled=true"],
+             "frontdoor.topologyWebhook.tlsSecret"),
+            (["--set", "frontdoor.topologyWebhook.enabled=true",
+              "--set", "frontdoor.topologyWebhook.tlsSecret=tls"],
+             "frontdoor.topologyWebhook.caBundle"),
+            (["--set", "frontdoor.topologyWebhook.enabled=true",
+              "--set", "frontdoor.topologyWebhook.tlsSecret=tls",
+              "--set", "frontdoor.topologyWebhook.caBundle=eA==",
+              "--set", "frontdoor.topologyWebhook.port=8081"],
+             "frontdoor.topologyWebhook.port 8081 is already another port")):
         res = subprocess.run([_tool(k8s, "helm"), "template", "x", str(CHART),
                               "--kube-version", _kube_version(k8s), *bad],
                              capture_output=True, text=True, timeout=60, check=False)

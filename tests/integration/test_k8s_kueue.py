@@ -304,7 +304,7 @@ def drop_tas_queue(k8s: K8sBed, ns: str) -> None:
 @pytest.fixture
 def webhook(k8s: K8sBed, queues: str, tmp_path: Path) -> Iterator[Daemon]:
     """The bridge with its topology webhook on a free port, registered for TrainJobs
-    created in the namespace with a queue label (docs/kubernetes.md, "Kueue")."""
+    created in the namespace (docs/kubernetes.md, "Kueue")."""
     ns = queues
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -329,9 +329,7 @@ def webhook(k8s: K8sBed, queues: str, tmp_path: Path) -> Iterator[Daemon]:
                              "caBundle": base64.b64encode(cert.read_bytes()).decode()},
             "rules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
                        "operations": ["CREATE"], "resources": ["trainjobs"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-            "objectSelector": {"matchExpressions": [
-                {"key": QUEUE_LABEL, "operator": "Exists"}]}}]})
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}]})
     yield daemon
     k8s.kubectl("delete", "mutatingwebhookconfigurations", config, "--ignore-not-found",
                 check=False)
@@ -365,7 +363,8 @@ def test_the_bridges_switch_request_reaches_kueue_as_a_topology_request(
     the rack level (the bridge's leaf switches) when the TrainJob is created, so the
     first Workload asks for it, Kueue admits it in one rack and the pods run there;
     ``--switches=2`` and ``--switches=1@5`` (Slurm runs those anyway, in the end) become
-    a preferred one. A job that asks Kueue itself keeps its own request."""
+    a preferred one. A job that asks Kueue itself keeps its own request, and its
+    ``--switches`` is refused."""
     ns = queues
     levels = tas_queue(k8s, ns)
     rack = levels[1]
@@ -392,6 +391,11 @@ def test_the_bridges_switch_request_reaches_kueue_as_a_topology_request(
         assert podset_topology(k8s, ns, "own")["required"] == levels[0]
         assert "hpc-bridge.io/placement" not in json.dumps(
             k8s.get_json("-n", ns, TRAINJOBS, "own")["spec"])
+        # ... and --switches beside it is refused, not dropped without a word.
+        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "own"), "Failed"), 60,
+                     "the TrainJob asking twice to be refused")
+        assert "asks Kueue for a topology itself" in conditions(k8s, ns, "own")["Failed"][
+            "message"]
     finally:
         drop_tas_queue(k8s, ns)
 
@@ -406,8 +410,14 @@ def test_without_the_webhook_a_queued_switch_request_is_refused_naming_it(
     tas_queue(k8s, ns)
     try:
         apply(k8s, ns, with_switches(queued("no-webhook"), "1"))
-        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "no-webhook"), "Failed"), 60,
-                     "the TrainJob to be refused")
+        try:
+            k8s.wait_for(lambda: is_true(conditions(k8s, ns, "no-webhook"), "Failed"), 60,
+                         "the TrainJob to be refused")
+        except BaseException:  # what the bridge and the cluster had, for the report
+            print("TrainJob:", json.dumps(k8s.get_json("-n", ns, TRAINJOBS, "no-webhook")))
+            print("jobs:", json.dumps(bridge.api("GET", "/v1/jobs").json())[:3000])
+            print("daemon log:", bridge.log.read_text()[-6000:])
+            raise
         message = conditions(k8s, ns, "no-webhook")["Failed"]["message"]
         assert "switches" in message and "topology webhook" in message, message
         assert not jobsets(k8s, ns)

@@ -11,6 +11,7 @@ import pytest
 
 from bridge.scheduling import SchedulingOptions
 from k8s_adapter.kueue_topology import (
+    GROUP,
     PATCH_MANAGER,
     PREFERRED,
     REQUIRED,
@@ -18,6 +19,7 @@ from k8s_adapter.kueue_topology import (
     entry_for,
     handed,
     leaf_level,
+    pod_sets,
     request_for,
 )
 
@@ -77,6 +79,7 @@ ASKS = {"manager": "alice", "trainingRuntimeSpec": {"template": {"spec": {
 
 
 @pytest.mark.parametrize(("obj", "why"), [
+    (trainjob(patches="junk"), "patches that are no list: admission refuses them"),
     (trainjob(patches=[KUEUE, OWN]), "added before"),
     (trainjob(patches=[KUEUE, ASKS]), "the job asks for a topology itself"),
     (trainjob(patches=[ASKS]), "... also before Kueue's webhook ran"),
@@ -91,6 +94,18 @@ def test_nothing_without_a_request_or_when_the_runtime_asks() -> None:
     assert entry_for(trainjob(), (PREFERRED, "rack")) is not None
     # At creation (the webhook) Kueue's entry may not be there yet.
     assert entry_for(trainjob(suspend=None, patches=[]), (REQUIRED, "r")) is not None
+
+
+def test_the_pod_sets_asked_for() -> None:
+    assert pod_sets("torch", 1) == () and pod_sets("mpi", 1) == ()
+    assert pod_sets("torch", 2) == ("node",) and pod_sets("jax", 4) == ("node",)
+    assert pod_sets("mpi", 2) == ("launcher", "node")
+    assert entry_for(trainjob(), (REQUIRED, "r"), jobs=()) is None
+    [entry] = [p for p in entry_for(trainjob(), (REQUIRED, "r"), jobs=("launcher", "node"))
+               or [] if p["manager"] == PATCH_MANAGER]
+    jobs = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert [j["template"]["spec"]["template"]["metadata"]["annotations"] for j in jobs] == [
+        {REQUIRED: "r", GROUP: "hpc-bridge-ranks"}] * 2
 
 
 def test_handed_means_the_bridges_entry_asks_kueue() -> None:

@@ -138,7 +138,13 @@ def test_kubernetes_refuses_switches_unless_kueue_places_the_pods() -> None:
     assert len(refusals(options, K8S, "kubernetes")) == 2
     levels = ("topology.example/rack", "kubernetes.io/hostname")
     kueue = AdmitContext(queue_places=True, topology_labels=levels)
-    assert refusals(options, K8S, "kubernetes", kueue) == []
+    assert refusals(options, K8S, "kubernetes", kueue) == []  # one node: always one switch
+    two = AdmitContext(nodes=2, queue_places=True, topology_labels=levels)
+    found = refusals(options, K8S, "kubernetes", two)
+    assert len(found) == 2 and "topology webhook" in found[0]  # Kueue did not get it
+    handed = AdmitContext(nodes=2, queue_places=True, topology_labels=levels,
+                          topology_handed=True)
+    assert refusals(options, K8S, "kubernetes", handed) == []
     hosts_only = AdmitContext(queue_places=True, topology_labels=levels[1:])
     found = refusals(options, K8S, "kubernetes", hosts_only)
     assert len(found) == 2 and "no level above the host" in found[0]

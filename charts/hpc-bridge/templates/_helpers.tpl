@@ -74,6 +74,11 @@ configmap.yaml. Paths are those the Deployment mounts.
       "allowed_backends" $v.frontdoor.allowedBackends "run_as" $v.frontdoor.runAs -}}
 {{- if $v.frontdoor.namespaces -}}{{- $_ := set $door "namespaces" $v.frontdoor.namespaces -}}{{- end -}}
 {{- if $v.frontdoor.namespaceUsers -}}{{- $_ := set $door "namespace_users" $v.frontdoor.namespaceUsers -}}{{- end -}}
+{{- with $v.frontdoor.topologyWebhook -}}{{- if .enabled -}}
+{{- $_ := set $door "webhook_listen" (printf "0.0.0.0:%d" (int .port)) -}}
+{{- $_ := set $door "webhook_tls_cert" "/etc/hpc-bridge/topology-webhook/tls.crt" -}}
+{{- $_ := set $door "webhook_tls_key" "/etc/hpc-bridge/topology-webhook/tls.key" -}}
+{{- end -}}{{- end -}}
 {{- $_ := set $config "frontdoors" (dict "kubernetes" $door) -}}
 {{- end -}}
 {{- if $v.leaderElection.enabled -}}
@@ -108,4 +113,16 @@ configmap.yaml. Paths are those the Deployment mounts.
       "secret_file" "/etc/hpc-bridge/trainer-status/key/key") -}}
 {{- end -}}{{- end -}}
 {{- toToml $config -}}
+{{- end -}}
+
+{{/*
+Non-empty when the TrainJob door's topology webhook is on (it needs the door, a TLS
+Secret and the CA bundle the apiserver verifies it with).
+*/}}
+{{- define "hpc-bridge.topologyWebhook" -}}
+{{- with .Values.frontdoor -}}{{- if and .enabled .topologyWebhook.enabled -}}
+{{- if not .topologyWebhook.tlsSecret -}}{{- fail "frontdoor.topologyWebhook.tlsSecret: the webhook needs a kubernetes.io/tls Secret (the apiserver calls webhooks over TLS only)" -}}{{- end -}}
+{{- if not .topologyWebhook.caBundle -}}{{- fail "frontdoor.topologyWebhook.caBundle: the base64 PEM of the CA that signed tlsSecret's certificate (the apiserver verifies the webhook with it)" -}}{{- end -}}
+true
+{{- end -}}{{- end -}}
 {{- end -}}

@@ -79,3 +79,11 @@ def start_bridge(k8s: K8sBed, ns: str, kubeconfig: str | None = None,
     daemon.backend_settings.update(backend)
     daemon.start()
     return daemon
+
+
+def mapped_bridge(k8s: K8sBed, ns: str) -> Daemon:
+    """A started daemon mapping the Unix user alice to ``ns`` as its service account
+    ``alice`` (the namespace set up by :func:`users_namespace`)."""
+    users_namespace(k8s, ns)
+    return start_bridge(k8s, ns, **{"users.alice.namespace": ns,
+                                    "users.alice.service_account": "alice"})

@@ -31,6 +31,7 @@ from tests.integration.k8s_bridge import (
 )
 from tests.integration.k8s_users import (
     SUBMITTER,
+    mapped_bridge,
     start_bridge,
     submit_as,
     torch_job,
@@ -51,9 +52,7 @@ ATTACK = {"hostPID": True, "hostNetwork": True,
 @pytest.fixture
 def mapped(k8s: K8sBed, k8s_namespace: str) -> Iterator[Daemon]:
     """A daemon mapping alice to ``k8s_namespace`` as its service account ``alice``."""
-    users_namespace(k8s, k8s_namespace)
-    daemon = start_bridge(k8s, k8s_namespace, **{
-        "users.alice.namespace": k8s_namespace, "users.alice.service_account": "alice"})
+    daemon = mapped_bridge(k8s, k8s_namespace)
     yield daemon
     daemon.stop()
     cleanup(daemon.workdir)

@@ -229,14 +229,7 @@ def test_kueue_topology_aware_scheduling_places_the_pods_in_one_rack(
     gate on the pods, which the bridge lays out; Kueue then names each pod's node and
     lifts the gate, and the two pods run in one rack."""
     ns = queues
-    levels = [f"topology.hpc-bridge.io/{lvl}" for lvl in ("block", "rack")]
-    apply(k8s, ns,
-          {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": ns},
-           "spec": {"levels": [{"nodeLabel": k} for k in
-                               [*levels, "kubernetes.io/hostname"]]}},
-          {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"{ns}-tas"},
-           "spec": {"nodeLabels": {levels[0]: "block-a"}, "topologyName": ns}},
-          cluster_queue(ns, [(f"{ns}-tas", 4)]))
+    levels = tas_queue(k8s, ns)
     try:
         apply(k8s, ns, queued("tas", pod_labels={KWOK_STAY_RUNNING: "true"}, pod_annotations={
             "kueue.x-k8s.io/podset-required-topology": levels[1]}))
@@ -250,11 +243,7 @@ def test_kueue_topology_aware_scheduling_places_the_pods_in_one_rack(
         for p in pods(k8s, ns, "jobset.sigs.k8s.io/jobset-name=tas"):
             assert not p["spec"].get("schedulingGates"), p["spec"]
     finally:
-        k8s.kubectl("-n", ns, "delete", TRAINJOBS, "--all", "--wait=false", check=False)
-        k8s.kubectl("delete", "topologies.kueue.x-k8s.io", ns, "--wait=false",
-                    "--ignore-not-found", check=False)
-        k8s.kubectl("delete", FLAVORS, f"{ns}-tas", "--wait=false", "--ignore-not-found",
-                    check=False)
+        drop_tas_queue(k8s, ns)
 
 
 def test_a_flavor_toleration_of_a_reserved_taint_fails_the_job_naming_the_setting(

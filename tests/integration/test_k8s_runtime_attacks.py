@@ -23,7 +23,13 @@ import pytest
 
 from tests.integration.bed import Daemon, cleanup
 from tests.integration.k8s_bridge import JOBSETS, apply, conditions, is_true, jobsets, trainjob
-from tests.integration.k8s_users import start_bridge, submit_as, torch_job, users_namespace
+from tests.integration.k8s_users import (
+    mapped_bridge,
+    start_bridge,
+    submit_as,
+    torch_job,
+    users_namespace,
+)
 from tests.integration.k8sbed import K8sBed
 from tests.integration.test_k8s_trainjobs import release
 
@@ -36,9 +42,7 @@ RUNTIMES = "trainingruntimes.trainer.kubeflow.org"
 def alice(k8s: K8sBed, k8s_namespace: str) -> Iterator[Daemon]:
     """A daemon mapping the Unix user alice to ``k8s_namespace`` (service account
     ``alice``, Pod Security restricted)."""
-    users_namespace(k8s, k8s_namespace)
-    daemon = start_bridge(k8s, k8s_namespace, **{
-        "users.alice.namespace": k8s_namespace, "users.alice.service_account": "alice"})
+    daemon = mapped_bridge(k8s, k8s_namespace)
     yield daemon
     daemon.stop()
     cleanup(daemon.workdir)

@@ -70,6 +70,7 @@ from mpi_launch.hostlist import HostlistError, compress, expand
 from mpi_launch.plan import USER_LAUNCHERS
 
 __all__ = [
+    "ARRAY_OUTPUT",
     "DEFAULT_OUTPUT",
     "DEFAULT_PATH",
     "NAME_MARKER",
@@ -99,6 +100,8 @@ NAME_MARKER = ".hpc-bridge-"
 #: ``flux-{{id}}.out``, but with the decimal id (``{{id.dec}}``), which is plain ASCII and
 #: the id the bridge reports.
 DEFAULT_OUTPUT = "flux-%j.out"
+#: ... and a job array's task's, as sbatch names it (``<array id>_<index>``).
+ARRAY_OUTPUT = "flux-%A_%a.out"
 #: PATH of a job whose plan sets none.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Where the job shell puts RFC 37 files (``attributes.system.files``) on every node.
@@ -492,7 +495,8 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
     cwd = o.chdir or o.submit_dir or default_cwd
     _check_templates([cwd], "--chdir")
     stdout = output_template(
-        pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id, request.array),
+        pin_job_id(o.output or (ARRAY_OUTPUT if request.array else DEFAULT_OUTPUT),
+                   request.job_id, request.array),
         job_name=display, user=request.owner.user)
     shell_options: dict[str, Any] = {"output": {"stdout": {"type": "file", "path": stdout}}}
     if o.error:

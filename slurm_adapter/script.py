@@ -47,6 +47,7 @@ from slurm_adapter.output_names import expand_output_pattern
 from slurm_adapter.passed_rest import rest_fields
 
 __all__ = [
+    "ARRAY_OUTPUT",
     "COMMENT_PREFIX",
     "DEFAULT_OUTPUT",
     "JobSpec",
@@ -63,8 +64,10 @@ __all__ = [
 
 #: ``comment`` of every job the bridge submits: ``hpc-bridge:<TrainJob uid>``.
 COMMENT_PREFIX = "hpc-bridge:"
-#: sbatch's default ``--output`` (relative to the working directory).
+#: sbatch's default ``--output`` (relative to the working directory) ...
 DEFAULT_OUTPUT = "slurm-%j.out"
+#: ... and a job array's task's (``slurm-<array id>_<index>.out``).
+ARRAY_OUTPUT = "slurm-%A_%a.out"
 #: PATH of a job whose plan sets none (what bash assumes; srun needs it exported).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -139,7 +142,8 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
     else ``resourcesPerNode``; ``--cpus-per-task=1``, Slurm's default, is not spelled).
     Working directory: ``options.chdir``, else ``options.submit_dir``, else
     ``default_chdir``. Output:
-    ``options.output``, else ``slurm-%j.out`` (as sbatch), and ``options.error``, with
+    ``options.output``, else ``slurm-%j.out`` (``slurm-%A_%a.out`` for a task of an
+    array; as sbatch), and ``options.error``, with
     the bridge's id for ``%j``/``%J``/``%A`` (:func:`bridge.jobid.pin_job_id`). Node
     list: ``options.nodelist``, else the hosts of ``request.placement`` (the engine
     pins them in placement mode ``nodelist``), compressed (``node[1-2]``).
@@ -152,7 +156,8 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         comment=COMMENT_PREFIX + request.job_uid + (f" {o.comment}" if o.comment else ""),
         nodes=shape.nodes,
         chdir=o.chdir or o.submit_dir or default_chdir,
-        output=pin_job_id(o.output or DEFAULT_OUTPUT, request.job_id, request.array),
+        output=pin_job_id(o.output or (ARRAY_OUTPUT if request.array else DEFAULT_OUTPUT),
+                          request.job_id, request.array),
         error=pin_job_id(o.error, request.job_id, request.array) if o.error else None,
         partition=o.partition or default_partition,
         account=o.account,

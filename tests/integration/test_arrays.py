@@ -93,6 +93,25 @@ def test_an_array_runs_as_sbatchs_does_on_slurm(daemon: Daemon, outdir: Path) ->
         (1, 3, 5, 7), every.split("\n\n"), strict=True)] == [True] * 4, every
 
 
+def test_an_arrays_default_output_is_named_as_sbatch_names_it(
+        daemon: Daemon, outdir: Path) -> None:
+    """No ``-o``: sbatch writes each task to ``slurm-<array id>_<index>.out``; tbatch
+    too, with its own array id (it wrote ``slurm-<task id>.out``)."""
+    script = outdir / "plain-arr.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --array=1-2 -t 5\necho $SLURM_ARRAY_TASK_ID\n")
+    theirs = subprocess.run(["runuser", "-u", "alice", "--", "sbatch", "--parsable",
+                             str(script)], cwd=outdir, capture_output=True, text=True,
+                            check=False, timeout=60)
+    assert theirs.returncode == 0, theirs.stderr
+    sbatch_id = theirs.stdout.strip().split(";")[0]
+    ours = submit(daemon, str(script), cwd=outdir)
+    assert [t["state"] for t in all_ended(daemon, ours, 2)] == ["Succeeded"] * 2
+    wait_for(lambda: _squeue_empty(sbatch_id), 240, f"sbatch array {sbatch_id} to end")
+    for index in (1, 2):
+        assert (outdir / f"slurm-{ours}_{index}.out").read_text() == (
+            outdir / f"slurm-{sbatch_id}_{index}.out").read_text() == f"{index}\n"
+
+
 def test_the_throttle_holds_and_tcancel_takes_a_task_or_the_array(
         daemon: Daemon, outdir: Path) -> None:
     gate = outdir / "go"

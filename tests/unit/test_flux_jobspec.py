@@ -258,6 +258,15 @@ def test_mpi_user_launcher_runs_on_node_zero_with_the_hostfile() -> None:
     assert shell(js)["exit-timeout"] == "none"
 
 
+def test_a_task_of_an_array_writes_flux_A_a_out_by_default() -> None:
+    from dataclasses import replace
+
+    from bridge.arrays import ArrayTask, parse
+    task = replace(request(trainjob("plain", command=["true"])),
+                   array=ArrayTask(40, 3, parse("1-3")))
+    assert shell(build(task))["output"]["stdout"]["path"] == "flux-40_3.out"
+
+
 def test_mpi_flavour_follows_the_runtime() -> None:
     job = trainjob("mpi-distributed", nodes=1, command=["mpiexec", "./a"])
     req = request(job)

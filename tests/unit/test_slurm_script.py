@@ -237,6 +237,17 @@ def test_defaults() -> None:
     ]
 
 
+def test_a_task_of_an_array_writes_slurm_A_a_out_by_default() -> None:
+    """As sbatch names an array task's output: ``slurm-<array id>_<index>.out``, with
+    the bridge's ids (it was the task's own id, ``slurm-<task id>.out``)."""
+    from dataclasses import replace
+
+    from bridge.arrays import ArrayTask, parse
+    task = replace(request(trainjob("plain", command=["true"])),
+                   array=ArrayTask(40, 3, parse("1-3")))
+    assert job_spec(task, default_chdir="/").output == "slurm-40_3.out"
+
+
 def test_plain_jobs_get_no_tasks_per_node_from_the_runtime_default() -> None:
     job = trainjob("plain", command=["true"])
     assert job_spec(request(job), default_chdir="/").ntasks_per_node is None

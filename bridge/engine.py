@@ -81,6 +81,7 @@ from bridge.scheduling import partition_of, scheduling_of
 from bridge.shape import JobShape, resolve_shape
 from bridge.states import JobState
 from bridge.store import DuplicateJob, JobRecord, Store
+from bridge.taskstop import cancel_and_wait
 from bridge.topology import Topology
 
 log = structlog.get_logger("hpc_bridge.engine")
@@ -295,20 +296,8 @@ class Engine:
         wait at most :data:`SHUTDOWN_GRACE` for them: a back-end call that does not end
         when cancelled must not keep the daemon from stopping (what it leaves half done
         is found again by its key at the next start, as after a crash)."""
-        tasks = [*self._tasks, *self._inflight.values()]
-        pending: set[asyncio.Task[object]] = set(tasks)
-        deadline = time.monotonic() + SHUTDOWN_GRACE
-        while pending and (left := deadline - time.monotonic()) > 0:
-            # Cancelled again each round: a cancellation can be lost on its way (Python
-            # 3.11's wait_for returns its result when the awaited call ends in the same
-            # step as the cancel, and a library may do the same), and a task that lost
-            # its only one would poll its back end until the grace ran out.
-            for task in pending:
-                task.cancel()
-            done, pending = await asyncio.wait(pending, timeout=min(left, CANCEL_AGAIN))
-            for task in done:
-                if not task.cancelled():
-                    task.exception()  # retrieved: a task's end is no news at shutdown
+        pending = await cancel_and_wait([*self._tasks, *self._inflight.values()],
+                                        SHUTDOWN_GRACE, CANCEL_AGAIN)
         for task in pending:
             log.warning("task did not end within the shutdown grace after its "
                         "cancellation; left behind", task=task.get_name(),

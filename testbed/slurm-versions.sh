@@ -16,7 +16,10 @@
 #     chroot); sid auth/slurm (24.05+: /etc/slurm/slurm.key, no munge; clients
 #     that cannot read the key sign through the daemons' sack.socket);
 #   * one slurmctld and four slurmd (SUITE1..SUITE4), each slurmd in its own UTS + mount
-#     namespace as in testbed/slurm.sh (hostname SUITEn, private /run/pmix);
+#     namespace as in testbed/slurm.sh (hostname SUITEn, private /run/pmix and
+#     /run/slurm: every slurmd of 25.05+ unlinks and binds /run/slurm/sack.socket,
+#     and four doing it at once in one /run raced, one dying with "Address already
+#     in use"; clients outside fall back to slurmctld's /run/slurmctld/sack.socket);
 #   * slurmrestd as the chroot's slurm user on a UNIX socket, JWT auth;
 #   * the host's /home and /tmp bind-mounted (a cluster's shared file system:
 #     job output paths are the same inside and outside);
@@ -379,10 +382,12 @@ start_slurmd() { # NODE
   local node=$1
   pid_of "slurmd.$node" slurmd >/dev/null && return 0
   log "$SUITE: starting slurmd $node"
+  rm -f "$DIR/run/slurm/sack.socket" # an older bed's, shared: clients would try it first
   # shellcheck disable=SC2016 # expanded by the inner bash
   detach "$LOGS/slurmd.$node.out" unshare --uts --mount --propagation private \
-    bash -c 'hostname "$2" && mkdir -p "$1/run/pmix" &&
+    bash -c 'hostname "$2" && mkdir -p "$1/run/pmix" "$1/run/slurm" &&
              mount -t tmpfs -o mode=1777 tmpfs "$1/run/pmix" &&
+             mount -t tmpfs -o mode=0755 tmpfs "$1/run/slurm" &&
              exec chroot "$1" /usr/sbin/slurmd -D -N "$2"' slurmd-ns "$DIR" "$node"
   printf '%s\n' "$DETACHED_PID" >"$RUN/slurmd.$node.pid"
 }

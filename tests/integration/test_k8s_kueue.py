@@ -336,13 +336,16 @@ def with_switches(doc: dict[str, Any], switches: str) -> dict[str, Any]:
     return doc
 
 
-def podset_topology(k8s: K8sBed, ns: str, name: str) -> dict[str, Any]:
+def podset_topology(k8s: K8sBed, ns: str, name: str, podset: str = "node"
+                    ) -> dict[str, Any]:
+    """The topology request of the TrainJob's Workload for pod set ``podset`` ({}:
+    none, or no Workload yet)."""
     uid = k8s.get_json("-n", ns, TRAINJOBS, name)["metadata"]["uid"]
     items = k8s.get_json("-n", ns, WORKLOADS, "-l", f"kueue.x-k8s.io/job-uid={uid}")["items"]
     for item in items:
-        for podset in item["spec"]["podSets"]:
-            if podset["name"] == "node":
-                return dict(podset.get("topologyRequest") or {})
+        for each in item["spec"]["podSets"]:
+            if each["name"] == podset:
+                return dict(each.get("topologyRequest") or {})
     return {}
 
 
@@ -385,6 +388,37 @@ def test_the_bridges_switch_request_reaches_kueue_as_a_topology_request(
                      "the TrainJob asking twice to be refused")
         assert "asks Kueue for a topology itself" in conditions(k8s, ns, "own")["Failed"][
             "message"]
+    finally:
+        drop_tas_queue(k8s, ns)
+
+
+def test_an_mpi_jobs_launcher_and_workers_are_one_topology_group_in_one_rack(
+        k8s: K8sBed, queues: str, webhook: Daemon) -> None:
+    """An MPI TrainJob's launcher and workers are separate replicated jobs, so separate
+    pod sets for Kueue: with ``--switches=1`` both ask for the rack level in one pod-set
+    group (``hpc-bridge-ranks``), so Kueue fits them in one rack together, where the
+    pods are placed (a launcher in one rack and its workers in another would cross the
+    switches the job asked not to cross)."""
+    ns = queues
+    rack = tas_queue(k8s, ns)[1]
+    try:
+        apply(k8s, ns, with_switches(queued("mpi-rack", runtime="mpi-distributed",
+                                            command=["mpirun", "hostname"]), "1"))
+        for podset in ("launcher", "node"):
+            k8s.wait_for(lambda p=podset: podset_topology(k8s, ns, "mpi-rack", p), 60,
+                         f"the Workload's {podset} pod set")
+            request = podset_topology(k8s, ns, "mpi-rack", podset)
+            assert (request.get("required"), request.get("podSetGroupName")) == (
+                rack, "hpc-bridge-ranks"), (podset, request)
+        # The launcher ends at once under kwok (only the workers stay running): where
+        # the pods were placed, whatever their phase, is what is compared.
+        def placed() -> list[str]:
+            return [p["spec"].get("nodeName", "") for p in pods(
+                k8s, ns, "jobset.sigs.k8s.io/jobset-name=mpi-rack")]
+
+        k8s.wait_for(lambda: len(hosts := placed()) == 2 and all(hosts), 90,
+                     "Kueue to admit the MPI TrainJob and its two pods to be placed")
+        assert len(racks_of(k8s, set(placed()))) == 1, placed()
     finally:
         drop_tas_queue(k8s, ns)
 

@@ -21,17 +21,25 @@ Contract: :func:`parse` returns an :class:`ArraySpec` (indexes sorted, each once
 raises :class:`ValueError` naming what is wrong; :meth:`ArraySpec.text` is its normal
 form; :func:`task_env` is the ``SLURM_ARRAY_*`` variables a task gets, as Slurm sets
 them for a native array.
+
+Task uids: the first task keeps the job's uid ``K``; task ``I`` of the others is
+:func:`task_uid` ``(K, I)`` (a name-based UUID: the same every time, and no other job's).
+So a world that keeps one key for a whole array, a native Slurm array carrying
+:func:`array_key` ``(K, F)`` (``F`` the first index) in its comment, names each task's
+uid from the key and the task's index alone (:func:`uid_in_array`), with no store to ask.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 
 from bridge.ranges import compress
 
 __all__ = ["MAX_ARRAY_BYTES", "MAX_ARRAY_SIZE", "MAX_TEXT", "THROTTLED", "ArraySpec",
-           "ArrayTask", "parse", "task_env"]
+           "ArrayTask", "array_key", "parse", "parse_array_key", "task_env", "task_uid",
+           "uid_in_array"]
 
 #: The reason (squeue's) of a task that waits because its array's throttle is reached.
 THROTTLED = "JobArrayTaskLimit"
@@ -120,3 +128,38 @@ def task_env(task: ArrayTask) -> dict[str, str]:
     return {"SLURM_ARRAY_JOB_ID": str(task.job_id), "SLURM_ARRAY_TASK_ID": str(task.index),
             "SLURM_ARRAY_TASK_COUNT": str(len(ix)), "SLURM_ARRAY_TASK_MIN": str(ix[0]),
             "SLURM_ARRAY_TASK_MAX": str(ix[-1]), "SLURM_ARRAY_TASK_STEP": str(task.spec.step)}
+
+
+#: The namespace of :func:`task_uid`'s name-based UUIDs (itself a fixed uuid4).
+_TASK_UIDS = uuid.UUID("5d1c7f0e-3b9a-4c51-9e2f-8a6d0b4c7e21")
+
+
+def task_uid(first_uid: str, index: int) -> str:
+    """The uid of task ``index`` of the array whose first task's uid is ``first_uid``
+    (that task keeps ``first_uid`` itself: :func:`uid_in_array`)."""
+    return str(uuid.uuid5(_TASK_UIDS, f"{first_uid}/{index}"))
+
+
+def array_key(first_uid: str, first_index: int) -> str:
+    """The key a whole array carries in a world that keeps one per array: ``K+F``."""
+    return f"{first_uid}+{first_index}"
+
+
+def parse_array_key(key: str) -> tuple[str, int] | None:
+    """``(K, F)`` of an :func:`array_key`, or None when ``key`` is not one (a plain
+    job's uid has no ``+``)."""
+    first_uid, plus, first = key.partition("+")
+    if not plus or not first_uid or not first.isascii() or not first.isdigit() \
+            or len(first) > 9:
+        return None
+    return first_uid, int(first)
+
+
+def uid_in_array(key: str, index: int) -> str | None:
+    """The uid of task ``index`` of the array keyed ``key`` (:func:`array_key`), or
+    None when ``key`` is not an array's."""
+    parsed = parse_array_key(key)
+    if parsed is None:
+        return None
+    first_uid, first = parsed
+    return first_uid if index == first else task_uid(first_uid, index)

@@ -14,11 +14,10 @@ store or the loop's state, so they are safe in a worker thread; errors are
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from bridge.arrays import MAX_ARRAY_BYTES, THROTTLED, ArraySpec, ArrayTask
+from bridge.arrays import MAX_ARRAY_BYTES, THROTTLED, ArraySpec, ArrayTask, task_uid
 from bridge.arrays import parse as parse_array
 from bridge.backend import (
     AdmissionDenied,
@@ -158,12 +157,13 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
 
 def task_rows(document: dict[str, Any], spec: ArraySpec) -> tuple[ArrayTaskRow, ...]:
     """The stored rows of an array's tasks: each the job's ``document`` with its own
-    name (``NAME-INDEX``) and uid (the first task keeps the job's); those past the
-    throttle (``%N``) wait (:data:`bridge.engine_array.THROTTLED`)."""
+    name (``NAME-INDEX``) and uid (the first task keeps the job's, the others'
+    follow from it: :func:`bridge.arrays.task_uid`); those past the throttle (``%N``)
+    wait (:data:`bridge.engine_array.THROTTLED`)."""
     meta = document["metadata"]
     rows = []
     for k, index in enumerate(spec.indexes):
-        uid = meta["uid"] if k == 0 else str(uuid.uuid4())
+        uid = meta["uid"] if k == 0 else task_uid(meta["uid"], index)
         suffix = f"-{index}"
         name = meta["name"][:63 - len(suffix)].rstrip("-.") + suffix  # a valid name
         task = {**document, "metadata": {**meta, "uid": uid, "name": name}}

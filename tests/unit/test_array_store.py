@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.arrays import THROTTLED, ArraySpec, parse
+from bridge.arrays import THROTTLED, ArraySpec, parse, task_uid
 from bridge.backend import Owner
 from bridge.engine import Engine
 from bridge.engine_admission import task_rows
@@ -94,11 +94,12 @@ def test_tasks_are_stored_together_with_consecutive_ids() -> None:
     assert tasks[2].job.metadata.uid == tasks[2].uid
 
 
-def test_first_task_keeps_the_jobs_uid() -> None:
+def test_first_task_keeps_the_jobs_uid_and_the_others_follow_from_it() -> None:
     store = Store.open(":memory:")
     job = array_job("0-1", name="n" * 40)
     rows = task_rows(job.to_dict(), parse("0-1"))
-    assert rows[0].uid == job.metadata.uid and rows[1].uid != job.metadata.uid
+    assert rows[0].uid == job.metadata.uid
+    assert rows[1].uid == task_uid(job.metadata.uid, 1) != job.metadata.uid
     assert [r.name for r in rows] == ["n" * 40 + "-0", "n" * 40 + "-1"]
     head = store.add(job, ALICE, "slurm", tasks=rows)
     assert head.uid == job.metadata.uid and head.name == "n" * 40 + "-0"

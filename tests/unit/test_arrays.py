@@ -17,13 +17,18 @@ from bridge.arrays import (
     THROTTLED,
     ArraySpec,
     ArrayTask,
+    array_key,
     parse,
+    parse_array_key,
     task_env,
+    task_uid,
+    uid_in_array,
 )
 from bridge.cli.common import expand_tasks
 from bridge.cli.queue_format import LETTERS, NAMES, display_id, fold_pending
 from bridge.client_types import JobView
 from bridge.jobid import ID_VARIABLE, UID_VARIABLE, identity_env, pin_job_id
+from bridge.model import is_job_uid
 
 # --------------------------------------------------------------------------- parse
 
@@ -285,3 +290,29 @@ def test_tqueue_folds_an_arrays_pending_tasks_as_squeue_does() -> None:
     mixed = fold_pending([_task(2), _task(3, reason="Dependency"), _task(4),
                           _task(5, backend_id="9")])
     assert [display_id(j) for j in mixed] == ["40_[2,4%2]", "40_3", "40_5"]
+
+
+# --------------------------------------------------------------------------- task uids
+
+K = "0f3a2b1c-4d5e-4f60-8a7b-9c0d1e2f3a4b"
+
+
+def test_a_tasks_uid_follows_from_the_first_uid_and_its_index_alone() -> None:
+    assert task_uid(K, 7) == task_uid(K, 7)
+    assert len({task_uid(K, i) for i in range(1000)}) == 1000
+    assert task_uid(K, 7) != task_uid("1f3a2b1c-4d5e-4f60-8a7b-9c0d1e2f3a4b", 7)
+    # A uid as the bridge takes any job's (RFC 4122, canonical), never the first one.
+    assert is_job_uid(task_uid(K, 7)) and task_uid(K, 7) != K
+
+
+@given(first=st.integers(0, MAX_ARRAY_SIZE - 1), index=st.integers(0, MAX_ARRAY_SIZE - 1))
+def test_an_array_key_names_every_tasks_uid(first: int, index: int) -> None:
+    key = array_key(K, first)
+    assert parse_array_key(key) == (K, first)
+    assert uid_in_array(key, index) == (K if index == first else task_uid(K, index))
+
+
+@pytest.mark.parametrize("key", [K, "", "+0", f"{K}+", f"{K}+x", f"{K}+-1", f"{K}+\uff11",
+                                 f"{K}+1234567890"])
+def test_what_is_no_array_key(key: str) -> None:
+    assert parse_array_key(key) is None and uid_in_array(key, 0) is None

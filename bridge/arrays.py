@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from bridge.ranges import compress
 
 __all__ = ["MAX_ARRAY_BYTES", "MAX_ARRAY_SIZE", "MAX_TEXT", "THROTTLED", "ArraySpec",
-           "ArrayTask", "array_key", "parse", "parse_array_key", "task_env", "task_uid",
-           "uid_in_array"]
+           "ArrayTask", "array_key", "expand_listed", "parse", "parse_array_key", "task_env",
+           "task_uid", "uid_in_array"]
 
 #: The reason (squeue's) of a task that waits because its array's throttle is reached.
 THROTTLED = "JobArrayTaskLimit"
@@ -163,3 +163,32 @@ def uid_in_array(key: str, index: int) -> str | None:
         return None
     first_uid, first = parsed
     return first_uid if index == first else task_uid(first_uid, index)
+
+
+def expand_listed(text: str, limit: int) -> tuple[tuple[int, ...], bool] | None:
+    """The indexes of a task list as Slurm lists an array's pending tasks
+    (``array_task_string``, e.g. ``2-9%2``, ``1-397:3``, ``2,5,8-9``: this syntax, the
+    throttle ignored) and whether the list was cut short (Slurm ends a list longer than
+    ``SLURM_BITSTR_LEN`` with ``...``: only the whole items before the cut are given).
+    None when the text is not such a list, or lists more than ``limit`` indexes (counted
+    before any is made: a forged list cannot make millions)."""
+    body = text.partition("%")[0]
+    cut = body.endswith("...")
+    if cut:
+        body = body[:-3].rpartition(",")[0]
+        if not body:
+            return (), True
+    indexes: list[int] = []
+    for part in body.split(","):
+        m = _RANGE.fullmatch(part) if part.isascii() else None
+        if m is None:
+            return None
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) is not None else first
+        step = int(m.group(3)) if m.group(3) is not None else 1
+        if last < first or step < 1:
+            return None
+        if len(indexes) + (last - first) // step + 1 > limit:
+            return None
+        indexes.extend(range(first, last + 1, step))
+    return tuple(indexes), cut

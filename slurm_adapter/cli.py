@@ -58,6 +58,7 @@ from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK, untrusted_component
 from bridge.runas import SYSTEM_PATH, Switch, Switcher, switcher_for
 from slurm_adapter.errors import classify, is_transient_message
+from slurm_adapter.ids import is_slurm_id
 from slurm_adapter.listing import decode_listing
 
 __all__ = ["Completed", "SlurmCli"]
@@ -143,10 +144,14 @@ class SlurmCli:
                 raise BackendUnavailable(f"client_root {self.root}: {why}; not running {name}")
         return found
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, command: str) -> dict[str, str]:
         env = {"PATH": SAFE_PATH}
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
+        if command == "squeue":
+            # An array's pending tasks listed whole (else cut at 64 characters with
+            # "..."): slurm_adapter/records.py reads each as a job.
+            env["SLURM_BITSTR_LEN"] = "0"
         return env
 
     @staticmethod
@@ -187,7 +192,7 @@ class SlurmCli:
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self._env(),
+                env=self._env(argv[0]),
                 cwd="/",
                 pass_fds=tuple(pass_fds),
                 umask=JOB_UMASK,  # sbatch hands it on to the job (SLURM_UMASK)
@@ -251,7 +256,7 @@ class SlurmCli:
         self._raise_for(done)
         first = done.stdout.decode(errors="replace").strip().splitlines()
         job_id = first[-1].split(";", 1)[0].strip() if first else ""
-        if not job_id.isdigit():
+        if not is_slurm_id(job_id):
             raise BackendUnavailable(f"sbatch printed no job id: {done.stdout!r} "
                                      f"{done.message}")
         if done.message:
@@ -356,7 +361,7 @@ class SlurmCli:
 
     async def cancel(self, job_id: str, owner: Owner) -> None:
         """``scancel JOB`` as ``owner``; an unknown or finished job is no error."""
-        if not job_id.isdigit():
+        if not is_slurm_id(job_id):
             raise BackendRejected(f"not a Slurm job id: {job_id!r}")
         done = await self.run(["scancel", job_id], owner=owner)
         if done.returncode == 0:
@@ -372,7 +377,7 @@ class SlurmCli:
         """``scancel --batch --signal=SIG JOB`` as ``owner``: the signal reaches only
         the batch shell (an allocation holder's, :mod:`pool_adapter.holder`); an unknown
         or finished job is no error."""
-        if not (job_id.isascii() and job_id.isdigit() and signame.isascii()
+        if not (is_slurm_id(job_id) and signame.isascii()
                 and signame.isalnum()):
             raise BackendRejected(f"not a Slurm job id and signal: {job_id!r} {signame!r}")
         done = await self.run(["scancel", "--batch", f"--signal={signame}", job_id],
@@ -398,7 +403,7 @@ class SlurmCli:
 
         ``requeue=False`` (``tcontrol hold`` of a waiting job): ``scontrol hold`` only;
         a job that is not waiting is refused (BackendRejected), as scontrol refuses it."""
-        if not job_id.isdigit():
+        if not is_slurm_id(job_id):
             raise BackendRejected(f"not a Slurm job id: {job_id!r}")
         if not requeue:
             self._check(await self.run(["scontrol", "hold", job_id], owner=owner),
@@ -441,7 +446,7 @@ class SlurmCli:
     async def release(self, job_id: str, owner: Owner) -> None:
         """``scontrol release`` as ``owner``: the held job may start again (a job that
         Slurm requeued waits for its EligibleTime first)."""
-        if not job_id.isdigit():
+        if not is_slurm_id(job_id):
             raise BackendRejected(f"not a Slurm job id: {job_id!r}")
         self._check(await self.run(["scontrol", "release", job_id], owner=owner),
                     f"scontrol release {job_id}")

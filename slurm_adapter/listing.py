@@ -9,7 +9,7 @@ fields a job of which the bridge reads 19 — and each resend was decoded whole
 from the bed's slurmrestd, medians of 5 on its 2 CPUs):
 
 * :func:`decode_listing` decodes with msgspec into :class:`JobFields`, a struct of the
-  19 fields :func:`slurm_adapter.records.job_from_slurm` reads; the other fields are
+  20 fields :func:`slurm_adapter.records.job_from_slurm` reads; the other fields are
   skipped by the parser, never built (26 ms for the same listing). msgspec rather than
   a hand-written scanner: it is a maintained C decoder that validates the JSON as
   ``json`` does, and skipping unknown fields is what it is for.
@@ -43,7 +43,7 @@ import msgspec
 
 from bridge.backend import BackendJob
 from slurm_adapter.dialects import Dialect
-from slurm_adapter.records import convert_listing, job_from_slurm, pick_jobs
+from slurm_adapter.records import convert_listing, jobs_from_slurm, pick_jobs
 from slurm_adapter.script import COMMENT_PREFIX
 
 __all__ = ["Entry", "JobFields", "ListingConverter", "Memory", "decode_listing"]
@@ -64,6 +64,7 @@ class JobFields(msgspec.Struct):
     nodes: Any = None
     array_job_id: Any = None
     array_task_id: Any = None
+    array_task_string: Any = None
     standard_output: Any = None
     standard_error: Any = None
     current_working_directory: Any = None
@@ -111,8 +112,9 @@ def decode_listing(content: bytes) -> dict[str, Any] | None:
 
 
 #: What a converter remembers of a job: its Slurm id (the very int object keying it),
-#: the digest of its fields and their conversion.
-Entry = tuple[int, bytes, BackendJob | None]
+#: the digest of its fields and their conversion (a native array's remainder: a job for
+#: each pending task).
+Entry = tuple[int, bytes, tuple[BackendJob, ...]]
 #: What a converter remembers: its dialect, and each bridge job's entry by Slurm id.
 Memory = tuple[Dialect | None, dict[int, Entry]]
 
@@ -153,23 +155,23 @@ class ListingConverter:
         last = self._last if dialect is self._dialect else {}
         remembered: dict[int, Entry] = {}
 
-        def convert_one(raw: Any, dialect: Dialect) -> BackendJob | None:
+        def convert_one(raw: Any, dialect: Dialect) -> tuple[BackendJob, ...]:
             if not isinstance(raw, JobFields):
-                return job_from_slurm(raw, dialect)
+                return jobs_from_slurm(raw, dialect)
             comment = raw.comment
             if not (isinstance(comment, str) and comment.startswith(COMMENT_PREFIX)):
-                return None  # not the bridge's: job_from_slurm's own first test
+                return ()  # not the bridge's: job_from_slurm's own first test
             slurm_id = dialect.number(raw.job_id)
             if slurm_id is None:
-                return None
+                return ()
             digest = hashlib.blake2b(_ENCODER.encode(raw), digest_size=16).digest()
             before = last.get(slurm_id)
             if before is not None and before[1] == digest:
                 remembered[before[0]] = before  # nothing new kept (see the module's doc)
                 return before[2]
-            job = job_from_slurm(raw, dialect)
-            remembered[slurm_id] = (slurm_id, digest, job)
-            return job
+            jobs = jobs_from_slurm(raw, dialect)
+            remembered[slurm_id] = (slurm_id, digest, jobs)
+            return jobs
 
         return convert_listing(raw_jobs, dialect, convert_one), (dialect, remembered)
 
@@ -197,9 +199,9 @@ class ListingConverter:
             digest = hashlib.blake2b(_ENCODER.encode(raw), digest_size=16).digest()
             before = last.get(slurm_id)
             if before is None or before[1] != digest:
-                last[slurm_id] = (slurm_id, digest, job_from_slurm(raw, dialect))
+                last[slurm_id] = (slurm_id, digest, jobs_from_slurm(raw, dialect))
         self._last = last
-        return pick_jobs(job for _, _, job in last.values())
+        return pick_jobs(job for _, _, jobs in last.values() for job in jobs)
 
 
 _ENCODER = msgspec.json.Encoder()

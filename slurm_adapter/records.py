@@ -7,10 +7,23 @@ thread. :func:`job_from_slurm` gives None for a job without a bridge key;
 :func:`convert_listing` keeps, of several jobs with one key and one owner, the
 unfinished one (else the newest) and every job of another owner (for the engine to tell
 the real one from a forgery).
+
+A native Slurm array carries one key for all its tasks, :func:`bridge.arrays.array_key`
+``K+F``. :func:`jobs_from_slurm` reads each of its records as the bridge's tasks: a task
+Slurm has split off (its own record: started, or held or changed on its own) is one job,
+id ``S_I`` (``S`` the array's Slurm id, as squeue shows it) and uid
+:func:`bridge.arrays.uid_in_array`; the array's pending remainder (one record, its tasks
+as a list in ``array_task_string``) is one pending job per listed task, each with the
+remainder's state and reason. A list Slurm cut short (``...``: longer than
+``SLURM_BITSTR_LEN``, which the commands are run with at 0 and slurmrestd must be
+started with) gives the tasks before the cut, and is logged. A list of more than
+:data:`MAX_REMAINDER` tasks, or a key on a record of no array, is nobody's (a user's
+own job with a forged key).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +31,7 @@ from typing import Any
 
 import structlog
 
+from bridge.arrays import expand_listed, parse_array_key, uid_in_array
 from bridge.backend import (
     BackendJob,
     BackendState,
@@ -27,6 +41,7 @@ from slurm_adapter import hostlist
 from slurm_adapter.dialects import (
     Dialect,
 )
+from slurm_adapter.ids import slurm_id_order
 from slurm_adapter.launch import LAUNCH_FAILURE, launch_failure_detail
 from slurm_adapter.script import (
     COMMENT_PREFIX,
@@ -34,8 +49,12 @@ from slurm_adapter.script import (
     expand_output_pattern,
 )
 
-__all__ = ["backend_state", "convert_listing", "gpu_count", "job_from_slurm",
-           "node_from_slurm"]
+__all__ = ["MAX_REMAINDER", "backend_state", "convert_listing", "gpu_count",
+           "job_from_slurm", "jobs_from_slurm", "node_from_slurm"]
+
+#: The most pending tasks one native array's remainder is read as: above the bridge's
+#: own largest native array (bridge/arrays.py), so more is a forged key.
+MAX_REMAINDER = 10_000
 
 #: The back end's own logger (what it logged from here before the split).
 log = structlog.get_logger("slurm_adapter.backend")
@@ -187,6 +206,43 @@ def job_from_slurm(raw: Any, dialect: Dialect) -> BackendJob | None:
     )
 
 
+def jobs_from_slurm(raw: Any, dialect: Dialect) -> tuple[BackendJob, ...]:
+    """The bridge's jobs one Slurm record stands for (module docstring): none, one
+    (:func:`job_from_slurm`), or a native array's tasks."""
+    job = job_from_slurm(raw, dialect)
+    if job is None:
+        return ()
+    if parse_array_key(job.job_uid) is None:
+        return (job,)
+    key = job.job_uid
+    array_id = dialect.number(raw.get("array_job_id"))
+    task = dialect.number(raw.get("array_task_id"))
+    if not array_id:
+        return ()  # an array's key on a job of no array: not the bridge's
+    if task is not None:
+        uid = uid_in_array(key, task)
+        assert uid is not None  # the key parsed above
+        return (dataclasses.replace(job, backend_id=f"{array_id}_{task}", job_uid=uid),)
+    text = _text(raw.get("array_task_string"))
+    if not text:
+        # No pending task left in the record: an array whose pending tasks were all
+        # cancelled at once (``scancel S``) lists none. Its tasks are cancelled one by
+        # one (``S_I``) by the bridge, each then a record of its own.
+        return ()
+    listed = expand_listed(text, MAX_REMAINDER)
+    if listed is None:
+        log.warning("array %s: its pending tasks are not a list of at most %d tasks; "
+                    "not the bridge's", array_id, MAX_REMAINDER)
+        return ()
+    indexes, cut = listed
+    if cut:
+        log.warning("array %s: Slurm cut its list of pending tasks short (%d read): "
+                    "start slurmrestd with SLURM_BITSTR_LEN=0", array_id, len(indexes))
+    return tuple(dataclasses.replace(job, backend_id=f"{array_id}_{i}",
+                                     job_uid=uid_in_array(key, i) or key)
+                 for i in indexes)
+
+
 @functools.lru_cache(maxsize=4096)
 def _launch_detail(job_id: object, paths: tuple[str, str], owner_uid: int | None) -> str:
     """:func:`launch_failure_detail`, once per failed job: a finished job stays in every
@@ -259,20 +315,21 @@ def _prefer(a: BackendJob, b: BackendJob) -> BackendJob:
     """Of two Slurm jobs with one uid: the unfinished one, else the newest."""
     if a.state.finished != b.state.finished:
         return b if a.state.finished else a
-    return a if int(a.backend_id) > int(b.backend_id) else b
+    return a if slurm_id_order(a.backend_id) > slurm_id_order(b.backend_id) else b
 
 
 
 def convert_listing(raw_jobs: list[Any], dialect: Dialect,
-                    convert: Callable[[Any, Dialect], BackendJob | None] | None = None
+                    convert: Callable[[Any, Dialect], tuple[BackendJob, ...]] | None = None
                     ) -> tuple[list[BackendJob], dict[str, int]]:
     """The bridge's jobs in a Slurm listing (see :meth:`SlurmBackend._bridge_jobs`) and
     every listed bridge job's owner uid by Slurm id. Each record (a dict, or anything
     with a dict's ``get``: :class:`slurm_adapter.listing.JobFields`) is converted by
-    ``convert`` (default :func:`job_from_slurm`; the same answer, perhaps remembered).
+    ``convert`` (default :func:`jobs_from_slurm`; the same answer, perhaps remembered).
     Pure: safe in a worker thread."""
-    convert = convert or job_from_slurm
-    return pick_jobs(convert(raw, dialect) for raw in raw_jobs if hasattr(raw, "get"))
+    convert = convert or jobs_from_slurm
+    return pick_jobs(job for raw in raw_jobs if hasattr(raw, "get")
+                     for job in convert(raw, dialect))
 
 
 def pick_jobs(jobs: Iterable[BackendJob | None]) -> tuple[list[BackendJob], dict[str, int]]:

@@ -45,6 +45,7 @@ import structlog
 from bridge.backend import BackendRejected, BackendUnavailable
 from slurm_adapter.dialects import Dialect
 from slurm_adapter.errors import classify, error_messages
+from slurm_adapter.ids import is_slurm_id
 from slurm_adapter.listing import decode_listing
 
 __all__ = ["JwtSigner", "ScontrolTokens", "SlurmRestClient", "TokenSource", "hs256_token"]
@@ -405,7 +406,7 @@ class SlurmRestClient:
 
     async def cancel(self, user: str, job_id: str) -> None:
         """``DELETE /job/{id}`` as ``user``. An unknown or finished job is no error."""
-        if not job_id.isdigit():
+        if not is_slurm_id(job_id):
             raise BackendRejected(f"not a Slurm job id: {job_id!r}")
         answer = await self._request("DELETE", f"/job/{job_id}", user)
         errors = self._errors(answer)

@@ -433,7 +433,9 @@ start_rest() {
     rm -f "$DIR$IN_REST_SOCKET"
     # -s openapi/slurmctld: 24.11's default also loads openapi/slurmdbd and
     # exits without slurmdbd. slurmrestd refuses to run as root / SlurmUser.
-    detach "$LOGS/slurmrestd.out" env SLURM_JWT=daemon chroot --userspec="$uid:$gid" "$DIR" \
+    # SLURM_BITSTR_LEN=0: an array's pending tasks listed whole (testbed/slurm.sh).
+    detach "$LOGS/slurmrestd.out" env SLURM_JWT=daemon SLURM_BITSTR_LEN=0 \
+      chroot --userspec="$uid:$gid" "$DIR" \
       /usr/sbin/slurmrestd -s openapi/slurmctld -a rest_auth/jwt "unix:$IN_REST_SOCKET"
     printf '%s\n' "$DETACHED_PID" >"$RUN/slurmrestd.pid"
   fi

@@ -332,8 +332,10 @@ start_rest() {
     # slurmrestd refuses to run as root. SLURM_JWT=daemon: take each request's
     # identity from its X-SLURM-USER-* headers. -s: only the slurmctld API
     # (the default also loads the slurmdbd one and exits without slurmdbd).
+    # SLURM_BITSTR_LEN=0: an array's pending tasks listed whole, not cut at 64
+    # characters (docs/slurm.md asks sites for it: the bridge reads each task).
     detach "$REST_LOG" \
-      env SLURM_JWT=daemon SLURM_CONF="$SLURM_CONF" \
+      env SLURM_JWT=daemon SLURM_CONF="$SLURM_CONF" SLURM_BITSTR_LEN=0 \
       setpriv --reuid=slurm --regid=slurm --init-groups \
       slurmrestd -s "openapi/$REST_VERSION" -a rest_auth/jwt "unix:$REST_SOCKET"
     printf '%s\n' "$DETACHED_PID" >"$REST_PIDFILE"

@@ -18,6 +18,7 @@ from bridge.arrays import (
     ArraySpec,
     ArrayTask,
     array_key,
+    expand_listed,
     parse,
     parse_array_key,
     task_env,
@@ -316,3 +317,23 @@ def test_an_array_key_names_every_tasks_uid(first: int, index: int) -> None:
                                  f"{K}+1234567890"])
 def test_what_is_no_array_key(key: str) -> None:
     assert parse_array_key(key) is None and uid_in_array(key, 0) is None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2-9%2", ((2, 3, 4, 5, 6, 7, 8, 9), False)),
+    ("1-10:3", ((1, 4, 7, 10), False)),
+    ("2,5,8-9%1", ((2, 5, 8, 9), False)),
+    ("7", ((7,), False)),
+    # Cut at SLURM_BITSTR_LEN: the whole items before the cut only.
+    ("2,5,8-9,12,6...%1", ((2, 5, 8, 9, 12), True)),
+    ("1...", ((), True)),
+])
+def test_a_listed_remainder_expands_as_slurm_lists_it(
+        text: str, expected: tuple[tuple[int, ...], bool]) -> None:
+    assert expand_listed(text, 100) == expected
+
+
+@pytest.mark.parametrize("text", ["", "x", "5-2", "1-9:0", "0-4000000", "1,,2"])
+def test_what_is_no_listed_remainder(text: str) -> None:
+    """Not the syntax, or more than the limit: counted before any index is made."""
+    assert expand_listed(text, 10_000) is None

@@ -1,0 +1,102 @@
+"""A native Slurm array carrying one bridge key (``K+F``) read as the bridge's tasks,
+one job each, on every Slurm release of the beds, through slurmrestd and the commands
+(slurm_adapter/records.py: ``jobs_from_slurm``).
+
+The array is made with real ``sbatch --array`` as alice: 200 tasks at indexes no range
+describes, so that Slurm lists the pending ones in more than its default 64 characters
+(the beds start slurmrestd with ``SLURM_BITSTR_LEN=0``, as docs/slurm.md asks sites to;
+the commands are run with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from bridge.arrays import array_key, uid_in_array
+from bridge.backend import BackendJob, BackendState, Owner
+from slurm_adapter.backend import SlurmBackend
+from tests.integration.conftest_slurm import (  # noqa: F401 - registers the fixtures
+    Cluster,
+    alice_fixture,
+    slurm_backend_fixture,
+    slurm_bed_fixture,
+    slurm_cluster_fixture,
+)
+
+pytestmark = pytest.mark.integration
+
+#: 200 indexes below the beds' MaxArraySize (1001) that no range or step describes.
+INDEXES = sorted(random.Random(12).sample(range(1, 1000), 200))
+
+
+def sbatch_array(cluster: Cluster, owner: Owner, key: str, indexes: list[int]) -> str:
+    """Submit ``sleep 300`` as an array of ``indexes`` (one at a time) as ``owner``,
+    carrying ``key``; its Slurm id."""
+    argv = ["sbatch", "--parsable", f"--array={','.join(map(str, indexes))}%1",
+            f"--comment=hpc-bridge:{key}", "-o", "/dev/null", "--chdir=/tmp",
+            "-p", cluster.facts.get("SLURM_PARTITION", "debug"), "--wrap", "sleep 300"]
+    if cluster.root:
+        argv = ["chroot", f"--userspec={owner.uid}:{owner.gid}", cluster.root, *argv]
+    else:
+        argv = ["runuser", "-u", owner.user, "--", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.strip().split(";")[0]
+
+
+def scancel(cluster: Cluster, slurm_id: str) -> None:
+    subprocess.run(cluster.command(["scancel", slurm_id]), capture_output=True, timeout=60,
+                   check=False)
+
+
+async def tasks_until(backend: SlurmBackend, uids: list[str],
+                      done: Callable[[dict[str, BackendJob]], bool]) -> dict[str, BackendJob]:
+    """The back end's jobs of ``uids`` (by uid), read until ``done`` holds of them."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = {j.job_uid: j for j in await backend.lookup(uids)}
+        if done(found):
+            return found
+        assert time.monotonic() < deadline, (
+            f"{len(found)} of {len(uids)} tasks read: "
+            f"{sorted({(j.state.value, j.reason) for j in found.values()})[:5]}; not read: "
+            f"{[k for k, uid in enumerate(uids) if uid not in found][:10]}")
+        await asyncio.sleep(0.5)
+
+
+async def test_each_task_of_a_native_array_is_a_job_of_its_own(
+        slurm_backend: SlurmBackend, slurm_cluster: Cluster, alice: Owner) -> None:
+    """Every task is read, the pending ones from the array's one pending record too: id
+    ``S_I``, the uid its index names, alice's, pending for the array's throttle; a
+    pending task is cancelled alone by its ``S_I``."""
+    first = str(uuid.uuid4())
+    key = array_key(first, INDEXES[0])
+    uids = [uid_in_array(key, i) or "" for i in INDEXES]
+    slurm_id = sbatch_array(slurm_cluster, alice, key, INDEXES)
+    try:
+        found = await tasks_until(slurm_backend, uids, lambda f: len(f) == len(uids) and f[
+            first].state is BackendState.RUNNING)
+        assert found[first].backend_id == f"{slurm_id}_{INDEXES[0]}"
+        assert {j.backend_id for j in found.values()} == {f"{slurm_id}_{i}" for i in INDEXES}
+        assert {j.owner_uid for j in found.values()} == {alice.uid}
+        pending = [found[uid_in_array(key, i) or ""] for i in INDEXES[1:]]
+        assert {j.state for j in pending} == {BackendState.PENDING}
+        assert all("JobArrayTaskLimit" in (j.reason or "") for j in pending), pending[0]
+
+        # A pending task cancelled alone leaves the array's list of pending tasks;
+        # Slurm keeps no record of it (22.05 lists none: sacct has it), so it is
+        # either read as cancelled or no longer read. The others stay as they were.
+        last = uid_in_array(key, INDEXES[-1]) or ""
+        await slurm_backend.cancel(f"{slurm_id}_{INDEXES[-1]}", alice)
+        found = await tasks_until(slurm_backend, uids, lambda f: last not in f or f[
+            last].state is BackendState.CANCELLED)
+        assert {found[uid_in_array(key, i) or ""].state for i in INDEXES[1:-1]} == {
+            BackendState.PENDING}
+    finally:
+        scancel(slurm_cluster, slurm_id)

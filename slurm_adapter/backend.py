@@ -32,7 +32,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, Collection, Mapping
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from slurm_adapter.dialects import (
     served_versions,
 )
 from slurm_adapter.job_table import JobTable
+from slurm_adapter.native_array import NativeTask, array_prologue, native_spec
 from slurm_adapter.options import SUPPORT
 from slurm_adapter.records import backend_state, gpu_count, job_from_slurm, node_from_slurm
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
@@ -240,6 +241,29 @@ class SlurmBackend:
         ``script`` replaces the job's own batch script (the job's shape, options and key
         stay): an allocation holder's (:mod:`pool_adapter`)."""
         spec, script, env, cli_env = self._submission(request, script)
+        return await self._send(request, spec, script, env, cli_env)
+
+    async def submit_array(self, request: SubmitRequest, key: str, array_id: int,
+                           indexes: str, tasks: Sequence[NativeTask]) -> str:
+        """Submit ``tasks`` as one native Slurm array (slurm_adapter/native_array.py) as
+        ``request.owner``: ``request`` the job every task runs (its ``array`` None),
+        ``key`` the array's :func:`bridge.arrays.array_key`, ``array_id`` the bridge's
+        array id ``A``, ``indexes`` sbatch's ``--array`` text. The array's Slurm id ``S``;
+        task ``I`` is then Slurm's ``S_I``. BackendRejected for output names that name
+        each task's own id."""
+        script = render_script(request, self.mpi_launch,
+                               sibling_command(self.mpi_launch, "data-cache"),
+                               prologue=array_prologue(array_id, tasks))
+        spec, script, env, cli_env = self._submission(request, script)
+        try:
+            spec = native_spec(spec, request, key, array_id, indexes)
+        except ValueError as exc:
+            raise BackendRejected(str(exc)) from None
+        return await self._send(request, spec, script, env, cli_env)
+
+    async def _send(self, request: SubmitRequest, spec: JobSpec, script: str,
+                    env: dict[str, str], cli_env: dict[str, str]) -> str:
+        """Hand ``spec`` and ``script`` to Slurm (slurmrestd, else sbatch); its id."""
         # A script that is not UTF-8 (a Latin-1 comment) cannot travel in JSON: sbatch.
         if self.rest is not None and is_utf8(script):
             rest = await self._rest_client()

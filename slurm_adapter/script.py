@@ -114,12 +114,14 @@ class JobSpec:
     #: ``--kill-on-invalid-dep=yes`` with it.
     dependency: str | None = None
     kill_on_invalid_dep: bool = False
+    #: ``--array``: the indexes of a native array (slurm_adapter/native_array.py).
+    array: str | None = None
 
     def used_options(self) -> set[str]:
         """Names of the optional fields that are set (for dialect support checks)."""
         return {name for name, value in vars(self).items()
                 if name not in ("name", "comment", "nodes", "chdir", "output", "dependency",
-                                "kill_on_invalid_dep")
+                                "kill_on_invalid_dep", "array")
                 and value not in (None, False, ())}
 
 
@@ -235,6 +237,8 @@ def sbatch_args(spec: JobSpec) -> list[str]:
         f"--chdir={spec.chdir}",
         f"--output={spec.output}",
     ]
+    if spec.array is not None:
+        args.append(f"--array={spec.array}")
     optional: list[tuple[str, object]] = [
         ("--error", spec.error),
         ("--partition", spec.partition),
@@ -290,6 +294,8 @@ def rest_job(spec: JobSpec, env: Mapping[str, str], dialect: Dialect) -> dict[st
         "standard_output": spec.output,
         "environment": dialect.encode_env(env),
     }
+    if spec.array is not None:
+        job["array"] = spec.array
     if dialect.node_count == "nodes":
         job["nodes"] = spec.nodes
     else:
@@ -391,7 +397,7 @@ def neutralise_directives(script: str) -> str:
 
 
 def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
-                  data_cache: str = "data-cache") -> str:
+                  data_cache: str = "data-cache", prologue: str = "") -> str:
     """The batch script for ``request`` (see the module docstring).
 
     For MPI the launcher runs in the batch script itself and its hostfile goes in a
@@ -399,13 +405,14 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
     launch line. A job with a data cache (``plan.data_cache``) starts it first
     (:func:`slurm_adapter.cache_script.cache_prologue`, ``data_cache`` the command's
     path); a plain batch script then runs as a file of its own (any interpreter), as the
-    distributed runtimes' scripts do.
+    distributed runtimes' scripts do. So does one with a ``prologue`` (bash lines run
+    first: a native array's, slurm_adapter/native_array.py).
     """
     plan = request.plan
-    cache = ""
+    cache = prologue
     if plan.data_cache is not None:
-        cache = cache_prologue(plan.data_cache, data_cache=data_cache,
-                               mem_per_node_mb=request.job_shape.mem_per_node_mb)
+        cache += cache_prologue(plan.data_cache, data_cache=data_cache,
+                                mem_per_node_mb=request.job_shape.mem_per_node_mb)
     if plan.batch_script and plan.framework is Framework.PLAIN and not cache:
         return neutralise_directives(plan.batch_script)
     meta = request.job.metadata

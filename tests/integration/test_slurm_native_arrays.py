@@ -16,19 +16,23 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from bridge.arrays import array_key, uid_in_array
 from bridge.backend import BackendJob, BackendState, Owner
 from slurm_adapter.backend import SlurmBackend
+from slurm_adapter.native_array import NativeTask
 from tests.integration.conftest_slurm import (  # noqa: F401 - registers the fixtures
     Cluster,
+    alice_dir_fixture,
     alice_fixture,
     slurm_backend_fixture,
     slurm_bed_fixture,
     slurm_cluster_fixture,
 )
+from tests.integration.test_slurm_adapter import make_request
 
 pytestmark = pytest.mark.integration
 
@@ -100,3 +104,29 @@ async def test_each_task_of_a_native_array_is_a_job_of_its_own(
             BackendState.PENDING}
     finally:
         scancel(slurm_cluster, slurm_id)
+
+
+async def test_one_submission_runs_each_task_as_the_bridges_job_of_its_own(
+        slurm_backend: SlurmBackend, alice: Owner, alice_dir: Path) -> None:
+    """``submit_array``: one Slurm array for three tasks of the bridge's array ``A``;
+    each task is told its own bridge id and uid, ``SLURM_ARRAY_JOB_ID`` is ``A`` (as a
+    task of one job per task is told) and Slurm's own task variables are Slurm's;
+    ``%A`` in the output name is ``A`` and ``%a`` the index; each task is read back as
+    the bridge's job ``S_I``, completed."""
+    show = ('echo "$HPC_BRIDGE_JOB_ID $HPC_BRIDGE_JOB_UID $SLURM_ARRAY_JOB_ID '
+            '$SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT $SLURM_ARRAY_TASK_MAX"')
+    request = make_request(alice, alice_dir, command=["bash", "-c", show],
+                           options={"output": "t-%A_%a.out"})
+    array_id, indexes = request.job_id, (3, 5, 9)
+    key = array_key(request.job_uid, indexes[0])
+    uids = [uid_in_array(key, i) or "" for i in indexes]
+    tasks = [NativeTask(i, {"HPC_BRIDGE_JOB_ID": str(array_id + k),
+                            "HPC_BRIDGE_JOB_UID": uids[k]}) for k, i in enumerate(indexes)]
+    slurm_id = await slurm_backend.submit_array(request, key, array_id, "3,5,9%2", tasks)
+    found = await tasks_until(slurm_backend, uids, lambda f: len(f) == 3 and all(
+        j.state.finished for j in f.values()))
+    assert {j.backend_id: j.state for j in found.values()} == {
+        f"{slurm_id}_{i}": BackendState.COMPLETED for i in indexes}
+    for k, index in enumerate(indexes):
+        told = (alice_dir / f"t-{array_id}_{index}.out").read_text().split()
+        assert told == [str(array_id + k), uids[k], str(array_id), str(index), "3", "9"]

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bridge.ranges import compress
 
 __all__ = ["MAX_ARRAY_BYTES", "MAX_ARRAY_SIZE", "MAX_TEXT", "THROTTLED", "ArraySpec",
-           "ArrayTask", "array_key", "expand_listed", "parse", "parse_array_key", "task_env",
-           "task_uid", "uid_in_array"]
+           "ArrayTask", "NativeTask", "array_key", "expand_listed", "parse", "parse_array_key",
+           "task_env", "task_uid", "uid_in_array"]
 
 #: The reason (squeue's) of a task that waits because its array's throttle is reached.
 THROTTLED = "JobArrayTaskLimit"
@@ -71,6 +72,15 @@ class ArraySpec:
         index), as ``SLURM_ARRAY_TASK_STEP`` shows it."""
         gaps = {b - a for a, b in zip(self.indexes, self.indexes[1:], strict=False)}
         return gaps.pop() if len(gaps) == 1 else 1
+
+
+@dataclass(frozen=True)
+class NativeTask:
+    """One task of a native array as its back end submits it: its index and the
+    variables only it gets (its bridge id and uid, its progress-report settings)."""
+
+    index: int
+    env: Mapping[str, str]
 
 
 @dataclass(frozen=True)

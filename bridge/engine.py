@@ -62,6 +62,7 @@ from bridge.engine_dependency import (
     check_dependency_ids,
 )
 from bridge.engine_hold import can_hold_in_backend, set_held_in_backend, set_suspend
+from bridge.engine_native_array import InFlight, NativeArrays
 from bridge.engine_request import report_env, stored_shape, submit_request
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
@@ -131,6 +132,10 @@ class Engine:
         self._started_at = time.time()
         self._inventories = Inventories(settings.placement_max_age,
                                         settings.placement_min_reread)
+        flight = InFlight(self._inflight, self._inflight_owner, self._capped, self._wake,
+                          self._submit_slots, self._inventories.mark_stale)
+        self._native = NativeArrays(store, self._status, self._request, self._retry_later,
+                                    settings, flight)
         self.ready = asyncio.Event()
 
     # -- front-door calls ----------------------------------------------------------
@@ -385,6 +390,9 @@ class Engine:
                 for rec in uncertain:
                     self._retry_later(rec, exc)
                 records = [r for r in records if r.attempts == 0]
+        groups, records = self._native.split(backend, records, time.time(), found)
+        for group in groups:  # one submission each (bridge/engine_native_array.py)
+            self._native.start(name, backend, group, self._load)
         mode = self.settings.placement.get(name, DEFAULT_PLACEMENT_MODE)
         # By partition: a Slurm partition may have a topology of its own (25.05+).
         topologies = PassTopologies(self._inventories, name, backend)
@@ -400,7 +408,7 @@ class Engine:
                 # The lookup is the world's word now; a watch may never mention it again
                 # (a job that finished while the daemon was away).
                 self._status.early.pop(rec.uid, None)
-                self._apply_one(adopted, bj)
+                self._status.apply_one(adopted, bj)
                 continue
             if rec.cancel_requested:
                 self.store.transition(rec.id, JobState.CANCELLED, "Cancelled",
@@ -522,7 +530,7 @@ class Engine:
                 reached = True
                 early = self._status.early.pop(rec.uid, None)
                 if early is not None and early.backend_id == backend_id:
-                    self._apply_one(record, early)
+                    self._status.apply_one(record, early)
                 # The world changed: the next placement reads the inventory again.
                 self._inventories.mark_stale(name)
                 log.info("job submitted", job_id=rec.id, backend=name, backend_id=backend_id,
@@ -582,10 +590,6 @@ class Engine:
     def _own(self, name: str, rec: JobRecord, jobs: Iterable[BackendJob]) -> BackendJob | None:
         """The stored job's own back-end job among ``jobs`` (all carrying its uid)."""
         return self._status.own(name, self.backends[name], rec, jobs)
-
-    def _apply_one(self, rec: JobRecord, bj: BackendJob) -> bool:
-        """Write what ``bj`` means for ``rec``; whether anything was written."""
-        return self._status.apply_one(rec, bj)
 
     def _forget(self, job_id: int) -> None:
         """Drop what the engine keeps in memory about a job that has finished."""

@@ -30,6 +30,8 @@ from bridge.backend import (
     Validating,
 )
 from bridge.dataset import DATA_CACHE_ATTR, DATASET_FIELD
+from bridge.engine_array import NATIVE
+from bridge.engine_native_array import native_mode
 from bridge.engine_settings import Admission, EngineSettings
 from bridge.errors import PermissionDenied
 from bridge.job_summary import job_summary
@@ -44,6 +46,7 @@ from bridge.model import (
     validate_trainjob,
 )
 from bridge.option_support import AdmitContext, check_backend_options
+from bridge.placement_decision import DEFAULT_PLACEMENT_MODE
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions, scheduling_of
 from bridge.shape import resolve_shape
@@ -150,16 +153,23 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
             f"{len(text) * len(spec.indexes) // 2**20} MiB, more than the "
             f"{MAX_ARRAY_BYTES // 2**20} MiB an array may (each task keeps its own copy of "
             f"the job and its script): shorten the script or split the array")])
-    return Admission(job, backend, plan.num_nodes, options.partition, text,
-                     job_summary(job), shape.to_json(),
-                     task_rows(document, spec) if spec is not None else ())
+    summary = job_summary(job)
+    native = spec is not None and native_mode(
+        chosen, options, settings.placement.get(backend, DEFAULT_PLACEMENT_MODE))
+    if native:
+        summary["arrayMode"] = NATIVE
+    return Admission(job, backend, plan.num_nodes, options.partition, text, summary,
+                     shape.to_json(),
+                     task_rows(document, spec, native) if spec is not None else ())
 
 
-def task_rows(document: dict[str, Any], spec: ArraySpec) -> tuple[ArrayTaskRow, ...]:
+def task_rows(document: dict[str, Any], spec: ArraySpec, native: bool = False
+              ) -> tuple[ArrayTaskRow, ...]:
     """The stored rows of an array's tasks: each the job's ``document`` with its own
     name (``NAME-INDEX``) and uid (the first task keeps the job's, the others'
     follow from it: :func:`bridge.arrays.task_uid`); those past the throttle (``%N``)
-    wait (:data:`bridge.engine_array.THROTTLED`)."""
+    wait (:data:`bridge.engine_array.THROTTLED`), unless the array is ``native``
+    (bridge/engine_native_array.py: its back end throttles it)."""
     meta = document["metadata"]
     rows = []
     for k, index in enumerate(spec.indexes):
@@ -167,7 +177,8 @@ def task_rows(document: dict[str, Any], spec: ArraySpec) -> tuple[ArrayTaskRow, 
         suffix = f"-{index}"
         name = meta["name"][:63 - len(suffix)].rstrip("-.") + suffix  # a valid name
         task = {**document, "metadata": {**meta, "uid": uid, "name": name}}
-        waiting = THROTTLED if spec.limit is not None and k >= spec.limit else None
+        waiting = (THROTTLED if spec.limit is not None and k >= spec.limit and not native
+                   else None)
         rows.append(ArrayTaskRow(index, uid, name, json.dumps(task), waiting))
     return tuple(rows)
 

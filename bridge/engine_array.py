@@ -3,6 +3,8 @@ the throttle ``%N``.
 
 Contract:
 
+* Tasks of an array admitted as native (:func:`is_native`,
+  bridge/engine_native_array.py) are never held here: their back end throttles them.
 * :func:`array_task` is a stored task's :class:`ArrayTask` (its array read from the
   record's summary, no document decoded); None for a plain job.
 * Admission stores the tasks past the throttle Pending, reason ``JobArrayTaskLimit``
@@ -35,17 +37,25 @@ from bridge.states import JobState
 from bridge.store import JobRecord, Store
 from bridge.store_arrays import NOT_DUE
 
-__all__ = ["RECHECK", "THROTTLED", "ArrayThrottle", "array_task"]
+__all__ = ["NATIVE", "RECHECK", "THROTTLED", "ArrayThrottle", "array_task", "is_native"]
 
 log = structlog.get_logger("hpc_bridge.engine")
 
 #: Every array with a waiting task is looked at again at least this often (seconds).
 RECHECK = 600.0
+#: The summary's ``arrayMode`` of an array admitted as one native Slurm array
+#: (bridge/engine_native_array.py): its back end throttles it, not this module.
+NATIVE = "native"
 
 
 @lru_cache(maxsize=256)
 def _spec(text: str) -> ArraySpec:
     return parse(text)
+
+
+def is_native(rec: JobRecord) -> bool:
+    """Whether ``rec`` is a task of an array admitted as native."""
+    return rec.array_job_id is not None and rec.summary.get("arrayMode") == NATIVE
 
 
 def array_task(rec: JobRecord) -> ArrayTask | None:
@@ -116,7 +126,8 @@ class ArrayThrottle:
         for rec in records:
             task = array_task(rec)
             limit = task.spec.limit if task is not None else None
-            if task is None or limit is None or rec.attempts > 0 or rec.cancel_requested:
+            if (task is None or limit is None or rec.attempts > 0 or rec.cancel_requested
+                    or is_native(rec)):
                 ready.append(rec)
                 continue
             entry = touched.get(task.job_id)

@@ -7,7 +7,9 @@ A complete snapshot is compared with what was applied last, by key: a job whose 
 (``updated_at``) and reports are the same as when it last changed nothing is not read
 again, so an idle cluster costs next to nothing per poll however many jobs it holds; a
 job missing from ``lost_after_snapshots`` snapshots over ``lost_after_seconds`` fails
-``BackendLost``. A snapshot made of the very job objects of the last one, whose
+``BackendLost``, or, if its cancel was asked for, is ``Cancelled`` after
+``lost_after_snapshots`` (a native array's pending task cancelled alone leaves no record
+in Slurm). A snapshot made of the very job objects of the last one, whose
 application wrote nothing and found every tracked job, is not compared again while
 nothing is written to the store (a poll of an unchanged cluster costs a pass over object
 identities). A report about a job whose submission is not recorded yet (a watch can be
@@ -180,6 +182,14 @@ class StatusTracker:
         count, since = self._missing.get(rec.id, (0, at))
         count += 1
         self._missing[rec.id] = (count, since)
+        if rec.cancel_requested and count >= self.settings.lost_after_snapshots:
+            # Cancelled, and gone: Slurm keeps no record of a native array's pending
+            # task cancelled alone (docs/slurm.md).
+            self._forget(rec.id)
+            self.store.transition(rec.id, JobState.CANCELLED, "Cancelled",
+                                  f"cancelled; {rec.backend} keeps no record of job "
+                                  f"{rec.backend_id}")
+            return
         if (count >= self.settings.lost_after_snapshots
                 and at - since >= self.settings.lost_after_seconds):
             self._forget(rec.id)

@@ -94,6 +94,26 @@ def _number(letter: str, job_id: int, array: ArrayTask | None) -> int | None:
     return None
 
 
+def names_own_id(pattern: str) -> bool:
+    """Whether an output pattern names the job's own id (``%j``, ``%J``, with or without
+    a width; ``%%j`` is a literal ``%j``): one pattern cannot name each task's own id
+    for every task of a native array at once."""
+    i, n = 0, len(pattern)
+    while i < n:
+        if pattern[i] != "%":
+            i += 1
+            continue
+        if i + 1 < n and pattern[i + 1] == "%":
+            i += 2
+            continue
+        i += 1
+        while i < n and pattern[i].isdigit():
+            i += 1
+        if i < n and pattern[i] in "jJ":
+            return True
+    return False
+
+
 def identity_env(job_id: int, job_uid: str, array: ArrayTask | None = None
                  ) -> dict[str, str]:
     """The variables naming the job to itself (see the module docstring)."""

@@ -38,6 +38,7 @@ from typing import Any
 
 import structlog
 
+from bridge.arrays import NativeTask
 from bridge.backend import (
     BackendError,
     BackendJob,
@@ -63,7 +64,7 @@ from slurm_adapter.dialects import (
     served_versions,
 )
 from slurm_adapter.job_table import JobTable
-from slurm_adapter.native_array import NativeTask, array_prologue, native_spec
+from slurm_adapter.native_array import array_prologue, native_spec
 from slurm_adapter.options import SUPPORT
 from slurm_adapter.records import backend_state, gpu_count, job_from_slurm, node_from_slurm
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
@@ -149,8 +150,10 @@ class SlurmBackend:
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,
                  mpi_launch: str | None = None, negotiate_version: bool = False,
-                 changes_from_squeue: bool = True):
+                 changes_from_squeue: bool = True, native_arrays: bool = False):
         self.name = name
+        #: Job arrays go to Slurm as one native array (bridge/engine_native_array.py).
+        self.native_arrays = native_arrays
         #: Pick the REST dialect from the server's OpenAPI document at start.
         self.negotiate_version = negotiate_version
         self.mpi_launch = mpi_launch or default_mpi_launch()
@@ -467,4 +470,5 @@ def create(name: str, settings: Mapping[str, Any]) -> SlurmBackend:
                         default_partition=s.default_partition or None,
                         rest_user=s.rest_user or None, mpi_launch=s.mpi_launch or None,
                         negotiate_version=not s.cli_only and version == "auto",
-                        changes_from_squeue=s.changes_from_squeue)
+                        changes_from_squeue=s.changes_from_squeue,
+                        native_arrays=s.native_arrays)

@@ -22,43 +22,17 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 
+from bridge.arrays import NativeTask
 from bridge.backend import SubmitRequest
-from bridge.jobid import pin_job_id
+from bridge.jobid import names_own_id, pin_job_id
 from slurm_adapter.script import ARRAY_OUTPUT, COMMENT_PREFIX, JobSpec
 
-__all__ = ["NativeTask", "array_prologue", "names_own_id", "native_spec"]
+__all__ = ["NativeTask", "array_prologue", "native_spec"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class NativeTask:
-    """One task of a native array: its index and the variables only it gets."""
-
-    index: int
-    env: Mapping[str, str]
-
-
-def names_own_id(pattern: str) -> bool:
-    """Whether an output pattern names the job's own id (``%j``, ``%J``, with or without
-    a width; ``%%j`` is a literal ``%j``)."""
-    i, n = 0, len(pattern)
-    while i < n:
-        if pattern[i] != "%":
-            i += 1
-            continue
-        if i + 1 < n and pattern[i + 1] == "%":
-            i += 2
-            continue
-        i += 1
-        while i < n and pattern[i].isdigit():
-            i += 1
-        if i < n and pattern[i] in "jJ":
-            return True
-    return False
 
 
 def native_spec(spec: JobSpec, request: SubmitRequest, key: str, array_id: int,

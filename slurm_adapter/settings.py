@@ -33,6 +33,9 @@ class SlurmSettings(PluginSettings):
     #: With slurmrestd: tell from ``squeue``'s text which jobs changed and read only
     #: those (:mod:`slurm_adapter.changes`); false: a whole listing at each poll.
     changes_from_squeue: bool = True
+    #: Submit a job array as one native Slurm array (docs/slurm.md): slurmrestd must
+    #: then run with ``SLURM_BITSTR_LEN=0`` (else its listing cuts pending tasks).
+    native_arrays: bool = False
 
     @field_validator("rest_version")
     @classmethod

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.arrays import array_key, uid_in_array
+from bridge.arrays import NativeTask, array_key, uid_in_array
 from bridge.backend import BackendJob, BackendState, Owner
 from slurm_adapter.backend import SlurmBackend
-from slurm_adapter.native_array import NativeTask
 from tests.integration.conftest_slurm import (  # noqa: F401 - registers the fixtures
     Cluster,
     alice_dir_fixture,

@@ -8,10 +8,11 @@ import subprocess
 
 import pytest
 
-from bridge.arrays import array_key
+from bridge.arrays import NativeTask, array_key
+from bridge.jobid import names_own_id
 from bridge.scheduling import SchedulingOptions
 from slurm_adapter.dialects import V0_0_38, V0_0_44
-from slurm_adapter.native_array import NativeTask, array_prologue, names_own_id, native_spec
+from slurm_adapter.native_array import array_prologue, native_spec
 from slurm_adapter.script import job_spec, render_script, rest_job, sbatch_args
 from tests.unit.builders import HOSTILE, UID, trainjob
 from tests.unit.builders import submit_request as request

@@ -1,0 +1,250 @@
+"""The engine's side of native Slurm arrays (docs/slurm.md): the due tasks of an array
+admitted as native go to their back end in one submission, each still a job of its own.
+
+Contract:
+
+* :func:`native_mode` (admission) says whether an array goes native: its back end
+  submits native arrays (``native_arrays``: the Slurm back end's setting), its output
+  names do not name each task's own id (``%j``), its dependency names no ``aftercorr``
+  or ``singleton`` (those differ per task) and its back end's placement does not pin
+  hosts (``nodelist``). Admission then stores its tasks all due (Slurm's ``%N``
+  throttles them, not the bridge's :class:`~bridge.engine_array.ArrayThrottle`) with
+  :data:`NATIVE` as the summary's ``arrayMode``.
+* :meth:`NativeArrays.split` takes the due records of one back end and returns the
+  native groups to submit, one per array touched: every task of the array that is
+  Pending, due, not cancel-requested, not in flight, let go by its dependency (the
+  tasks of an array share it) and never tried — read from the store, one query per
+  array, so a thousand tasks are one submission, not one per pass's turns — and the
+  other records (the one-job-per-task path). A task tried before (a daemon killed
+  mid-submission) is looked up first by its uid, which the array's records carry
+  (:func:`bridge.arrays.uid_in_array`): adopted if the array reached Slurm (the
+  one-job path adopts it), else in a group again, never submitted twice.
+* :meth:`NativeArrays.submit` claims each task (attempt 1; one held or cancelled since
+  stays out), submits them once (``submit_array``: the first claimed task's request, with
+  no task of its own, and each task's variables), and records each Submitted as ``S_I``;
+  a refusal fails them all with the back end's reason; an unreachable back end or a
+  timeout retries each later (tried: looked up first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+import structlog
+
+from bridge.arrays import NativeTask, array_key
+from bridge.backend import Backend, BackendRejected, BackendUnavailable, SubmitRequest
+from bridge.engine_array import array_task, is_native
+from bridge.engine_request import report_env
+from bridge.engine_settings import EngineSettings
+from bridge.engine_status import StatusTracker
+from bridge.jobid import ID_VARIABLE, UID_VARIABLE, names_own_id
+from bridge.model import ValidationError
+from bridge.ranges import compress
+from bridge.scheduling import SchedulingOptions
+from bridge.states import JobState
+from bridge.store import JobRecord, Store
+
+__all__ = ["InFlight", "NativeArrays", "NativeSubmitter", "native_mode", "slurm_indexes"]
+
+log = structlog.get_logger("hpc_bridge.engine")
+
+class NativeSubmitter(Protocol):
+    """A back end that submits native arrays (slurm_adapter/backend.py)."""
+
+    native_arrays: bool
+
+    async def submit_array(self, request: SubmitRequest, key: str, array_id: int,
+                           indexes: str, tasks: Sequence[NativeTask]) -> str: ...
+
+
+def native_mode(backend: object, options: SchedulingOptions, placement_mode: str) -> bool:
+    """Whether an array of ``options`` on ``backend`` goes native (module docstring)."""
+    dependency = options.dependency or ""
+    return (bool(getattr(backend, "native_arrays", False))
+            and not any(p and names_own_id(p) for p in (options.output, options.error))
+            and "aftercorr" not in dependency and "singleton" not in dependency
+            and placement_mode != "nodelist")
+
+
+@dataclass
+class InFlight:
+    """The engine's bookkeeping of submissions in flight (bridge/engine.py): the task of
+    each job id, the owner of each submission, the users who had due jobs left for a
+    later pass, the loop's wake, the slots every submission takes, and the call that
+    marks a back end's inventory stale once a submission changed it."""
+
+    tasks: dict[int, asyncio.Task[None]]
+    owners: dict[int, int]
+    capped: set[int]
+    wake: asyncio.Event
+    slots: asyncio.Semaphore
+    changed: Callable[[str], None]
+
+
+class NativeArrays:
+    """Native arrays' submissions (module docstring). One per engine; the callables are
+    the engine's own: the request for a job (no placement decision; with where it
+    reports its progress) and the retry of a job whose back end is away."""
+
+    def __init__(self, store: Store, status: StatusTracker,
+                 request: Callable[[JobRecord, None, tuple[dict[str, str], dict[str, str]]],
+                                   SubmitRequest],
+                 retry_later: Callable[[JobRecord, BaseException], None],
+                 settings: EngineSettings, inflight: InFlight) -> None:
+        self.store = store
+        self._status = status
+        self._request = request
+        self._retry_later = retry_later
+        self.settings = settings
+        self._inflight = inflight
+
+    def start(self, name: str, backend: Backend, group: list[JobRecord],
+              load: Counter[int]) -> None:
+        """Start the submission of ``group`` as one of its owner's turns (``load``: the
+        submissions of each user in flight this pass); a user with none left waits, as
+        for a plain job (bridge/engine.py ``reconcile_once``)."""
+        flight = self._inflight
+        owner = group[0].owner.uid
+        if load[owner] >= self.settings.max_parallel_submits:
+            flight.capped.add(owner)
+            return
+        load[owner] += 1
+        flight.owners[group[0].id] = owner
+        task = asyncio.create_task(self._run(name, backend, group),
+                                   name=f"submit-array-{group[0].array_job_id}")
+        for rec in group:
+            flight.tasks[rec.id] = task
+
+    async def _run(self, name: str, backend: Backend, group: list[JobRecord]) -> None:
+        flight = self._inflight
+        try:
+            async with flight.slots:
+                await self.submit(name, backend, group)
+            flight.changed(name)
+        finally:
+            for rec in group:
+                flight.tasks.pop(rec.id, None)
+            if flight.owners.pop(group[0].id, None) in flight.capped:
+                flight.wake.set()  # this user's next due jobs may go now
+
+    def split(self, backend: Backend, records: Iterable[JobRecord], now: float,
+              found: Collection[str]) -> tuple[list[list[JobRecord]], list[JobRecord]]:
+        """The native groups to submit to ``backend`` and the other records (module
+        docstring); ``found``: the uids of tried records the back end was asked about
+        and has (they are adopted, never submitted again). A back end that no longer
+        submits native arrays (its setting turned off since) gets every task alone."""
+        groups: list[list[JobRecord]] = []
+        rest: list[JobRecord] = []
+        seen: set[int] = set()
+        inflight = self._inflight.tasks
+        enabled = bool(getattr(backend, "native_arrays", False))
+        records = list(records)
+        # Tried before and not in the back end (looked up): submitted again, as never.
+        absent = {r.id for r in records if r.attempts > 0 and r.uid not in found}
+        for rec in records:
+            if (not enabled or not is_native(rec) or rec.cancel_requested
+                    or (rec.attempts > 0 and rec.id not in absent)):
+                rest.append(rec)
+                continue
+            array_id = rec.array_job_id
+            assert array_id is not None
+            if array_id in seen:
+                continue
+            seen.add(array_id)
+            group = [r for r in self.store.by_ids(self.store.array_task_ids(array_id))
+                     if r.state is JobState.PENDING and (r.attempts == 0 or r.id in absent)
+                     and not r.cancel_requested and r.next_attempt_at <= now
+                     and r.id not in inflight]
+            if group:
+                groups.append(group)
+        return groups, rest
+
+    async def submit(self, name: str, backend: Backend, group: list[JobRecord]) -> None:
+        """Submit ``group`` (tasks of one array, by index) as one native array to
+        ``backend`` (a :class:`NativeSubmitter`)."""
+        submitter = cast(NativeSubmitter, backend)
+        now = time.time()
+        claimed = [c for rec in group
+                   if (c := self.store.claim_submission(rec.id, rec.attempts,
+                                                        submitting_since=now)) is not None]
+        if not claimed:
+            return
+        first_task = array_task(claimed[0])
+        assert first_task is not None
+        head = self.store.get(first_task.job_id)  # the array's first task: its key
+        head_task = array_task(head)
+        assert head_task is not None
+        key = array_key(head.uid, head_task.index)
+        try:
+            tasks, request = await self._tasks(backend, claimed)
+        except ValidationError as exc:
+            for rec in claimed:
+                self.store.transition(rec.id, JobState.FAILED, "InvalidJob", str(exc),
+                                      submitting_since=None)
+            return
+        indexes = slurm_indexes([t.index for t in tasks]) + (
+            f"%{first_task.spec.limit}" if first_task.spec.limit is not None else "")
+        try:
+            async with asyncio.timeout(self.settings.submit_timeout):
+                slurm_id = await submitter.submit_array(request, key, first_task.job_id,
+                                                        indexes, tasks)
+        except BackendRejected as exc:
+            for rec in claimed:
+                self.store.transition(rec.id, JobState.FAILED, "SubmitRejected", str(exc),
+                                      submitting_since=None)
+            log.warning("back end rejected native array", array_id=first_task.job_id,
+                        error=str(exc))
+            return
+        except (BackendUnavailable, TimeoutError) as exc:
+            for rec in claimed:
+                self._retry_later(rec, exc)
+            return
+        for rec, task in zip(claimed, tasks, strict=True):
+            backend_id = f"{slurm_id}_{task.index}"
+            record = self.store.transition(
+                rec.id, JobState.SUBMITTED, "Submitted",
+                f"{name} job {backend_id} (native array {slurm_id})",
+                backend_id=backend_id, submitting_since=None)
+            early = self._status.early.pop(rec.uid, None)  # seen before it was recorded
+            if early is not None and early.backend_id == backend_id:
+                self._status.apply_one(record, early)
+        log.info("native array submitted", array_id=first_task.job_id, backend=name,
+                 backend_id=slurm_id, tasks=len(claimed))
+
+    async def _tasks(self, backend: Backend, claimed: list[JobRecord]
+                     ) -> tuple[list[NativeTask], SubmitRequest]:
+        """Each claimed task's index and variables, and the request every task runs."""
+        tasks: list[NativeTask] = []
+        request: SubmitRequest | None = None
+        for rec in claimed:
+            # The token file may sit on a network file system: off the loop.
+            report = await asyncio.to_thread(report_env, rec, self.settings.status_reports,
+                                             backend)
+            req, status_env = self._request(rec, None, report), report[0]
+            if request is None:
+                request = dataclasses.replace(req, array=None)
+            task = array_task(rec)
+            assert task is not None
+            tasks.append(NativeTask(task.index, {ID_VARIABLE: str(rec.id),
+                                                 UID_VARIABLE: rec.uid, **status_env}))
+        assert request is not None
+        return tasks, request
+
+
+def slurm_indexes(indexes: Sequence[int]) -> str:
+    """sbatch's ``--array`` text for ``indexes`` (sorted): ``A-B:S`` when they are evenly
+    spaced by more than one (Slurm tells the tasks that step, ``SLURM_ARRAY_TASK_STEP``,
+    from the text, as it does for sbatch's own ``1-7:2``), else ranges and single
+    indexes."""
+    gaps = {b - a for a, b in itertools.pairwise(indexes)}
+    if len(gaps) == 1 and (step := gaps.pop()) > 1:
+        return f"{indexes[0]}-{indexes[-1]}:{step}"
+    return compress(indexes)

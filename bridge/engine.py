@@ -56,6 +56,7 @@ from bridge.engine_admission import check_capacity, prepare
 from bridge.engine_array import ArrayThrottle
 from bridge.engine_dependency import (
     DEPENDENCY,
+    RETRY_REFUSED,
     DependencyGate,
     DependencyUnmet,
     UnreadableDependency,
@@ -96,8 +97,6 @@ CANCEL_AGAIN = 1.0
 
 #: Reason of a Pending job that waits for ``--switches``.
 WAITING_FOR_TOPOLOGY = "WaitingForTopology"
-#: Seconds before a job whose dependency its back end refused is looked at again.
-RETRY_REFUSED = 60.0
 
 
 class Engine:
@@ -135,7 +134,7 @@ class Engine:
         flight = InFlight(self._inflight, self._inflight_owner, self._capped, self._wake,
                           self._submit_slots, self._inventories.mark_stale)
         self._native = NativeArrays(store, self._status, self._request, self._retry_later,
-                                    settings, flight)
+                                    self._wait_again, settings, flight)
         self.ready = asyncio.Event()
 
     # -- front-door calls ----------------------------------------------------------

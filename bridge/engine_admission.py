@@ -17,7 +17,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from bridge.arrays import MAX_ARRAY_BYTES, THROTTLED, ArraySpec, ArrayTask, task_uid
+from bridge.arrays import (
+    MAX_ARRAY_BYTES,
+    THROTTLED,
+    ArraySpec,
+    ArrayTask,
+    array_key,
+    task_uid,
+)
 from bridge.arrays import parse as parse_array
 from bridge.backend import (
     AdmissionDenied,
@@ -156,8 +163,11 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     summary = job_summary(job)
     native = spec is not None and native_mode(
         chosen, options, settings.placement.get(backend, DEFAULT_PLACEMENT_MODE))
-    if native:
+    if native and spec is not None:
         summary["arrayMode"] = NATIVE
+        # The key every task's Slurm record carries: the first task's uid and index
+        # (bridge/arrays.py), kept here so that no submission needs that task's row.
+        summary["arrayKey"] = array_key(job.metadata.uid or "", spec.indexes[0])
     return Admission(job, backend, plan.num_nodes, options.partition, text, summary,
                      shape.to_json(),
                      task_rows(document, spec, native) if spec is not None else ())

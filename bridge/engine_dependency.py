@@ -81,6 +81,10 @@ _ARRIVING = "Submitted"
 CHECKS_PER_PASS = 200
 
 
+#: Seconds before a job whose dependency its back end refused is looked at again.
+RETRY_REFUSED = 60.0
+
+
 class UnreadableDependency(BridgeError):
     """A stored dependency that no longer parses (admission checked it)."""
 

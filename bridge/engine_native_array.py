@@ -21,9 +21,15 @@ Contract:
   one-job path adopts it), else in a group again, never submitted twice.
 * :meth:`NativeArrays.submit` claims each task (attempt 1; one held or cancelled since
   stays out), submits them once (``submit_array``: the first claimed task's request, with
-  no task of its own, and each task's variables), and records each Submitted as ``S_I``;
-  a refusal fails them all with the back end's reason; an unreachable back end or a
-  timeout retries each later (tried: looked up first).
+  no task or progress-report variables of its own, and each task's: its bridge id and
+  uid, the whole array's ``SLURM_ARRAY_*`` as a task of one job per task is told, and
+  where it reports progress), and records each Submitted as ``S_I``. A later part of
+  an array (tasks held, or tried, when the rest went) is its own Slurm array with the
+  places the throttle ``%N`` has left beside the array's tasks in the back end, and
+  waits while there are none. A refusal fails them all with the back end's reason (one
+  naming the dependency sends them back to wait for it, as a dependency that moved
+  does); an unreachable back end, a timeout or any other error retries each later
+  (tried: looked up first, never submitted twice).
 """
 
 from __future__ import annotations
@@ -39,13 +45,14 @@ from typing import Protocol, cast
 
 import structlog
 
-from bridge.arrays import NativeTask, array_key
+from bridge.arrays import NativeTask, array_key, parse_array_key
 from bridge.backend import Backend, BackendRejected, BackendUnavailable, SubmitRequest
 from bridge.engine_array import array_task, is_native
+from bridge.engine_dependency import RETRY_REFUSED, DependencyUnmet, UnreadableDependency
 from bridge.engine_request import report_env
 from bridge.engine_settings import EngineSettings
 from bridge.engine_status import StatusTracker
-from bridge.jobid import ID_VARIABLE, UID_VARIABLE, names_own_id
+from bridge.jobid import identity_env, names_own_id
 from bridge.model import ValidationError
 from bridge.ranges import compress
 from bridge.scheduling import SchedulingOptions
@@ -92,17 +99,20 @@ class InFlight:
 class NativeArrays:
     """Native arrays' submissions (module docstring). One per engine; the callables are
     the engine's own: the request for a job (no placement decision; with where it
-    reports its progress) and the retry of a job whose back end is away."""
+    reports its progress), the retry of a job whose back end is away, and the wait of
+    one whose dependency moved."""
 
     def __init__(self, store: Store, status: StatusTracker,
                  request: Callable[[JobRecord, None, tuple[dict[str, str], dict[str, str]]],
                                    SubmitRequest],
                  retry_later: Callable[[JobRecord, BaseException], None],
+                 wait_again: Callable[[JobRecord, str, float], None],
                  settings: EngineSettings, inflight: InFlight) -> None:
         self.store = store
         self._status = status
         self._request = request
         self._retry_later = retry_later
+        self._wait_again = wait_again
         self.settings = settings
         self._inflight = inflight
 
@@ -169,20 +179,40 @@ class NativeArrays:
 
     async def submit(self, name: str, backend: Backend, group: list[JobRecord]) -> None:
         """Submit ``group`` (tasks of one array, by index) as one native array to
-        ``backend`` (a :class:`NativeSubmitter`)."""
-        submitter = cast(NativeSubmitter, backend)
+        ``backend`` (a :class:`NativeSubmitter`). A later part of an array (tasks held,
+        or tried, when the rest went) gets the places its throttle ``%N`` has left
+        beside the array's tasks in the back end, and waits while it has none."""
+        first_task = array_task(group[0])
+        assert first_task is not None
+        throttle = first_task.spec.limit
+        if throttle is not None:
+            others = set(self.store.array_in_backend(first_task.job_id)) - {
+                r.id for r in group}
+            throttle -= len(others)
+            if throttle <= 0:
+                return  # still due: looked at again next pass
         now = time.time()
         claimed = [c for rec in group
                    if (c := self.store.claim_submission(rec.id, rec.attempts,
                                                         submitting_since=now)) is not None]
         if not claimed:
             return
+        try:
+            await self._send(name, backend, claimed, throttle, now)
+        except Exception as exc:  # claimed: looked up before any is submitted again
+            log.exception("native array submission failed", array_id=first_task.job_id)
+            for rec in claimed:
+                self._retry_later(rec, exc)
+
+    async def _send(self, name: str, backend: Backend, claimed: list[JobRecord],
+                    throttle: int | None, now: float) -> None:
+        submitter = cast(NativeSubmitter, backend)
         first_task = array_task(claimed[0])
         assert first_task is not None
-        head = self.store.get(first_task.job_id)  # the array's first task: its key
-        head_task = array_task(head)
-        assert head_task is not None
-        key = array_key(head.uid, head_task.index)
+        key = str(claimed[0].summary.get("arrayKey") or "")
+        if parse_array_key(key) is None:  # admitted without it: from the first task
+            head = self.store.get(first_task.job_id)
+            key = array_key(head.uid, first_task.spec.indexes[0])
         try:
             tasks, request = await self._tasks(backend, claimed)
         except ValidationError as exc:
@@ -190,13 +220,22 @@ class NativeArrays:
                 self.store.transition(rec.id, JobState.FAILED, "InvalidJob", str(exc),
                                       submitting_since=None)
             return
+        except (DependencyUnmet, UnreadableDependency) as exc:
+            for rec in claimed:  # moved since the pass let them go: wait, as never tried
+                self._wait_again(rec, str(exc), now)
+            return
         indexes = slurm_indexes([t.index for t in tasks]) + (
-            f"%{first_task.spec.limit}" if first_task.spec.limit is not None else "")
+            f"%{throttle}" if throttle is not None else "")
         try:
             async with asyncio.timeout(self.settings.submit_timeout):
                 slurm_id = await submitter.submit_array(request, key, first_task.job_id,
                                                         indexes, tasks)
         except BackendRejected as exc:
+            if request.dependency and "dependency" in str(exc).lower():
+                for rec in claimed:  # a job it names is gone (purged): decided again
+                    self._wait_again(rec, f"{name} refused the dependency "
+                                     f"{request.dependency}: {exc}", now + RETRY_REFUSED)
+                return
             for rec in claimed:
                 self.store.transition(rec.id, JobState.FAILED, "SubmitRejected", str(exc),
                                       submitting_since=None)
@@ -228,13 +267,15 @@ class NativeArrays:
             # The token file may sit on a network file system: off the loop.
             report = await asyncio.to_thread(report_env, rec, self.settings.status_reports,
                                              backend)
-            req, status_env = self._request(rec, None, report), report[0]
-            if request is None:
-                request = dataclasses.replace(req, array=None)
+            req = self._request(rec, None, report)
+            if request is None:  # each task's own variables go in the prologue only
+                request = dataclasses.replace(req, array=None, status_env={})
             task = array_task(rec)
             assert task is not None
-            tasks.append(NativeTask(task.index, {ID_VARIABLE: str(rec.id),
-                                                 UID_VARIABLE: rec.uid, **status_env}))
+            # As a task of one job per task is told (bridge/jobid.py): the whole
+            # array's SLURM_ARRAY_* even when only a part goes in this submission.
+            tasks.append(NativeTask(task.index, {**identity_env(rec.id, rec.uid, task),
+                                                 **report[0]}))
         assert request is not None
         return tasks, request
 

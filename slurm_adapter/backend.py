@@ -43,6 +43,7 @@ from bridge.backend import (
     BackendError,
     BackendJob,
     BackendRejected,
+    BackendUnavailable,
     Inventory,
     NodeInfo,
     Owner,
@@ -66,7 +67,13 @@ from slurm_adapter.dialects import (
 from slurm_adapter.job_table import JobTable
 from slurm_adapter.native_array import array_prologue, native_spec
 from slurm_adapter.options import SUPPORT
-from slurm_adapter.records import backend_state, gpu_count, job_from_slurm, node_from_slurm
+from slurm_adapter.records import (
+    backend_state,
+    cut_lists,
+    gpu_count,
+    job_from_slurm,
+    node_from_slurm,
+)
 from slurm_adapter.rest import JwtSigner, ScontrolTokens, SlurmRestClient, TokenSource
 from slurm_adapter.script import (
     JobSpec,
@@ -163,7 +170,8 @@ class SlurmBackend:
         self.rest_user = rest_user or _user_name(os.geteuid())
         #: Slurm's job table as the bridge reads it.
         self.table = JobTable(cli, rest, self._rest_client, self.rest_user,
-                              changes_from_squeue=changes_from_squeue)
+                              changes_from_squeue=changes_from_squeue,
+                              native_arrays=native_arrays)
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -286,28 +294,45 @@ class SlurmBackend:
                                      spec.script_args)
 
     async def _bridge_jobs(self) -> list[BackendJob]:
-        """All the jobs carrying a bridge key (:meth:`JobTable.bridge_jobs`)."""
-        return await self.table.bridge_jobs()
+        """All the jobs carrying a bridge key (:meth:`_reading`)."""
+        return (await self._reading())[0]
+
+    async def _reading(self) -> tuple[list[BackendJob], bool]:
+        """All the jobs carrying a bridge key (:meth:`JobTable.bridge_jobs`), and whether
+        the reading is complete: a native array's pending tasks cut short (slurmrestd
+        without ``SLURM_BITSTR_LEN=0``) are neither there nor gone (logged)."""
+        jobs, cut = cut_lists(await self.table.bridge_jobs())
+        if cut:
+            log.error("slurm back end %s: Slurm cut a native array's list of pending "
+                      "tasks short; start slurmrestd with SLURM_BITSTR_LEN=0 in its "
+                      "environment (docs/slurm.md). Until then no task is taken as gone "
+                      "and none tried before is submitted again", self.name)
+        return jobs, not cut
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:
         """The Slurm jobs carrying these uids, with their owners, from one reading of
-        the job table (see :meth:`_bridge_jobs`)."""
+        the job table (see :meth:`_bridge_jobs`); BackendUnavailable while the reading
+        is not complete (a job not found might be a task after a cut)."""
         wanted = set(job_uids)
-        return [job for job in await self._bridge_jobs() if job.job_uid in wanted]
+        jobs, complete = await self._reading()
+        if not complete:
+            raise BackendUnavailable(f"slurm back end {self.name}: a native array's list of "
+                                     "pending tasks is cut short (SLURM_BITSTR_LEN)")
+        return [job for job in jobs if job.job_uid in wanted]
 
     async def watch(self, interval: float) -> AsyncGenerator[StatusBatch, None]:
         """A complete snapshot of the bridge's jobs every ``interval`` seconds (one
         reading each). While Slurm cannot be reached nothing is yielded; never raises."""
         while True:
             try:
-                jobs = await self._bridge_jobs()
+                jobs, complete = await self._reading()
             except BackendError as exc:
                 log.warning("slurm back end %s: no status this round: %s", self.name, exc)
             except Exception:
                 log.exception("slurm back end %s: unexpected error reading job status",
                               self.name)
             else:
-                yield StatusBatch(jobs=tuple(jobs), complete=True, at=time.time())
+                yield StatusBatch(jobs=tuple(jobs), complete=complete, at=time.time())
             await asyncio.sleep(interval)
 
     async def cancel(self, backend_id: str, owner: Owner) -> None:

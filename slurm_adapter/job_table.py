@@ -58,7 +58,7 @@ class JobTable:
 
     def __init__(self, cli: SlurmCli, rest: SlurmRestClient | None,
                  rest_client: Callable[[], Awaitable[SlurmRestClient]], rest_user: str, *,
-                 changes_from_squeue: bool = False) -> None:
+                 changes_from_squeue: bool = False, native_arrays: bool = False) -> None:
         self.cli = cli
         self.rest = rest
         self._rest_client = rest_client
@@ -71,7 +71,7 @@ class JobTable:
         #: 6,000 Slurm jobs its decoded JSON held some tens of MB for nothing (only
         #: the converter's 19 fields a job, to tell the unchanged ones).
         self._converted: list[BackendJob] | None = None
-        self._converter = ListingConverter()
+        self._converter = ListingConverter(arrays=native_arrays)
         #: One reading at a time, numbered as they start, at least ``min_gap`` seconds
         #: apart (monotonic time of the last start).
         self._lock = asyncio.Lock()

@@ -130,7 +130,9 @@ class ListingConverter:
     a 16-byte BLAKE2b digest (6,500 jobs' fields in the v0.0.40+ shape held 17.6 MB).
     Jobs without the bridge's key are not remembered: telling them costs less."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrays: bool = False) -> None:
+        #: Read native arrays' records as their tasks (``jobs_from_slurm``'s ``arrays``).
+        self.arrays = arrays
         self._dialect: Dialect | None = None
         #: Slurm job id -> (the id, the digest of its fields in the last listing, their
         #: conversion).
@@ -157,7 +159,7 @@ class ListingConverter:
 
         def convert_one(raw: Any, dialect: Dialect) -> tuple[BackendJob, ...]:
             if not isinstance(raw, JobFields):
-                return jobs_from_slurm(raw, dialect)
+                return jobs_from_slurm(raw, dialect, self.arrays)
             comment = raw.comment
             if not (isinstance(comment, str) and comment.startswith(COMMENT_PREFIX)):
                 return ()  # not the bridge's: job_from_slurm's own first test
@@ -169,7 +171,7 @@ class ListingConverter:
             if before is not None and before[1] == digest:
                 remembered[before[0]] = before  # nothing new kept (see the module's doc)
                 return before[2]
-            jobs = jobs_from_slurm(raw, dialect)
+            jobs = jobs_from_slurm(raw, dialect, self.arrays)
             remembered[slurm_id] = (slurm_id, digest, jobs)
             return jobs
 
@@ -199,7 +201,7 @@ class ListingConverter:
             digest = hashlib.blake2b(_ENCODER.encode(raw), digest_size=16).digest()
             before = last.get(slurm_id)
             if before is None or before[1] != digest:
-                last[slurm_id] = (slurm_id, digest, jobs_from_slurm(raw, dialect))
+                last[slurm_id] = (slurm_id, digest, jobs_from_slurm(raw, dialect, self.arrays))
         self._last = last
         return pick_jobs(job for _, _, jobs in last.values() for job in jobs)
 

@@ -19,7 +19,9 @@ __all__ = ["SUPPORT"]
 
 _BRIDGE = {
     "array": "one bridge job (one Slurm job) per task, throttled by the bridge "
-             "(bridge/arrays.py)",
+             "(bridge/arrays.py); with native_arrays = true one native Slurm array, "
+             "throttled by Slurm, each task still a bridge job "
+             "(bridge/engine_native_array.py)",
     "dependency": "--dependency with Slurm's ids when it names only jobs of the same "
                   "cluster already in Slurm; else held by the bridge until met, across back "
                   "ends (bridge/engine_dependency.py)",

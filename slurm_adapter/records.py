@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from bridge.arrays import expand_listed, parse_array_key, uid_in_array
+from bridge.arrays import MAX_ARRAY_SIZE, expand_listed, parse_array_key, uid_in_array
 from bridge.backend import (
     BackendJob,
     BackendState,
@@ -49,12 +49,17 @@ from slurm_adapter.script import (
     expand_output_pattern,
 )
 
-__all__ = ["MAX_REMAINDER", "backend_state", "convert_listing", "gpu_count",
-           "job_from_slurm", "jobs_from_slurm", "node_from_slurm"]
+__all__ = ["CUT", "MAX_REMAINDER", "backend_state", "convert_listing", "cut_lists",
+           "gpu_count", "job_from_slurm", "jobs_from_slurm", "node_from_slurm"]
 
-#: The most pending tasks one native array's remainder is read as: above the bridge's
-#: own largest native array (bridge/arrays.py), so more is a forged key.
-MAX_REMAINDER = 10_000
+#: The most pending tasks one native array's remainder is read as: the bridge's own
+#: largest array (bridge/arrays.py), so more is a forged key.
+MAX_REMAINDER = MAX_ARRAY_SIZE
+#: Slurm's ``NO_VAL`` (and ``INFINITE``): no task index.
+NO_TASK = 0xFFFFFFFE
+#: The id suffix of the marker :func:`jobs_from_slurm` gives for a list Slurm cut short
+#: (``S_...``): not a job; the reading that holds one is incomplete.
+CUT = "_..."
 
 #: The back end's own logger (what it logged from here before the split).
 log = structlog.get_logger("slurm_adapter.backend")
@@ -206,17 +211,25 @@ def job_from_slurm(raw: Any, dialect: Dialect) -> BackendJob | None:
     )
 
 
-def jobs_from_slurm(raw: Any, dialect: Dialect) -> tuple[BackendJob, ...]:
+def jobs_from_slurm(raw: Any, dialect: Dialect, arrays: bool = False
+                    ) -> tuple[BackendJob, ...]:
     """The bridge's jobs one Slurm record stands for (module docstring): none, one
-    (:func:`job_from_slurm`), or a native array's tasks."""
+    (:func:`job_from_slurm`), or, for a back end that submits native arrays
+    (``arrays``), a native array's tasks; without it a record keyed as an array's is
+    nobody's (no daemon of this back end made it: a user's own job cannot make it read
+    one record as many)."""
     job = job_from_slurm(raw, dialect)
     if job is None:
         return ()
     if parse_array_key(job.job_uid) is None:
         return (job,)
+    if not arrays:
+        return ()
     key = job.job_uid
     array_id = dialect.number(raw.get("array_job_id"))
     task = dialect.number(raw.get("array_task_id"))
+    if task is not None and task >= NO_TASK:
+        task = None  # Slurm's NO_VAL: the remainder, in a dialect that says so
     if not array_id:
         return ()  # an array's key on a job of no array: not the bridge's
     if task is not None:
@@ -235,12 +248,27 @@ def jobs_from_slurm(raw: Any, dialect: Dialect) -> tuple[BackendJob, ...]:
                     "not the bridge's", array_id, MAX_REMAINDER)
         return ()
     indexes, cut = listed
-    if cut:
-        log.warning("array %s: Slurm cut its list of pending tasks short (%d read): "
-                    "start slurmrestd with SLURM_BITSTR_LEN=0", array_id, len(indexes))
-    return tuple(dataclasses.replace(job, backend_id=f"{array_id}_{i}",
-                                     job_uid=uid_in_array(key, i) or key)
-                 for i in indexes)
+    tasks = tuple(dataclasses.replace(job, backend_id=f"{array_id}_{i}",
+                                      job_uid=uid_in_array(key, i) or key,
+                                      stdout_path=out, stderr_path=err)
+                  for i in indexes for out, err in (_task_paths(raw, dialect, i),))
+    if cut:  # the tasks after the cut are unknown, not gone: the marker says so
+        return (*tasks, dataclasses.replace(job, backend_id=f"{array_id}{CUT}"))
+    return tasks
+
+
+def _task_paths(raw: Any, dialect: Dialect, index: int) -> tuple[str | None, str | None]:
+    """The output paths of a pending task ``index`` of a remainder record (the record's
+    own are resolved with no task)."""
+    task = job_from_slurm({key: raw.get(key) for key in _PATH_FIELDS} | {
+        "array_task_id": index}, dialect)
+    return (task.stdout_path, task.stderr_path) if task is not None else (None, None)
+
+
+#: The fields of a record the output paths are resolved from.
+_PATH_FIELDS = ("comment", "job_id", "array_job_id", "standard_output", "standard_error",
+                "current_working_directory", "name", "user_name", "batch_host",
+                "job_state")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -330,6 +358,14 @@ def convert_listing(raw_jobs: list[Any], dialect: Dialect,
     convert = convert or jobs_from_slurm
     return pick_jobs(job for raw in raw_jobs if hasattr(raw, "get")
                      for job in convert(raw, dialect))
+
+
+def cut_lists(jobs: list[BackendJob]) -> tuple[list[BackendJob], bool]:
+    """``jobs`` without the markers of lists Slurm cut short, and whether there was one
+    (the reading then knows the array's other pending tasks as neither there nor gone)."""
+    if not any(j.backend_id.endswith(CUT) for j in jobs):
+        return jobs, False  # the very list: a reading like the last is told by identity
+    return [j for j in jobs if not j.backend_id.endswith(CUT)], True
 
 
 def pick_jobs(jobs: Iterable[BackendJob | None]) -> tuple[list[BackendJob], dict[str, int]]:

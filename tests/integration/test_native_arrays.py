@@ -158,3 +158,37 @@ def test_sigkill_at_any_moment_of_a_native_arrays_submission_runs_each_task_once
     finally:
         d.stop()
         cleanup(workdir)
+
+
+def test_later_parts_of_a_native_array_keep_the_throttle_and_the_arrays_variables(
+        native_daemon: Daemon, outdir: Path) -> None:
+    """``-H --array=0-3%2``, the tasks released one by one: each part released goes as
+    a Slurm array of its own with the places ``%2`` leaves beside the array's tasks in
+    Slurm, so never more than two are in Slurm (the others wait, not submitted) until
+    some end; every task is told the whole array's SLURM_ARRAY_* (COUNT 4, MIN 0,
+    MAX 3, the bridge's array id), as sbatch tells them."""
+    d = native_daemon
+    gate = outdir / "go"
+    show = ('echo "$SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT $SLURM_ARRAY_TASK_MIN '
+            '$SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_JOB_ID"')
+    array = submit(d, "-H", "--array=0-3%2", "-o", "w-%A_%a.out", "--wrap",
+                   f"{show}; while [ ! -e {gate} ]; do sleep 0.2; done", cwd=outdir)
+    try:
+        for index in range(4):
+            assert d.cli("alice", "tcontrol", "release", f"{array}_{index}").returncode == 0
+
+        def two_running() -> list[dict[str, Any]] | None:
+            tasks = [d.job(f"{array}_{i}") for i in range(4)]
+            return tasks if sum(t["state"] == "Running" for t in tasks) == 2 else None
+
+        tasks = wait_for(two_running, 120, "two tasks running")
+        assert sum(bool(t["backendId"]) for t in tasks) == 2, tasks  # the others wait
+        gate.touch()
+        tasks = all_ended(d, array, 4)
+        assert [t["state"] for t in tasks] == ["Succeeded"] * 4, tasks
+        assert len(slurm_ids(tasks)) >= 2, tasks  # parts released later: arrays of their own
+        for index in range(4):
+            assert (outdir / f"w-{array}_{index}.out").read_text() == (
+                f"{index} 4 0 3 {array}\n")
+    finally:
+        gate.touch()

@@ -15,25 +15,36 @@ import random
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from bridge.arrays import NativeTask, array_key, uid_in_array
 from bridge.backend import BackendJob, BackendState, Owner
-from slurm_adapter.backend import SlurmBackend
+from slurm_adapter.backend import SlurmBackend, create
 from tests.integration.conftest_slurm import (  # noqa: F401 - registers the fixtures
     Cluster,
     alice_dir_fixture,
     alice_fixture,
-    slurm_backend_fixture,
     slurm_bed_fixture,
     slurm_cluster_fixture,
 )
 from tests.integration.test_slurm_adapter import make_request
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["rest", "cli"], name="slurm_backend")
+async def native_backend(request: pytest.FixtureRequest, slurm_cluster: Cluster
+                         ) -> AsyncIterator[SlurmBackend]:
+    """A started SlurmBackend with ``native_arrays`` on each cluster, through slurmrestd
+    and through the commands."""
+    backend = create(f"slurm-{slurm_cluster.release}-{request.param}",
+                     {**slurm_cluster.settings(str(request.param)), "native_arrays": True})
+    await backend.start()
+    yield backend
+    await backend.close()
 
 #: 200 indexes below the beds' MaxArraySize (1001) that no range or step describes.
 INDEXES = sorted(random.Random(12).sample(range(1, 1000), 200))

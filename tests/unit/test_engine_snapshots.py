@@ -282,3 +282,19 @@ def test_a_status_watch_that_fails_or_ends_is_started_again(
     # A batch before the failure does not make the watch healthy: each start lists
     # everything again, so the delay keeps growing until a watch runs a while.
     assert made[0].failures == 2
+
+
+async def test_a_cancelled_job_gone_from_its_back_end_is_cancelled_not_lost(
+        engine: Engine) -> None:
+    """Slurm keeps no record of a native array's pending task cancelled alone: a job
+    whose cancel was asked for and that is gone ends Cancelled (and an incomplete
+    reading counts nobody missing)."""
+    a, b = await submitted(engine, 2)
+    engine.store.request_cancel(b.id)
+    at = time.time() + 60
+    engine.apply_status("slurm", StatusBatch((report(a),), complete=False, at=at))
+    assert engine.store.get(b.id).state is JobState.SUBMITTED  # not counted
+    for step in range(2):
+        engine.apply_status("slurm", StatusBatch((report(a),), complete=True, at=at + 1 + step))
+    assert (engine.store.get(b.id).state, engine.store.get(b.id).reason) == (
+        JobState.CANCELLED, "Cancelled")

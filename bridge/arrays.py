@@ -38,10 +38,15 @@ from dataclasses import dataclass
 
 from bridge.ranges import compress
 
-__all__ = ["MAX_ARRAY_BYTES", "MAX_ARRAY_SIZE", "MAX_TEXT", "THROTTLED", "ArraySpec",
+__all__ = ["ANN_NATIVE", "MAX_ARRAY_BYTES", "MAX_ARRAY_SIZE", "MAX_TEXT", "THROTTLED", "ArraySpec",
            "ArrayTask", "NativeTask", "array_key", "expand_listed", "parse", "parse_array_key",
            "task_env", "task_uid", "uid_in_array"]
 
+#: The annotation that marks a stored task of an array submitted as one native Slurm
+#: array (bridge/engine_native_array.py), its value the array's :func:`array_key`: the
+#: bridge's own (admission drops a client's), kept in the document so that every
+#: rewrite of the document (a hold, a release) keeps it in the summary too.
+ANN_NATIVE = "hpc-bridge.io/native-array"
 #: The reason (squeue's) of a task that waits because its array's throttle is reached.
 THROTTLED = "JobArrayTaskLimit"
 #: Slurm's default ``MaxArraySize``: indexes are below it.

@@ -63,7 +63,7 @@ from bridge.engine_dependency import (
     check_dependency_ids,
 )
 from bridge.engine_hold import can_hold_in_backend, set_held_in_backend, set_suspend
-from bridge.engine_native_array import InFlight, NativeArrays
+from bridge.engine_native_array import InFlight, NativeArrays, check_native_arrays
 from bridge.engine_request import report_env, stored_shape, submit_request
 from bridge.engine_settings import Admission as Admission
 from bridge.engine_settings import EngineSettings as EngineSettings
@@ -106,6 +106,7 @@ class Engine:
                  settings: EngineSettings):
         if settings.default_backend not in backends:
             raise ValueError(f"default back end {settings.default_backend!r} is not configured")
+        check_native_arrays(store, backends)
         self.store = store
         self.backends = dict(backends)
         self.catalog = catalog

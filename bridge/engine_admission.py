@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge.arrays import (
+    ANN_NATIVE,
     MAX_ARRAY_BYTES,
     THROTTLED,
     ArraySpec,
@@ -37,7 +38,6 @@ from bridge.backend import (
     Validating,
 )
 from bridge.dataset import DATA_CACHE_ATTR, DATASET_FIELD
-from bridge.engine_array import NATIVE
 from bridge.engine_native_array import native_mode
 from bridge.engine_settings import Admission, EngineSettings
 from bridge.errors import PermissionDenied
@@ -82,6 +82,7 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     not (a user who sets the door's finalizer on a new TrainJob gains nothing)."""
     validate_trainjob(job)
     job.metadata.annotations.pop(ANN_ADOPT_ONLY, None)  # the engine's word, never a client's
+    job.metadata.annotations.pop(ANN_NATIVE, None)  # the same
     options = scheduling_of(job)
     backend = backend_name(job, options, settings)
     if backend not in backends:
@@ -151,6 +152,11 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
         if not taken_before:
             raise refusal
         job.metadata.annotations[ANN_ADOPT_ONLY] = str(refusal)[:4096]
+    native = spec is not None and native_mode(
+        chosen, options, settings.placement.get(backend, DEFAULT_PLACEMENT_MODE))
+    if native and spec is not None:  # in the document: every rewrite of it keeps it
+        job.metadata.annotations[ANN_NATIVE] = array_key(job.metadata.uid or "",
+                                                         spec.indexes[0])
     document = job.to_dict()
     text = json.dumps(document)
     if spec is not None and len(text) * len(spec.indexes) > MAX_ARRAY_BYTES:
@@ -160,15 +166,7 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
             f"{len(text) * len(spec.indexes) // 2**20} MiB, more than the "
             f"{MAX_ARRAY_BYTES // 2**20} MiB an array may (each task keeps its own copy of "
             f"the job and its script): shorten the script or split the array")])
-    summary = job_summary(job)
-    native = spec is not None and native_mode(
-        chosen, options, settings.placement.get(backend, DEFAULT_PLACEMENT_MODE))
-    if native and spec is not None:
-        summary["arrayMode"] = NATIVE
-        # The key every task's Slurm record carries: the first task's uid and index
-        # (bridge/arrays.py), kept here so that no submission needs that task's row.
-        summary["arrayKey"] = array_key(job.metadata.uid or "", spec.indexes[0])
-    return Admission(job, backend, plan.num_nodes, options.partition, text, summary,
+    return Admission(job, backend, plan.num_nodes, options.partition, text, job_summary(job),
                      shape.to_json(),
                      task_rows(document, spec, native) if spec is not None else ())
 

@@ -39,7 +39,7 @@ import dataclasses
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -59,7 +59,8 @@ from bridge.scheduling import SchedulingOptions
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
 
-__all__ = ["InFlight", "NativeArrays", "NativeSubmitter", "native_mode", "slurm_indexes"]
+__all__ = ["InFlight", "NativeArrays", "NativeSubmitter", "check_native_arrays", "native_mode",
+           "slurm_indexes"]
 
 log = structlog.get_logger("hpc_bridge.engine")
 
@@ -94,6 +95,21 @@ class InFlight:
     wake: asyncio.Event
     slots: asyncio.Semaphore
     changed: Callable[[str], None]
+
+
+def check_native_arrays(store: Store, backends: Mapping[str, Backend]) -> None:
+    """ValueError (the daemon does not start) for a back end that no longer submits
+    native arrays (its ``native_arrays`` turned off) while tasks of its native arrays
+    are unfinished: it would no longer read them (their records look like no job of
+    its), and they would end ``BackendLost``."""
+    for name, backend in backends.items():
+        if getattr(backend, "native_arrays", False):
+            continue
+        left = store.native_unfinished(name)
+        if left:
+            raise ValueError(f"backends.{name}.native_arrays is off, but {left} tasks of "
+                             f"native arrays on it are unfinished: turn it on again until "
+                             f"they end (tqueue lists them)")
 
 
 class NativeArrays:
@@ -139,6 +155,8 @@ class NativeArrays:
             async with flight.slots:
                 await self.submit(name, backend, group)
             flight.changed(name)
+        except Exception:  # claimed tasks are looked up after submit_timeout, as any
+            log.exception("native array submission failed", array_id=group[0].array_job_id)
         finally:
             for rec in group:
                 flight.tasks.pop(rec.id, None)
@@ -173,24 +191,28 @@ class NativeArrays:
                      if r.state is JobState.PENDING and (r.attempts == 0 or r.id in absent)
                      and not r.cancel_requested and r.next_attempt_at <= now
                      and r.id not in inflight]
-            if group:
+            if group and self._places(group) != 0:  # none left: due, looked at next pass
                 groups.append(group)
         return groups, rest
+
+    def _places(self, group: list[JobRecord]) -> int | None:
+        """How many of ``group`` its array's throttle lets be in the back end beside the
+        array's tasks there (pending ones count), at least 0; None: no throttle."""
+        task = array_task(group[0])
+        assert task is not None
+        if task.spec.limit is None:
+            return None
+        others = set(self.store.array_in_backend(task.job_id)) - {r.id for r in group}
+        return max(task.spec.limit - len(others), 0)
 
     async def submit(self, name: str, backend: Backend, group: list[JobRecord]) -> None:
         """Submit ``group`` (tasks of one array, by index) as one native array to
         ``backend`` (a :class:`NativeSubmitter`). A later part of an array (tasks held,
         or tried, when the rest went) gets the places its throttle ``%N`` has left
         beside the array's tasks in the back end, and waits while it has none."""
-        first_task = array_task(group[0])
-        assert first_task is not None
-        throttle = first_task.spec.limit
-        if throttle is not None:
-            others = set(self.store.array_in_backend(first_task.job_id)) - {
-                r.id for r in group}
-            throttle -= len(others)
-            if throttle <= 0:
-                return  # still due: looked at again next pass
+        throttle = self._places(group)
+        if throttle == 0:
+            return  # the places went since the pass: still due, looked at again
         now = time.time()
         claimed = [c for rec in group
                    if (c := self.store.claim_submission(rec.id, rec.attempts,
@@ -200,7 +222,7 @@ class NativeArrays:
         try:
             await self._send(name, backend, claimed, throttle, now)
         except Exception as exc:  # claimed: looked up before any is submitted again
-            log.exception("native array submission failed", array_id=first_task.job_id)
+            log.exception("native array submission failed", array_id=claimed[0].array_job_id)
             for rec in claimed:
                 self._retry_later(rec, exc)
 

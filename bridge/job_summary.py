@@ -16,6 +16,7 @@ import json
 import sqlite3
 from typing import Any
 
+from bridge.arrays import ANN_NATIVE
 from bridge.model import TrainJob, ValidationError, load_document
 from bridge.scheduling import scheduling_of
 
@@ -27,7 +28,8 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
     ``partition``, ``timeLimitMinutes`` (from its scheduling options, None when they are
     invalid), ``runtime``, ``numNodes`` (1 when not given) and ``suspend``; with a
     ``--dependency``, ``dependency`` and ``killOnInvalidDep`` too; with ``--hold``,
-    ``hold``; with ``--array``, ``array`` (its normal form)."""
+    ``hold``; with ``--array``, ``array`` (its normal form), and for a native array
+    ``arrayMode`` (``native``) and ``arrayKey`` (from :data:`bridge.arrays.ANN_NATIVE`)."""
     try:
         options = scheduling_of(job)
         job_name, partition, limit = (options.job_name, options.partition,
@@ -48,6 +50,9 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
         summary["hold"] = True
     if array:  # the engine's pass reads the throttle, a task's variables, without decoding
         summary["array"] = array
+        native = job.metadata.annotations.get(ANN_NATIVE)
+        if native:  # one native Slurm array, and its key (bridge/engine_native_array.py)
+            summary.update(arrayMode="native", arrayKey=native)
     return summary
 
 

@@ -72,6 +72,16 @@ class ArrayQueries:
                                 " AND reason=? AND array_job_id IS NOT NULL", (reason,))
         return [r[0] for r in rows]
 
+    def native_unfinished(self, backend: str) -> int:
+        """How many unfinished tasks of native arrays (their summary's ``arrayMode``,
+        bridge/engine_native_array.py) back end ``backend`` has: one the engine could no
+        longer read, were the back end to stop reading native arrays."""
+        row = self._db.execute(
+            "SELECT count(*) FROM jobs WHERE backend=? AND array_job_id IS NOT NULL AND "
+            "state IN ('Pending', 'Suspended', 'Submitted', 'Running') AND "
+            "summary LIKE '%\"arrayMode\": \"native\"%'", (backend,)).fetchone()
+        return int(row[0])
+
     def array_in_backend(self, array_job_id: int) -> list[int]:
         """The ids of the array's tasks that are in their back end or may be: Submitted,
         Running, or Pending with a submission tried (what its throttle counts)."""

@@ -161,6 +161,8 @@ class SlurmBackend:
         self.name = name
         #: Job arrays go to Slurm as one native array (bridge/engine_native_array.py).
         self.native_arrays = native_arrays
+        #: Whether the last reading had an array's list of pending tasks cut short.
+        self._cut_seen = False
         #: Pick the REST dialect from the server's OpenAPI document at start.
         self.negotiate_version = negotiate_version
         self.mpi_launch = mpi_launch or default_mpi_launch()
@@ -302,11 +304,12 @@ class SlurmBackend:
         the reading is complete: a native array's pending tasks cut short (slurmrestd
         without ``SLURM_BITSTR_LEN=0``) are neither there nor gone (logged)."""
         jobs, cut = cut_lists(await self.table.bridge_jobs())
-        if cut:
+        if cut and not self._cut_seen:
             log.error("slurm back end %s: Slurm cut a native array's list of pending "
                       "tasks short; start slurmrestd with SLURM_BITSTR_LEN=0 in its "
                       "environment (docs/slurm.md). Until then no task is taken as gone "
                       "and none tried before is submitted again", self.name)
+        self._cut_seen = cut  # logged once until it clears
         return jobs, not cut
 
     async def lookup(self, job_uids: Collection[str]) -> list[BackendJob]:

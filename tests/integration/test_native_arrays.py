@@ -187,6 +187,8 @@ def test_later_parts_of_a_native_array_keep_the_throttle_and_the_arrays_variable
         tasks = all_ended(d, array, 4)
         assert [t["state"] for t in tasks] == ["Succeeded"] * 4, tasks
         assert len(slurm_ids(tasks)) >= 2, tasks  # parts released later: arrays of their own
+        assert all(str(t["backendId"]).endswith(f"_{t['arrayTaskId']}") for t in tasks), (
+            tasks)  # each part native, not one job per task
         for index in range(4):
             assert (outdir / f"w-{array}_{index}.out").read_text() == (
                 f"{index} 4 0 3 {array}\n")

@@ -103,7 +103,8 @@ def test_slurm_throttles_a_native_array_and_tcancel_takes_a_task_or_the_array(
     the rest."""
     d = native_daemon
     gate = outdir / "go"
-    array = submit(d, "--array=0-3%1", "--wrap",
+    # -t 5: a task that starts after the test (its gate gone with outdir) ends anyway.
+    array = submit(d, "--array=0-3%1", "-t", "5", "--wrap",
                    f"while [ ! -e {gate} ]; do sleep 0.2; done", cwd=outdir)
 
     def one_running_three_in_slurm() -> list[dict[str, Any]] | None:
@@ -126,6 +127,7 @@ def test_slurm_throttles_a_native_array_and_tcancel_takes_a_task_or_the_array(
         assert [t["state"] for t in ended] == ["Cancelled"] * 4, ended
     finally:
         gate.touch()
+        d.cli("alice", "tcancel", str(array))  # none left behind in Slurm
 
 
 def test_sigkill_at_any_moment_of_a_native_arrays_submission_runs_each_task_once(
@@ -171,7 +173,7 @@ def test_later_parts_of_a_native_array_keep_the_throttle_and_the_arrays_variable
     gate = outdir / "go"
     show = ('echo "$SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT $SLURM_ARRAY_TASK_MIN '
             '$SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_JOB_ID"')
-    array = submit(d, "-H", "--array=0-3%2", "-o", "w-%A_%a.out", "--wrap",
+    array = submit(d, "-H", "--array=0-3%2", "-o", "w-%A_%a.out", "-t", "5", "--wrap",
                    f"{show}; while [ ! -e {gate} ]; do sleep 0.2; done", cwd=outdir)
     try:
         for index in range(4):
@@ -194,3 +196,4 @@ def test_later_parts_of_a_native_array_keep_the_throttle_and_the_arrays_variable
                 f"{index} 4 0 3 {array}\n")
     finally:
         gate.touch()
+        d.cli("alice", "tcancel", str(array))  # none left behind in Slurm

@@ -103,6 +103,21 @@ def is_true(conds: dict[str, dict[str, Any]], ctype: str) -> bool:
     return conds.get(ctype, {}).get("status") == "True"
 
 
+def wait_condition(k8s: K8sBed, namespace: str, name: str, ctype: str, timeout: float,
+                   what: str) -> dict[str, Any]:
+    """Wait until TrainJob ``name``'s condition ``ctype`` is True and return it, as read
+    in that same read (a second read may already see the next status)."""
+    seen: dict[str, Any] = {}
+
+    def true() -> bool:
+        seen.clear()
+        seen.update(conditions(k8s, namespace, name).get(ctype) or {})
+        return seen.get("status") == "True"
+
+    k8s.wait_for(true, timeout, what)
+    return seen
+
+
 def events(k8s: K8sBed, namespace: str, name: str) -> list[dict[str, Any]]:
     """The Events on TrainJob ``name``, oldest first (as ``kubectl events`` lists them)."""
     items: list[dict[str, Any]] = k8s.get_json(

@@ -34,6 +34,7 @@ from tests.integration.k8s_bridge import (
     node_ready,
     pods,
     trainjob,
+    wait_condition,
 )
 from tests.integration.k8sbed import K8sBed
 from tests.integration.test_k8s_trainjobs import release
@@ -257,9 +258,8 @@ def test_a_flavor_toleration_of_a_reserved_taint_fails_the_job_naming_the_settin
     try:
         apply(k8s, ns, risky, cluster_queue(ns, [(f"{ns}-tolerant", 2)]))
         apply(k8s, ns, queued("tolerant"))
-        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "tolerant"), "Failed"), 90,
-                     "the TrainJob admitted on a tolerant flavor to fail")
-        message = conditions(k8s, ns, "tolerant")["Failed"]["message"]
+        message = wait_condition(k8s, ns, "tolerant", "Failed", 90,
+                                 "the TrainJob admitted on a tolerant flavor to fail")["message"]
         assert "tolerations" in message and "allow_privileges" in message, message
         assert "tolerant" not in {j["metadata"]["name"] for j in jobsets(k8s, ns)}
     finally:
@@ -384,10 +384,9 @@ def test_the_bridges_switch_request_reaches_kueue_as_a_topology_request(
         assert "hpc-bridge.io/placement" not in json.dumps(
             k8s.get_json("-n", ns, TRAINJOBS, "own")["spec"])
         # ... and --switches beside it is refused, not dropped without a word.
-        k8s.wait_for(lambda: is_true(conditions(k8s, ns, "own"), "Failed"), 60,
-                     "the TrainJob asking twice to be refused")
-        assert "asks Kueue for a topology itself" in conditions(k8s, ns, "own")["Failed"][
-            "message"]
+        failed = wait_condition(k8s, ns, "own", "Failed", 60,
+                                "the TrainJob asking twice to be refused")
+        assert "asks Kueue for a topology itself" in failed["message"]
     finally:
         drop_tas_queue(k8s, ns)
 
@@ -434,14 +433,14 @@ def test_without_the_webhook_a_queued_switch_request_is_refused_naming_it(
     try:
         apply(k8s, ns, with_switches(queued("no-webhook"), "1"))
         try:
-            k8s.wait_for(lambda: is_true(conditions(k8s, ns, "no-webhook"), "Failed"), 60,
-                         "the TrainJob to be refused")
+            failed = wait_condition(k8s, ns, "no-webhook", "Failed", 60,
+                                    "the TrainJob to be refused")
         except BaseException:  # what the bridge and the cluster had, for the report
             print("TrainJob:", json.dumps(k8s.get_json("-n", ns, TRAINJOBS, "no-webhook")))
             print("jobs:", json.dumps(bridge.api("GET", "/v1/jobs").json())[:3000])
             print("daemon log:", bridge.log.read_text()[-6000:])
             raise
-        message = conditions(k8s, ns, "no-webhook")["Failed"]["message"]
+        message = failed["message"]
         assert "switches" in message and "topology webhook" in message, message
         assert not jobsets(k8s, ns)
     finally:

@@ -135,7 +135,7 @@ class Engine:
         flight = InFlight(self._inflight, self._inflight_owner, self._capped, self._wake,
                           self._submit_slots, self._inventories.mark_stale)
         self._native = NativeArrays(store, self._status, self._request, self._retry_later,
-                                    self._wait_again, settings, flight)
+                                    self._wait_again, settings, flight, self._arrays)
         self.ready = asyncio.Event()
 
     # -- front-door calls ----------------------------------------------------------
@@ -390,7 +390,8 @@ class Engine:
                 for rec in uncertain:
                     self._retry_later(rec, exc)
                 records = [r for r in records if r.attempts == 0]
-        groups, records = self._native.split(backend, records, time.time(), found)
+        owned = {r.uid for r in uncertain if self._own(name, r, found.get(r.uid, ()))}
+        groups, records = self._native.split(backend, records, time.time(), owned)
         for group in groups:  # one submission each (bridge/engine_native_array.py)
             self._native.start(name, backend, group, self._load)
         mode = self.settings.placement.get(name, DEFAULT_PLACEMENT_MODE)

@@ -22,17 +22,22 @@ Contract:
   indexed statements per array touched and one per task let go, never one per waiting
   task. After a restart, and every :data:`RECHECK` seconds as a backstop, every array
   with a waiting task is looked at (one query).
+* :meth:`ArrayThrottle.park` is the same wait for a later part of a native array that
+  has no place left under its throttle (held or released tasks, after the rest went):
+  its never-tried tasks wait as above, and once a place frees *every* waiting task of
+  the array is made due, to go as one native array with the places left (Slurm
+  throttles it), instead of being read again on every pass.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import lru_cache
 
 import structlog
 
-from bridge.arrays import THROTTLED, ArraySpec, ArrayTask, parse
+from bridge.arrays import MAX_ARRAY_SIZE, THROTTLED, ArraySpec, ArrayTask, parse
 from bridge.states import JobState
 from bridge.store import JobRecord, Store
 from bridge.store_arrays import NOT_DUE
@@ -82,9 +87,10 @@ class ArrayThrottle:
         self._inflight = inflight
         #: array job id -> the tasks let go and maybe still in flight.
         self._let: dict[int, set[int]] = {}
-        #: array job id -> its throttle and the ids of its tasks in their back end, for
-        #: the arrays with a waiting task: what a start or end must be matched against.
-        self._watch: dict[int, tuple[int, set[int]]] = {}
+        #: array job id -> its throttle, the ids of its tasks in their back end and
+        #: whether it is native, for the arrays with a waiting task: what a start or end
+        #: must be matched against.
+        self._watch: dict[int, tuple[int, set[int], bool]] = {}
         self._next_sweep = 0.0
 
     @property
@@ -99,13 +105,13 @@ class ArrayThrottle:
         if now >= self._next_sweep:
             self._next_sweep = now + RECHECK
             for array_id in self.store.arrays_waiting(THROTTLED):
-                limit = self._limit(array_id)
+                limit, native = self._limit(array_id)
                 if limit is not None:
-                    self._look(array_id, limit, self._in_backend(array_id), now)
+                    self._look(array_id, limit, self._in_backend(array_id), now, native)
             return
-        for array_id, (limit, ids) in list(self._watch.items()):
+        for array_id, (limit, ids, native) in list(self._watch.items()):
             if ids & job_ids:
-                self._look(array_id, limit, self._in_backend(array_id), now)
+                self._look(array_id, limit, self._in_backend(array_id), now, native)
 
     def _in_backend(self, array_id: int) -> set[int]:
         """The array's tasks in their back end, or on their way there (let go by this
@@ -138,38 +144,57 @@ class ArrayThrottle:
                 ids.add(rec.id)
                 self._let.setdefault(task.job_id, set()).add(rec.id)
                 ready.append(rec)
-            elif rec.reason != THROTTLED:
-                self.store.transition(rec.id, JobState.PENDING, THROTTLED,
-                                      _message(task.job_id, limit), next_attempt_at=NOT_DUE)
             else:
-                self.store.update(rec.id, next_attempt_at=NOT_DUE)
+                self._wait(rec, task.job_id, limit)
         for array_id, (limit, ids) in touched.items():
             self._look(array_id, limit, ids, now)
         return ready
 
-    def _look(self, array_id: int, limit: int, in_backend: set[int], now: float) -> None:
-        """Make as many waiting tasks due as the array has free places; remember what
-        to watch while it has waiting tasks."""
+    def park(self, group: Sequence[JobRecord], limit: int, now: float) -> None:
+        """``group``, tasks of one native array due and with no place left under its
+        throttle ``limit``, waits (module docstring). A task tried before stays due: it
+        is looked up again on each pass anyway."""
+        array_id = group[0].array_job_id
+        assert array_id is not None
+        for rec in group:
+            if rec.attempts == 0:
+                self._wait(rec, array_id, limit)
+        self._look(array_id, limit, self._in_backend(array_id), now, native=True)
+
+    def _wait(self, rec: JobRecord, array_id: int, limit: int) -> None:
+        if rec.reason != THROTTLED:
+            self.store.transition(rec.id, JobState.PENDING, THROTTLED,
+                                  _message(array_id, limit), next_attempt_at=NOT_DUE)
+        else:
+            self.store.update(rec.id, next_attempt_at=NOT_DUE)
+
+    def _look(self, array_id: int, limit: int, in_backend: set[int], now: float,
+              native: bool = False) -> None:
+        """Make as many waiting tasks due as the array has free places (a native
+        array's: all of them, once it has one); remember what to watch while it has
+        waiting tasks."""
         free = limit - len(in_backend)
-        waiting = [i for i in self.store.waiting_tasks(array_id, max(free, 0) + len(in_backend)
-                                                        + 1, THROTTLED)
+        count = MAX_ARRAY_SIZE if native else max(free, 0) + len(in_backend) + 1
+        waiting = [i for i in self.store.waiting_tasks(array_id, count, THROTTLED)
                    if i not in in_backend]
         if not waiting:
             self._watch.pop(array_id, None)
             return
-        woken = waiting[:max(free, 0)]
+        woken = waiting if native and free > 0 else waiting[:max(free, 0)]
         # Also watch the tasks made due: one held or ended by its dependency before it
         # reaches its back end frees its place again.
-        self._watch[array_id] = (limit, in_backend | set(woken))
+        self._watch[array_id] = (limit, in_backend | set(woken), native)
         for job_id in woken:
             self.store.update(job_id, next_attempt_at=now)
 
-    def _limit(self, array_id: int) -> int | None:
+    def _limit(self, array_id: int) -> tuple[int | None, bool]:
+        """The array's throttle (None: none, or no task) and whether it is native."""
         ids = self.store.array_task_ids(array_id)
         if not ids:
-            return None
-        task = array_task(self.store.get(ids[0]))
-        return task.spec.limit if task is not None else None
+            return None, False
+        first = self.store.get(ids[0])
+        task = array_task(first)
+        return (task.spec.limit if task is not None else None), is_native(first)
 
 
 def _message(array_id: int, limit: int) -> str:

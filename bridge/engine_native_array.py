@@ -25,11 +25,13 @@ Contract:
   uid, the whole array's ``SLURM_ARRAY_*`` as a task of one job per task is told, and
   where it reports progress), and records each Submitted as ``S_I``. A later part of
   an array (tasks held, or tried, when the rest went) is its own Slurm array with the
-  places the throttle ``%N`` has left beside the array's tasks in the back end, and
-  waits while there are none. A refusal fails them all with the back end's reason (one
-  naming the dependency sends them back to wait for it, as a dependency that moved
-  does); an unreachable back end, a timeout or any other error retries each later
-  (tried: looked up first, never submitted twice).
+  places the throttle ``%N`` has left beside the array's tasks in the back end; while
+  there are none its never-tried tasks wait, not due, until a task of the array in
+  the back end changes (``ArrayThrottle.park``: no pass reads them meanwhile). A
+  refusal fails them all with the back end's reason (one naming the dependency sends
+  them back to wait for it, as a dependency that moved does); an unreachable back end,
+  a timeout or any other error retries each later (tried: looked up first, never
+  submitted twice).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import structlog
 
 from bridge.arrays import NativeTask, array_key, parse_array_key
 from bridge.backend import Backend, BackendRejected, BackendUnavailable, SubmitRequest
-from bridge.engine_array import array_task, is_native
+from bridge.engine_array import ArrayThrottle, array_task, is_native
 from bridge.engine_dependency import RETRY_REFUSED, DependencyUnmet, UnreadableDependency
 from bridge.engine_request import report_env
 from bridge.engine_settings import EngineSettings
@@ -123,7 +125,8 @@ class NativeArrays:
                                    SubmitRequest],
                  retry_later: Callable[[JobRecord, BaseException], None],
                  wait_again: Callable[[JobRecord, str, float], None],
-                 settings: EngineSettings, inflight: InFlight) -> None:
+                 settings: EngineSettings, inflight: InFlight, throttle: ArrayThrottle
+                 ) -> None:
         self.store = store
         self._status = status
         self._request = request
@@ -131,6 +134,7 @@ class NativeArrays:
         self._wait_again = wait_again
         self.settings = settings
         self._inflight = inflight
+        self._throttle = throttle
 
     def start(self, name: str, backend: Backend, group: list[JobRecord],
               load: Counter[int]) -> None:
@@ -167,7 +171,8 @@ class NativeArrays:
               found: Collection[str]) -> tuple[list[list[JobRecord]], list[JobRecord]]:
         """The native groups to submit to ``backend`` and the other records (module
         docstring); ``found``: the uids of tried records the back end was asked about
-        and has (they are adopted, never submitted again). A back end that no longer
+        and has as theirs, owner checked (they are adopted, never submitted again; a
+        forged record bearing a task's uid does not count). A back end that no longer
         submits native arrays (its setting turned off since) gets every task alone."""
         groups: list[list[JobRecord]] = []
         rest: list[JobRecord] = []
@@ -191,9 +196,21 @@ class NativeArrays:
                      if r.state is JobState.PENDING and (r.attempts == 0 or r.id in absent)
                      and not r.cancel_requested and r.next_attempt_at <= now
                      and r.id not in inflight]
-            if group and self._places(group) != 0:  # none left: due, looked at next pass
-                groups.append(group)
+            if group:
+                self._go_or_park(group, groups, now)
         return groups, rest
+
+    def _go_or_park(self, group: list[JobRecord], groups: list[list[JobRecord]],
+                    now: float) -> None:
+        """Add ``group`` to ``groups``, or park it while its throttle leaves it no place
+        (bridge/engine_array.py ``ArrayThrottle.park``: made due when one frees)."""
+        places = self._places(group)
+        if places != 0:
+            groups.append(group)
+            return
+        task = array_task(group[0])
+        assert task is not None and task.spec.limit is not None
+        self._throttle.park(group, task.spec.limit, now)
 
     def _places(self, group: list[JobRecord]) -> int | None:
         """How many of ``group`` its array's throttle lets be in the back end beside the
@@ -211,8 +228,11 @@ class NativeArrays:
         or tried, when the rest went) gets the places its throttle ``%N`` has left
         beside the array's tasks in the back end, and waits while it has none."""
         throttle = self._places(group)
-        if throttle == 0:
-            return  # the places went since the pass: still due, looked at again
+        if throttle == 0:  # the places went since the pass
+            task = array_task(group[0])
+            assert task is not None and task.spec.limit is not None
+            self._throttle.park(group, task.spec.limit, time.time())
+            return
         now = time.time()
         claimed = [c for rec in group
                    if (c := self.store.claim_submission(rec.id, rec.attempts,

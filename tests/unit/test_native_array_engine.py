@@ -10,14 +10,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from bridge.arrays import ANN_NATIVE, array_key, parse
+from bridge.arrays import ANN_NATIVE, THROTTLED, array_key, parse
 from bridge.engine_admission import prepare, task_rows
+from bridge.engine_array import ArrayThrottle
 from bridge.engine_native_array import check_native_arrays, native_mode, slurm_indexes
 from bridge.engine_settings import EngineSettings
 from bridge.model import ANN_SCHEDULING
 from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
+from bridge.states import JobState
 from bridge.store import Store
+from bridge.store_arrays import NOT_DUE
 from tests.unit.builders import ALICE, trainjob
 
 NATIVE_BACKEND = SimpleNamespace(native_arrays=True)
@@ -92,3 +95,30 @@ def test_turning_native_arrays_off_with_tasks_unfinished_stops_the_start(
     check_native_arrays(store, {"slurm": NATIVE_BACKEND})
     with pytest.raises(ValueError, match=r"backends\.slurm\.native_arrays is off, but 2 tasks"):
         check_native_arrays(store, {"slurm": SimpleNamespace(native_arrays=False)})
+
+
+def test_a_parked_part_of_a_native_array_is_made_due_whole_when_a_place_frees(
+        tmp_path: Path) -> None:
+    """A later part of a native array with no place under its ``%2`` waits not due (no
+    pass reads it) and, once a task of the array in Slurm ends, is made due whole: it
+    goes as one native array with the place left (Slurm throttles it), where the
+    one-job path frees one task per place."""
+    store = Store.open(tmp_path / "s.sqlite")
+    prepared = prepare(trainjob(command=["true"], annotations={
+        ANN_SCHEDULING: json.dumps({"array": "0-5%2"})}), ALICE, "api",
+        backends={"slurm": NATIVE_BACKEND}, catalog=RuntimeCatalog(),
+        settings=EngineSettings(default_backend="slurm"))
+    head = store.add(prepared.job, ALICE, "slurm", summary=prepared.summary,
+                     tasks=prepared.tasks)
+    ids = store.array_task_ids(head.id)
+    for job_id in ids[:2]:
+        store.transition(job_id, JobState.SUBMITTED, "Submitted", "", backend_id="7")
+    throttle = ArrayThrottle(store)
+    throttle.park(store.by_ids(ids[2:]), 2, 100.0)
+    parked = store.by_ids(ids[2:])
+    assert {(r.reason, r.next_attempt_at) for r in parked} == {(THROTTLED, NOT_DUE)}
+    throttle.changed({ids[0]}, 101.0)  # the first look is the restart sweep: still full
+    assert all(r.next_attempt_at == NOT_DUE for r in store.by_ids(ids[2:]))
+    store.transition(ids[0], JobState.SUCCEEDED, "Completed", "")
+    throttle.changed({ids[0]}, 102.0)
+    assert [r.id for r in store.by_ids(ids[2:]) if r.next_attempt_at == 102.0] == ids[2:]

@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,19 @@ _WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD
                              "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 #: scancel / REST messages that make a cancellation a no-op.
 _CANCEL_NOOP = ("invalid job id specified", "already completing or completed")
+
+
+_UMASK = re.compile(r"0?[0-7]{1,3}")
+
+
+def job_umask(env: Mapping[str, str]) -> int:
+    """The umask sbatch runs under for a job with environment ``env``: its
+    ``SLURM_UMASK`` (the submitter's, which tbatch sends as sbatch does) when that is
+    one, else :data:`JOB_UMASK`. sbatch puts its own umask into the job's
+    ``SLURM_UMASK`` over the ``--export-file``'s, and Slurm creates the job's output
+    files under it."""
+    text = env.get("SLURM_UMASK", "")
+    return int(text, 8) if _UMASK.fullmatch(text) else JOB_UMASK
 
 
 @dataclass(frozen=True)
@@ -165,7 +179,8 @@ class SlurmCli:
         return Switch.to(owner)
 
     async def run(self, argv: Sequence[str], *, owner: Owner | None = None,
-                  stdin: bytes | None = None, pass_fds: Sequence[int] = ()) -> Completed:
+                  stdin: bytes | None = None, pass_fds: Sequence[int] = (),
+                  umask: int = JOB_UMASK) -> Completed:
         """Run ``argv`` (``argv[0]`` looked up on the path) and collect its output."""
         program = self._which(argv[0])
         switch = self._as_owner(owner)
@@ -195,7 +210,7 @@ class SlurmCli:
                 env=self._env(argv[0]),
                 cwd="/",
                 pass_fds=tuple(pass_fds),
-                umask=JOB_UMASK,  # sbatch hands it on to the job (SLURM_UMASK)
+                umask=umask,  # sbatch hands it on to the job (SLURM_UMASK)
                 **spawn.kwargs,
             )
         except OSError as exc:
@@ -296,7 +311,7 @@ class SlurmCli:
                 ["sbatch", mode, "--ignore-pbs", "--export=ALL",
                  f"--export-file={env_fd}", *args, f"/proc/self/fd/{script_fd}",
                  *script_args],
-                owner=owner, pass_fds=(env_fd, script_fd),
+                owner=owner, pass_fds=(env_fd, script_fd), umask=job_umask(job_env),
             )
         finally:
             os.close(env_fd)

@@ -281,7 +281,9 @@ def _submit(argv: list[str]) -> int:
 
 def tbatch_main() -> int:
     """``tbatch`` (``sys.argv``), quickly where it can be; returns the exit status."""
+    from bridge.cli.sbatch_request import error_status
+
     try:
-        return _submit(sys.argv[1:])
+        return error_status(_submit(sys.argv[1:]))
     except KeyboardInterrupt:
         return 130

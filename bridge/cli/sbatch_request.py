@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from bridge.sbatch.locate import Located
 
-__all__ = ["MAX_FILE_BYTES", "sbatch_request"]
+__all__ = ["MAX_FILE_BYTES", "error_status", "sbatch_request", "submitting_environment"]
 
 #: The most of a ``-f`` file read (the daemon's request limit refuses more anyway).
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -79,13 +79,37 @@ def _wire_bytes(data: bytes, text: str | None = None) -> str | dict[str, str]:
         return {"base64": binascii.b2a_base64(data, newline=False).decode("ascii")}
 
 
+def submitting_environment() -> dict[str, str]:
+    """The environment sent: tbatch's own, with ``SLURM_UMASK`` set to its umask when
+    unset, as sbatch sets it (Slurm creates the job's output files under it, so a user
+    with ``umask 077`` gets private ones, as with sbatch)."""
+    environ = dict(os.environ)
+    if "SLURM_UMASK" not in environ:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        environ["SLURM_UMASK"] = f"0{mask:03o}"
+    return environ
+
+
+def error_status(status: int) -> int:
+    """tbatch's exit ``status``, with sbatch's ``SLURM_EXIT_ERROR``: an error's (1) is
+    that number when it is one from 1 to 255 (sbatch ignores 0)."""
+    if status != 1:
+        return status
+    try:
+        code = int(os.environ.get("SLURM_EXIT_ERROR", ""))
+    except ValueError:
+        return status
+    return code if 0 < code < 256 else status
+
+
 def sbatch_request(argv: list[str], found: Located, cwd: str) -> dict[str, Any]:
     """The ``POST /v1/sbatch`` body for ``argv`` (``found``: :func:`locate` of it, not
     ``--help``/``--version``) run in ``cwd``; reads the script or ``-f`` file it names."""
     request: dict[str, Any] = {
         "argv": [_wire(word) for word in argv],
         "cwd": _wire(cwd),
-        "environ": {name: _wire(value) for name, value in os.environ.items()},
+        "environ": {name: _wire(value) for name, value in submitting_environment().items()},
     }
     if not found.complete or found.wrap is not None:
         return request  # nothing to read (an unknown option: the daemon names it)

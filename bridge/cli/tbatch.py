@@ -14,7 +14,10 @@ comment) runs unchanged, its bytes carried as they are (:mod:`bridge.batchscript
 ``#SBATCH`` lines must be UTF-8. Prints ``Submitted batch job <id>`` or,
 with ``--parsable``, ``<id>``; exit status 0. Errors of the script or options print
 :class:`bridge.sbatch.SbatchError`'s message (already worded ``tbatch: error: ...``)
-and exit 1; other errors as every command (:mod:`bridge.cli.common`).
+and exit 1; other errors as every command (:mod:`bridge.cli.common`). As sbatch, an
+error's exit status is ``SLURM_EXIT_ERROR`` when that is set (1 to 255), and the
+environment sent carries ``SLURM_UMASK`` (tbatch's umask when unset): the job's output
+files are created under it.
 
 tbatch does not parse its options: it finds the script (or ``-f`` file) to read with
 :func:`bridge.sbatch.locate.locate` and sends its arguments, the script, the working
@@ -30,7 +33,7 @@ import os
 import sys
 
 from bridge.cli.common import UserError, clean, connect, run, version
-from bridge.cli.sbatch_request import sbatch_request
+from bridge.cli.sbatch_request import error_status, sbatch_request
 from bridge.sbatch.locate import locate
 
 TYPE_CHECKING = False  # typing costs ~2 ms of tbatch's start (bridge.client_types)
@@ -82,7 +85,7 @@ def tbatch_main(argv: list[str] | None = None) -> int:
     """``tbatch``: submit a batch script, a ``--wrap`` command or a TrainJob file
     (``argv`` ``None``: ``sys.argv``); returns the exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return run("tbatch", lambda: _tbatch(args))
+    return error_status(run("tbatch", lambda: _tbatch(args)))
 
 
 def send_main(request: dict[str, Any], idempotency_key: str,

@@ -10,8 +10,10 @@ the same script as alice, and Slurm's record of both jobs is compared.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import stat
 import subprocess
 from pathlib import Path
 
@@ -308,3 +310,48 @@ def test_a_plain_srun_starts_every_task_as_under_sbatch(
     assert ref == ("SLURM_CPUS_PER_TASK=1\nSLURM_NPROCS=4\nSLURM_NTASKS=4\n"
                    "SLURM_NTASKS_PER_NODE=2\n4\n"), ref
     assert (outdir / "ours.out").read_text() == ref
+
+
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon"])
+def test_the_submitters_umask_makes_the_output_files_as_sbatchs(
+        fixture: str, request: pytest.FixtureRequest, outdir: Path) -> None:
+    """alice submits with ``umask 077``: sbatch's output file is 0600, and tbatch's too
+    (SLURM_UMASK, as sbatch sets it), through slurmrestd and through sbatch; with
+    ``SLURM_UMASK=0022`` set by hand both give 0644."""
+    d: Daemon = request.getfixturevalue(fixture)
+    script = outdir / "u.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -t 5\necho hi\n")
+    for setting, mode in (({}, 0o600), ({"SLURM_UMASK": "0022"}, 0o644)):
+        theirs_out = outdir / f"sbatch-{mode:o}.out"
+        old = os.umask(0o077)
+        try:
+            theirs = subprocess.run(
+                ["runuser", "-u", "alice", "--", "env",
+                 *[f"{k}={v}" for k, v in setting.items()], "sbatch", "--parsable", "-o",
+                 str(theirs_out), str(script)],
+                cwd=outdir, capture_output=True, text=True, check=False, timeout=60)
+            res = d.cli("alice", "tbatch", "--parsable", "-o", f"tbatch-{mode:o}.out",
+                        str(script), cwd=outdir, env=setting)
+        finally:
+            os.umask(old)
+        assert theirs.returncode == 0, theirs.stderr
+        assert res.returncode == 0, res.stderr
+        d.wait_state(res.stdout.strip(), ["Succeeded"])
+        ours_out = outdir / f"tbatch-{mode:o}.out"
+        wait_for(lambda p=theirs_out: p.exists() and p.read_text() == "hi\n", 60,
+                 "sbatch's job to write its output")
+        assert (stat.S_IMODE(theirs_out.stat().st_mode), stat.S_IMODE(
+            ours_out.stat().st_mode)) == (mode, mode), setting
+
+
+def test_slurm_exit_error_is_an_errors_exit_status_as_sbatchs(daemon: Daemon,
+                                                              outdir: Path) -> None:
+    """SLURM_EXIT_ERROR=42: a partition Slurm refuses and a script that cannot be read
+    exit 42 from sbatch and from tbatch. (An option sbatch cannot parse exits 255 from
+    sbatch whatever the variable says, and 1 from tbatch: docs/slurm.md.)"""
+    for args in (["-p", "bogus", "--wrap", "true"], ["missing.sh"]):
+        theirs = subprocess.run(["runuser", "-u", "alice", "--", "env", "SLURM_EXIT_ERROR=42",
+                                 "sbatch", *args], cwd=outdir, capture_output=True,
+                                text=True, check=False, timeout=60)
+        res = daemon.cli("alice", "tbatch", *args, cwd=outdir, env={"SLURM_EXIT_ERROR": "42"})
+        assert (theirs.returncode, res.returncode) == (42, 42), (theirs.stderr, res.stderr)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.sbatch.manual import RELEASES
+from bridge.sbatch.manual import RELEASES, VARIABLES
 from bridge.sbatch.options import refused_names
 from tests.integration.conftest_slurm import CLUSTER_ENV, Cluster, cluster_for
 
@@ -43,6 +43,24 @@ def manual_options(root: str | None) -> set[str]:
     return names
 
 
+#: A variable's definition line: ``\fBSBATCH_X\fR`` (``or \fBSLURM_X\fR``, ``=ID``).
+_VARIABLE = re.compile(r"\\fB((?:SBATCH|SLURM)_[A-Z0-9_]+)\\fR")
+
+
+def manual_variables(root: str | None) -> set[str]:
+    """The variables the INPUT ENVIRONMENT VARIABLES section of sbatch(1) under ``root``
+    defines."""
+    page = Path(root or "/") / "usr/share/man/man1/sbatch.1.gz"
+    lines = gzip.decompress(page.read_bytes()).decode("utf-8", "replace").splitlines()
+    section = lines[lines.index('.SH "INPUT ENVIRONMENT VARIABLES"') + 1:]
+    end = next(i for i, line in enumerate(section) if line.startswith(".SH"))
+    names: set[str] = set()
+    for before, line in itertools.pairwise(section[:end]):
+        if before.startswith(".TP") and line.startswith("\\fB"):
+            names.update(_VARIABLE.findall(line))
+    return names
+
+
 @pytest.fixture(params=sorted(CLUSTER_ENV), name="slurm_cluster")
 def slurm_cluster_fixture(request: pytest.FixtureRequest) -> Cluster:
     """Each Slurm release of the test beds."""
@@ -54,6 +72,13 @@ def test_the_release_list_is_each_manual_page(slurm_cluster: Cluster) -> None:
     listed = RELEASES[slurm_cluster.release]
     assert sorted(found - listed) == [], "options the manual has and manual.py lacks"
     assert sorted(listed - found) == [], "options manual.py lists and the manual lacks"
+
+
+def test_the_variable_list_is_each_manual_page(slurm_cluster: Cluster) -> None:
+    """bridge/sbatch/inputenv.py reads, refuses or documents each of them (a unit test
+    checks that against this list)."""
+    found = manual_variables(slurm_cluster.root)
+    assert found == VARIABLES[slurm_cluster.release]
 
 
 def test_sbatch_knows_every_option_tbatch_refuses_by_name(slurm_cluster: Cluster) -> None:

@@ -24,7 +24,6 @@ SCRIPT = "#!/bin/sh\ntrue\n"
 @pytest.mark.parametrize(("argv", "script", "environ"), [
     (["-H", "job.sh"], SCRIPT, {}),
     (["job.sh"], "#!/bin/sh\n#SBATCH --hold\n", {}),
-    (["job.sh"], SCRIPT, {"SBATCH_HOLD": "1"}),
 ])
 def test_tbatch_hold_makes_a_suspended_job(argv: list[str], script: str,
                                            environ: dict[str, str]) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from bridge.sbatch import SbatchError, parse_tbatch
-from bridge.sbatch.inputenv import INPUT_VARIABLES
-from bridge.sbatch.options import BY_LONG
+from bridge.sbatch.inputenv import CLIENT_VARIABLES, INPUT_VARIABLES, REFUSED_VARIABLES
+from bridge.sbatch.manual import VARIABLES
+from bridge.sbatch.options import BY_LONG, refused_long
 
 SCRIPT = "#!/bin/sh\n#SBATCH -p script -A scr -t 5 --requeue\n"
 
@@ -23,6 +24,40 @@ def test_precedence_command_line_environment_script() -> None:
 
 def test_every_variable_names_a_known_option() -> None:
     assert all(option in BY_LONG for option in INPUT_VARIABLES.values())
+    assert all(refused_long(option) for option in REFUSED_VARIABLES.values())
+
+
+def test_every_variable_of_every_release_is_read_refused_or_documented() -> None:
+    """None is ignored without a word: each is in exactly one table."""
+    tables = [set(INPUT_VARIABLES), set(REFUSED_VARIABLES), set(CLIENT_VARIABLES)]
+    every = set().union(*VARIABLES.values())
+    assert sorted(every - set().union(*tables)) == []
+    assert sorted(set().union(*tables) - every) == []
+    assert sum(map(len, tables)) == len(every)
+
+
+@pytest.mark.parametrize(("env", "want"), [
+    ({"SBATCH_OUTPUT": "o-%j.out", "SBATCH_ERROR": "e.err"},
+     {"output": "o-%j.out", "error": "e.err"}),
+    ({"SBATCH_EXCLUSIVE": ""}, {"exclusive": True}),
+    ({"SBATCH_REQ_SWITCH": "1", "SBATCH_WAIT4SWITCH": "10"},
+     {"switches": 1, "switches_wait_minutes": 10}),
+    ({"SBATCH_REQ_SWITCH": "2@5", "SBATCH_WAIT4SWITCH": "1:00:00"},
+     {"switches": 2, "switches_wait_minutes": 60}),
+    ({"SBATCH_WAIT4SWITCH": "10"}, {"switches": None}),  # alone: nothing, as in sbatch
+    # Not an sbatch variable (22.05 and 24.11 submit such a job not held: checked).
+    ({"SBATCH_HOLD": "1"}, {"hold": False}),
+])
+def test_variables_read_as_their_options(env: dict[str, str], want: dict[str, object]
+                                         ) -> None:
+    o = parse_tbatch(["job.sh"], "#!/bin/sh\n", environ=env).options
+    assert {k: getattr(o, k) for k in want} == want
+
+
+def test_a_refused_flags_variable_is_refused_set_empty() -> None:
+    with pytest.raises(SbatchError, match=r"SBATCH_IGNORE_PBS \(--ignore-pbs\) is not"):
+        parse_tbatch(["job.sh"], SCRIPT, environ={"SBATCH_IGNORE_PBS": ""})
+    parse_tbatch(["job.sh"], SCRIPT, environ={"SBATCH_INPUT": ""})  # empty: not set
 
 
 @pytest.mark.parametrize(("env", "message"), [
@@ -30,6 +65,9 @@ def test_every_variable_names_a_known_option() -> None:
     ({"SBATCH_MEM_PER_NODE": "1X"}, "invalid --mem value '1X' (from SBATCH_MEM_PER_NODE)"),
     ({"SBATCH_OPEN_MODE": "x"}, "(from SBATCH_OPEN_MODE): Invalid --open-mode argument"),
     ({"SBATCH_PARTITION": "a\udcff"}, "SBATCH_PARTITION: the value is not valid UTF-8"),
+    ({"SBATCH_EXCLUSIVE": "user"}, "(from SBATCH_EXCLUSIVE): only a plain --exclusive"),
+    ({"SBATCH_REQ_SWITCH": "1", "SBATCH_WAIT4SWITCH": "x"},
+     "(from SBATCH_REQ_SWITCH and SBATCH_WAIT4SWITCH): bad maximum wait"),
 ])
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(SbatchError) as err:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -296,3 +297,33 @@ async def test_a_long_value_is_cut_in_the_message(as_alice: ApiClient) -> None:
     answer = await as_alice.call("POST", "/v1/sbatch", doc=body)
     assert answer.status == 400 and len(answer.error) < 400, answer.error
     assert "..." in answer.error
+
+
+@pytest.mark.parametrize(("value", "status"), [
+    ("42", 42), ("0", 1), ("300", 1), ("x", 1), (None, 1)])
+async def test_slurm_exit_error_is_an_errors_exit_status(
+        value: str | None, status: int, as_alice: ApiClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """sbatch's SLURM_EXIT_ERROR (1 to 255; sbatch ignores 0); success stays 0."""
+    if value is not None:
+        monkeypatch.setenv("SLURM_EXIT_ERROR", value)
+    assert await tbatch("--foo", "--wrap", "true") == status
+    assert await tbatch("--wrap", "true") == 0
+
+
+async def test_the_submitters_umask_goes_with_the_job_as_sbatchs(
+        as_alice: ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SLURM_UMASK is tbatch's umask when unset (as sbatch sets it; Slurm creates the
+    output files under it), and the user's own when set."""
+    monkeypatch.delenv("SLURM_UMASK", raising=False)
+    old = os.umask(0o027)
+    try:
+        assert await tbatch("--wrap", "true") == 0
+    finally:
+        os.umask(old)
+    monkeypatch.setenv("SLURM_UMASK", "0077")
+    assert await tbatch("--wrap", "true") == 0
+    masks = [{e.name: e.value for e in r.job.spec.trainer.env}.get("SLURM_UMASK")
+             for r in map(as_alice.store.get, sorted(j.id for j in as_alice.store.list_jobs()))
+             if r.job.spec.trainer is not None]
+    assert masks == ["0027", "0077"]

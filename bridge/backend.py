@@ -193,7 +193,11 @@ class Backend(Protocol):
     #: A back end may also set ``packs_units = True`` when a node of a job is a pod that
     #: may share a host with others (the engine then places pods, not whole hosts), and
     #: ``runs_pods = True`` when it lays out ``spec.podSpecOverrides`` and
-    #: ``spec.runtimePatches`` (the others refuse a job that carries them).
+    #: ``spec.runtimePatches`` (the others refuse a job that carries them). One that runs
+    #: no pods runs a job's ``spec.trainer.image`` only through the command of
+    #: ``container_command`` (words, ``{image}`` in them), where it has one; admission
+    #: refuses the image otherwise, naming ``container_setting`` (the setting that
+    #: would configure it), never ignores it.
     name: str
 
     async def start(self) -> None:

@@ -54,7 +54,7 @@ from bridge.model import (
 )
 from bridge.option_support import AdmitContext, check_backend_options
 from bridge.placement_decision import DEFAULT_PLACEMENT_MODE
-from bridge.runtimes import RuntimeCatalog
+from bridge.runtimes import LaunchPlan, RuntimeCatalog
 from bridge.scheduling import SchedulingOptions, scheduling_of
 from bridge.shape import resolve_shape
 from bridge.store_arrays import ArrayTaskRow
@@ -119,6 +119,8 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
         refusal = ValidationError([(f, f"back end {backend!r} runs no pods: a pod's fields "
                                        f"have no meaning there (send the job to a Kubernetes "
                                        f"back end, or drop them)") for f in pod_fields])
+    if refusal is None and not getattr(chosen, "runs_pods", False):
+        refusal = image_refusal(job, plan, backend, chosen)
     if plan.initializers and not getattr(chosen, "runs_pods", False) and refusal is None:
         refusal = ValidationError([("spec.runtimeRef.name", (
             f"runtime {plan.runtime!r} has initializer steps ({', '.join(plan.initializers)}) "
@@ -210,3 +212,28 @@ def check_capacity(inventory: Inventory | None, backend: str, chosen: Backend,
         raise ValidationError([("spec.trainer.numNodes",
                                 f"{num_nodes} nodes requested but {where} has "
                                 f"{len(nodes)}")])
+
+
+def image_refusal(job: TrainJob, plan: LaunchPlan, backend: str, chosen: object
+                  ) -> ValidationError | None:
+    """The refusal of ``job``'s ``spec.trainer.image`` on a back end that runs no pods
+    (bridge/backend.py): none without an image; with one, unless the back end has a
+    ``container_command`` and the job is not a batch script (which runs on the nodes
+    themselves). The runtime's own image is Kubernetes' default, not a request: only
+    the job's is looked at (docs/slurm.md, "Container images")."""
+    image = job.spec.trainer.image if job.spec.trainer is not None else None
+    if not image:
+        return None
+    setting = getattr(chosen, "container_setting", None)
+    if not getattr(chosen, "container_command", ()):
+        how = (f"an admin sets {setting} (the container runtime's command, e.g. "
+               '["apptainer", "exec", "docker://{image}"]) to run images there, or '
+               if setting else "")
+        return ValidationError([("spec.trainer.image", (
+            f"back end {backend!r} runs no container images: {how}drop the image to run "
+            "on the nodes' own software"))])
+    if plan.batch_script:
+        return ValidationError([("spec.trainer.image", (
+            f"a batch script runs on the nodes of back end {backend!r} themselves: call "
+            "the container runtime in the script, or drop the image"))])
+    return None

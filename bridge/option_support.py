@@ -151,7 +151,8 @@ FIELD_FLAGS: Mapping[str, str] = {
 }
 
 #: Fields no sbatch option sets, as a refusal names them.
-_UNFLAGGED: Mapping[str, str] = {"submit_dir": "the submitting directory (submit_dir)"}
+_UNFLAGGED: Mapping[str, str] = {"submit_dir": "the submitting directory (submit_dir)",
+                                  "submit_path": "the submitting PATH (submit_path)"}
 
 _DEFAULTS = SchedulingOptions()
 

@@ -71,6 +71,10 @@ class SchedulingOptions(BaseModel):
     #: The directory tbatch ran in (sbatch's ``SLURM_SUBMIT_DIR``): the working directory
     #: of a job that names no ``--chdir`` where the back end can give it one.
     submit_dir: str | None = None
+    #: The ``PATH`` of tbatch's environment, for a TrainJob file (``tbatch -f``) whose
+    #: trainer sets none: its ``PATH`` on a back end that runs the job on the nodes'
+    #: own software (as sbatch exports it), not in a container image's.
+    submit_path: str | None = None
     exclusive: bool = False
     switches: int | None = Field(default=None, ge=1)
     switches_wait_minutes: int | None = Field(default=None, ge=0)
@@ -172,6 +176,11 @@ class SchedulingOptions(BaseModel):
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
         return _printable(v, "path", 4096)
+
+    @field_validator("submit_path")
+    @classmethod
+    def _search_path(cls, v: str | None) -> str | None:
+        return _printable(v, "PATH", 32768)
 
 
 def scheduling_of(job: TrainJob) -> SchedulingOptions:

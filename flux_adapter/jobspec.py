@@ -121,6 +121,7 @@ OPTION_MAP: Mapping[str, str] = {
     "error": "shell option output.stderr.path",
     "chdir": "attributes.system.cwd",
     "submit_dir": "attributes.system.cwd when --chdir is not given",
+    "submit_path": "the job's PATH when its trainer sets none (tbatch -f)",
     "array": "one bridge job (one Flux job) per task, throttled by the bridge "
              "(bridge/arrays.py)",
     "dependency": "held by the bridge until met (bridge/engine_dependency.py)",
@@ -444,14 +445,15 @@ def output_template(pattern: str, *, job_name: str, user: str) -> str:
     return out
 
 
-def job_environment(plan: LaunchPlan, *, flux_command: str = "flux") -> dict[str, str]:
+def job_environment(plan: LaunchPlan, *, flux_command: str = "flux",
+                    submit_path: str | None = None) -> dict[str, str]:
     """The job's environment: the plan's, with ``PATH`` the plan's (the submitter's, as
-    ``tbatch`` exports it) or else a default, and the directory of an absolute
-    ``flux_command`` first unless it is already on it: ``mpi-launch`` (``flux job info``)
-    and a nested ``flux broker`` find the instance's own ``flux`` whatever the
-    submitter's PATH held."""
+    ``tbatch`` exports it), else ``submit_path`` (``tbatch -f``'s), else a default, and
+    the directory of an absolute ``flux_command`` first unless it is already on it:
+    ``mpi-launch`` (``flux job info``) and a nested ``flux broker`` find the instance's
+    own ``flux`` whatever the submitter's PATH held."""
     env = dict(plan.env)
-    path = env.get("PATH") or DEFAULT_PATH
+    path = env.get("PATH") or submit_path or DEFAULT_PATH
     if os.path.isabs(flux_command):
         bindir = os.path.dirname(flux_command)
         if bindir not in path.split(":"):
@@ -520,7 +522,8 @@ def build_jobspec(request: SubmitRequest, *, default_cwd: str, mpi_launch: str =
     system: dict[str, Any] = {
         "duration": seconds,
         "cwd": cwd,
-        "environment": {**job_environment(plan, flux_command=flux_command),
+        "environment": {**job_environment(plan, flux_command=flux_command,
+                                          submit_path=o.submit_path),
                         **identity_env(request.job_id, request.job_uid, request.array),
                         **request.status_env},
         "job": {"name": flux_job_name(request)},

@@ -107,6 +107,8 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
                         "Slurm enforces --mem)", None),
     "submit_dir": ("not used: a pod starts in its image's working directory (WORKDIR), as "
                    "the directory tbatch ran in is not inside the pod", None),
+    "submit_path": ("not used: a pod's PATH is its image's (the submitting host's would "
+                    "name directories the image does not have)", None),
     "exclude": ("required node affinity: kubernetes.io/hostname NotIn these nodes (at "
                 f"most {MAX_EXCLUDED})", _checked(lambda o: exclude_values(o.exclude))),
     "constraint": ("required node affinity: each FEATURE is a node label, key=value (In) "

@@ -157,8 +157,12 @@ class SlurmBackend:
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,
                  mpi_launch: str | None = None, negotiate_version: bool = False,
-                 changes_from_squeue: bool = True, native_arrays: bool = False):
+                 changes_from_squeue: bool = True, native_arrays: bool = False,
+                 container_command: Sequence[str] = ()):
         self.name = name
+        #: What a job's image runs through (bridge/backend.py; slurm_adapter/settings.py).
+        self.container_command = tuple(container_command)
+        self.container_setting = f"backends.{name}.container_command"
         #: Job arrays go to Slurm as one native array (bridge/engine_native_array.py).
         self.native_arrays = native_arrays
         #: Whether the last reading had an array's list of pending tasks cut short.
@@ -216,7 +220,8 @@ class SlurmBackend:
                         default_partition=self.default_partition)
         if script is None:
             script = render_script(request, self.mpi_launch,
-                                   sibling_command(self.mpi_launch, "data-cache"))
+                                   sibling_command(self.mpi_launch, "data-cache"),
+                                   container=self.container_command)
         env = job_environment(request)
         # What a login shell gives the owner, unless the plan says otherwise: Open MPI 5+
         # refuses to start without HOME ("Unable to get the user home directory").
@@ -266,7 +271,8 @@ class SlurmBackend:
         each task's own id."""
         script = render_script(request, self.mpi_launch,
                                sibling_command(self.mpi_launch, "data-cache"),
-                               prologue=array_prologue(array_id, tasks))
+                               prologue=array_prologue(array_id, tasks),
+                               container=self.container_command)
         spec, script, env, cli_env = self._submission(request, script)
         try:
             spec = native_spec(spec, request, key, array_id, indexes)
@@ -499,4 +505,5 @@ def create(name: str, settings: Mapping[str, Any]) -> SlurmBackend:
                         rest_user=s.rest_user or None, mpi_launch=s.mpi_launch or None,
                         negotiate_version=not s.cli_only and version == "auto",
                         changes_from_squeue=s.changes_from_squeue,
-                        native_arrays=s.native_arrays)
+                        native_arrays=s.native_arrays,
+                        container_command=s.container_command)

@@ -45,4 +45,6 @@ SUPPORT: Mapping[str, Support] = {
     **{name: honoured(_BRIDGE.get(name) or f"{flag} (as sbatch)")
        for name, flag in FIELD_FLAGS.items()},
     "submit_dir": honoured("the working directory when --chdir is not given, as sbatch"),
+    "submit_path": honoured("the job's PATH when its trainer sets none (tbatch -f), as "
+                            "sbatch exports it"),
 }

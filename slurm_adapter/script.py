@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,12 +194,13 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
 
 
 def job_environment(request: SubmitRequest) -> dict[str, str]:
-    """The job's environment: the plan's, plus ``PATH`` when the plan sets none (a
-    container image would supply one; without it ``srun`` cannot find the program, and
-    slurmrestd refuses an empty environment), and the bridge's id and uid
+    """The job's environment: the plan's, plus ``PATH`` when the plan sets none
+    (``tbatch -f``'s ``submit_path``, else a system default; a container image would
+    supply one; without it ``srun`` cannot find the program, and slurmrestd refuses an
+    empty environment), and the bridge's id and uid
     (:func:`bridge.jobid.identity_env`), which the plan cannot override."""
     env = dict(request.plan.env)
-    env.setdefault("PATH", DEFAULT_PATH)
+    env.setdefault("PATH", request.options.submit_path or DEFAULT_PATH)
     env.update(identity_env(request.job_id, request.job_uid, request.array))
     env.update(request.status_env)
     return env
@@ -358,15 +359,27 @@ def _flavour(plan: LaunchPlan) -> str:
     return (plan.mpi_implementation or MpiImplementation.OPENMPI).flavour
 
 
-def launch_command(plan: LaunchPlan, mpi_launch: str = "mpi-launch") -> list[str]:
+def container_prefix(command: Sequence[str], image: str | None) -> list[str]:
+    """The words a job's command runs behind: the back end's ``container_command`` with
+    ``{image}`` replaced by the job's ``spec.trainer.image`` (plain replacement, no
+    other expansion); none for a job without an image (admission refuses an image
+    where there is no such command: bridge/engine_admission.py)."""
+    if not image or not command:
+        return []
+    return [word.replace("{image}", image) for word in command]
+
+
+def launch_command(plan: LaunchPlan, mpi_launch: str = "mpi-launch",
+                   container: Sequence[str] = ()) -> list[str]:
     """The argv the batch script runs: the user's command for ``plain``; for a
     distributed framework, ``mpi-launch`` (started as :func:`mpi_launch.plan.
     launch_invocation` says: once for MPI, once per node for torch, once per rank
     for JAX/XGBoost), which reads the allocation, writes the hostfile, sets the rank
     environment and execs the launcher. ``mpi_launch`` is the path of the
-    ``mpi-launch`` program as the compute nodes see it.
+    ``mpi-launch`` program as the compute nodes see it. ``container``: the words the
+    user's command runs behind (:func:`container_prefix`), on every rank.
     """
-    user = [*plan.command, *plan.args]
+    user = [*container, *plan.command, *plan.args]
     if plan.framework is Framework.PLAIN:
         return user
     flavour = _flavour(plan)
@@ -397,7 +410,8 @@ def neutralise_directives(script: str) -> str:
 
 
 def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
-                  data_cache: str = "data-cache", prologue: str = "") -> str:
+                  data_cache: str = "data-cache", prologue: str = "",
+                  container: Sequence[str] = ()) -> str:
     """The batch script for ``request`` (see the module docstring).
 
     For MPI the launcher runs in the batch script itself and its hostfile goes in a
@@ -406,7 +420,9 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
     (:func:`slurm_adapter.cache_script.cache_prologue`, ``data_cache`` the command's
     path); a plain batch script then runs as a file of its own (any interpreter), as the
     distributed runtimes' scripts do. So does one with a ``prologue`` (bash lines run
-    first: a native array's, slurm_adapter/native_array.py).
+    first: a native array's, slurm_adapter/native_array.py). ``container``: the back
+    end's ``container_command``, which the user's command runs behind
+    (:func:`container_prefix`).
     """
     plan = request.plan
     cache = prologue
@@ -424,7 +440,9 @@ def render_script(request: SubmitRequest, mpi_launch: str = "mpi-launch",
     ) + cache
     if plan.batch_script:
         return head + _batch_script_through_mpi_launch(plan, plan.batch_script, mpi_launch)
-    argv = launch_command(plan, mpi_launch)
+    trainer = request.job.spec.trainer
+    argv = launch_command(plan, mpi_launch, container_prefix(
+        container, trainer.image if trainer is not None else None))
     if plan.framework is Framework.MPI:
         cut = argv.index("--")
         words = " ".join(_quote(w) for w in argv[:cut])

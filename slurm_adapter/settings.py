@@ -36,6 +36,17 @@ class SlurmSettings(PluginSettings):
     #: Submit a job array as one native Slurm array (docs/slurm.md): slurmrestd must
     #: then run with ``SLURM_BITSTR_LEN=0`` (else its listing cuts pending tasks).
     native_arrays: bool = False
+    #: The command a job's ``spec.trainer.image`` runs through, each rank's command
+    #: after it, ``{image}`` replaced by the image (e.g. ``["apptainer", "exec",
+    #: "docker://{image}"]``); empty: a job that names an image is refused (docs/slurm.md).
+    container_command: list[str] = []
+
+    @field_validator("container_command")
+    @classmethod
+    def _names_the_image(cls, words: list[str]) -> list[str]:
+        if words and not any("{image}" in w for w in words):
+            raise ValueError("no word holds {image}: the job's image would not be run")
+        return words
 
     @field_validator("rest_version")
     @classmethod

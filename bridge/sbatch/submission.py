@@ -118,7 +118,8 @@ def trainjob_of_submission(body: Mapping[str, Any]) -> tuple[TrainJob, bool, boo
         request = parse_tbatch(argv)
         if trainjob_text is None:
             raise ValidationError([("file", "required with -f/--file: the file's text")])
-        return (trainjob_from_file(request, trainjob_text), request.parsable,
+        return (trainjob_from_file(request, trainjob_text, cwd=cwd, environ=environ),
+                request.parsable,
                 request.options.test_only)
     request = parse_tbatch(argv, script, environ=environ)
     return (to_trainjob(request, cwd=cwd, environ=environ), request.parsable,

@@ -27,7 +27,7 @@ from bridge.sbatch.environment import exported_environment
 from bridge.sbatch.errors import SbatchError
 from bridge.sbatch.request import DEFAULT_RUNTIME, BatchRequest
 from bridge.sbatch.scheduling import scheduling_options
-from bridge.scheduling import set_scheduling
+from bridge.scheduling import SchedulingOptions, scheduling_of, set_scheduling
 
 __all__ = ["ANN_GPU_TYPE", "to_trainjob", "trainjob_from_file"]
 
@@ -139,8 +139,14 @@ def to_trainjob(request: BatchRequest, *, cwd: str, environ: Mapping[str, str]) 
     return job
 
 
-def trainjob_from_file(request: BatchRequest, text: str) -> TrainJob:
-    """The TrainJob of ``tbatch -f FILE`` (``text`` is the file), with ``--backend`` applied."""
+def trainjob_from_file(request: BatchRequest, text: str, *, cwd: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> TrainJob:
+    """The TrainJob of ``tbatch -f FILE`` (``text`` is the file), with ``--backend``
+    applied, and what sbatch gives a script where the file says nothing (docs/slurm.md,
+    "TrainJob files"): ``submit_dir`` = ``cwd`` (the working directory on Slurm and Flux
+    when it names no ``chdir``) and ``submit_path`` = ``environ``'s ``PATH`` (the job's
+    ``PATH`` there when its trainer sets none). A value the model refuses (a ``PATH``
+    with a newline) is a :class:`SbatchError` naming it."""
     source = request.trainjob_file or "<input>"
     try:
         job = load_trainjob(text, source)
@@ -152,4 +158,22 @@ def trainjob_from_file(request: BatchRequest, text: str) -> TrainJob:
         raise SbatchError("\n".join(lines)) from None
     if request.options.backend:
         job.metadata.annotations[ANN_BACKEND] = request.options.backend
+    try:
+        options = scheduling_of(job)
+    except ValueError as exc:  # the file's own annotation: named as the file's
+        raise SbatchError(f"{source}: {exc}") from None
+    extra: dict[str, Any] = {}
+    if cwd is not None and not (options.chdir or options.submit_dir):
+        extra["submit_dir"] = cwd
+    path = (environ or {}).get("PATH")
+    names = {e.name for e in (job.spec.trainer.env or [])} if job.spec.trainer else set()
+    if path and "PATH" not in names and options.submit_path is None:
+        extra["submit_path"] = path
+    if extra:
+        try:
+            options = SchedulingOptions.model_validate({**options.model_dump(), **extra})
+        except ValueError as exc:
+            raise SbatchError(f"the current directory or PATH cannot go with the job: {exc}"
+                              ) from None
+        set_scheduling(job, options)
     return job

@@ -113,7 +113,11 @@ def test_an_arrays_default_output_is_named_as_sbatch_names_it(
 
 
 def test_the_throttle_holds_and_tcancel_takes_a_task_or_the_array(
-        daemon: Daemon, outdir: Path) -> None:
+        bed_daemon: Daemon, outdir: Path) -> None:
+    """On Slurm and on Flux alike: ``%2`` holds the rest (squeue's reason and views),
+    ``tcancel A_[I]`` frees one place for the next task only, ``tcancel A`` ends them
+    all (one never reached its back end), and bob may cancel none."""
+    daemon = bed_daemon
     gate = outdir / "go"
     array = submit(daemon, "--array=0-3%2", "--wrap",
                    f"while [ ! -e {gate} ]; do sleep 0.2; done", cwd=outdir)
@@ -142,7 +146,7 @@ def test_the_throttle_holds_and_tcancel_takes_a_task_or_the_array(
     assert daemon.cli("alice", "tcancel", str(array)).returncode == 0
     ended = all_ended(daemon, array, 4)
     assert [t["state"] for t in ended] == ["Cancelled"] * 4, ended
-    assert ended[3]["backendId"] is None  # never reached Slurm
+    assert ended[3]["backendId"] is None  # never reached its back end
 
 
 def test_an_array_on_flux(flux_daemon: Daemon, outdir: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from bridge.backend import Admitting
 from bridge.engine import Engine, EngineSettings
 from bridge.errors import PermissionDenied
-from bridge.model import ValidationError, load_trainjob
+from bridge.model import ANN_BATCH_SCRIPT, ValidationError, load_trainjob
 from bridge.runtimes import RuntimeCatalog
 from bridge.store import Store
 from k8s_adapter.backend import create
@@ -77,6 +77,7 @@ def test_kueues_entry_is_not_a_users_pod_field(tmp_path: Path) -> None:
     kueue = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {
         "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q"}}}}}
     job = doc()
+    del job["spec"]["trainer"]["image"]  # type: ignore[index]  # (no container runtime)
     job["spec"]["runtimePatches"] = [kueue]  # type: ignore[index]
     with pytest.raises(ValidationError, match=r"spec\.runtimePatches: back end 'slurm'"):
         e.admit(load_trainjob(job), ALICE)  # through the API
@@ -154,3 +155,42 @@ async def test_a_task_that_lost_its_cancellation_is_cancelled_again(
         await running
     track = next(t for t in e._tasks if t.get_name() == "track-slurm")
     assert track.done() and len(cancels) == 2
+
+
+class _Containers(FakeBackend):
+    """A back end that runs no pods, with or without a container runtime's command."""
+
+    def __init__(self, command: tuple[str, ...], setting: str | None) -> None:
+        super().__init__(inventory())
+        self.container_command = command
+        self.container_setting = setting
+
+
+@pytest.mark.parametrize(("command", "setting", "script", "refusal"), [
+    ((), "backends.slurm.container_command", False,
+     "spec.trainer.image: back end 'slurm' runs no container images: an admin sets "
+     "backends.slurm.container_command (the container runtime's command, e.g. "
+     '["apptainer", "exec", "docker://{image}"]) to run images there, or drop the image'),
+    ((), None, False, "spec.trainer.image: back end 'slurm' runs no container images: "
+                      "drop the image to run on the nodes' own software"),
+    (("run", "{image}"), "backends.slurm.container_command", True,
+     "spec.trainer.image: a batch script runs on the nodes of back end 'slurm' themselves"),
+    (("run", "{image}"), "backends.slurm.container_command", False, None),
+])
+def test_an_image_is_run_through_the_container_command_or_refused_never_ignored(
+        tmp_path: Path, command: tuple[str, ...], setting: str | None, script: bool,
+        refusal: str | None) -> None:
+    e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": _Containers(command, setting)},
+               RuntimeCatalog(), EngineSettings(default_backend="slurm"))
+    job = doc()
+    if script:
+        job["metadata"]["annotations"] = {  # type: ignore[index]
+            ANN_BATCH_SCRIPT: "#!/bin/sh\ntrue\n"}
+    if refusal is None:
+        assert e.admit(load_trainjob(job), ALICE).backend == "slurm"
+        return
+    with pytest.raises(ValidationError) as err:
+        e.admit(load_trainjob(job), ALICE)
+    assert str(err.value).startswith(refusal), str(err.value)
+    del job["spec"]["trainer"]["image"]  # type: ignore[index]
+    assert e.admit(load_trainjob(job), ALICE).backend == "slurm"  # the runtime's: no ask

@@ -357,6 +357,10 @@ def test_environment_is_the_plans_plus_path() -> None:
         "HPC_BRIDGE_JOB_UID": UID}
     plan = request(trainjob("plain", command=["true"], env={"PATH": "/mine"})).plan
     assert job_environment(plan) == {"PATH": "/mine"}
+    # tbatch -f's PATH where the trainer sets none; the trainer's own wins.
+    assert job_environment(plan, submit_path="/venv/bin") == {"PATH": "/mine"}
+    bare = request(trainjob("plain", command=["true"])).plan
+    assert job_environment(bare, submit_path="/venv/bin") == {"PATH": "/venv/bin"}
 
 
 def test_flux_is_on_the_path_whatever_the_submitter_exported() -> None:

@@ -50,7 +50,8 @@ EVERY: dict[str, Any] = {
     "job_name": "j", "partition": "debug", "account": "a", "qos": "q",
     "time_limit_minutes": 5, "ntasks": 2, "ntasks_per_node": 2, "cpus_per_task": 1,
     "gpus_per_node": 1, "mem_per_node_mb": 100, "output": "o-%j", "error": "e-%j",
-    "chdir": "/tmp", "submit_dir": "/tmp", "exclusive": True, "switches": 1,
+    "chdir": "/tmp", "submit_dir": "/tmp", "submit_path": "/usr/bin", "exclusive": True,
+    "switches": 1,
     "switches_wait_minutes": 2, "export": "ALL", "nodelist": "n1", "exclude": "n2",
     "constraint": "ib", "mail_type": "END", "mail_user": "a@b", "signal": "USR1@60",
     "requeue": True, "open_mode": "append", "comment": "c", "wckey": "w",
@@ -277,6 +278,7 @@ class _K8sTableBackend(FakeBackend):
     """The fake back end with Kubernetes' option table; ``found``: what lookup finds."""
 
     option_support = K8S
+    runs_pods = True
 
     def __init__(self) -> None:
         super().__init__(inventory())

@@ -22,7 +22,9 @@ from bridge.runtimes import RuntimeCatalog
 from bridge.scheduling import SchedulingOptions
 from slurm_adapter.dialects import V0_0_38, V0_0_41, UnsupportedOption
 from slurm_adapter.script import (
+    DEFAULT_PATH,
     JobSpec,
+    container_prefix,
     expand_output_pattern,
     job_environment,
     job_spec,
@@ -33,6 +35,7 @@ from slurm_adapter.script import (
     sbatch_args,
     sbatch_output_env,
 )
+from slurm_adapter.settings import SlurmSettings
 from tests.unit import golden_files
 from tests.unit.builders import HOSTILE, UID, trainjob
 from tests.unit.builders import submit_request as request
@@ -446,3 +449,42 @@ def test_sbatch_output_env_is_what_sbatch_sets_from_its_options() -> None:
     assert ranged == {"SLURM_NTASKS_PER_NODE": "3"}
     assert sbatch_output_env(replace(base, ntasks_per_node=3, max_nodes=2))[
         "SLURM_NPROCS"] == "6"
+
+
+def test_an_image_runs_behind_the_container_command_on_every_rank(tmp_path: Path) -> None:
+    """``{image}`` replaced, nothing else expanded (a hostile image stays one word); a
+    job without an image runs as it is; a distributed job's ranks all run behind it."""
+    hostile = "x$(touch pwned);`id`'\"{image}"
+    job = trainjob("plain", command=["printf", "%s\\0"], args=["a b"], image=hostile)
+    script = render_script(request(job), container=("printf", "%s\\0", "img={image}"))
+    done = subprocess.run(["bash", "-c", script], capture_output=True, cwd=tmp_path,
+                          check=True)
+    assert done.stdout.decode().split("\0")[:-1] == [
+        f"img={hostile}", "printf", "%s\\0", "a b"]
+    assert not (tmp_path / "pwned").exists()
+    plain = trainjob("plain", command=["true"])
+    assert render_script(request(plain), container=("run", "{image}")).endswith(
+        "exec true\n")
+    torch = trainjob("torch-distributed", nodes=2, command=["torchrun", "t.py"], image="i:1")
+    argv = launch_command(RuntimeCatalog().resolve(torch), container=["run", "{image}"])
+    assert argv[argv.index("--") + 1:] == ["run", "{image}", "torchrun", "t.py"]
+    assert container_prefix(("run", "{image}"), "i:1") == ["run", "i:1"]
+    assert container_prefix(("run", "{image}"), None) == []
+
+
+def test_a_container_command_must_name_the_image() -> None:
+    with pytest.raises(ValueError, match=r"no word holds \{image\}"):
+        SlurmSettings(container_command=["apptainer", "exec"])
+    assert SlurmSettings(container_command=["run", "docker://{image}"]).container_command
+
+
+def test_a_trainjob_files_path_is_the_jobs_where_its_trainer_sets_none() -> None:
+    """``tbatch -f`` records tbatch's PATH (``submit_path``): the job's PATH, unless the
+    trainer sets one; without either, the system default."""
+    bare = trainjob("plain", command=["true"])
+    assert job_environment(request(bare, SchedulingOptions(submit_path="/venv/bin")))[
+        "PATH"] == "/venv/bin"
+    own = trainjob("plain", command=["true"], env={"PATH": "/mine"})
+    assert job_environment(request(own, SchedulingOptions(submit_path="/venv/bin")))[
+        "PATH"] == "/mine"
+    assert job_environment(request(bare))["PATH"] == DEFAULT_PATH

@@ -102,10 +102,29 @@ async def test_trainjob_file(as_alice: ApiClient, tmp_path: Path) -> None:
         "spec:\n  runtimeRef: {name: torch-distributed}\n"
         "  trainer: {command: [python, train.py], image: x}\n"
     )
+    # An image on a back end with no container runtime: refused, naming it.
+    assert await tbatch("-f", "job.yaml", "--backend", "slurm") == 1
+    assert as_alice.store.list_jobs() == []
+    (tmp_path / "job.yaml").write_text(
+        "spec:\n  runtimeRef: {name: torch-distributed}\n"
+        "  trainer: {command: [python, train.py]}\n"
+    )
     assert await tbatch("-f", "job.yaml", "--backend", "slurm") == 0
-    job = only_job(as_alice).job
+    record = only_job(as_alice)
+    job = record.job
     assert job.spec.trainer is not None and job.spec.trainer.command == ["python", "train.py"]
     assert job.metadata.annotations["hpc-bridge.io/backend"] == "slurm"
+    # Where the file says nothing, what sbatch gives a script: the directory tbatch ran
+    # in and its PATH (a trainer's own PATH, or chdir, win: the file's word).
+    assert {k: scheduling(record).get(k) for k in ("submit_dir", "submit_path")} == {
+        "submit_dir": str(tmp_path), "submit_path": os.environ["PATH"]}
+    (tmp_path / "own.yaml").write_text(
+        "metadata: {annotations: {hpc-bridge.io/scheduling: '{\"chdir\": \"/srv\"}'}}\n"
+        "spec:\n  runtimeRef: {name: torch-distributed}\n"
+        "  trainer: {command: [python], env: [{name: PATH, value: /opt/bin}]}\n")
+    assert await tbatch("-f", "own.yaml", "--backend", "slurm") == 0
+    own = as_alice.store.get(max(j.id for j in as_alice.store.list_jobs()))
+    assert scheduling(own) == {"chdir": "/srv"}
 
 
 async def test_bytes_that_are_not_utf8_travel_unchanged(

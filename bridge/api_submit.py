@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
@@ -42,6 +42,9 @@ from bridge.model import (
     parse_json_object,
 )
 from bridge.service import Admission, Admitted, JobRecord, JobService
+
+if TYPE_CHECKING:
+    from bridge.sbatch.submission import Submission
 
 __all__ = ["IDEMPOTENCY_HEADER", "idempotency_key", "submit", "submit_sbatch"]
 
@@ -82,8 +85,9 @@ def _admitted(admitted: Admitted, key: str | None, extra: Mapping[str, Any]) -> 
     return _submitted(first, 200 if admitted.replayed else 201, extra)
 
 
-#: A body decoded: the job and the answer's extra fields, or an answer to send instead.
-Decoded = tuple[TrainJob, dict[str, Any]] | web.Response
+#: A body decoded: the job, the answer's extra fields and (tbatch's) what it asked for,
+#: or an answer to send instead.
+Decoded = tuple[TrainJob, dict[str, Any], "Submission | None"] | web.Response
 #: A route's decoder: (raw body, max script bytes) -> :data:`Decoded`; runs in a worker
 #: thread (touches no store, no loop state); bad input raises :class:`ValidationError`.
 Decoder = Callable[[bytes, int], Decoded]
@@ -104,7 +108,7 @@ def _script_size(job: TrainJob, max_script: int) -> web.Response | None:
 def _decode_trainjob(raw: bytes, max_script: int) -> Decoded:
     """``POST /v1/jobs``: the body is a TrainJob document."""
     job = load_trainjob(parse_json_object(raw, "request body"), "request")
-    return _script_size(job, max_script) or (job, {})
+    return _script_size(job, max_script) or (job, {}, None)
 
 
 def _decode_sbatch(raw: bytes, max_script: int) -> Decoded:
@@ -113,12 +117,14 @@ def _decode_sbatch(raw: bytes, max_script: int) -> Decoded:
     ``--parsable``, wherever it was given) and, for ``--test-only``, ``testOnly`` (then
     nothing is stored: :func:`_admit` answers 200 with the back end's ``estimate``). A
     user error answers 400 with tbatch's
-    message, each line without its ``tbatch: error:`` prefix (the client adds it)."""
+    message, each line without its ``tbatch: error:`` prefix (the client adds it); the
+    options tbatch refuses and those the job's back end refuses come in one answer,
+    each with where it was given (:func:`_prepared`)."""
     from bridge.sbatch import SbatchError, trainjob_of_submission
 
     body = parse_json_object(raw, "request body")
     try:
-        job, parsable, test_only = trainjob_of_submission(body)
+        submission = trainjob_of_submission(body)
     except SbatchError as exc:
         return error_response(400, "\n".join(
             line.removeprefix("tbatch: error: ") for line in str(exc).split("\n")))
@@ -128,18 +134,34 @@ def _decode_sbatch(raw: bytes, max_script: int) -> Decoded:
         log.exception("tbatch request not parsed")
         return error_response(400, "the daemon could not read this tbatch request (its log "
                                    "says why; please report it)")
-    extra = {"parsable": parsable, **({"testOnly": True} if test_only else {})}
-    return _script_size(job, max_script) or (job, extra)
+    extra = {"parsable": submission.parsable,
+             **({"testOnly": True} if submission.test_only else {})}
+    return _script_size(submission.job, max_script) or (submission.job, extra, submission)
 
 
 def _prepared(decode: Decoder, raw: bytes, max_script: int, service: JobService,
               owner: Owner) -> tuple[TrainJob, Admission, dict[str, Any]] | web.Response:
-    """Decode and prepare a body (in a worker thread)."""
+    """Decode and prepare a body (in a worker thread). For tbatch, the refusals of the
+    job's back end join tbatch's own in one 400 (:func:`bridge.sbatch.submission.
+    refusal_text`); a job with options tbatch refused is never admitted."""
     decoded = decode(raw, max_script)
     if isinstance(decoded, web.Response):
         return decoded
-    job, extra = decoded
-    return job, service.prepare(job, owner), extra
+    job, extra, submission = decoded
+    try:
+        prepared = service.prepare(job, owner)
+    except BridgeError as exc:
+        if submission is None or (submission.refused is None
+                                  and not isinstance(exc, ValidationError)):
+            raise
+        from bridge.sbatch.submission import refusal_text
+
+        return error_response(400, refusal_text(submission, exc))
+    if submission is not None and submission.refused is not None:
+        from bridge.sbatch.submission import refusal_text
+
+        return error_response(400, refusal_text(submission, None))
+    return job, prepared, extra
 
 
 async def _admit(request: web.Request, decode: Decoder, *, replay_extra: bool = False

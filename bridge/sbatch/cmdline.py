@@ -59,12 +59,21 @@ class Where:
         """The error ``message``, located here."""
         return SbatchError(message, source=self.source, lineno=self.lineno)
 
+    def label(self) -> str:
+        """``file:line``, or ``command line``."""
+        if self.source is not None and self.lineno is not None:
+            return f"{self.source}:{self.lineno}"
+        return "command line"
+
 
 def _apply(
-    spec: OptionSpec, raw: str | None, where: Where, out: dict[str, Mapping[str, Any]]
+    spec: OptionSpec, raw: str | None, where: Where, out: dict[str, Mapping[str, Any]],
+    origins: dict[str, str] | None,
 ) -> None:
     if where.in_script and spec.cli_only:
         raise where.error(f"option '--{spec.long}' is only allowed on the command line")
+    if origins is not None:
+        origins[spec.dest] = where.label()
     try:
         out[spec.dest] = spec.convert(raw)
     except BadValue as exc:
@@ -73,7 +82,8 @@ def _apply(
 
 
 def scan(
-    argv: Sequence[str], where: Where, refusals: list[SbatchError] | None = None
+    argv: Sequence[str], where: Where, refusals: list[SbatchError] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> tuple[dict[str, Mapping[str, Any]], int]:
     """getopt_long in ``+`` mode over ``argv``.
 
@@ -82,6 +92,7 @@ def scan(
     tbatch refuses (``--wait``) is appended to ``refusals`` and skipped with its
     argument, so that every one is reported at once; without ``refusals`` it is raised.
     Any other error is raised at once (what follows it cannot be read reliably).
+    ``origins``, when given, gets each destination's :meth:`Where.label`.
     """
     values: dict[str, Mapping[str, Any]] = {}
     refused: list[SbatchError] = [] if refusals is None else refusals
@@ -128,7 +139,7 @@ def scan(
                 raw = argv[i]
             else:
                 raise where.error(f"option '--{name}' requires an argument")
-            _apply(spec, raw, where, values)
+            _apply(spec, raw, where, values, origins)
             i += 1
             continue
         if word.startswith("-") and word != "-":
@@ -148,7 +159,7 @@ def scan(
                 if spec is None:
                     raise where.error(unknown_short(letter))
                 if spec.arg == "none":
-                    _apply(spec, None, where, values)
+                    _apply(spec, None, where, values, origins)
                     j += 1
                     continue
                 if j + 1 < len(word):
@@ -158,7 +169,7 @@ def scan(
                     raw = argv[i]
                 else:
                     raise where.error(f"option requires an argument -- {quote(letter)}")
-                _apply(spec, raw, where, values)
+                _apply(spec, raw, where, values, origins)
                 break
             i += 1
             continue

@@ -122,9 +122,11 @@ def _error(message: str) -> SbatchError:
 
 
 def environment_values(
-    environ: Mapping[str, str], refusals: list[SbatchError]
+    environ: Mapping[str, str], refusals: list[SbatchError],
+    origins: dict[str, str] | None = None,
 ) -> dict[str, Mapping[str, Any]]:
-    """Option values (by destination) from sbatch's input variables in ``environ``."""
+    """Option values (by destination) from sbatch's input variables in ``environ``;
+    ``origins``, when given, gets the variable each destination came from."""
     for var, option in REFUSED_VARIABLES.items():
         if environ.get(var) or (var in environ and refused_long(option) == "none"):
             refusals.append(_error(f"{var} (--{option}) is not supported by tbatch"))
@@ -143,6 +145,8 @@ def environment_values(
             raise _error(f"{var}: the value is not valid UTF-8")
         try:
             values[spec.dest] = spec.convert(None if spec.arg == "none" or raw == "" else raw)
+            if origins is not None:
+                origins[spec.dest] = var
         except BadValue as exc:
             raise _error(f"invalid --{spec.long} value {quote(raw)} (from {var}): {exc}") from None
     return values

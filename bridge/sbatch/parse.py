@@ -20,30 +20,30 @@ from typing import Any
 from bridge.sbatch.cmdline import Where, parse_command_line, scan
 from bridge.sbatch.errors import SbatchError, combined, quote
 from bridge.sbatch.inputenv import environment_values
-from bridge.sbatch.request import BatchOptions, BatchRequest
+from bridge.sbatch.request import BatchOptions, BatchRequest, RefusedOptions
 from bridge.sbatch.script import read_directives, wrap_script
 
 __all__ = ["parse_tbatch"]
 
 
 def _script_values(
-    text: str, source: str, refusals: list[SbatchError]
+    text: str, source: str, refusals: list[SbatchError], origins: dict[str, str]
 ) -> dict[str, Mapping[str, Any]]:
     """The options of the ``#SBATCH`` lines; refused sbatch options go to ``refusals``,
     any other error is raised together with those refusals."""
     try:
-        return _directive_values(text, source, refusals)
+        return _directive_values(text, source, refusals, origins)
     except SbatchError as exc:
         raise combined([*refusals, exc]) from None
 
 
 def _directive_values(
-    text: str, source: str, refusals: list[SbatchError]
+    text: str, source: str, refusals: list[SbatchError], origins: dict[str, str]
 ) -> dict[str, Mapping[str, Any]]:
     values: dict[str, Mapping[str, Any]] = {}
     for lineno, words in read_directives(text, source):
         where = Where(source=source, lineno=lineno, in_script=True)
-        line_values, first = scan(words, where, refusals)
+        line_values, first = scan(words, where, refusals, origins)
         if first < len(words):
             word = words[first]
             if word.lower() in ("hetjob", "packjob"):
@@ -112,18 +112,24 @@ def parse_tbatch(
         text = script_text
         source = script_source or cmd.script_path or "<stdin>"
     refusals = list(cmd.refusals)
+    origins: dict[str, str] = {}
+    env_origins: dict[str, str] = {}
     try:
-        env_values = environment_values(environ or {}, refusals)
+        env_values = environment_values(environ or {}, refusals, env_origins)
     except SbatchError as exc:
         raise combined([*refusals, exc]) from None
-    values = {**_script_values(text, source, refusals), **env_values, **cli}
-    if refusals:
-        raise combined(refusals)
-    return BatchRequest(
+    values = {**_script_values(text, source, refusals, origins), **env_values, **cli}
+    origins.update(env_origins)
+    origins.update({dest: "command line" for dest in cli})
+    request = BatchRequest(
         options=_options(values),
         script_path=cmd.script_path,
         script_text=text,
         script_args=cmd.script_args,
         wrap=cmd.wrap,
         parsable="parsable" in values,
+        origins=origins,
     )
+    if refusals:  # with what the other options make: the back end's refusals join them
+        raise RefusedOptions(combined(refusals), request)
+    return request

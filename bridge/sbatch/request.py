@@ -120,6 +120,17 @@ class CommandLine:
     refusals: tuple[SbatchError, ...] = ()
 
 
+class RefusedOptions(SbatchError):
+    """Every option tbatch refuses (``error``'s text), and the request the other options
+    make (``partial``): the daemon adds what the job's back end refuses of those to the
+    same answer, so that one try shows every refusal (bridge/api_submit.py)."""
+
+    def __init__(self, error: SbatchError, partial: BatchRequest) -> None:
+        super().__init__(error.message)
+        self.args = error.args
+        self.partial = partial
+
+
 @dataclass(frozen=True)
 class BatchRequest:
     """Everything ``tbatch`` was asked: options (command line over ``#SBATCH``) and script."""
@@ -135,3 +146,7 @@ class BatchRequest:
     parsable: bool = False
     help: bool = False
     version: bool = False
+    #: Where each option given came from, by destination (as :func:`bridge.sbatch.cmdline.
+    #: scan` keys values): ``file:line`` of an ``#SBATCH`` line, ``command line``, or the
+    #: input variable's name; the one that won. For refusals made later, at admission.
+    origins: Mapping[str, str] = field(default_factory=dict)

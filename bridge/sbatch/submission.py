@@ -15,8 +15,11 @@ Text that is not valid UTF-8 (an argument, a variable's value, a Latin-1 script)
 sent as ``{"base64": ...}`` of its bytes instead of a string, and decoded here as the
 client's own ``surrogateescape`` strings, so the parser sees exactly what tbatch saw.
 
-Contract: :func:`trainjob_of_submission` returns the TrainJob and whether the answer is
-to be printed ``--parsable``; it reads no file and no environment of the daemon (the
+Contract: :func:`trainjob_of_submission` returns a :class:`Submission`: the TrainJob,
+whether the answer is to be printed ``--parsable``, where each option came from, and,
+when the only trouble was options tbatch refuses, that refusal (the TrainJob is then the
+one the other options make, for the daemon to add its back end's refusals to the same
+answer; it is never admitted); it reads no file and no environment of the daemon (the
 parser is pure). A body of the wrong shape raises
 :class:`bridge.model.ValidationError` naming the field; everything the user wrote
 raises :class:`~bridge.sbatch.errors.SbatchError`, worded as tbatch prints it, with the
@@ -29,17 +32,34 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.model import TrainJob, ValidationError
+from bridge.errors import BridgeError
+from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError
 from bridge.sbatch.cmdline import parse_command_line
-from bridge.sbatch.errors import SbatchError
+from bridge.sbatch.errors import PROG, SbatchError
+from bridge.sbatch.options import BY_LONG
 from bridge.sbatch.parse import parse_tbatch
+from bridge.sbatch.request import RefusedOptions
 from bridge.sbatch.script import MAX_SCRIPT_BYTES, first_surrogate
 from bridge.sbatch.trainjob import to_trainjob, trainjob_from_file
 
-__all__ = ["FIELDS", "MAX_ARG_CHARS", "MAX_PATH_CHARS", "SCRIPT_PROBLEMS",
-           "trainjob_of_submission"]
+__all__ = ["FIELDS", "MAX_ARG_CHARS", "MAX_PATH_CHARS", "SCRIPT_PROBLEMS", "Submission",
+           "refusal_text", "trainjob_of_submission"]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What tbatch asked for (module docstring)."""
+
+    job: TrainJob
+    parsable: bool
+    test_only: bool
+    #: Destination -> ``file:line``, ``command line`` or a variable's name.
+    origins: Mapping[str, str] = field(default_factory=dict)
+    #: The options tbatch refuses, when that was all: ``job`` is never admitted.
+    refused: SbatchError | None = None
 
 #: The fields of a submission.
 FIELDS = frozenset({"argv", "cwd", "environ", "script", "scriptProblem", "file"})
@@ -100,9 +120,8 @@ def _decode(body: Mapping[str, Any]) -> tuple[list[str], str, dict[str, str]]:
     )
 
 
-def trainjob_of_submission(body: Mapping[str, Any]) -> tuple[TrainJob, bool, bool]:
-    """The TrainJob ``tbatch`` asked for in ``body`` (see the module), ``--parsable`` and
-    ``--test-only``."""
+def trainjob_of_submission(body: Mapping[str, Any]) -> Submission:
+    """What ``tbatch`` asked for in ``body`` (see the module)."""
     argv, cwd, environ = _decode(body)
     script = _optional_text(body, "script")
     trainjob_text = _optional_text(body, "file")
@@ -118,9 +137,46 @@ def trainjob_of_submission(body: Mapping[str, Any]) -> tuple[TrainJob, bool, boo
         request = parse_tbatch(argv)
         if trainjob_text is None:
             raise ValidationError([("file", "required with -f/--file: the file's text")])
-        return (trainjob_from_file(request, trainjob_text, cwd=cwd, environ=environ),
-                request.parsable,
-                request.options.test_only)
-    request = parse_tbatch(argv, script, environ=environ)
-    return (to_trainjob(request, cwd=cwd, environ=environ), request.parsable,
-            request.options.test_only)
+        return Submission(trainjob_from_file(request, trainjob_text, cwd=cwd,
+                                             environ=environ),
+                          request.parsable, request.options.test_only)
+    refused: SbatchError | None = None
+    try:
+        request = parse_tbatch(argv, script, environ=environ)
+    except RefusedOptions as exc:
+        refused, request = exc, exc.partial
+    try:
+        job = to_trainjob(request, cwd=cwd, environ=environ)
+    except SbatchError:
+        if refused is None:
+            raise
+        raise refused from None  # the other options do not make a job: those refusals
+    return Submission(job, request.parsable, request.options.test_only, request.origins,
+                      refused)
+
+
+_SCHEDULING_FIELD = f"metadata.annotations[{ANN_SCHEDULING}]"
+
+
+def _origin(origins: Mapping[str, str], message: str) -> str | None:
+    """Where the option a refusal names (its first word, ``--flag`` or ``--flag=...``)
+    was given, if known."""
+    word = message.split(" ", 1)[0].split("=", 1)[0]
+    spec = BY_LONG.get(word[2:]) if word.startswith("--") else None
+    return origins.get(spec.dest) if spec is not None else None
+
+
+def refusal_text(submission: Submission, error: BridgeError | None) -> str:
+    """The 400's text for a submission refused by tbatch (``submission.refused``) and/or
+    at admission (``error``), one line per refusal without tbatch's prefix: tbatch's
+    first, then the admission's, each option the job's back end refuses with where it
+    was given (``job.sh:3: --mail-type is not supported by back end 'flux': ...``)."""
+    lines = [] if submission.refused is None else [
+        line.removeprefix(f"{PROG}: error: ") for line in str(submission.refused).split("\n")]
+    if isinstance(error, ValidationError):
+        for loc, message in error.errors:
+            where = _origin(submission.origins, message) if loc == _SCHEDULING_FIELD else None
+            lines.append(f"{where or loc}: {message}" if where or loc else message)
+    elif error is not None:
+        lines.append(str(error))
+    return "\n".join(lines)

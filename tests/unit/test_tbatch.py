@@ -346,3 +346,31 @@ async def test_the_submitters_umask_goes_with_the_job_as_sbatchs(
              for r in map(as_alice.store.get, sorted(j.id for j in as_alice.store.list_jobs()))
              if r.job.spec.trainer is not None]
     assert masks == ["0027", "0077"]
+
+
+async def test_every_refusal_in_one_answer_each_with_where_it_was_given(
+        as_alice: ApiClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The options tbatch refuses and those the job's back end refuses come in one try,
+    each with its line (or the command line, or the variable): nothing is admitted."""
+    (tmp_path / "j.sh").write_text(
+        "#!/bin/sh\n#SBATCH --mail-type=END\n#SBATCH --wait\n#SBATCH --begin=now\ntrue\n")
+    monkeypatch.setenv("SBATCH_WCKEY", "w")
+    assert await tbatch("-I", "--comment=c", "j.sh") == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "tbatch: error: command line: option '-I' (--immediate) is not supported by tbatch",
+        "tbatch: error: j.sh:3: option '--wait' is not supported by tbatch",
+        *(f"tbatch: error: {where}: {flag} is not supported by back end 'slurm': only Slurm "
+          "honours it" for where, flag in (
+              ("j.sh:2", "--mail-type"), ("command line", "--comment"),
+              ("SBATCH_WCKEY", "--wckey"), ("j.sh:4", "--begin")))]
+    assert as_alice.store.list_jobs() == []
+    # The back end's alone: with where each was given, in place of the annotation.
+    (tmp_path / "k.sh").write_text("#!/bin/sh\n#SBATCH --mail-type=END\ntrue\n")
+    assert await tbatch("k.sh") == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "tbatch: error: k.sh:2: --mail-type is not supported by back end 'slurm': only "
+        "Slurm honours it",
+        "tbatch: error: SBATCH_WCKEY: --wckey is not supported by back end 'slurm': only "
+        "Slurm honours it"]
+    assert as_alice.store.list_jobs() == []

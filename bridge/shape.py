@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from bridge.gpu_options import from_gpu_options
 from bridge.model import TrainJob, ValidationError
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.scheduling import SchedulingOptions
@@ -146,7 +147,9 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
 
     CPUs: ``--cpus-per-task`` gives CPUs per task and per node (x ranks per node);
     else ``resourcesPerNode`` ``cpu`` gives CPUs per node and per task (divided over
-    the ranks, rounded up). GPUs: ``--gpus-per-node``, else ``nvidia.com/gpu``.
+    the ranks, rounded up). GPUs: ``--gpus-per-node``, else what ``--gres=gpu:N``,
+    ``--gpus`` and ``--gpus-per-task`` come to per node (:mod:`bridge.gpu_options`),
+    else ``nvidia.com/gpu``.
     Memory: ``--mem``, else ``memory``. Time limit: ``--time``, else
     ``spec.activeDeadlineSeconds`` rounded up to minutes.
     """
@@ -164,13 +167,16 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
     else:
         cpus_per_task = cpus_node = None
     gpus = options.gpus_per_node
+    derived = from_gpu_options(options, plan.num_nodes, tasks) if gpus is None else None
+    if derived is not None:
+        gpus = derived
     if gpus is None:
         gpus = _quantity(resources, GPU_RESOURCE, lambda v: math.ceil(float(v)))
     mem = options.mem_per_node_mb
     if mem is None:
         mem = _quantity(resources, "memory", memory_mb)
     explicit = {"cpu": options.cpus_per_task, "memory": options.mem_per_node_mb,
-                GPU_RESOURCE: options.gpus_per_node}
+                GPU_RESOURCE: options.gpus_per_node if derived is None else derived}
     deadline = job.spec.active_deadline_seconds
     limit = options.time_limit_minutes
     if limit is None and deadline:

@@ -117,6 +117,10 @@ OPTION_MAP: Mapping[str, str] = {
     "ntasks_per_node": "slot size and per-resource task count",
     "cpus_per_task": "cores per task in the node's slot",
     "gpus_per_node": "gpu vertex of the node's slot",
+    "gres": "--gres=gpu[:N]: N in the gpu vertex of each node's slot (bridge/gpu_options.py)",
+    "gpus": "--gpus=N: N / nodes in the gpu vertex of each node's slot, when it divides",
+    "gpus_per_task": "--gpus-per-task=N: N x tasks per node in the gpu vertex of each node's "
+                     "slot",
     "output": "shell option output.stdout.path (%j %J %A: the bridge id; %x %u %% translated)",
     "error": "shell option output.stderr.path",
     "chdir": "attributes.system.cwd",
@@ -345,9 +349,14 @@ def _refused_options(o: SchedulingOptions) -> list[str]:
     if o.switches_wait_minutes is not None and o.switches is None:
         found.append(f"--switches=...@{o.switches_wait_minutes}: {REFUSED['switches'][1]}")
     # Admission refuses these already (flux_adapter/options.py); a row an older daemon
-    # admitted may still carry one.
-    found += [f"{flag}: only Slurm honours it" for flag in o.slurm_only()]
+    # admitted may still carry one. The GPU options Flux counts per node are honoured.
+    found += [f"{flag}: only Slurm honours it" for flag in o.slurm_only()
+              if flag not in _GPU_FLAGS]
     return found
+
+
+#: Options passed to Slurm as they are that Flux honours (bridge/gpu_options.py).
+_GPU_FLAGS = frozenset({"--gres", "--gpus", "--gpus-per-task"})
 
 
 def _hostlist(expr: str, flag: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from bridge.arrays import ArraySpec, ArrayTask
 from bridge.backend import BackendRejected
+from bridge.gpu_options import gpus_per_node
 from bridge.hostlist import count
 from bridge.jobid import pin_job_id
 from bridge.option_support import (
@@ -80,7 +81,20 @@ def _hosts(field: str) -> Check:
     return check
 
 
+def _gpus(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+    """GPUs that come to no whole count per node, or name a type (bridge/gpu_options.py)."""
+    tasks = options.ntasks_per_node or -(-(options.ntasks or 1) // max(ctx.nodes, 1))
+    try:
+        gpus_per_node(options, ctx.nodes, tasks)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 _CHECKS: Mapping[str, Check] = {
+    "gres": _gpus,
+    "gpus": _gpus,
+    "gpus_per_task": _gpus,
     "constraint": _rejects(lambda o: jobspec.constraint_of(o.constraint or "")),
     "output": _output("output"),
     "error": _output("error"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from bridge.gpu_options import gpus_per_node
 from bridge.option_support import (
     FIELD_FLAGS,
     ONLY_SLURM,
@@ -81,6 +82,16 @@ def _switches(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     return None
 
 
+def _gpus(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+    """GPUs that come to no whole count per pod, or name a type (bridge/gpu_options.py)."""
+    tasks = options.ntasks_per_node or -(-(options.ntasks or 1) // max(ctx.nodes, 1))
+    try:
+        gpus_per_node(options, ctx.nodes, tasks)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _partition(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     if options.partition in ctx.routed_partitions:
         return None
@@ -103,6 +114,12 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
     "cpus_per_task": ("the pod's cpu request (tasks per node x CPUs per task), and limit "
                       "where the job gives one", None),
     "gpus_per_node": ("the pod's nvidia.com/gpu request and limit", None),
+    "gres": ("--gres=gpu[:N]: N as the pod's nvidia.com/gpu request and limit "
+             "(bridge/gpu_options.py)", _gpus),
+    "gpus": ("--gpus=N: N / nodes as each pod's nvidia.com/gpu request and limit, when it "
+             "divides evenly", _gpus),
+    "gpus_per_task": ("--gpus-per-task=N: N x ranks per pod as the pod's nvidia.com/gpu "
+                      "request and limit", _gpus),
     "mem_per_node_mb": ("the pod's memory request (a limit only where the job gives one; "
                         "Slurm enforces --mem)", None),
     "submit_dir": ("not used: a pod starts in its image's working directory (WORKDIR), as "

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import SubmitRequest
+from bridge.gpu_options import from_gpu_options
 from bridge.jobid import identity_env, pin_job_id
 from bridge.runtimes import Framework, LaunchPlan, MpiImplementation
 from bridge.slurm_options import PASSED, sbatch_flags
@@ -169,7 +170,9 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         ntasks=o.ntasks,
         ntasks_per_node=_tasks_per_node(request),
         cpus_per_task=cpus,
-        gpus_per_node=shape.gpus_per_node or None,
+        # Not what --gres/--gpus/--gpus-per-task came to: Slurm has those themselves.
+        gpus_per_node=(shape.gpus_per_node or None) if o.gpus_per_node is not None or (
+            from_gpu_options(o, shape.nodes, shape.ranks_per_node or 1) is None) else None,
         mem_per_node_mb=shape.mem_per_node_mb,
         exclusive=o.exclusive,
         switches=o.switches,

@@ -90,3 +90,34 @@ def test_a_constraint_kubernetes_cannot_express_is_refused(
     assert "--switches is not supported by back end 'kubernetes'" in answer["error"]
     assert "no leaf switches" in answer["error"]
     assert jobsets(k8s, k8s_namespace) == []
+
+
+def test_sbatchs_gpu_options_become_each_pods_gpus(
+        k8s: K8sBed, k8s_namespace: str, k8s_alice: Daemon) -> None:
+    """``--gres=gpu:2`` and ``--gpus=4`` over two nodes each ask every pod for two
+    ``nvidia.com/gpu`` (request and limit); the real scheduler places the pods on the
+    GPU nodes and the job runs. A GPU type is refused, naming it and the back end."""
+    script = k8s_alice.workdir / "gpus.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N 2 -t 5\necho hi\n")
+    script.chmod(0o644)
+    ids = []
+    for flag in ("--gres=gpu:2", "--gpus=4"):
+        res = k8s_alice.cli("alice", "tbatch", "--parsable", "--backend", "kubernetes", flag,
+                            str(script), cwd=k8s_alice.workdir)
+        assert res.returncode == 0, res
+        ids.append(int(res.stdout))
+    for job_id in ids:
+        done = k8s_alice.wait_state(job_id, ["Succeeded", "Failed"], timeout=120)
+        assert done["state"] == "Succeeded", done
+    sets = jobsets(k8s, k8s_namespace)
+    assert len(sets) == 2
+    for js in sets:
+        [container] = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+            "spec"]["containers"]
+        assert (container["resources"]["requests"]["nvidia.com/gpu"],
+                container["resources"]["limits"]["nvidia.com/gpu"]) == ("2", "2"), container
+    res = k8s_alice.cli("alice", "tbatch", "--backend", "kubernetes", "--gres=gpu:a100:1",
+                        str(script), cwd=k8s_alice.workdir)
+    assert res.returncode == 1, res
+    assert ("command line: --gres is not supported by back end 'kubernetes': "
+            "--gres=gpu:a100:1 names a GPU type ('a100')") in res.stderr, res.stderr

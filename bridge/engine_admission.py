@@ -14,6 +14,7 @@ store or the loop's state, so they are safe in a worker thread; errors are
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ from bridge.backend import (
     SubmitRequest,
     Validating,
 )
+from bridge.begin_time import ANN_BEGIN_AT, begin_epoch
 from bridge.dataset import DATA_CACHE_ATTR, DATASET_FIELD
 from bridge.engine_native_array import native_mode
 from bridge.engine_settings import Admission, EngineSettings
@@ -83,6 +85,7 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     validate_trainjob(job)
     job.metadata.annotations.pop(ANN_ADOPT_ONLY, None)  # the engine's word, never a client's
     job.metadata.annotations.pop(ANN_NATIVE, None)  # the same
+    job.metadata.annotations.pop(ANN_BEGIN_AT, None)  # the same
     options = scheduling_of(job)
     backend = backend_name(job, options, settings)
     if backend not in backends:
@@ -154,6 +157,10 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
         if not taken_before:
             raise refusal
         job.metadata.annotations[ANN_ADOPT_ONLY] = str(refusal)[:4096]
+    if options.begin and not getattr(chosen, "native_begin", False):
+        # Held by the bridge until then (bridge/engine_dependency.py): a relative time
+        # counts from now, as from sbatch's submission. The option table checked it.
+        job.metadata.annotations[ANN_BEGIN_AT] = repr(begin_epoch(options.begin, time.time()))
     native = spec is not None and native_mode(
         chosen, options, settings.placement.get(backend, DEFAULT_PLACEMENT_MODE))
     if native and spec is not None:  # in the document: every rewrite of it keeps it

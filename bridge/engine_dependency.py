@@ -16,6 +16,9 @@ Contract:
   seconds whatever happens (a backstop), and at the time an ``after:ID+MIN`` is met.
   At most :data:`CHECKS_PER_PASS` held jobs are looked at per pass; ``singleton``
   reads each user's unfinished jobs once per pass.
+* **--begin** where the back end reads none (the summary's ``beginAt``: Kubernetes,
+  Flux): a job never tried is held Pending, reason ``BeginTime`` as squeue shows it,
+  and not due until then; its dependency is looked at after that.
 * After a restart the held jobs are found again by their reason (one query, on the
   first pass): the hold lives in the store, nothing is lost with the process.
 * **Native dependencies.** For a back end in ``native_backends`` (Slurm), a job whose
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -204,6 +208,15 @@ def array_facts(store: Store, array_id: int) -> Facts | None:
                     for r in store.by_ids(store.array_task_ids(array_id))])
 
 
+#: squeue's reason for a job that waits for its ``--begin``.
+BEGIN_TIME = "BeginTime"
+
+
+def _local(epoch: float) -> str:
+    """A time as Slurm prints one (``2026-12-07T10:00:00``, local time)."""
+    return datetime.fromtimestamp(epoch).isoformat(timespec="seconds")
+
+
 class DependencyGate:
     def __init__(self, store: Store, native_backends: Iterable[str] = (),
                  confirmed: Callable[[str], bool] = lambda backend: True) -> None:
@@ -291,6 +304,12 @@ class DependencyGate:
         singletons = _Singletons(self.store)
         known = _Known()  # one pass's facts: each job read once
         for rec in records:
+            begin = rec.summary.get("beginAt")
+            if (begin and rec.attempts == 0 and not rec.cancel_requested
+                    and float(begin) > now):  # --begin, where the back end reads none
+                self._hold(rec, BEGIN_TIME, f"held until {_local(float(begin))} (--begin)",
+                           float(begin), frozenset())
+                continue
             try:
                 # A job tried once may be in its back end already: the engine looks it
                 # up first, and works out its dependency afresh (native) if it is not.

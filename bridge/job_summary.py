@@ -12,11 +12,13 @@ wrote, whose shape the engine resolves when it submits the job).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from typing import Any
 
 from bridge.arrays import ANN_NATIVE
+from bridge.begin_time import ANN_BEGIN_AT
 from bridge.model import TrainJob, ValidationError, load_document
 from bridge.scheduling import scheduling_of
 
@@ -29,7 +31,9 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
     invalid), ``runtime``, ``numNodes`` (1 when not given) and ``suspend``; with a
     ``--dependency``, ``dependency`` and ``killOnInvalidDep`` too; with ``--hold``,
     ``hold``; with ``--array``, ``array`` (its normal form), and for a native array
-    ``arrayMode`` (``native``) and ``arrayKey`` (from :data:`bridge.arrays.ANN_NATIVE`)."""
+    ``arrayMode`` (``native``) and ``arrayKey`` (from :data:`bridge.arrays.ANN_NATIVE`);
+    for a job the bridge holds until its ``--begin``, ``beginAt`` (from
+    :data:`bridge.begin_time.ANN_BEGIN_AT`)."""
     try:
         options = scheduling_of(job)
         job_name, partition, limit = (options.job_name, options.partition,
@@ -40,14 +44,19 @@ def job_summary(job: TrainJob) -> dict[str, Any]:
         job_name, partition, limit, dependency, kill, hold = None, None, None, None, None, False
         array = None
     trainer = job.spec.trainer
-    summary = {"jobName": job_name, "partition": partition, "timeLimitMinutes": limit,
-               "runtime": job.spec.runtime_ref.name,
-               "numNodes": trainer.num_nodes if trainer and trainer.num_nodes else 1,
-               "suspend": bool(job.spec.suspend)}
+    summary: dict[str, Any] = {
+        "jobName": job_name, "partition": partition, "timeLimitMinutes": limit,
+        "runtime": job.spec.runtime_ref.name,
+        "numNodes": trainer.num_nodes if trainer and trainer.num_nodes else 1,
+        "suspend": bool(job.spec.suspend)}
     if dependency:  # only then: the engine's pass reads it without decoding documents
         summary.update(dependency=dependency, killOnInvalidDep=bool(kill))
     if hold:
         summary["hold"] = True
+    begin = job.metadata.annotations.get(ANN_BEGIN_AT)
+    if begin:  # admission wrote it; never let one row stop a listing
+        with contextlib.suppress(ValueError):
+            summary["beginAt"] = float(begin)
     if array:  # the engine's pass reads the throttle, a task's variables, without decoding
         summary["array"] = array
         native = job.metadata.annotations.get(ANN_NATIVE)

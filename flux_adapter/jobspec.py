@@ -121,6 +121,8 @@ OPTION_MAP: Mapping[str, str] = {
     "gpus": "--gpus=N: N / nodes in the gpu vertex of each node's slot, when it divides",
     "gpus_per_task": "--gpus-per-task=N: N x tasks per node in the gpu vertex of each node's "
                      "slot",
+    "begin": "held by the bridge until then (reason BeginTime, as squeue shows it); a "
+             "relative time counts from admission (bridge/begin_time.py)",
     "output": "shell option output.stdout.path (%j %J %A: the bridge id; %x %u %% translated)",
     "error": "shell option output.stderr.path",
     "chdir": "attributes.system.cwd",
@@ -351,12 +353,13 @@ def _refused_options(o: SchedulingOptions) -> list[str]:
     # Admission refuses these already (flux_adapter/options.py); a row an older daemon
     # admitted may still carry one. The GPU options Flux counts per node are honoured.
     found += [f"{flag}: only Slurm honours it" for flag in o.slurm_only()
-              if flag not in _GPU_FLAGS]
+              if flag not in _HONOURED_FLAGS]
     return found
 
 
-#: Options passed to Slurm as they are that Flux honours (bridge/gpu_options.py).
-_GPU_FLAGS = frozenset({"--gres", "--gpus", "--gpus-per-task"})
+#: Options passed to Slurm as they are that Flux honours (the GPU options:
+#: bridge/gpu_options.py; --begin: the bridge holds the job, bridge/engine_dependency.py).
+_HONOURED_FLAGS = frozenset({"--gres", "--gpus", "--gpus-per-task", "--begin"})
 
 
 def _hostlist(expr: str, flag: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from bridge.arrays import ArraySpec, ArrayTask
 from bridge.backend import BackendRejected
+from bridge.begin_time import begin_epoch
 from bridge.gpu_options import gpus_per_node
 from bridge.hostlist import count
 from bridge.jobid import pin_job_id
@@ -91,7 +92,16 @@ def _gpus(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     return None
 
 
+def _begin(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+    try:
+        begin_epoch(options.begin or "", 0.0)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 _CHECKS: Mapping[str, Check] = {
+    "begin": _begin,
     "gres": _gpus,
     "gpus": _gpus,
     "gpus_per_task": _gpus,

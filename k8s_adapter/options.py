@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from bridge.begin_time import begin_epoch
 from bridge.gpu_options import gpus_per_node
 from bridge.option_support import (
     FIELD_FLAGS,
@@ -92,6 +93,14 @@ def _gpus(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     return None
 
 
+def _begin(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+    try:
+        begin_epoch(options.begin or "", 0.0)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _partition(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     if options.partition in ctx.routed_partitions:
         return None
@@ -114,6 +123,8 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
     "cpus_per_task": ("the pod's cpu request (tasks per node x CPUs per task), and limit "
                       "where the job gives one", None),
     "gpus_per_node": ("the pod's nvidia.com/gpu request and limit", None),
+    "begin": ("held by the bridge until then, no JobSet before (reason BeginTime, as "
+              "squeue shows it); a relative time counts from admission", _begin),
     "gres": ("--gres=gpu[:N]: N as the pod's nvidia.com/gpu request and limit "
              "(bridge/gpu_options.py)", _gpus),
     "gpus": ("--gpus=N: N / nodes as each pod's nvidia.com/gpu request and limit, when it "

@@ -153,6 +153,8 @@ class SlurmBackend:
     #: A job's ``spec.initializer.dataset`` starts cache servers on its nodes before its
     #: training (slurm_adapter/cache_script.py, bridge/dataset.py).
     runs_data_cache = True
+    #: sbatch (or slurmrestd) reads ``--begin`` itself: the bridge does not hold the job.
+    native_begin = True
 
     def __init__(self, name: str, *, cli: SlurmCli, rest: SlurmRestClient | None = None,
                  default_partition: str | None = None, rest_user: str | None = None,

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from tests.integration.bed import Daemon, wait_for
-from tests.integration.k8s_bridge import jobsets
+from tests.integration.k8s_bridge import KWOK_STAY_RUNNING, jobsets
+from tests.integration.k8s_users import submit_as, torch_job
 from tests.integration.k8sbed import K8sBed
 
 pytestmark = pytest.mark.integration
@@ -244,3 +245,45 @@ def test_an_array_on_each_slurm_release_and_path(
         assert task["stdout"].endswith(f"rel-{array}_{task['arrayTaskId']}.out"), task
     moves = d.job(f"{array}_2")["transitions"]
     assert moves[0]["reason"] == "JobArrayTaskLimit", moves
+
+
+def test_the_throttle_and_tcancel_on_kubernetes(k8s: K8sBed, k8s_namespace: str,
+                                                k8s_alice: Daemon) -> None:
+    """As on Slurm and Flux: ``%2`` holds the rest (tqueue ``A_I`` and squeue's folded
+    view), ``tcancel A_[1]`` ends one task and its JobSet and frees one place,
+    ``tcancel A`` ends them all, and bob may cancel none. The pods stay running (the
+    bed's kwok completes no pod with that label) until cancelled."""
+    d = k8s_alice
+    doc = torch_job("stays", k8s_namespace)
+    doc["spec"]["runtimePatches"] = [{"manager": "alice", "trainingRuntimeSpec": {
+        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+            "template": {"metadata": {"labels": {KWOK_STAY_RUNNING: "true"}}}}}}]}}}}]
+    doc["metadata"]["annotations"]["hpc-bridge.io/scheduling"] = '{"array": "0-3%2"}'
+    answer = submit_as(d, "alice", doc)
+    assert answer["status"] == 201, answer
+    array = int(answer["id"])
+
+    def two_running() -> list[dict[str, Any]] | None:
+        tasks = tasks_of(d, array)
+        return tasks if sum(t["state"] == "Running" for t in tasks) == 2 else None
+
+    tasks = wait_for(two_running, 120, "two tasks running")
+    assert [(t["state"], t["reason"]) for t in tasks[2:]] == [
+        ("Pending", "JobArrayTaskLimit")] * 2, tasks
+    rows = sorted(d.cli("alice", "tqueue", "-h", "-r", "-j", str(array), "-o",
+                        "%i %t").stdout.splitlines())
+    assert rows == [f"{array}_0 R", f"{array}_1 R", f"{array}_2 PD", f"{array}_3 PD"], rows
+    folded = d.cli("alice", "tqueue", "-h", "-j", str(array), "-o", "%i %t").stdout
+    assert folded.splitlines()[-1] == f"{array}_[2-3%2] PD", folded
+    assert d.cli("bob", "tcancel", str(array)).returncode != 0  # not bob's
+    gone = tasks[1]["backendId"].partition("/")[2]
+    assert d.cli("alice", "tcancel", f"{array}_[1]").returncode == 0
+    assert d.wait_state(f"{array}_1", TERMINAL)["state"] == "Cancelled"
+    k8s.wait_for(lambda: gone not in {js["metadata"]["name"] for js in jobsets(
+        k8s, k8s_namespace)}, 60, "the cancelled task's JobSet to go")
+    d.wait_state(f"{array}_2", ["Running"], timeout=120)
+    assert d.job(f"{array}_3")["reason"] == "JobArrayTaskLimit"
+    assert d.cli("alice", "tcancel", str(array)).returncode == 0
+    ended = all_ended(d, array, 4)
+    assert [t["state"] for t in ended] == ["Cancelled"] * 4, ended
+    assert ended[3]["backendId"] is None  # never reached Kubernetes

@@ -11,6 +11,7 @@ second one held."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -274,3 +275,62 @@ def test_dependencies_cross_slurm_and_kubernetes(slurm_and_k8s: Daemon, outdir: 
     open_gate(outdir, "k8s-go")
     ran = d.wait_state(pod, TERMINAL, timeout=180)
     assert (ran["state"], ran["backend"]) == ("Succeeded", "kubernetes"), ran
+
+
+def _sbatch(outdir: Path, *args: str) -> str:
+    """Real sbatch as alice: its Slurm id."""
+    res = subprocess.run(["runuser", "-u", "alice", "--", "sbatch", "--parsable", "-o",
+                          "/dev/null", *args], cwd=outdir, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().split(";")[0]
+
+
+def _slurm_state(job_id: str) -> tuple[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    fields = dict(re.findall(r"(\S+?)=(\S*)", out))
+    return fields["JobState"], fields["Reason"]
+
+
+def test_singleton_and_lists_of_conditions_as_sbatchs(daemon: Daemon, outdir: Path
+                                                      ) -> None:
+    """The same dependencies through tbatch and real sbatch on the same Slurm, with the
+    same outcomes: ``singleton`` waits for the running job of its name (held by the
+    bridge: Slurm cannot see the bridge's held jobs); ``afterok:A?afterok:B`` (any) runs
+    once one is met; ``afterok:A,afterok:B`` (all) can never be met once A failed."""
+    solo = tbatch(daemon, "-J", "solo", "--wrap", gated(outdir, "solo"), cwd=outdir)
+    daemon.wait_state(solo, ["Running"], timeout=120)
+    ours = tbatch(daemon, "-J", "solo", "-d", "singleton", "--wrap", "true", cwd=outdir)
+    theirs = _sbatch(outdir, "-J", "solo", "-d", "singleton", "--wrap", "true")
+    assert with_reason(daemon, ours, "Dependency")["backendId"] is None
+    wait_for(lambda: _slurm_state(theirs) == ("PENDING", "Dependency"), 60,
+             "sbatch's singleton to wait")
+    open_gate(outdir, "solo")
+    assert daemon.wait_state(ours, TERMINAL, timeout=180)["state"] == "Succeeded"
+    wait_for(lambda: _slurm_state(theirs)[0] == "COMPLETED", 120, "sbatch's singleton")
+    assert daemon.job(ours)["startTime"] >= daemon.job(solo)["endTime"]
+
+    fails = tbatch(daemon, "--wrap", f"{gated(outdir, 'f')}; exit 1", cwd=outdir)
+    works = tbatch(daemon, "--wrap", gated(outdir, "w"), cwd=outdir)
+    ids = {j: daemon.wait_state(j, ["Submitted", "Running"])["backendId"]
+           for j in (fails, works)}
+    any_ours = tbatch(daemon, "-d", f"afterok:{fails}?afterok:{works}", "--wrap", "true",
+                      cwd=outdir)
+    all_ours = tbatch(daemon, "-d", f"afterok:{fails},afterok:{works}", "--wrap", "true",
+                      cwd=outdir)
+    any_theirs = _sbatch(outdir, "-d", f"afterok:{ids[fails]}?afterok:{ids[works]}",
+                         "--wrap", "true")
+    all_theirs = _sbatch(outdir, "-d", f"afterok:{ids[fails]},afterok:{ids[works]}",
+                         "--wrap", "true")
+    open_gate(outdir, "f")
+    assert daemon.wait_state(fails, TERMINAL, timeout=180)["state"] == "Failed"
+    open_gate(outdir, "w")
+    assert daemon.wait_state(any_ours, TERMINAL, timeout=180)["state"] == "Succeeded"
+    wait_for(lambda: _slurm_state(any_theirs)[0] == "COMPLETED", 120, "sbatch's any-of")
+    assert with_reason(daemon, all_ours, "DependencyNeverSatisfied")["state"] in (
+        "Pending", "Submitted")
+    wait_for(lambda: _slurm_state(all_theirs) == ("PENDING", "DependencyNeverSatisfied"),
+             120, "sbatch's all-of to be never satisfied")
+    assert daemon.cli("alice", "tcancel", str(all_ours)).returncode == 0
+    subprocess.run(["scancel", all_theirs], check=False, timeout=30)

@@ -150,7 +150,8 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
     the ranks, rounded up). GPUs: ``--gpus-per-node``, else what ``--gres=gpu:N``,
     ``--gpus`` and ``--gpus-per-task`` come to per node (:mod:`bridge.gpu_options`),
     else ``nvidia.com/gpu``.
-    Memory: ``--mem``, else ``memory``. Time limit: ``--time``, else
+    Memory: ``--mem``, else ``--mem-per-cpu`` x CPUs per node (tasks per node without
+    CPUs), else ``--mem-per-gpu`` x GPUs per node, else ``memory``. Time limit: ``--time``, else
     ``spec.activeDeadlineSeconds`` rounded up to minutes.
     """
     resources = resources_of(job, plan.resources)
@@ -173,9 +174,17 @@ def resolve_shape(job: TrainJob, plan: LaunchPlan, options: SchedulingOptions) -
     if gpus is None:
         gpus = _quantity(resources, GPU_RESOURCE, lambda v: math.ceil(float(v)))
     mem = options.mem_per_node_mb
+    per = None  # --mem-per-cpu / --mem-per-gpu, as memory per node
+    if mem is None and options.mem_per_cpu_mb:
+        per = options.mem_per_cpu_mb * (cpus_node or tasks)
+    elif mem is None and options.mem_per_gpu_mb and gpus:
+        per = options.mem_per_gpu_mb * gpus
+    if per is not None:
+        mem = per
     if mem is None:
         mem = _quantity(resources, "memory", memory_mb)
-    explicit = {"cpu": options.cpus_per_task, "memory": options.mem_per_node_mb,
+    explicit = {"cpu": options.cpus_per_task,
+                "memory": options.mem_per_node_mb if per is None else per,
                 GPU_RESOURCE: options.gpus_per_node if derived is None else derived}
     deadline = job.spec.active_deadline_seconds
     limit = options.time_limit_minutes

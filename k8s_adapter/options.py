@@ -93,6 +93,13 @@ def _gpus(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     return None
 
 
+def _gpus_for_memory(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+    if options.mem_per_node_mb is None and not options.gpus_per_node and not (
+            options.gres or options.gpus or options.gpus_per_task):
+        return "the job asks for no GPUs per pod to count it by (--gpus-per-node, --gres)"
+    return None
+
+
 def _begin(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     try:
         begin_epoch(options.begin or "", 0.0)
@@ -123,6 +130,10 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
     "cpus_per_task": ("the pod's cpu request (tasks per node x CPUs per task), and limit "
                       "where the job gives one", None),
     "gpus_per_node": ("the pod's nvidia.com/gpu request and limit", None),
+    "mem_per_cpu_mb": ("the pod's memory request: SIZE x the pod's CPUs (x its ranks "
+                       "without --cpus-per-task)", None),
+    "mem_per_gpu_mb": ("the pod's memory request: SIZE x the pod's GPUs", _gpus_for_memory),
+    "tmp_mb": ("the pod's ephemeral-storage request (local disk; 0: none)", None),
     "begin": ("held by the bridge until then, no JobSet before (reason BeginTime, as "
               "squeue shows it); a relative time counts from admission", _begin),
     "gres": ("--gres=gpu[:N]: N as the pod's nvidia.com/gpu request and limit "

@@ -27,7 +27,8 @@ def container_resources(request: SubmitRequest) -> dict[str, dict[str, str]]:
     """A node pod's ``resources``: ``resourcesPerNode`` as the user wrote it, except
     for what an explicit scheduling option set (the job shape's precedence,
     :mod:`bridge.shape`): CPUs per node, ``<MiB>Mi`` and GPUs from the shape, in
-    ``requests`` and, where the user gave a limit (always, for GPUs), in ``limits``."""
+    ``requests`` and, where the user gave a limit (always, for GPUs), in ``limits``;
+    ``--tmp`` as the ``ephemeral-storage`` request."""
     shape = request.job_shape
     given = given_resources(request.job, request.plan.resources)
     requests = _quantities(given.get("requests"))
@@ -42,6 +43,8 @@ def container_resources(request: SubmitRequest) -> dict[str, dict[str, str]]:
         requests[key] = str(value)
         if key in limits or key == GPU_RESOURCE:
             limits[key] = str(value)
+    if request.options.tmp_mb:  # --tmp: local disk per node (0: no minimum)
+        requests["ephemeral-storage"] = f"{request.options.tmp_mb}Mi"
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 

@@ -173,7 +173,10 @@ def job_spec(request: SubmitRequest, *, default_chdir: str,
         # Not what --gres/--gpus/--gpus-per-task came to: Slurm has those themselves.
         gpus_per_node=(shape.gpus_per_node or None) if o.gpus_per_node is not None or (
             from_gpu_options(o, shape.nodes, shape.ranks_per_node or 1) is None) else None,
-        mem_per_node_mb=shape.mem_per_node_mb,
+        # Not beside --mem-per-cpu/--mem-per-gpu, which Slurm has themselves (and which
+        # exclude --mem).
+        mem_per_node_mb=(None if o.mem_per_cpu_mb or o.mem_per_gpu_mb
+                         else shape.mem_per_node_mb),
         exclusive=o.exclusive,
         switches=o.switches,
         switches_wait_minutes=o.switches_wait_minutes if o.switches else None,

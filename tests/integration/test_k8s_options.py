@@ -121,3 +121,24 @@ def test_sbatchs_gpu_options_become_each_pods_gpus(
     assert res.returncode == 1, res
     assert ("command line: --gres is not supported by back end 'kubernetes': "
             "--gres=gpu:a100:1 names a GPU type ('a100')") in res.stderr, res.stderr
+
+
+def test_memory_per_cpu_and_tmp_become_the_pods_requests(
+        k8s: K8sBed, k8s_namespace: str, k8s_alice: Daemon) -> None:
+    """``--mem-per-cpu=100 -c 2`` is a 200Mi memory request and ``--tmp=1G`` a 1Gi
+    ephemeral-storage one, in the JobSet the bridge makes (the bed's kwok nodes offer no
+    ephemeral storage, so the pod is not run here: the objects are checked)."""
+    script = k8s_alice.workdir / "mem.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -t 5 -c 2 --mem-per-cpu=100 --tmp=1G\necho hi\n")
+    script.chmod(0o644)
+    res = k8s_alice.cli("alice", "tbatch", "--parsable", "--backend", "kubernetes",
+                        str(script), cwd=k8s_alice.workdir)
+    assert res.returncode == 0, res
+    k8s.wait_for(lambda: jobsets(k8s, k8s_namespace), 60, "the JobSet")
+    [js] = jobsets(k8s, k8s_namespace)
+    [container] = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"]
+    requests = container["resources"]["requests"]
+    assert (requests["memory"], requests["ephemeral-storage"], requests["cpu"]) == (
+        "200Mi", "1Gi", "2"), container["resources"]  # 1024Mi, as the apiserver writes it
+    assert k8s_alice.cli("alice", "tcancel", res.stdout.strip()).returncode == 0

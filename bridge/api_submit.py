@@ -34,6 +34,7 @@ from bridge.api_common import (
 from bridge.backend import BackendUnavailable, Owner
 from bridge.batchscript import script_bytes, script_of
 from bridge.errors import BridgeError
+from bridge.limits import UserLimits
 from bridge.model import (
     ANN_BATCH_SCRIPT,
     TrainJob,
@@ -140,7 +141,8 @@ def _decode_sbatch(raw: bytes, max_script: int) -> Decoded:
 
 
 def _prepared(decode: Decoder, raw: bytes, max_script: int, service: JobService,
-              owner: Owner) -> tuple[TrainJob, Admission, dict[str, Any]] | web.Response:
+              owner: Owner
+              ) -> tuple[TrainJob, Admission, dict[str, Any], Submission | None] | web.Response:
     """Decode and prepare a body (in a worker thread). For tbatch, the refusals of the
     job's back end join tbatch's own in one 400 (:func:`bridge.sbatch.submission.
     refusal_text`); a job with options tbatch refused is never admitted."""
@@ -161,7 +163,7 @@ def _prepared(decode: Decoder, raw: bytes, max_script: int, service: JobService,
         from bridge.sbatch.submission import refusal_text
 
         return error_response(400, refusal_text(submission, None))
-    return job, prepared, extra
+    return job, prepared, extra, submission
 
 
 async def _admit(request: web.Request, decode: Decoder, *, replay_extra: bool = False
@@ -198,7 +200,22 @@ async def _admit(request: web.Request, decode: Decoder, *, replay_extra: bool = 
     parsed = await asyncio.to_thread(_prepared, decode, raw, max_script, service, owner)
     if isinstance(parsed, web.Response):
         return parsed
-    job, prepared, extra = parsed
+    job, prepared, extra, submission = parsed
+    try:
+        return await _store(service, limits, owner, job, prepared, extra, key, digest)
+    except ValidationError as exc:  # the checks at the insert (the back end's size ...)
+        if submission is None:
+            raise
+        from bridge.sbatch.submission import refusal_text
+
+        return error_response(400, refusal_text(submission, exc))
+
+
+async def _store(service: JobService, limits: UserLimits, owner: Owner, job: TrainJob,
+                 prepared: Admission, extra: dict[str, Any], key: str | None, digest: str
+                 ) -> web.Response:
+    """The estimate (``--test-only``), or the caller's count of unfinished jobs and the
+    insert (:func:`_admit`)."""
     if extra.get("testOnly"):  # sbatch --test-only: checked, estimated, not stored
         try:
             estimate = await service.estimate(job, owner, prepared)

@@ -213,6 +213,11 @@ def check_capacity(inventory: Inventory | None, backend: str, chosen: Backend,
     # A node that names no partition (or queue) is taken to be in every one.
     nodes = [n for n in inventory.nodes
              if partition is None or not n.partitions or partition in n.partitions]
+    if partition is not None and not nodes:  # as sbatch: "invalid partition specified"
+        known = sorted({p for n in inventory.nodes for p in n.partitions})
+        raise ValidationError([(f"metadata.annotations[{ANN_SCHEDULING}].partition",
+                                f"invalid partition specified: {partition!r} (back end "
+                                f"{backend!r} has {', '.join(known) or 'none'})")])
     if num_nodes > len(nodes):
         where = f"partition {partition!r} of back end {backend!r}" if partition else (
             f"back end {backend!r}")

@@ -37,6 +37,7 @@ from typing import Any
 
 from bridge.errors import BridgeError
 from bridge.model import ANN_SCHEDULING, TrainJob, ValidationError
+from bridge.option_support import FIELD_FLAGS
 from bridge.sbatch.cmdline import parse_command_line
 from bridge.sbatch.errors import PROG, SbatchError
 from bridge.sbatch.options import BY_LONG
@@ -158,10 +159,16 @@ def trainjob_of_submission(body: Mapping[str, Any]) -> Submission:
 _SCHEDULING_FIELD = f"metadata.annotations[{ANN_SCHEDULING}]"
 
 
-def _origin(origins: Mapping[str, str], message: str) -> str | None:
-    """Where the option a refusal names (its first word, ``--flag`` or ``--flag=...``)
-    was given, if known."""
-    word = message.split(" ", 1)[0].split("=", 1)[0]
+def _origin(origins: Mapping[str, str], loc: str, message: str) -> str | None:
+    """Where the option a refusal is about was given, if known: the option its field
+    names (``...scheduling].partition``), or that its message starts with (``--flag``
+    or ``--flag=...``, on the scheduling annotation)."""
+    if loc.startswith(f"{_SCHEDULING_FIELD}."):
+        word = FIELD_FLAGS.get(loc.removeprefix(f"{_SCHEDULING_FIELD}.").split(".")[0], "")
+    elif loc == _SCHEDULING_FIELD:
+        word = message.split(" ", 1)[0].split("=", 1)[0]
+    else:
+        return None
     spec = BY_LONG.get(word[2:]) if word.startswith("--") else None
     return origins.get(spec.dest) if spec is not None else None
 
@@ -175,7 +182,7 @@ def refusal_text(submission: Submission, error: BridgeError | None) -> str:
         line.removeprefix(f"{PROG}: error: ") for line in str(submission.refused).split("\n")]
     if isinstance(error, ValidationError):
         for loc, message in error.errors:
-            where = _origin(submission.origins, message) if loc == _SCHEDULING_FIELD else None
+            where = _origin(submission.origins, loc, message)
             lines.append(f"{where or loc}: {message}" if where or loc else message)
     elif error is not None:
         lines.append(str(error))

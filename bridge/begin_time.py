@@ -1,7 +1,8 @@
 """sbatch's ``--begin`` times, read as Slurm reads them, for the back ends where the
 bridge holds a job until then (Kubernetes, Flux; Slurm reads them itself).
 
-Forms (sbatch(1), ``--begin``; local time, as sbatch's), case-insensitive::
+Forms (sbatch(1), ``--begin``), case-insensitive, in the daemon's local time zone (sbatch
+reads them in the submitter's; on one cluster they are normally the same)::
 
     now[+COUNT[UNIT]]      UNIT: s/sec/seconds (the default), m/min/minutes,
                            h/hour(s), d/day(s), w/week(s)
@@ -13,7 +14,8 @@ Forms (sbatch(1), ``--begin``; local time, as sbatch's), case-insensitive::
 
 Contract: :func:`begin_epoch` is the time as seconds since the epoch, counted from
 ``now`` (the job's admission: a relative time counts from there, as from sbatch's
-submission); anything else raises :class:`ValueError` naming the forms. Pure.
+submission), at most :data:`LATEST` (the end of year 9999, the last that prints);
+anything else raises :class:`ValueError` naming the forms. Pure.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ _NOW = re.compile(r"now(?:\+([0-9]{1,9})([a-z]*))?")
 _CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?(am|pm)?")
 _ISO = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:t([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?)?")
 _US = re.compile(r"([0-9]{2})([/.]?)([0-9]{2})(?:\2([0-9]{2}))?(?:-(.+))?")
+#: The latest begin time read (the end of year 9999, UTC): a later one would not print.
+LATEST = 253402300799.0
 _FORMS = ("now[+COUNT[s|m|h|d|w]], HH:MM[:SS][AM|PM], midnight, noon, elevenses, fika, "
           "teatime, today, tomorrow, YYYY-MM-DD[THH:MM[:SS]] or MM/DD[/YY][-HH:MM[:SS]]")
 
@@ -64,6 +68,13 @@ def _at(day: datetime, clock: time) -> float:
 
 def begin_epoch(text: str, now: float) -> float:
     """``text`` (a ``--begin`` value) as seconds since the epoch (module docstring)."""
+    when = _epoch(text, now)
+    if not 0 <= when <= LATEST:
+        raise ValueError(f"--begin={text}: later than the year 9999")
+    return when
+
+
+def _epoch(text: str, now: float) -> float:
     word = text.strip().lower()
     today = datetime.fromtimestamp(now)
     try:

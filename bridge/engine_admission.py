@@ -14,6 +14,7 @@ store or the loop's state, so they are safe in a worker thread; errors are
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -58,7 +59,7 @@ from bridge.option_support import AdmitContext, check_backend_options
 from bridge.placement_decision import DEFAULT_PLACEMENT_MODE
 from bridge.runtimes import LaunchPlan, RuntimeCatalog
 from bridge.scheduling import SchedulingOptions, scheduling_of
-from bridge.shape import resolve_shape
+from bridge.shape import ranks_per_node, resolve_shape
 from bridge.store_arrays import ArrayTaskRow
 
 __all__ = ["backend_name", "check_capacity", "prepare"]
@@ -102,7 +103,8 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
                            framework=plan.framework.value,
                            queue_places=bool(queue_places and queue_places(job)),
                            topology_labels=tuple(getattr(chosen, "topology_labels", ())),
-                           topology_handed=bool(handed and handed(job)))
+                           topology_handed=bool(handed and handed(job)),
+                           tasks_per_node=ranks_per_node(plan, options) or 1)
     refusal: ValidationError | None = None
     try:
         check_backend_options(options, backend, getattr(chosen, "option_support", None),
@@ -160,7 +162,12 @@ def prepare(job: TrainJob, owner: Owner, origin: str, *, backends: Mapping[str, 
     if options.begin and not getattr(chosen, "native_begin", False):
         # Held by the bridge until then (bridge/engine_dependency.py): a relative time
         # counts from now, as from sbatch's submission. The option table checked it.
-        job.metadata.annotations[ANN_BEGIN_AT] = repr(begin_epoch(options.begin, time.time()))
+        try:
+            at = begin_epoch(options.begin, time.time())
+        except ValueError as exc:  # a back end whose table does not check it
+            raise ValidationError([(f"metadata.annotations[{ANN_SCHEDULING}].begin",
+                                    str(exc))]) from None
+        job.metadata.annotations[ANN_BEGIN_AT] = repr(at)
     native = spec is not None and native_mode(
         chosen, options, settings.placement.get(backend, DEFAULT_PLACEMENT_MODE))
     if native and spec is not None:  # in the document: every rewrite of it keeps it
@@ -248,4 +255,12 @@ def image_refusal(job: TrainJob, plan: LaunchPlan, backend: str, chosen: object
         return ValidationError([("spec.trainer.image", (
             f"a batch script runs on the nodes of back end {backend!r} themselves: call "
             "the container runtime in the script, or drop the image"))])
+    if not _IMAGE.fullmatch(image):  # a word of the runtime's command: never an option
+        return ValidationError([("spec.trainer.image", (
+            f"{image[:64]!r} is not an image reference (REGISTRY/NAME[:TAG][@DIGEST]: "
+            "letters, digits and ._-/:@+, not starting with '-')"))])
     return None
+
+
+#: An image reference as a container runtime reads one (OCI's characters), at most 512.
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/:@+]{0,511}")

@@ -4,7 +4,9 @@ the throttle ``%N``.
 Contract:
 
 * Tasks of an array admitted as native (:func:`is_native`,
-  bridge/engine_native_array.py) are never held here: their back end throttles them.
+  bridge/engine_native_array.py) are not held by :meth:`ArrayThrottle.split`: their
+  back end throttles them; only a later part with no place left waits here
+  (:meth:`ArrayThrottle.park`, below).
 * :func:`array_task` is a stored task's :class:`ArrayTask` (its array read from the
   record's summary, no document decoded); None for a plain job.
 * Admission stores the tasks past the throttle Pending, reason ``JobArrayTaskLimit``

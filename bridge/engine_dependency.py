@@ -213,8 +213,12 @@ BEGIN_TIME = "BeginTime"
 
 
 def _local(epoch: float) -> str:
-    """A time as Slurm prints one (``2026-12-07T10:00:00``, local time)."""
-    return datetime.fromtimestamp(epoch).isoformat(timespec="seconds")
+    """A time as Slurm prints one (``2026-12-07T10:00:00``, local time); the number
+    itself when it is none (a row written before the bound)."""
+    try:
+        return datetime.fromtimestamp(epoch).isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):
+        return f"{epoch:.0f}"
 
 
 class DependencyGate:
@@ -304,11 +308,12 @@ class DependencyGate:
         singletons = _Singletons(self.store)
         known = _Known()  # one pass's facts: each job read once
         for rec in records:
-            begin = rec.summary.get("beginAt")
-            if (begin and rec.attempts == 0 and not rec.cancel_requested
-                    and float(begin) > now):  # --begin, where the back end reads none
-                self._hold(rec, BEGIN_TIME, f"held until {_local(float(begin))} (--begin)",
-                           float(begin), frozenset())
+            try:
+                if self._before_begin(rec, now):
+                    continue
+            except Exception:  # one job's data must never stop the pass for the others
+                log.exception("--begin hold failed; looking again later", job_id=rec.id)
+                self.store.update(rec.id, next_attempt_at=now + 60)
                 continue
             try:
                 # A job tried once may be in its back end already: the engine looks it
@@ -331,6 +336,16 @@ class DependencyGate:
                 log.exception("dependency check failed; looking again later", job_id=rec.id)
                 self.store.update(rec.id, next_attempt_at=now + 60)
         return ready
+
+    def _before_begin(self, rec: JobRecord, now: float) -> bool:
+        """Hold ``rec`` until its ``--begin`` where its back end reads none (the
+        summary's ``beginAt``); whether it is held."""
+        begin = rec.summary.get("beginAt")
+        if not begin or rec.attempts > 0 or rec.cancel_requested or float(begin) <= now:
+            return False
+        self._hold(rec, BEGIN_TIME, f"held until {_local(float(begin))} (--begin)",
+                   float(begin), frozenset())
+        return True
 
     def _named(self, cond: Condition, rec: JobRecord, known: _Known
                ) -> tuple[Facts | None, frozenset[int]]:

@@ -6,7 +6,8 @@ TrainJob (environment values, batch scripts), so nobody else may read it:
 * :data:`DAEMON_UMASK` (``077``) is set when the daemon starts: every file and
   directory it makes is its own only (the API socket is made ``0666`` on purpose,
   and its directory ``0755``, by :func:`bridge.api.serve`). Commands run for a user
-  get :data:`JOB_UMASK` instead (their jobs inherit it).
+  get :data:`JOB_UMASK` instead (their jobs inherit it), or, for ``sbatch``, the job's
+  own ``SLURM_UMASK`` (the submitter's umask: slurm_adapter/cli.py ``job_umask``).
 * :func:`secure_state_dir` makes ``state_dir`` ``0700`` and the database files in it
   (``bridge.sqlite`` and its ``-wal``/``-shm``/``-journal``) ``0600``, fixing what an
   older daemon left more open; each fix is returned so that the daemon logs it. A

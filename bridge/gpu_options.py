@@ -23,28 +23,54 @@ for again (it has the options themselves). Pure.
 
 from __future__ import annotations
 
+import re
+
 from bridge.scheduling import SchedulingOptions
 
-__all__ = ["from_gpu_options", "gpus_per_node"]
+__all__ = ["GPU_FIELDS", "first_gpu_field", "from_gpu_options", "gpus_per_node"]
+
+#: The options passed to Slurm as they are that come to GPUs per node here.
+GPU_FIELDS = ("gres", "gpus", "gpus_per_task")
+
+
+def first_gpu_field(options: SchedulingOptions) -> str | None:
+    """The first of :data:`GPU_FIELDS` ``options`` set: the one a refusal goes under
+    (once, not once per option)."""
+    return next((f for f in GPU_FIELDS if getattr(options, f)), None)
+
+
+_COUNT = re.compile(r"[0-9]{1,6}")
+_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 
 
 def _count(value: str, shown: str) -> int:
     """The count of ``[TYPE:]N`` (``shown``: the option as the user gave it)."""
     kind, _, number = value.rpartition(":")
     if kind:
-        raise ValueError(f"{shown} names a GPU type ({kind!r}), which this back end cannot "
-                         "ask for: ask for the count, and the type with --constraint")
+        raise ValueError(f"{shown} names a GPU type ({kind[:64]!r}), which this back end "
+                         "cannot ask for: ask for the count, and the type with --constraint")
+    if not _COUNT.fullmatch(number):
+        raise ValueError(f"{shown}: the count must be a number of GPUs (0 to 999999)")
     return int(number)
 
 
 def _gres(value: str) -> int | None:
-    """The GPUs per node ``--gres`` asks for (None: it names no gpu)."""
+    """The GPUs per node ``--gres`` (``NAME[:TYPE][:COUNT]``, comma-separated) asks for
+    (None: it names no gpu)."""
     found: int | None = None
     for item in value.split(","):
-        name, _, rest = item.partition(":")
+        name, *rest = item.split(":")
         if name != "gpu":
-            raise ValueError(f"--gres names {name!r}: only gpu has a meaning on this back end")
-        found = _count(rest or "1", f"--gres={item}")
+            raise ValueError(f"--gres names {name[:64]!r}: only gpu has a meaning on this "
+                             "back end")
+        if found is not None:
+            raise ValueError("--gres names gpu twice")
+        if len(rest) > 2 or (rest and not (_COUNT.fullmatch(rest[-1])
+                                           or (len(rest) == 1 and _TYPE.fullmatch(rest[0])))):
+            raise ValueError(f"--gres={item[:64]}: not NAME[:TYPE][:COUNT]")
+        if rest and not _COUNT.fullmatch(rest[-1]):  # gpu:TYPE: one of that type
+            rest = [*rest, "1"]
+        found = _count(":".join(rest) if rest else "1", f"--gres={item}")
     return found
 
 
@@ -66,6 +92,10 @@ def gpus_per_node(options: SchedulingOptions, nodes: int, tasks_per_node: int
                              "this back end gives every node as many")
         asked["--gpus"] = total // max(nodes, 1)
     if options.gpus_per_task:
+        if options.ntasks and options.ntasks_per_node is None and options.ntasks % max(
+                nodes, 1):
+            raise ValueError(f"--gpus-per-task with --ntasks={options.ntasks} over {nodes} "
+                             "nodes: the nodes would run different numbers of tasks")
         asked["--gpus-per-task"] = _count(
             options.gpus_per_task, f"--gpus-per-task={options.gpus_per_task}") * max(
             tasks_per_node, 1)

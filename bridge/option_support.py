@@ -61,6 +61,8 @@ class AdmitContext:
     topology_labels: tuple[str, ...] = ()
     #: Whether that queue has the job's topology request.
     topology_handed: bool = False
+    #: Tasks (ranks) on each node, as the job's shape counts them.
+    tasks_per_node: int = 1
 
 
 #: A check: the reason the back end cannot honour these options here, or ``None``.

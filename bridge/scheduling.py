@@ -43,10 +43,11 @@ MAX_HOSTS = 65536
 def _printable(value: str | None, what: str, limit: int = 1024) -> str | None:
     if value is None:
         return None
-    if not _PRINTABLE.match(value):
-        raise ValueError(f"{what} contains control characters (newline, tab, ...): {value!r}")
     if len(value) > limit:
         raise ValueError(f"{what} longer than {limit} characters")
+    if not _PRINTABLE.match(value):
+        shown = repr(value[:64]) + ("..." if len(value) > 64 else "")
+        raise ValueError(f"{what} contains control characters (newline, tab, ...): {shown}")
     return value
 
 

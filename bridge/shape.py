@@ -132,6 +132,12 @@ def _quantity(resources: Mapping[str, Any], key: str, convert: Any) -> int | Non
     return value
 
 
+def ranks_per_node(plan: LaunchPlan, options: SchedulingOptions) -> int | None:
+    """Ranks on each node: ``--ntasks-per-node``, else ``--ntasks`` over the nodes
+    (rounded up), else the runtime's processes per node (a distributed one's)."""
+    return _ranks(plan, options)
+
+
 def _ranks(plan: LaunchPlan, options: SchedulingOptions) -> int | None:
     if options.ntasks_per_node is not None:
         return options.ntasks_per_node

@@ -14,12 +14,13 @@ Contract: :data:`SUPPORT` covers every field of
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 
 from bridge.arrays import ArraySpec, ArrayTask
 from bridge.backend import BackendRejected
 from bridge.begin_time import begin_epoch
-from bridge.gpu_options import gpus_per_node
+from bridge.gpu_options import first_gpu_field, gpus_per_node
 from bridge.hostlist import count
 from bridge.jobid import pin_job_id
 from bridge.option_support import (
@@ -82,19 +83,24 @@ def _hosts(field: str) -> Check:
     return check
 
 
-def _gpus(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-    """GPUs that come to no whole count per node, or name a type (bridge/gpu_options.py)."""
-    tasks = options.ntasks_per_node or -(-(options.ntasks or 1) // max(ctx.nodes, 1))
-    try:
-        gpus_per_node(options, ctx.nodes, tasks)
-    except ValueError as exc:
-        return str(exc)
-    return None
+def _gpus(field: str) -> Check:
+    """GPUs that come to no whole count per node, or name a type (bridge/gpu_options.py):
+    refused once, under the first GPU option set."""
+    def check(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+        if first_gpu_field(options) != field:
+            return None
+        try:
+            gpus_per_node(options, ctx.nodes, ctx.tasks_per_node)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    return check
 
 
 def _begin(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     try:
-        begin_epoch(options.begin or "", 0.0)
+        begin_epoch(options.begin or "", time.time())
     except ValueError as exc:
         return str(exc)
     return None
@@ -102,9 +108,9 @@ def _begin(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
 
 _CHECKS: Mapping[str, Check] = {
     "begin": _begin,
-    "gres": _gpus,
-    "gpus": _gpus,
-    "gpus_per_task": _gpus,
+    "gres": _gpus("gres"),
+    "gpus": _gpus("gpus"),
+    "gpus_per_task": _gpus("gpus_per_task"),
     "constraint": _rejects(lambda o: jobspec.constraint_of(o.constraint or "")),
     "output": _output("output"),
     "error": _output("error"),

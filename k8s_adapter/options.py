@@ -16,10 +16,11 @@ point of ``hpc_bridge.option_support``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 
 from bridge.begin_time import begin_epoch
-from bridge.gpu_options import gpus_per_node
+from bridge.gpu_options import first_gpu_field, gpus_per_node
 from bridge.option_support import (
     FIELD_FLAGS,
     ONLY_SLURM,
@@ -83,26 +84,36 @@ def _switches(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     return None
 
 
-def _gpus(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-    """GPUs that come to no whole count per pod, or name a type (bridge/gpu_options.py)."""
-    tasks = options.ntasks_per_node or -(-(options.ntasks or 1) // max(ctx.nodes, 1))
-    try:
-        gpus_per_node(options, ctx.nodes, tasks)
-    except ValueError as exc:
-        return str(exc)
-    return None
+def _gpus(field: str) -> Check:
+    """GPUs that come to no whole count per node, or name a type (bridge/gpu_options.py):
+    refused once, under the first GPU option set."""
+    def check(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+        if first_gpu_field(options) != field:
+            return None
+        try:
+            gpus_per_node(options, ctx.nodes, ctx.tasks_per_node)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    return check
 
 
 def _gpus_for_memory(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-    if options.mem_per_node_mb is None and not options.gpus_per_node and not (
-            options.gres or options.gpus or options.gpus_per_task):
-        return "the job asks for no GPUs per pod to count it by (--gpus-per-node, --gres)"
+    """--mem-per-gpu counts the GPUs the options ask for (not resourcesPerNode's)."""
+    try:
+        gpus = gpus_per_node(options, ctx.nodes, ctx.tasks_per_node)
+    except ValueError:
+        return None  # refused under the GPU option itself
+    if not gpus:
+        return ("the options ask for no GPUs per pod to count it by (--gpus-per-node, "
+                "--gres=gpu:N, --gpus, --gpus-per-task)")
     return None
 
 
 def _begin(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     try:
-        begin_epoch(options.begin or "", 0.0)
+        begin_epoch(options.begin or "", time.time())
     except ValueError as exc:
         return str(exc)
     return None
@@ -137,11 +148,11 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
     "begin": ("held by the bridge until then, no JobSet before (reason BeginTime, as "
               "squeue shows it); a relative time counts from admission", _begin),
     "gres": ("--gres=gpu[:N]: N as the pod's nvidia.com/gpu request and limit "
-             "(bridge/gpu_options.py)", _gpus),
+             "(bridge/gpu_options.py)", _gpus("gres")),
     "gpus": ("--gpus=N: N / nodes as each pod's nvidia.com/gpu request and limit, when it "
-             "divides evenly", _gpus),
+             "divides evenly", _gpus("gpus")),
     "gpus_per_task": ("--gpus-per-task=N: N x ranks per pod as the pod's nvidia.com/gpu "
-                      "request and limit", _gpus),
+                      "request and limit", _gpus("gpus_per_task")),
     "mem_per_node_mb": ("the pod's memory request (a limit only where the job gives one; "
                         "Slurm enforces --mem)", None),
     "submit_dir": ("not used: a pod starts in its image's working directory (WORKDIR), as "

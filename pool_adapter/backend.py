@@ -115,6 +115,8 @@ class PoolBackend:
     option_support = SUPPORT
     #: Not yet: the cache's pods would need their own allocation (docs/data-cache.md).
     runs_data_cache = False
+    #: The holder job goes to Slurm with ``--begin``: Slurm reads it, not the bridge.
+    native_begin = True
 
     def __init__(self, name: str, slurm: slurm_backend.SlurmBackend,
                  k8s: k8s_backend.KubernetesBackend, nodes: NodeMap, taint_key: str,

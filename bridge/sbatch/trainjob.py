@@ -27,6 +27,7 @@ from bridge.sbatch.environment import exported_environment
 from bridge.sbatch.errors import SbatchError
 from bridge.sbatch.request import DEFAULT_RUNTIME, BatchRequest
 from bridge.sbatch.scheduling import scheduling_options
+from bridge.sbatch.script import first_surrogate
 from bridge.scheduling import SchedulingOptions, scheduling_of, set_scheduling
 
 __all__ = ["ANN_GPU_TYPE", "to_trainjob", "trainjob_from_file"]
@@ -166,6 +167,8 @@ def trainjob_from_file(request: BatchRequest, text: str, *, cwd: str | None = No
     if cwd is not None and not (options.chdir or options.submit_dir):
         extra["submit_dir"] = cwd
     path = (environ or {}).get("PATH")
+    if path is not None and first_surrogate(path) >= 0:
+        path = None  # not UTF-8: not a TrainJob's text (as --export=ALL leaves it out)
     names = {e.name for e in (job.spec.trainer.env or [])} if job.spec.trainer else set()
     if path and "PATH" not in names and options.submit_path is None:
         extra["submit_path"] = path

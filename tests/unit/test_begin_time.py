@@ -17,7 +17,7 @@ from bridge.begin_time import ANN_BEGIN_AT, begin_epoch
 from bridge.engine_admission import prepare
 from bridge.engine_dependency import DependencyGate
 from bridge.engine_settings import EngineSettings
-from bridge.model import ANN_SCHEDULING
+from bridge.model import ANN_SCHEDULING, ValidationError
 from bridge.runtimes import RuntimeCatalog
 from bridge.states import JobState
 from bridge.store import Store
@@ -88,3 +88,29 @@ def test_a_job_is_held_until_its_begin_where_the_back_end_reads_none(tmp_path: P
         JobState.PENDING, "BeginTime", begin)
     assert "(--begin)" in held.message
     assert [r.id for r in gate.split([held], begin + 1)] == [record.id]
+
+
+def test_a_time_past_the_year_9999_is_refused_and_a_stored_one_stops_no_pass(
+        tmp_path: Path) -> None:
+    for text in ("now+3000000d", "now+999999999w"):
+        with pytest.raises(ValueError, match="later than the year 9999"):
+            begin_epoch(text, NOW)
+    store = Store.open(tmp_path / "s.sqlite")
+    job = trainjob(command=["true"], annotations={ANN_BEGIN_AT: "6e14"})
+    far = store.add(job, ALICE, "flux", summary={"beginAt": 6.0e14})
+    near = store.add(trainjob(command=["true"], name="near",
+                              uid="00000000-0000-4000-8000-000000000002"), ALICE, "flux",
+                     summary={})
+    assert [r.id for r in DependencyGate(store).split([far, near], NOW)] == [near.id]
+    assert store.get(far.id).reason == "BeginTime"
+
+
+def test_a_bad_begin_on_a_back_end_whose_table_reads_none_is_a_400_naming_it() -> None:
+    """A back end that neither reads --begin nor checks it in its table (a third
+    party's): refused naming the field, never a ValueError (a 500)."""
+    job = trainjob(command=["true"], annotations={ANN_SCHEDULING: json.dumps(
+        {"begin": "bogus"})})
+    with pytest.raises(ValidationError, match=r"scheduling\]\.begin: --begin=bogus"):
+        prepare(job, ALICE, "api", catalog=RuntimeCatalog(),
+                backends={"flux": SimpleNamespace(option_support=SLURM)},
+                settings=EngineSettings(default_backend="flux"))

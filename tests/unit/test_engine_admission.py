@@ -194,3 +194,15 @@ def test_an_image_is_run_through_the_container_command_or_refused_never_ignored(
     assert str(err.value).startswith(refusal), str(err.value)
     del job["spec"]["trainer"]["image"]  # type: ignore[index]
     assert e.admit(load_trainjob(job), ALICE).backend == "slurm"  # the runtime's: no ask
+
+
+@pytest.mark.parametrize("image", ["--bind=/:/host", "-v", "a b", "x\ny", "a" * 600])
+def test_an_image_is_a_reference_never_an_option_of_the_runtime(tmp_path: Path,
+                                                                image: str) -> None:
+    e = Engine(Store.open(tmp_path / "s.sqlite"),
+               {"slurm": _Containers(("run", "{image}"), "backends.slurm.container_command")},
+               RuntimeCatalog(), EngineSettings(default_backend="slurm"))
+    job = doc()
+    job["spec"]["trainer"]["image"] = image  # type: ignore[index]
+    with pytest.raises(ValidationError, match="is not an image reference"):
+        e.admit(load_trainjob(job), ALICE)

@@ -3,6 +3,7 @@ and Flux where they come to a whole count per node, passed to Slurm as they are.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -79,3 +80,26 @@ def test_the_gpus_reach_a_pod_and_a_flux_slot_but_slurm_gets_only_the_options() 
                         default_chdir="/home/alice")
     assert explicit.gpus_per_node == 2
     assert from_gpu_options(SchedulingOptions(gres="gpu:a100:2"), 2, 1) is None
+
+
+@pytest.mark.parametrize(("gres", "why"), [
+    ("gpu:-1", "not NAME[:TYPE][:COUNT]"), ("gpu:+3", "not NAME[:TYPE][:COUNT]"),
+    ("gpu:1_0", "not NAME[:TYPE][:COUNT]"), ("gpu:\u0661", "not NAME[:TYPE][:COUNT]"),
+    ("gpu:" + "9" * 1000, "not NAME[:TYPE][:COUNT]"), ("gpu:1(S:0)", "not NAME[:TYPE]"),
+    ("gpu:2,gpu:4", "names gpu twice"), ("gpu:x", "names a GPU type ('x')"),
+])
+def test_a_gres_that_is_no_count_of_gpus_is_refused(gres: str, why: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(why)):
+        gpus_per_node(SchedulingOptions(gres=gres), 1, 1)
+
+
+def test_one_refusal_for_gpu_options_that_disagree_and_the_runtimes_ranks_count() -> None:
+    """Refused once (under the first GPU option set), and ``--gpus-per-task`` counts the
+    ranks the shape counts (a torch runtime's four processes a node)."""
+    options = SchedulingOptions(gres="gpu:1", gpus="4", gpus_per_task="3")
+    found = refusals(options, K8S, "kubernetes", AdmitContext(nodes=2))
+    assert len(found) == 1 and found[0].startswith("--gres is not supported"), found
+    four = SchedulingOptions(gpus_per_node=4, gpus_per_task="1")
+    assert refusals(four, K8S, "kubernetes", AdmitContext(tasks_per_node=4)) == []
+    with pytest.raises(ValueError, match="the nodes would run different numbers of tasks"):
+        gpus_per_node(SchedulingOptions(gpus_per_task="1", ntasks=3), 2, 2)

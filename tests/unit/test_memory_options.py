@@ -43,5 +43,8 @@ def test_tmp_is_the_pods_local_disk_and_memory_per_gpu_needs_gpus() -> None:
     assert "ephemeral-storage" not in container_resources(
         submit_request(job, SchedulingOptions(tmp_mb=0))).get("requests", {})
     [why] = refusals(SchedulingOptions(mem_per_gpu_mb=10), K8S, "kubernetes", AdmitContext())
-    assert why.startswith("--mem-per-gpu is not supported by back end 'kubernetes': the job "
-                          "asks for no GPUs per pod"), why
+    assert why.startswith("--mem-per-gpu is not supported by back end 'kubernetes': the "
+                          "options ask for no GPUs per pod"), why
+    [zero] = refusals(SchedulingOptions(mem_per_gpu_mb=10, gres="gpu:0"), K8S, "kubernetes",
+                      AdmitContext())
+    assert "ask for no GPUs per pod" in zero, zero

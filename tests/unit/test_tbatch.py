@@ -374,3 +374,14 @@ async def test_every_refusal_in_one_answer_each_with_where_it_was_given(
         "tbatch: error: SBATCH_WCKEY: --wckey is not supported by back end 'slurm': only "
         "Slurm honours it"]
     assert as_alice.store.list_jobs() == []
+
+
+async def test_a_path_that_is_not_utf8_is_not_the_jobs(
+        as_alice: ApiClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As --export=ALL leaves such a variable out: the file's job still goes, without
+    tbatch's PATH, and nothing is logged as a daemon fault."""
+    monkeypatch.setenv("PATH", "/usr/bin:/caf\udce9/bin")
+    (tmp_path / "job.yaml").write_text(
+        "spec:\n  runtimeRef: {name: torch-distributed}\n  trainer: {command: [\"true\"]}\n")
+    assert await tbatch("-f", "job.yaml", "--backend", "slurm") == 0
+    assert "submit_path" not in scheduling(only_job(as_alice))

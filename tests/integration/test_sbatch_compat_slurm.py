@@ -357,3 +357,31 @@ def test_slurm_exit_error_is_an_errors_exit_status_as_sbatchs(daemon: Daemon,
                                 text=True, check=False, timeout=60)
         res = daemon.cli("alice", "tbatch", *args, cwd=outdir, env={"SLURM_EXIT_ERROR": "42"})
         assert (theirs.returncode, res.returncode) == (42, 42), (theirs.stderr, res.stderr)
+
+
+@pytest.mark.parametrize("fixture", ["daemon", "cli_daemon"])
+def test_output_name_patterns_are_sbatchs(fixture: str, request: pytest.FixtureRequest,
+                                          outdir: Path) -> None:
+    """``%x %u %N %n %t %% %j`` in an output name, through tbatch and sbatch on the same
+    script: the same name but ``%j``, which is each tool's own id (tbatch's: the one it
+    printed)."""
+    d: Daemon = request.getfixturevalue(fixture)
+    script = outdir / "pat.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -J pat -t 5 -o o-%x-%u-%N-%n-%t-%%-%j.out\n"
+                      "echo hi\n")
+    theirs = _sbatch("alice", script, outdir)
+    assert theirs.returncode == 0, theirs.stderr
+    sbatch_id = theirs.stdout.strip().split(";")[0]
+    res = d.cli("alice", "tbatch", "--parsable", str(script), cwd=outdir)
+    assert res.returncode == 0, res.stderr
+    d.wait_state(res.stdout.strip(), ["Succeeded"])
+    pattern = re.compile(r"o-pat-alice-node[1-4]-0-0-%-([0-9]+)\.out")
+
+    def both() -> dict[str, str] | None:
+        found = {m[1]: p.read_text() for p in outdir.glob("o-*")
+                 if (m := pattern.fullmatch(p.name))}
+        return found if len(found) == 2 and all(found.values()) else None
+
+    files = wait_for(both, 60, "both output files")
+    assert files == {sbatch_id: "hi\n", res.stdout.strip(): "hi\n"}, (
+        sorted(p.name for p in outdir.iterdir()))

@@ -18,11 +18,14 @@ group (:func:`installed_tables`), so the core never imports an adapter.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
 from bridge.batchscript import is_utf8
+from bridge.begin_time import begin_epoch
+from bridge.gpu_options import first_gpu_field, gpus_per_node
 from bridge.model import ANN_BATCH_SCRIPT, ANN_SCHEDULING, ValidationError
 from bridge.scheduling import SchedulingOptions
 from bridge.slurm_options import PASSED
@@ -104,6 +107,32 @@ def refused(why: str) -> Support:
 
 #: Why a back end other than Slurm refuses an option passed to Slurm as it is.
 ONLY_SLURM = "only Slurm honours it"
+
+
+def gpu_check(field: str) -> Check:
+    """For a back end that counts GPUs per node (Kubernetes, Flux): GPU options that
+    come to no whole count per node, or name a type (bridge/gpu_options.py), refused
+    once, under the first GPU option set (``field`` is the option this check is for)."""
+    def check(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+        if first_gpu_field(options) != field:
+            return None
+        try:
+            gpus_per_node(options, ctx.nodes, ctx.tasks_per_node)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    return check
+
+
+def begin_check(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
+    """For a back end where the bridge holds a job until its ``--begin``: a time sbatch
+    would not read (bridge/begin_time.py)."""
+    try:
+        begin_epoch(options.begin or "", time.time())
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def translated(translate: Callable[[SchedulingOptions], object],

@@ -14,13 +14,10 @@ Contract: :data:`SUPPORT` covers every field of
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 
 from bridge.arrays import ArraySpec, ArrayTask
 from bridge.backend import BackendRejected
-from bridge.begin_time import begin_epoch
-from bridge.gpu_options import first_gpu_field, gpus_per_node
 from bridge.hostlist import count
 from bridge.jobid import pin_job_id
 from bridge.option_support import (
@@ -29,6 +26,8 @@ from bridge.option_support import (
     AdmitContext,
     Check,
     Support,
+    begin_check,
+    gpu_check,
     honoured,
     refused,
     translated,
@@ -83,34 +82,11 @@ def _hosts(field: str) -> Check:
     return check
 
 
-def _gpus(field: str) -> Check:
-    """GPUs that come to no whole count per node, or name a type (bridge/gpu_options.py):
-    refused once, under the first GPU option set."""
-    def check(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-        if first_gpu_field(options) != field:
-            return None
-        try:
-            gpus_per_node(options, ctx.nodes, ctx.tasks_per_node)
-        except ValueError as exc:
-            return str(exc)
-        return None
-
-    return check
-
-
-def _begin(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-    try:
-        begin_epoch(options.begin or "", time.time())
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
 _CHECKS: Mapping[str, Check] = {
-    "begin": _begin,
-    "gres": _gpus("gres"),
-    "gpus": _gpus("gpus"),
-    "gpus_per_task": _gpus("gpus_per_task"),
+    "begin": begin_check,
+    "gres": gpu_check("gres"),
+    "gpus": gpu_check("gpus"),
+    "gpus_per_task": gpu_check("gpus_per_task"),
     "constraint": _rejects(lambda o: jobspec.constraint_of(o.constraint or "")),
     "output": _output("output"),
     "error": _output("error"),

@@ -16,17 +16,17 @@ point of ``hpc_bridge.option_support``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 
-from bridge.begin_time import begin_epoch
-from bridge.gpu_options import first_gpu_field, gpus_per_node
+from bridge.gpu_options import gpus_per_node
 from bridge.option_support import (
     FIELD_FLAGS,
     ONLY_SLURM,
     AdmitContext,
     Check,
     Support,
+    begin_check,
+    gpu_check,
     honoured,
     refused,
     translated,
@@ -84,21 +84,6 @@ def _switches(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     return None
 
 
-def _gpus(field: str) -> Check:
-    """GPUs that come to no whole count per node, or name a type (bridge/gpu_options.py):
-    refused once, under the first GPU option set."""
-    def check(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-        if first_gpu_field(options) != field:
-            return None
-        try:
-            gpus_per_node(options, ctx.nodes, ctx.tasks_per_node)
-        except ValueError as exc:
-            return str(exc)
-        return None
-
-    return check
-
-
 def _gpus_for_memory(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
     """--mem-per-gpu counts the GPUs the options ask for (not resourcesPerNode's)."""
     try:
@@ -108,14 +93,6 @@ def _gpus_for_memory(options: SchedulingOptions, ctx: AdmitContext) -> str | Non
     if not gpus:
         return ("the options ask for no GPUs per pod to count it by (--gpus-per-node, "
                 "--gres=gpu:N, --gpus, --gpus-per-task)")
-    return None
-
-
-def _begin(options: SchedulingOptions, ctx: AdmitContext) -> str | None:
-    try:
-        begin_epoch(options.begin or "", time.time())
-    except ValueError as exc:
-        return str(exc)
     return None
 
 
@@ -146,13 +123,13 @@ _HONOURED: Mapping[str, tuple[str, Check | None]] = {
     "mem_per_gpu_mb": ("the pod's memory request: SIZE x the pod's GPUs", _gpus_for_memory),
     "tmp_mb": ("the pod's ephemeral-storage request (local disk; 0: none)", None),
     "begin": ("held by the bridge until then, no JobSet before (reason BeginTime, as "
-              "squeue shows it); a relative time counts from admission", _begin),
+              "squeue shows it); a relative time counts from admission", begin_check),
     "gres": ("--gres=gpu[:N]: N as the pod's nvidia.com/gpu request and limit "
-             "(bridge/gpu_options.py)", _gpus("gres")),
+             "(bridge/gpu_options.py)", gpu_check("gres")),
     "gpus": ("--gpus=N: N / nodes as each pod's nvidia.com/gpu request and limit, when it "
-             "divides evenly", _gpus("gpus")),
+             "divides evenly", gpu_check("gpus")),
     "gpus_per_task": ("--gpus-per-task=N: N x ranks per pod as the pod's nvidia.com/gpu "
-                      "request and limit", _gpus("gpus_per_task")),
+                      "request and limit", gpu_check("gpus_per_task")),
     "mem_per_node_mb": ("the pod's memory request (a limit only where the job gives one; "
                         "Slurm enforces --mem)", None),
     "submit_dir": ("not used: a pod starts in its image's working directory (WORKDIR), as "

@@ -421,12 +421,19 @@ def _check_pods(body: Mapping[str, Any]) -> None:
                                   f"be a mapping (the runtime's template or "
                                   f"spec.runtimePatches)")
         for key in ("containers", "initContainers", "volumes"):
-            items = pod.get(key)
-            if items is not None and not (isinstance(items, list) and all(
-                    isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items)):
-                raise BackendRejected(f"replicatedJob {name!r}: pod {key} must be a list of "
-                                      f"named mappings (the runtime's template or "
-                                      f"spec.runtimePatches)")
+            _check_named(name, f"pod {key}", pod.get(key))
+        for key in ("containers", "initContainers"):
+            for c in pod.get(key) or ():
+                for field in ("env", "volumeMounts"):  # a name each, in Kubernetes
+                    _check_named(name, f"container {c['name']!r} {field}", c.get(field))
+
+
+def _check_named(rjob: object, what: str, items: object) -> None:
+    """Refuse ``items`` unless absent or a list of mappings with a string ``name`` each."""
+    if items is not None and not (isinstance(items, list) and all(
+            isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items)):
+        raise BackendRejected(f"replicatedJob {rjob!r}: {what} must be a list of named "
+                              f"mappings (the runtime's template or spec.runtimePatches)")
 
 
 #: The prefix of the bridge's own labels and annotations.

@@ -59,16 +59,19 @@ _REPLACED_ITEMS = frozenset({"env"})
 
 
 def merge(base: Any, patch: Any, key: str = "") -> Any:
-    """Strategic-merge-like: maps merge recursively; lists of named items (by ``name``)
-    merge item by item (``env`` items replace: :data:`_REPLACED_ITEMS`; new names
-    appended); other values are replaced."""
+    """Strategic-merge-like: maps merge recursively; lists of named items (by ``name``, a
+    string in every item) merge item by item (``env`` items replace:
+    :data:`_REPLACED_ITEMS`; new names appended); other values, and a list with an
+    item whose ``name`` is not a string, are replaced (never a TypeError: patches are
+    the user's, and the apiserver names the bad field)."""
     if isinstance(base, Mapping) and isinstance(patch, Mapping):
         out = dict(base)
         for k, v in patch.items():
             out[k] = merge(base[k], v, k) if k in base else copy.deepcopy(v)
         return out
     if (key in _NAMED_LISTS and isinstance(base, list) and isinstance(patch, list)
-            and all(isinstance(i, Mapping) and "name" in i for i in [*base, *patch])):
+            and all(isinstance(i, Mapping) and isinstance(i.get("name"), str)
+                    for i in [*base, *patch])):
         merged = [dict(i) for i in base]
         index = {i["name"]: n for n, i in enumerate(merged)}
         for item in patch:

@@ -4,6 +4,7 @@ behind them (named lists merge by name, the rest is replaced)."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -214,3 +215,25 @@ def test_merge_replaces_unnamed_lists_and_scalars() -> None:
 
 
 
+
+@pytest.mark.parametrize(("runtime", "spec", "words"), [
+    ("torch-distributed", {"containers": [{"name": "node", "env": [{"name": ["x"]}]}]},
+     "container 'node' env"),
+    ("torch-distributed", {"containers": [{"name": "node", "volumeMounts": [{"name": 1}]}]},
+     "container 'node' volumeMounts"),
+    ("mpi-distributed", {"volumes": [{"name": {"a": 1}, "emptyDir": {}}]}, "pod volumes"),
+    ("torch-distributed", {"containers": [{"name": ["node"]}]}, "pod containers"),
+])
+def test_a_patch_item_whose_name_is_not_a_string_is_refused_naming_the_list(
+        runtime: str, spec: dict[str, Any], words: str) -> None:
+    """Found by hypothesis: such a name reached merge's index of names as a key, and a
+    list or mapping there was a TypeError out of render (a user's patch, not a 4xx)."""
+    patch = _patch([_pod_patch("node", {"spec": spec})])
+    with pytest.raises(BackendRejected, match=re.escape(words) + " must be a list of named"):
+        render(trainjob(runtime, command=["mpirun", "x"], patches=[patch]))
+
+
+def test_merge_replaces_a_named_list_whose_names_are_not_all_strings() -> None:
+    base = {"env": [{"name": "A", "value": "1"}], "volumes": [{"name": "v"}]}
+    patch = {"env": [{"name": ["A"], "value": "2"}], "volumes": [{"name": {"v": 1}}]}
+    assert merge(base, patch) == patch

@@ -227,7 +227,8 @@ def test_merge_replaces_unnamed_lists_and_scalars() -> None:
 def test_a_patch_item_whose_name_is_not_a_string_is_refused_naming_the_list(
         runtime: str, spec: dict[str, Any], words: str) -> None:
     """Found by hypothesis: such a name reached merge's index of names as a key, and a
-    list or mapping there was a TypeError out of render (a user's patch, not a 4xx)."""
+    list or mapping there was a TypeError out of render; the back end's guard turned it
+    into "the JobSet cannot be laid out: TypeError: unhashable type", naming nothing."""
     patch = _patch([_pod_patch("node", {"spec": spec})])
     with pytest.raises(BackendRejected, match=re.escape(words) + " must be a list of named"):
         render(trainjob(runtime, command=["mpirun", "x"], patches=[patch]))

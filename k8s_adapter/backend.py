@@ -104,7 +104,8 @@ def _render(request: SubmitRequest, options: JobSetOptions,
         return render_jobset(request, options, owner_ref)
     except BackendRejected:
         raise
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError,
+            StopIteration) as exc:  # a StopIteration out of a coroutine: RuntimeError
         raise BackendRejected(f"the JobSet cannot be laid out: {type(exc).__name__}: "
                               f"{str(exc)[:300]}") from None
 

@@ -206,7 +206,11 @@ def finish(body: dict[str, Any], training: str, training_container: str,
     source, cache = _pod_spec(rjobs[training]), _pod_spec(rjobs[CACHE])
     trainer: Mapping[str, Any] = next((c for c in source.get("containers") or []
                                        if c.get("name") == training_container), {})
-    server = next(c for c in cache["containers"] if c.get("name") == CACHE)
+    server = next((c for c in cache["containers"] if c.get("name") == CACHE), None)
+    if server is None:  # runtime patches replaced the list (an unnamed item, then a new one)
+        raise BackendRejected(f"replicatedJob {CACHE!r}: its container {CACHE!r} is gone "
+                              f"(spec.runtimePatches replaced the pod's containers); the "
+                              f"data cache runs in it")
     mounts = [m for m in trainer.get("volumeMounts") or [] if m.get("name") not in own_volumes]
     if not mounts:
         return

@@ -301,6 +301,17 @@ def test_a_patch_may_reach_the_cache_but_not_its_size_nor_the_order() -> None:
     assert rjobs(body)["node"]["dependsOn"] == [{"name": "data-cache", "status": "Ready"}]
 
 
+def test_patches_that_replace_the_cache_container_are_refused_naming_it() -> None:
+    """A first patch empties the cache pod's containers, so a second one's list replaces
+    them whole: rendering used to end in StopIteration (a RuntimeError out of the
+    back end's coroutine, neither a refusal nor a retry)."""
+    def cache(spec: dict[str, Any]) -> dict[str, Any]:
+        return _patch({"name": "data-cache", "template": {"spec": {"template": {"spec": spec}}}})
+    patches = [cache({"containers": None}), cache({"containers": [{"name": "x", "image": "i"}]})]
+    with pytest.raises(BackendRejected, match="its container 'data-cache' is gone"):
+        render(job(patches=patches))
+
+
 def test_the_cache_mounts_what_the_training_mounts_read_only() -> None:
     volume = {"name": "datasets", "persistentVolumeClaim": {"claimName": "shared"}}
     d = doc("mpi-distributed", nodes=2, dataset={"storageUri": "file:///mnt/data/ds"})

@@ -59,3 +59,15 @@ def test_no_image_and_no_default_is_refused_at_admission() -> None:
     with_default = create_k8s("kubernetes", {"kubeconfig": "/nonexistent",
                                              "default_image": "busybox:1.36"})
     with_default.validate(request(image=None, runtime="torch-bare"))
+
+
+def test_a_stopiteration_out_of_the_layout_is_a_refusal_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``next()`` without a default deep in the layout (the data cache's container, once)
+    must not leave validate: out of a coroutine it becomes a RuntimeError (a 500)."""
+    def layout(*_: Any) -> dict[str, Any]:
+        raise StopIteration
+    monkeypatch.setattr("k8s_adapter.backend.render_jobset", layout)
+    backend = create_k8s("kubernetes", {"kubeconfig": "/nonexistent"})
+    with pytest.raises(BackendRejected, match="cannot be laid out: StopIteration"):
+        backend.validate(request())

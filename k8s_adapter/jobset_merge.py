@@ -24,10 +24,17 @@ def apply_template_patch(body: dict[str, Any], template: Mapping[str, Any],
     ``where`` names the patch in errors."""
     out = dict(body)
     if "metadata" in template:
+        patch_meta = template["metadata"]
+        if not isinstance(patch_meta, Mapping):
+            raise BackendRejected(f"{where}.trainingRuntimeSpec.template.metadata: must be a "
+                                  f"mapping")
         meta = dict(out["metadata"])
         for key in ("labels", "annotations"):
-            if key in template["metadata"]:
-                meta[key] = {**meta.get(key, {}), **template["metadata"][key]}
+            if key in patch_meta:
+                if not isinstance(patch_meta[key], Mapping):
+                    raise BackendRejected(f"{where}.trainingRuntimeSpec.template.metadata."
+                                          f"{key}: must be a mapping")
+                meta[key] = {**meta.get(key, {}), **patch_meta[key]}
         out["metadata"] = meta
     spec_patch = template.get("spec") or {}
     if not isinstance(spec_patch, Mapping):
@@ -39,7 +46,8 @@ def apply_template_patch(body: dict[str, Any], template: Mapping[str, Any],
                               f"field of a runtime patch (only replicatedJobs)")
     known = {rj["name"] for rj in out["spec"]["replicatedJobs"]}
     for i, rj in enumerate(spec_patch.get("replicatedJobs") or []):
-        if not isinstance(rj, Mapping) or rj.get("name") not in known:
+        if (not isinstance(rj, Mapping) or not isinstance(rj.get("name"), str)
+                or rj["name"] not in known):
             name = rj.get("name") if isinstance(rj, Mapping) else rj
             raise BackendRejected(
                 f"{where}: replicatedJobs[{i}] names {name!r}; this runtime's "

@@ -124,6 +124,24 @@ def test_malformed_patch_template_is_refused() -> None:
         render(trainjob(patches=[_patch(), bad]))
 
 
+@pytest.mark.parametrize(("template", "words"), [
+    ({"spec": {"replicatedJobs": [{"name": ["node"]}]}}, "replicatedJobs[0] names ['node']"),
+    ({"spec": {"replicatedJobs": [{"name": {"n": 1}}]}}, "replicatedJobs[0] names {'n': 1}"),
+    ({"metadata": ["labels"]}, "template.metadata: must be a mapping"),
+    ({"metadata": {"labels": ["a"]}}, "template.metadata.labels: must be a mapping"),
+    ({"metadata": {"annotations": "a=b"}}, "template.metadata.annotations: must be a mapping"),
+])
+def test_a_patch_of_the_wrong_shape_is_refused_naming_where(template: dict[str, Any],
+                                                            words: str) -> None:
+    """A replicated job named by a list was a TypeError out of the name check, labels
+    that are not a mapping one out of the merge (the back end's guard said "cannot be
+    laid out", naming nothing); metadata that is not a mapping was ignored."""
+    bad = {"manager": "m", "trainingRuntimeSpec": {"template": template}}
+    with pytest.raises(BackendRejected, match=r"spec\.runtimePatches\[1\]") as info:
+        render(trainjob(patches=[_patch(), bad]))
+    assert words in str(info.value)
+
+
 def test_render_does_not_modify_the_job() -> None:
     patch = _patch([_pod_patch("node", {"metadata": {"labels": {"a": "b"}},
                                         "spec": {"nodeSelector": {"x": "y"}}})],
@@ -214,8 +232,6 @@ def test_merge_replaces_unnamed_lists_and_scalars() -> None:
                    "m": {"k": 1, "j": 2}}
 
 
-
-
 @pytest.mark.parametrize(("runtime", "spec", "words"), [
     ("torch-distributed", {"containers": [{"name": "node", "env": [{"name": ["x"]}]}]},
      "container 'node' env"),
@@ -232,6 +248,17 @@ def test_a_patch_item_whose_name_is_not_a_string_is_refused_naming_the_list(
     patch = _patch([_pod_patch("node", {"spec": spec})])
     with pytest.raises(BackendRejected, match=re.escape(words) + " must be a list of named"):
         render(trainjob(runtime, command=["mpirun", "x"], patches=[patch]))
+
+
+@pytest.mark.parametrize("spec", [
+    {"containers": [{"name": "node", "env": None, "volumeMounts": None}]},
+    {"containers": [{"name": "node", "env": [
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]},
+    {"initContainers": [{"name": "init", "image": "busybox"}]},
+    {"containers": [{"name": "node", "ports": [{"containerPort": 8080}]}]},  # unnamed: valid
+])
+def test_lists_kubernetes_takes_are_not_refused(spec: dict[str, Any]) -> None:
+    render(trainjob(patches=[_patch([_pod_patch("node", {"spec": spec})])]))
 
 
 def test_merge_replaces_a_named_list_whose_names_are_not_all_strings() -> None:

@@ -1,4 +1,5 @@
-"""tbatch's sbatch-compatible parser: options, #SBATCH lines, errors, and the TrainJob."""
+"""tbatch's sbatch-compatible parser: options, precedence, #SBATCH lines and errors
+(the TrainJob a script becomes: test_sbatch_trainjob.py)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ Contract:
   cannot be shared so (nulls, strings) raises ``pyarrow.ArrowInvalid``.
 * A server that fails, or dies, mid-stream ends the iteration with
   :class:`DataCacheError` naming the server, its address and the blocks being read.
+* The first :class:`Shard` of a process sets glibc's malloc to keep freed blocks for
+  reuse (:func:`data_cache.malloc.keep_freed_blocks`: process-wide, skipped where the
+  process's owner set malloc's variables or ``HPC_BRIDGE_DATA_CACHE_MALLOC=0``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pyarrow.flight as flight
 
 from data_cache.credentials import TOKEN_ENV, Credentials, client, from_env
 from data_cache.layout import block_count, rank_blocks, runs_by_server, server_blocks
+from data_cache.malloc import keep_freed_blocks
 from data_cache.server import auth_header
 
 __all__ = ["ADDRESSES_ENV", "DataCacheError", "Shard", "open_dataset", "rank_and_world"]
@@ -76,6 +80,7 @@ class Shard:
             raise DataCacheError("no cache server addresses")
         if not 0 <= rank < world_size:
             raise DataCacheError(f"rank {rank} is outside world size {world_size}")
+        keep_freed_blocks()
         self.addresses = addresses
         self.rank = rank
         self.world_size = world_size

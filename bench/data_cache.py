@@ -9,7 +9,9 @@ files (1 Mi-row row groups, snappy) to a temporary directory, served by cache se
    of one server (``open_dataset(...).batches(0)``), in plain gRPC and with the mutual
    TLS jobs use (data_cache/credentials.py), against a plain TCP socket on
    127.0.0.1 (a child ``sendall``-ing as many bytes, one block's worth a call, into a
-   preallocated, already-touched buffer this process ``recv_into``-s).
+   preallocated, already-touched buffer this process ``recv_into``-s); and the CPU
+   seconds per GB of each end (sender/server, receiver/reader: ``/proc/PID/stat`` and
+   ``time.process_time``), the mean of the passes.
 2. **4 readers on 2 servers vs Parquet from disk**: ranks 0..3 of 4, each a process,
    released by a barrier, timing the first batch (``open_dataset`` included) and its
    share of epoch 0 as numpy (``Shard.numpy``); against 4 processes reading rows
@@ -20,7 +22,12 @@ files (1 Mi-row row groups, snappy) to a temporary directory, served by cache se
    numpy (``zero_copy_only=True``, only the current batch kept), checks each column's
    numpy data pointer is its Arrow buffer's address, and reports each pass's peak RSS
    growth (``VmHWM`` reset through ``/proc/self/clear_refs``) in blocks (pass 1 also
-   pages in library code and warms the allocator).
+   pages in library code and warms the allocator); then a fresh child keeps every batch
+   of one pass: its peak RSS growth beyond the bytes it holds, in blocks.
+
+The reader's malloc setting (data_cache/malloc.py) applies to every reader here (this
+process and its reading children); ``HPC_BRIDGE_DATA_CACHE_MALLOC=0`` runs them with
+glibc's defaults.
 
 All processes share this machine's CPUs. Figures are printed; the exit status is 0.
 
@@ -54,6 +61,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 from data_cache import credentials, open_dataset  # noqa: E402
+from data_cache.malloc import keep_freed_blocks  # noqa: E402
 from data_cache.privatedir import PrivateDir  # noqa: E402
 
 FILES, READERS, GOAL = 8, 4, 0.90
@@ -74,12 +82,20 @@ def _write(directory: Path, rows: int) -> Files:
     return out
 
 
+def _cpu(pid: int | None = None) -> float:
+    """CPU seconds (user + system, all threads) of this process, or of process ``pid``."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def _servers(source: Path, count: int, block_rows: int, tls: bool = True
-             ) -> Iterator[list[str]]:
+def _servers(source: Path, count: int, block_rows: int, tls: bool = True,
+             pids: list[int] | None = None) -> Iterator[list[str]]:
     """``count`` cache servers, each its own process (their output in a log file), with
     the job's credentials from this process's environment (``tls``: mutual TLS, as jobs
-    run them; else plain gRPC and the token)."""
+    run them; else plain gRPC and the token); their process ids are added to ``pids``."""
     env, cmd = dict(os.environ), [sys.executable, "-m", "data_cache"]
     if not tls:
         env.pop(credentials.CERT_ENV)
@@ -91,6 +107,8 @@ def _servers(source: Path, count: int, block_rows: int, tls: bool = True
                                    str(block_rows), "--advertise", "127.0.0.1"],
                                   cwd=_HERE.parent, env=env, stdout=log, stderr=log)
                  for k in range(count)]
+        if pids is not None:
+            pids.extend(p.pid for p in procs)
         try:
             done = subprocess.run([*cmd, "wait", "--dir", status, "--count", str(count),
                                    "--timeout", "300"], cwd=_HERE.parent, env=env,
@@ -182,6 +200,17 @@ def _memory(addresses: list[str], repeat: int, results: Any) -> None:
     results.put((*out, block, checked, shared))
 
 
+def _holding(addresses: list[str], results: Any) -> None:
+    """Child (part 3): a fresh reader keeping every batch of a pass: (peak RSS growth,
+    bytes held)."""
+    with open_dataset(addresses, rank=0, world_size=1) as shard:
+        gc.collect()
+        base = _status("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")
+        kept = list(shard.batches(0))
+        results.put((_status("VmHWM") - base, sum(b.nbytes for b in kept)))
+
+
 def _sender(port: int, total: int, chunk: int, rounds: int) -> None:
     """Child (part 1's baseline): ``total`` bytes, ``chunk`` a call, on each request."""
     data = memoryview(b"\x01" * chunk)
@@ -200,8 +229,9 @@ def _reap(procs: list[Any]) -> None:
             p.join()
 
 
-def _tcp(total: int, chunk: int, rounds: int) -> float:
-    """The best time to receive ``total`` bytes over loopback TCP from another process."""
+def _tcp(total: int, chunk: int, rounds: int) -> tuple[float, float, float]:
+    """The best time to receive ``total`` bytes over loopback TCP from another process,
+    and the sender's and this process's CPU seconds a round (their mean)."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         server.settimeout(60)
         child = MP.Process(target=_sender, args=(server.getsockname()[1], total, chunk, rounds))
@@ -209,6 +239,7 @@ def _tcp(total: int, chunk: int, rounds: int) -> float:
         try:
             conn, _ = server.accept()
             view, best = memoryview(bytearray(total)), float("inf")
+            sender, receiver = _cpu(child.pid), _cpu()
             with conn:
                 for _ in range(rounds):
                     start, got = time.perf_counter(), 0
@@ -219,7 +250,10 @@ def _tcp(total: int, chunk: int, rounds: int) -> float:
                             raise SystemExit("the TCP sender closed early")
                         got += n
                     best = min(best, time.perf_counter() - start)
-            return best
+                # All bytes are in: the sender is done (its figures stay readable until
+                # it is reaped).
+                sender, receiver = _cpu(child.pid) - sender, _cpu() - receiver
+            return best, sender / rounds, receiver / rounds
         finally:
             _reap([child])
 
@@ -246,6 +280,25 @@ def _readers(kind: str, where: Any, args: argparse.Namespace) -> tuple[float, fl
     return statistics.median(r[1] for r in best), max(r[2] for r in best)
 
 
+def _flight(source: Path, args: argparse.Namespace, creds: credentials.Credentials, tls: bool
+            ) -> tuple[float, float, float, int]:
+    """Part 1: one reader streaming every block of one server, ``args.repeat`` times:
+    (best seconds, the server's and this process's CPU seconds a pass, bytes a pass)."""
+    pids: list[int] = []
+    best, nbytes = float("inf"), 0
+    with _servers(source, 1, args.block_rows, tls, pids) as addresses, \
+            open_dataset(addresses, rank=0, world_size=1, credentials=creds if tls
+                         else credentials.Credentials(creds.token)) as shard:
+        server, reader = _cpu(pids[0]), _cpu()
+        for _ in range(args.repeat):
+            start, nbytes = time.perf_counter(), 0
+            for batch in shard.batches(0):
+                nbytes += batch.nbytes
+            best = min(best, time.perf_counter() - start)
+        server, reader = _cpu(pids[0]) - server, _cpu() - reader
+    return best, server / args.repeat, reader / args.repeat, nbytes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=8_000_000)
@@ -265,24 +318,18 @@ def main() -> int:
         print(f"dataset: {args.rows:,} rows x 4 columns = {args.rows * 32 / 1e6:,.0f} MB in "
               f"{FILES} Parquet files; blocks of {args.block_rows:,} rows = "
               f"{args.block_rows * 32 / 1e6:.2f} MB; {os.cpu_count()} CPUs")
-        best, nbytes = {True: float("inf"), False: float("inf")}, 0
-        for tls in (False, True):
-            with _servers(Path(name), 1, args.block_rows, tls) as addresses, \
-                    open_dataset(addresses, rank=0, world_size=1, credentials=creds if tls
-                                 else credentials.Credentials(creds.token)) as shard:
-                for _ in range(args.repeat):  # one reader streams every block of one server
-                    start, nbytes = time.perf_counter(), 0
-                    for batch in shard.batches(0):
-                        nbytes += batch.nbytes
-                    best[tls] = min(best[tls], time.perf_counter() - start)
-        flight_s, tls_s = best[False], best[True]
-        tcp_s = _tcp(nbytes, args.block_rows * 32, args.repeat)
+        plain, tls = (_flight(Path(name), args, creds, t) for t in (False, True))
+        nbytes = plain[3]
+        tcp = _tcp(nbytes, args.block_rows * 32, args.repeat)
         with _servers(Path(name), 2, args.block_rows) as addresses:
             cache = _readers("cache", addresses, args)
             *passes, block, checked, shared = _children(
                 _memory, [(addresses, args.repeat)], 1)[0]
+            hold_peak, held = _children(_holding, [(addresses,)], 1)[0]
         warm, cold = _readers("warm", files, args), _readers("cold", files, args)
+    tcp_s, flight_s, tls_s = tcp[0], plain[0], tls[0]
     ratio, tls_ratio = tcp_s / flight_s, tcp_s / tls_s
+    gb = nbytes / 1e9
     print(f"1. one reader, one server on 127.0.0.1, {nbytes / 1e6:,.0f} MB, best of "
           f"{args.repeat}:\n   TCP socket baseline  {nbytes / tcp_s / 1e9:6.2f} GB/s  "
           f"({tcp_s * 1e3:7.1f} ms)\n   Flight, plain gRPC   {nbytes / flight_s / 1e9:6.2f} "
@@ -290,6 +337,13 @@ def main() -> int:
           f"GB/s  ({tls_s * 1e3:7.1f} ms; what jobs run)\n"
           f"   ratio Flight / TCP   {ratio:6.1%} plain, {tls_ratio:6.1%} TLS   goal >= "
           f"{GOAL:.0%}: {'met' if ratio >= GOAL else 'NOT met'} (plain)")
+    print(f"   CPU per GB, both ends, mean of the {args.repeat} passes (reader's malloc: "
+          f"{'freed blocks kept' if keep_freed_blocks() else 'glibc defaults'}):")
+    for label, (_, send, recv, *_rest) in (("TCP socket", tcp), ("Flight, plain gRPC", plain),
+                                           ("Flight, mutual TLS", tls)):
+        both = (send + recv) / gb
+        print(f"   {label:<20} sender {send / gb * 1e3:5.0f} + receiver {recv / gb * 1e3:5.0f} "
+              f"= {both * 1e3:5.0f} ms/GB   TCP's / this {(tcp[1] + tcp[2]) / gb / both:6.1%}")
     print(f"2. {READERS} readers (world {READERS}) as numpy, best of {args.repeat} rounds "
           "(median first batch, slowest epoch):")
     for label, (first, epoch) in (("cache: 2 servers, Flight", cache),
@@ -305,6 +359,8 @@ def main() -> int:
     for n, (peak, kept) in enumerate(zip(passes[::2], passes[1::2], strict=True), 1):
         print(f"   pass {n}: peak RSS growth {peak / 1e6:7.2f} MB = {peak / block:5.2f} blocks "
               f"of {block / 1e6:.2f} MB; RSS after it {kept / 1e6:+7.2f} MB")
+    print(f"   a fresh reader keeping a whole pass: peak RSS growth {hold_peak / 1e6:7.2f} MB "
+          f"= the {held / 1e6:.2f} MB it holds + {(hold_peak - held) / block:5.2f} blocks")
     return 0
 
 

@@ -73,6 +73,7 @@ class Shard:
 
     def __init__(self, addresses: list[str], creds: Credentials | str, rank: int,
                  world_size: int, seed: int | None = None, timeout: float = 30.0) -> None:
+        keep_freed_blocks()
         if isinstance(creds, str):
             creds = Credentials(creds)
         token = creds.token
@@ -80,7 +81,6 @@ class Shard:
             raise DataCacheError("no cache server addresses")
         if not 0 <= rank < world_size:
             raise DataCacheError(f"rank {rank} is outside world size {world_size}")
-        keep_freed_blocks()
         self.addresses = addresses
         self.rank = rank
         self.world_size = world_size

@@ -216,12 +216,26 @@ class GatedInventory(FakeBackend):
         return await super().inventory()
 
 
+class CountingBackend(FakeBackend):
+    """Sets :attr:`second` once it has taken two submissions."""
+
+    def __init__(self, inv: Inventory) -> None:
+        super().__init__(inv)
+        self.second = asyncio.Event()
+
+    async def submit(self, request: SubmitRequest) -> str:
+        answer = await super().submit(request)
+        if len(self.submitted) >= 2:
+            self.second.set()
+        return answer
+
+
 async def test_a_user_whose_submissions_end_during_the_pass_is_woken(
         tmp_path: Path) -> None:
     """Alice (2 turns, 5 due jobs on slurm) has 2 read; both submissions end while the
     pass waits for another back end's inventory: her other 3 must not wait for the
     next poll (the pass sorts her by the submissions still in flight at its end)."""
-    slurm, k8s = FakeBackend(inventory()), GatedInventory()
+    slurm, k8s = CountingBackend(inventory()), GatedInventory()
     e = Engine(Store.open(tmp_path / "s.sqlite"), {"slurm": slurm, "k8s": k8s},
                RuntimeCatalog(), EngineSettings(default_backend="slurm",
                                                 max_parallel_submits=2))
@@ -231,10 +245,12 @@ async def test_a_user_whose_submissions_end_during_the_pass_is_woken(
     e.admit(other, BOB)
     e._wake.clear()
     passing = asyncio.create_task(e.reconcile_once())
-    for _ in range(200):
-        await asyncio.sleep(0)
-        if len(slurm.submitted) == 2 and not any(a.id in e._inflight for a in alice):
-            break
+    # Her submissions also wait for a worker thread (engine.py: to_thread): no count of
+    # loop turns is enough on a busy machine. Both sent, then both ended:
+    async with asyncio.timeout(30):
+        await slurm.second.wait()
+    await asyncio.gather(*(t for i, t in list(e._inflight.items())
+                           if i in {a.id for a in alice}))
     assert len(slurm.submitted) == 2 and not any(a.id in e._inflight for a in alice)
     k8s.gate.set()
     await passing

@@ -13,10 +13,10 @@ from bridge.cli.queue_format import parse_format, render
 from bridge.sbatch import parse_tbatch, to_trainjob
 from bridge.scheduling import scheduling_of
 from bridge.states import JobState
+from tests.unit.cli_helpers import NOW, Daemon, view
+from tests.unit.cli_helpers import daemon as daemon
 from tests.unit.conftest import ApiClient
 from tests.unit.fakes import settle
-from tests.unit.test_cli import NOW, Daemon, view
-from tests.unit.test_cli import daemon as daemon
 
 SCRIPT = "#!/bin/sh\ntrue\n"
 
@@ -82,7 +82,7 @@ def test_tqueue_shows_a_held_job_pending() -> None:
     ("PD", [1, 3]), ("S", [2]), ("pending,S", [1, 2, 3]), ("R", []), ("all", [1, 2, 3])])
 def test_tqueue_t_pd_lists_held_jobs(states: str, shown: list[int], daemon: Daemon,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.unit.test_cli import Reply
+    from tests.unit.cli_helpers import Reply
 
     jobs = [view(id=1, state="Suspended", reason="JobHeldUser"),
             view(id=2, state="Suspended", reason="Suspended"),
@@ -99,7 +99,7 @@ def test_tqueue_t_pd_lists_held_jobs(states: str, shown: list[int], daemon: Daem
 
 
 def test_tcontrol(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.unit.test_cli import Reply
+    from tests.unit.cli_helpers import Reply
 
     seen: list[str] = []
 

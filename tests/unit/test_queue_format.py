@@ -7,8 +7,8 @@ import pytest
 from bridge.cli import tqueue_main
 from bridge.cli.common import UserError
 from bridge.cli.queue_format import DEFAULT_FORMAT, parse_fields, parse_format, render
-from tests.unit.test_cli import NOW, Daemon, _items, view
-from tests.unit.test_cli import daemon as daemon
+from tests.unit.cli_helpers import NOW, Daemon, _items, view
+from tests.unit.cli_helpers import daemon as daemon
 
 
 def table(spec: str, *jobs: object, header: bool = True, named: bool = False) -> list[str]:

@@ -60,6 +60,7 @@ import pyarrow.parquet as pq
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
+from bench.procstat import cpu_seconds  # noqa: E402
 from data_cache import credentials, open_dataset  # noqa: E402
 from data_cache.malloc import keep_freed_blocks  # noqa: E402
 from data_cache.privatedir import PrivateDir  # noqa: E402
@@ -84,10 +85,7 @@ def _write(directory: Path, rows: int) -> Files:
 
 def _cpu(pid: int | None = None) -> float:
     """CPU seconds (user + system, all threads) of this process, or of process ``pid``."""
-    if pid is None:
-        return time.process_time()
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return time.process_time() if pid is None else cpu_seconds(pid)
 
 
 @contextmanager

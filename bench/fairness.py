@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.procstat import cpu_seconds
 from tests.integration.bed import (
     BIN,
     Daemon,
@@ -137,16 +138,6 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def cpu_seconds(pid: int, children: bool = False) -> float:
-    """User + system CPU seconds of a process so far (``children``: with those of its
-    children it has waited for, e.g. the commands a daemon runs)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])
-    if children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def api_probe(daemon: Daemon, n: int, submit: bool = False) -> list[float]:

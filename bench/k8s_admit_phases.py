@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -28,9 +27,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from bench import procstat
 from bridge.backend import Owner, SubmitRequest
 from bridge.model import GROUP as TRAINER_GROUP
 from bridge.model import MANAGED_BY, load_trainjob
@@ -246,10 +245,9 @@ def pct(samples: list[float], q: float) -> float:
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (0 when it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return procstat.cpu_seconds(pid)
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Bench:

@@ -55,7 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from bench.fairness import compile_bytecode, cpu_seconds, rss_mb
+from bench.fairness import compile_bytecode, rss_mb
+from bench.procstat import cpu_seconds
 from tests.integration.bed import (
     BIN,
     Daemon,

@@ -40,7 +40,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.fairness import compile_bytecode, cpu_seconds
+from bench.fairness import compile_bytecode
+from bench.procstat import cpu_seconds
 from bench.scale import pid_of, slurm_config
 from tests.integration.bed import (
     Daemon,

@@ -363,12 +363,20 @@ class TrainJobFrontDoor(StatusWriteBack):
         generation is dealt with; API errors propagate, to be retried)."""
         assert self._service is not None
         meta = obj.get("metadata") or {}
-        generation = str(meta.get("generation") or "")
-        if (meta.get("annotations") or {}).get(ANN_REFUSED) == generation and generation:
-            return True  # refused before and unchanged since
         # The finalizer goes on before a job is admitted, so before any submit: a
         # TrainJob that has it but no record here was taken by a bridge before (a
         # leader that went away, a lost store), and its job may exist in the back end.
+        # So much hangs on it that it is read fresh: a watch event can be older than
+        # this door's own writes (one that came while it refused this TrainJob and
+        # removed the finalizer, e.g. Kueue's edit of the spec).
+        if FINALIZER in (meta.get("finalizers") or []):
+            latest = await self.calls.get(obj)
+            if latest is None:
+                return True  # gone: its delete event ends it
+            obj, meta = latest, latest.get("metadata") or {}
+        generation = str(meta.get("generation") or "")
+        if (meta.get("annotations") or {}).get(ANN_REFUSED) == generation and generation:
+            return True  # refused before and unchanged since
         taken_before = FINALIZER in (meta.get("finalizers") or [])
         if not taken_before:
             obj = await self.calls.add_finalizer(obj)

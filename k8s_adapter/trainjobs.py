@@ -58,13 +58,26 @@ class TrainJobCalls:
             if not is_status(exc, 422) or fresh:
                 raise
             # Changed since this copy was read: read it again and try once more.
-            latest: dict[str, Any] = await self.kube.call(
-                f"get TrainJob {ref(obj)}", self.kube.custom.get_namespaced_custom_object,
-                TRAINER_GROUP, TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"))
+            latest = await self.get(obj)
+            if latest is None:
+                raise
             if FINALIZER in ((latest.get("metadata") or {}).get("finalizers") or []):
                 return latest
             return await self.add_finalizer(latest, fresh=True)
         return result
+
+    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The TrainJob as the apiserver has it now (None: it is gone)."""
+        meta = obj.get("metadata") or {}
+        try:
+            latest: dict[str, Any] = await self.kube.call(
+                f"get TrainJob {ref(obj)}", self.kube.custom.get_namespaced_custom_object,
+                TRAINER_GROUP, TRAINER_VERSION, meta.get("namespace"), PLURAL, meta.get("name"))
+        except BackendRejected as exc:
+            if not is_status(exc, 404):
+                raise
+            return None
+        return latest
 
     async def remove_finalizer(self, obj: Mapping[str, Any]) -> None:
         """Remove :data:`FINALIZER` from ``obj`` (if it has it)."""

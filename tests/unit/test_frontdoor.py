@@ -52,6 +52,13 @@ class RecordedCalls:
         self.patched = asyncio.Event()
         self.evented = asyncio.Event()
         self.fail_next_patch = False
+        #: uid -> the TrainJob as the apiserver has it now, where a test says (else
+        #: the copy asked about); None: gone.
+        self.server: dict[str, dict[str, Any] | None] = {}
+
+    async def get(self, o: Mapping[str, Any]) -> dict[str, Any] | None:
+        self.calls.append(("get", o["metadata"]["uid"], None))
+        return self.server.get(o["metadata"]["uid"], dict(o))
 
     async def add_finalizer(self, o: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
         self.calls.append(("add_finalizer", o["metadata"]["uid"], None))
@@ -203,6 +210,39 @@ async def test_a_trainjob_taken_before_is_admitted_for_lookup_first(bed: Bed) ->
     assert not [c for c in bed.calls.calls if c[0] == "add_finalizer"]
     rec = bed.service.get_by_uid(uid(2))
     assert rec is not None and rec.attempts == 1
+
+
+async def test_a_stale_event_with_the_finalizer_is_not_taken_for_a_job_taken_before(
+        bed: Bed) -> None:
+    """A watch event that came while the door refused the TrainJob (Kueue's edit of
+    the spec, generation 2) still shows the finalizer the refusal removed: the door
+    reads the TrainJob again, refuses generation 2 as well, and admits nothing for
+    lookup (a job admitted so would stay Suspended, never Failed)."""
+    bad = obj(uid(9))
+    bad["spec"]["runtimeRef"]["name"] = "no-such-runtime"
+    await bed.door._handle(bad, deleted=False)
+    stale = obj(uid(9), generation=2, finalizers=[frontdoor.FINALIZER])
+    stale["spec"] = bad["spec"]
+    server = obj(uid(9), generation=2, annotations={frontdoor.ANN_REFUSED: "1"})
+    server["spec"] = bad["spec"]
+    bed.calls.server[uid(9)] = server
+    await bed.door._handle(stale, deleted=False)
+    assert bed.service.get_by_uid(uid(9)) is None
+    assert [c[0] for c in bed.calls.calls] == [
+        "add_finalizer", "patch_status", "mark_refused", "remove_finalizer",
+        "get", "add_finalizer", "patch_status", "mark_refused", "remove_finalizer"]
+    # Unchanged since its refusal (the annotation names its generation): left alone.
+    bed.calls.server[uid(9)] = {**server, "metadata": {
+        **server["metadata"], "annotations": {frontdoor.ANN_REFUSED: "2"}}}
+    bed.door._handled.clear()
+    await bed.door._handle(stale, deleted=False)
+    assert [c[0] for c in bed.calls.calls][9:] == ["get"]
+    # Gone: nothing to do (its delete event ends it).
+    bed.calls.server[uid(9)] = None
+    bed.door._handled.clear()
+    await bed.door._handle(stale, deleted=False)
+    assert [c[0] for c in bed.calls.calls][10:] == ["get"]
+    assert bed.service.get_by_uid(uid(9)) is None
 
 
 async def test_a_bad_trainjob_is_refused_with_a_failed_status(bed: Bed) -> None:

@@ -11,7 +11,9 @@ files (1 Mi-row row groups, snappy) to a temporary directory, served by cache se
    127.0.0.1 (a child ``sendall``-ing as many bytes, one block's worth a call, into a
    preallocated, already-touched buffer this process ``recv_into``-s); and the CPU
    seconds per GB of each end (sender/server, receiver/reader: ``/proc/PID/stat`` and
-   ``time.process_time``), the mean of the passes.
+   ``time.process_time``), the mean of the passes; and of the busiest thread of either
+   end (``/proc/PID/task/TID/stat``): with a core for every thread, no pipeline moves
+   a GB faster than that thread works on it.
 2. **4 readers on 2 servers vs Parquet from disk**: ranks 0..3 of 4, each a process,
    released by a barrier, timing the first batch (``open_dataset`` included) and its
    share of epoch 0 as numpy (``Shard.numpy``); against 4 processes reading rows
@@ -60,7 +62,7 @@ import pyarrow.parquet as pq
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
-from bench.procstat import cpu_seconds  # noqa: E402
+from bench.procstat import busiest, cpu_seconds, thread_cpu_seconds  # noqa: E402
 from data_cache import credentials, open_dataset  # noqa: E402
 from data_cache.malloc import keep_freed_blocks  # noqa: E402
 from data_cache.privatedir import PrivateDir  # noqa: E402
@@ -227,17 +229,26 @@ def _reap(procs: list[Any]) -> None:
             p.join()
 
 
-def _tcp(total: int, chunk: int, rounds: int) -> tuple[float, float, float]:
+def _threads(pids: list[int]) -> dict[tuple[int, int], float]:
+    """(pid, tid) -> CPU seconds, for every thread of ``pids``."""
+    return {(pid, tid): t for pid in pids for tid, t in thread_cpu_seconds(pid).items()}
+
+
+def _tcp(total: int, chunk: int, rounds: int) -> tuple[float, float, float, float]:
     """The best time to receive ``total`` bytes over loopback TCP from another process,
-    and the sender's and this process's CPU seconds a round (their mean)."""
+    the sender's and this process's CPU seconds a round (their mean), and the CPU
+    seconds a round of the busiest thread of either."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         server.settimeout(60)
         child = MP.Process(target=_sender, args=(server.getsockname()[1], total, chunk, rounds))
         child.start()
+        assert child.pid is not None
+        ends = [child.pid, os.getpid()]
         try:
             conn, _ = server.accept()
             view, best = memoryview(bytearray(total)), float("inf")
             sender, receiver = _cpu(child.pid), _cpu()
+            threads = _threads(ends)
             with conn:
                 for _ in range(rounds):
                     start, got = time.perf_counter(), 0
@@ -251,7 +262,8 @@ def _tcp(total: int, chunk: int, rounds: int) -> tuple[float, float, float]:
                 # All bytes are in: the sender is done (its figures stay readable until
                 # it is reaped).
                 sender, receiver = _cpu(child.pid) - sender, _cpu() - receiver
-            return best, sender / rounds, receiver / rounds
+                most = busiest(threads, _threads(ends))
+            return best, sender / rounds, receiver / rounds, most / rounds
         finally:
             _reap([child])
 
@@ -279,22 +291,25 @@ def _readers(kind: str, where: Any, args: argparse.Namespace) -> tuple[float, fl
 
 
 def _flight(source: Path, args: argparse.Namespace, creds: credentials.Credentials, tls: bool
-            ) -> tuple[float, float, float, int]:
+            ) -> tuple[float, float, float, float, int]:
     """Part 1: one reader streaming every block of one server, ``args.repeat`` times:
-    (best seconds, the server's and this process's CPU seconds a pass, bytes a pass)."""
+    (best seconds, the server's and this process's CPU seconds a pass, the busiest
+    thread's of either, bytes a pass)."""
     pids: list[int] = []
     best, nbytes = float("inf"), 0
     with _servers(source, 1, args.block_rows, tls, pids) as addresses, \
             open_dataset(addresses, rank=0, world_size=1, credentials=creds if tls
                          else credentials.Credentials(creds.token)) as shard:
         server, reader = _cpu(pids[0]), _cpu()
+        threads = _threads([pids[0], os.getpid()])
         for _ in range(args.repeat):
             start, nbytes = time.perf_counter(), 0
             for batch in shard.batches(0):
                 nbytes += batch.nbytes
             best = min(best, time.perf_counter() - start)
         server, reader = _cpu(pids[0]) - server, _cpu() - reader
-    return best, server / args.repeat, reader / args.repeat, nbytes
+        most = busiest(threads, _threads([pids[0], os.getpid()]))
+    return best, server / args.repeat, reader / args.repeat, most / args.repeat, nbytes
 
 
 def main() -> int:
@@ -317,7 +332,7 @@ def main() -> int:
               f"{FILES} Parquet files; blocks of {args.block_rows:,} rows = "
               f"{args.block_rows * 32 / 1e6:.2f} MB; {os.cpu_count()} CPUs")
         plain, tls = (_flight(Path(name), args, creds, t) for t in (False, True))
-        nbytes = plain[3]
+        nbytes = plain[4]
         tcp = _tcp(nbytes, args.block_rows * 32, args.repeat)
         with _servers(Path(name), 2, args.block_rows) as addresses:
             cache = _readers("cache", addresses, args)
@@ -342,6 +357,12 @@ def main() -> int:
         both = (send + recv) / gb
         print(f"   {label:<20} sender {send / gb * 1e3:5.0f} + receiver {recv / gb * 1e3:5.0f} "
               f"= {both * 1e3:5.0f} ms/GB   TCP's / this {(tcp[1] + tcp[2]) / gb / both:6.1%}")
+    print(f"   the busiest thread of either end, CPU per GB (with a core for every thread, "
+          f"the rate is at most 1 GB per this; {os.cpu_count()} CPUs here):")
+    for label, most in (("TCP socket", tcp[3]), ("Flight, plain gRPC", plain[3]),
+                        ("Flight, mutual TLS", tls[3])):
+        share = f"{tcp[3] / most:6.1%}" if most else "   n/a (under a clock tick)"
+        print(f"   {label:<20} {most / gb * 1e3:5.0f} ms/GB   TCP's / this {share}")
     print(f"2. {READERS} readers (world {READERS}) as numpy, best of {args.repeat} rounds "
           "(median first batch, slowest epoch):")
     for label, (first, epoch) in (("cache: 2 servers, Flight", cache),

@@ -29,7 +29,8 @@ files (1 Mi-row row groups, snappy) to a temporary directory, served by cache se
 
 The reader's malloc setting (data_cache/malloc.py) applies to every reader here (this
 process and its reading children); ``HPC_BRIDGE_DATA_CACHE_MALLOC=0`` runs them with
-glibc's defaults.
+glibc's defaults. So does its receive window (data_cache/credentials.py):
+``HPC_BRIDGE_DATA_CACHE_WINDOW=0`` runs them with gRPC's own.
 
 All processes share this machine's CPUs. Figures are printed; the exit status is 0.
 
@@ -350,8 +351,11 @@ def main() -> int:
           f"GB/s  ({tls_s * 1e3:7.1f} ms; what jobs run)\n"
           f"   ratio Flight / TCP   {ratio:6.1%} plain, {tls_ratio:6.1%} TLS   goal >= "
           f"{GOAL:.0%}: {'met' if ratio >= GOAL else 'NOT met'} (plain)")
+    window = dict(credentials.channel_options()).get("grpc.http2.lookahead_bytes")
+    shown = f"{window:,} bytes" if window else "gRPC's own"
     print(f"   CPU per GB, both ends, mean of the {args.repeat} passes (reader's malloc: "
-          f"{'freed blocks kept' if keep_freed_blocks() else 'glibc defaults'}):")
+          f"{'freed blocks kept' if keep_freed_blocks() else 'glibc defaults'}; receive "
+          f"window: {shown}):")
     for label, (_, send, recv, *_rest) in (("TCP socket", tcp), ("Flight, plain gRPC", plain),
                                            ("Flight, mutual TLS", tls)):
         both = (send + recv) / gb

@@ -188,6 +188,12 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command in ("serve", "run") and args.block_rows < 1:
         _fail("--block-rows must be >= 1")
+    if args.command in ("wait", "run"):  # they connect to the servers
+        from data_cache.credentials import channel_options
+        try:
+            channel_options()
+        except ValueError as exc:
+            _fail(str(exc))
     if args.command == "serve":
         serve(args)
     elif args.command == "wait":

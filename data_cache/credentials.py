@@ -16,8 +16,9 @@ Contract:
 * :func:`read` reads them back (another task of the job); :func:`from_env` from
   :data:`TOKEN_ENV`, :data:`CERT_ENV`, :data:`KEY_ENV` (no certificate: plain gRPC, the
   token alone).
-* :func:`client` connects to an address as a member of the job; :func:`location` is the
-  listening URI for a server.
+* :func:`client` connects to an address as a member of the job, with a receive window
+  of one block (:data:`RECEIVE_WINDOW`; :data:`WINDOW_ENV` changes it);
+  :func:`location` is the listening URI for a server.
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ import datetime
 import os
 import secrets
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from data_cache.privatedir import PrivateDir
 
-__all__ = ["CERT_ENV", "FILES", "KEY_ENV", "SERVER_NAME", "TOKEN_ENV", "Credentials",
-           "client", "from_env", "generate", "location", "make", "read", "shell_exports"]
+__all__ = ["CERT_ENV", "FILES", "KEY_ENV", "RECEIVE_WINDOW", "SERVER_NAME", "TOKEN_ENV",
+           "WINDOW_ENV", "Credentials", "channel_options", "client", "from_env", "generate",
+           "location", "make", "read", "shell_exports"]
 
 #: Environment variables of the job's processes (readable by the job's user and root).
 TOKEN_ENV = "HPC_BRIDGE_DATA_CACHE_TOKEN"  # noqa: S105 - a variable name
@@ -133,13 +136,43 @@ def location(host: str, port: int, tls: bool) -> str:
     return f"grpc{'+tls' if tls else ''}://{host}:{port}"
 
 
+#: The most a reader lets a server send ahead of what it has read, per stream, unless
+#: :data:`WINDOW_ENV` says otherwise: one default block (65,536 rows of 32 bytes).
+#: gRPC's own window starts at 4 MiB and grows with its bandwidth-delay estimate: with a
+#: slow reader 10-16 blocks were held received and unread (docs/data-cache.md,
+#: "Benchmarks"). A block larger than this still arrives: gRPC opens the window to a
+#: message it is reading.
+RECEIVE_WINDOW = 2 * 1024 * 1024
+#: Bytes (at least 65,536), or 0 for gRPC's own window (more throughput, more memory).
+WINDOW_ENV = "HPC_BRIDGE_DATA_CACHE_WINDOW"
+
+
+def channel_options(environ: Mapping[str, str] = os.environ) -> list[tuple[str, int]]:
+    """The gRPC channel arguments of every client: a fixed receive window (no
+    bandwidth-delay probe) of :data:`RECEIVE_WINDOW` or :data:`WINDOW_ENV` bytes; none
+    for ``0``. ValueError naming the variable for anything else."""
+    text = environ.get(WINDOW_ENV, "").strip()
+    try:
+        window = int(text) if text else RECEIVE_WINDOW
+    except ValueError:
+        window = -1
+    if window == 0:
+        return []
+    if window < 65536:
+        raise ValueError(f"{WINDOW_ENV}={text!r}: give a number of bytes of at least "
+                         "65536, or 0 for gRPC's own window")
+    return [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", window)]
+
+
 def client(address: str, creds: Credentials) -> Any:
     """A Flight client of ``address`` that presents the job's certificate (when it has
-    one) and trusts only the job's certificate under :data:`SERVER_NAME`."""
+    one) and trusts only the job's certificate under :data:`SERVER_NAME`, with
+    :func:`channel_options`."""
     import pyarrow.flight as flight
 
+    options = channel_options()
     if creds.tls is None:
-        return flight.FlightClient(address)
+        return flight.FlightClient(address, generic_options=options)
     cert, key = creds.tls
     return flight.FlightClient(address, tls_root_certs=cert, cert_chain=cert, private_key=key,
-                               override_hostname=SERVER_NAME)
+                               override_hostname=SERVER_NAME, generic_options=options)

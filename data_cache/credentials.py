@@ -143,7 +143,8 @@ def location(host: str, port: int, tls: bool) -> str:
 #: "Benchmarks"). A block larger than this still arrives: gRPC opens the window to a
 #: message it is reading.
 RECEIVE_WINDOW = 2 * 1024 * 1024
-#: Bytes (at least 65,536), or 0 for gRPC's own window (more throughput, more memory).
+#: Bytes (65,536 to 2**31 - 1), or 0 for gRPC's own window (more throughput, more
+#: memory).
 WINDOW_ENV = "HPC_BRIDGE_DATA_CACHE_WINDOW"
 
 
@@ -158,9 +159,9 @@ def channel_options(environ: Mapping[str, str] = os.environ) -> list[tuple[str, 
         window = -1
     if window == 0:
         return []
-    if window < 65536:
-        raise ValueError(f"{WINDOW_ENV}={text!r}: give a number of bytes of at least "
-                         "65536, or 0 for gRPC's own window")
+    if not 65536 <= window <= 2**31 - 1:  # gRPC's window is a signed 32-bit number
+        raise ValueError(f"{WINDOW_ENV}={text!r}: give a number of bytes from 65536 to "
+                         "2147483647, or 0 for gRPC's own window")
     return [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", window)]
 
 

@@ -371,8 +371,8 @@ class TrainJobFrontDoor(StatusWriteBack):
         # removed the finalizer, e.g. Kueue's edit of the spec).
         if FINALIZER in (meta.get("finalizers") or []):
             latest = await self.calls.get(obj)
-            if latest is None:
-                return True  # gone: its delete event ends it
+            if latest is None or (latest.get("metadata") or {}).get("deletionTimestamp"):
+                return True  # gone or going (replaced, maybe): its delete events end it
             obj, meta = latest, latest.get("metadata") or {}
         generation = str(meta.get("generation") or "")
         if (meta.get("annotations") or {}).get(ANN_REFUSED) == generation and generation:

@@ -67,7 +67,8 @@ class TrainJobCalls:
         return result
 
     async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The TrainJob as the apiserver has it now (None: it is gone)."""
+        """The TrainJob as the apiserver has it now (None: it is gone, perhaps replaced
+        by another of the same name, which has another uid)."""
         meta = obj.get("metadata") or {}
         try:
             latest: dict[str, Any] = await self.kube.call(
@@ -76,6 +77,8 @@ class TrainJobCalls:
         except BackendRejected as exc:
             if not is_status(exc, 404):
                 raise
+            return None
+        if (latest.get("metadata") or {}).get("uid") != meta.get("uid"):
             return None
         return latest
 

@@ -15,11 +15,13 @@ from data_cache import open_dataset
 from tests.unit.test_data_cache import TOKEN, _command, _env, _ids, _serve, _table
 
 
-def test_blocks_larger_than_the_receive_window_arrive_whole(tmp_path: Path) -> None:
+def test_blocks_larger_than_the_receive_window_arrive_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reader lets a server send one default block ahead (RECEIVE_WINDOW); a block
     of more than twice that still streams, to every rank exactly once."""
-    from data_cache.credentials import RECEIVE_WINDOW
+    from data_cache.credentials import RECEIVE_WINDOW, WINDOW_ENV
 
+    monkeypatch.delenv(WINDOW_ENV, raising=False)
     d = tmp_path / "big"
     d.mkdir()
     rows = 3 * RECEIVE_WINDOW // 16 + 5  # 16 bytes a row: three windows and a bit
@@ -53,7 +55,8 @@ def test_every_client_asks_for_the_fixed_receive_window(monkeypatch: pytest.Monk
     env = {credentials.WINDOW_ENV: "8388608"}
     assert credentials.channel_options(env)[1] == ("grpc.http2.lookahead_bytes", 8388608)
     assert credentials.channel_options({credentials.WINDOW_ENV: "0"}) == []
-    for bad in ("4096", "2MiB", "-1"):
+    assert credentials.channel_options({credentials.WINDOW_ENV: str(2**31 - 1)})
+    for bad in ("4096", "2MiB", "-1", str(2**31)):
         with pytest.raises(ValueError, match=f"{credentials.WINDOW_ENV}='{bad}'"):
             credentials.channel_options({credentials.WINDOW_ENV: bad})
 

@@ -24,7 +24,7 @@ from bridge.states import JobState
 from k8s_adapter import event_recorder, frontdoor
 from k8s_adapter.event_recorder import EVENT_BURST
 from k8s_adapter.kube import KubeRejected, KubeSettings
-from k8s_adapter.trainjobs import finished, ref
+from k8s_adapter.trainjobs import TrainJobCalls, finished, ref
 from tests.unit.test_engine_placement import trainjob
 from tests.unit.test_service import make_service
 
@@ -52,13 +52,17 @@ class RecordedCalls:
         self.patched = asyncio.Event()
         self.evented = asyncio.Event()
         self.fail_next_patch = False
-        #: uid -> the TrainJob as the apiserver has it now, where a test says (else
-        #: the copy asked about); None: gone.
+        #: name -> the TrainJob of that name as the apiserver has it now, where a test
+        #: says (else the copy asked about); None: none of that name.
         self.server: dict[str, dict[str, Any] | None] = {}
 
     async def get(self, o: Mapping[str, Any]) -> dict[str, Any] | None:
+        """As TrainJobCalls.get: by name; another uid under it is not this one."""
         self.calls.append(("get", o["metadata"]["uid"], None))
-        return self.server.get(o["metadata"]["uid"], dict(o))
+        latest = self.server.get(o["metadata"]["name"], dict(o))
+        if latest is None or latest["metadata"]["uid"] != o["metadata"]["uid"]:
+            return None
+        return latest
 
     async def add_finalizer(self, o: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
         self.calls.append(("add_finalizer", o["metadata"]["uid"], None))
@@ -225,24 +229,71 @@ async def test_a_stale_event_with_the_finalizer_is_not_taken_for_a_job_taken_bef
     stale["spec"] = bad["spec"]
     server = obj(uid(9), generation=2, annotations={frontdoor.ANN_REFUSED: "1"})
     server["spec"] = bad["spec"]
-    bed.calls.server[uid(9)] = server
+    bed.calls.server["train"] = server
     await bed.door._handle(stale, deleted=False)
     assert bed.service.get_by_uid(uid(9)) is None
     assert [c[0] for c in bed.calls.calls] == [
         "add_finalizer", "patch_status", "mark_refused", "remove_finalizer",
         "get", "add_finalizer", "patch_status", "mark_refused", "remove_finalizer"]
     # Unchanged since its refusal (the annotation names its generation): left alone.
-    bed.calls.server[uid(9)] = {**server, "metadata": {
+    bed.calls.server["train"] = {**server, "metadata": {
         **server["metadata"], "annotations": {frontdoor.ANN_REFUSED: "2"}}}
     bed.door._handled.clear()
     await bed.door._handle(stale, deleted=False)
     assert [c[0] for c in bed.calls.calls][9:] == ["get"]
-    # Gone: nothing to do (its delete event ends it).
-    bed.calls.server[uid(9)] = None
-    bed.door._handled.clear()
-    await bed.door._handle(stale, deleted=False)
-    assert [c[0] for c in bed.calls.calls][10:] == ["get"]
+    # Gone, or replaced by another TrainJob of its name, or going: nothing to do (the
+    # delete events end it; the new one's own events admit it).
+    for now in (None, obj(uid(10)), {**server, "metadata": {
+            **server["metadata"], "deletionTimestamp": "2026-12-07T00:00:00Z"}}):
+        bed.calls.server["train"] = now
+        bed.door._handled.clear()
+        before = len(bed.calls.calls)
+        await bed.door._handle(stale, deleted=False)
+        assert [c[0] for c in bed.calls.calls][before:] == ["get"]
     assert bed.service.get_by_uid(uid(9)) is None
+    assert bed.service.get_by_uid(uid(10)) is None
+
+
+async def test_a_fresh_read_of_another_trainjob_of_the_name_is_not_this_one() -> None:
+    """TrainJobCalls.get reads by name: a TrainJob deleted and made again under its name
+    (``kubectl replace --force``) is another object, and the one asked about is gone."""
+    class Api:
+        def __init__(self) -> None:
+            self.custom = self
+            self.there: dict[str, Any] | None = None
+
+        async def call(self, what: str, fn: Any, *args: Any) -> Any:
+            return fn(*args)
+
+        def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+            if self.there is None:
+                raise KubeRejected("trainjobs train not found", 404)
+            return self.there
+
+    api = Api()
+    calls = TrainJobCalls(api)  # type: ignore[arg-type]
+    assert await calls.get(obj(uid(12))) is None
+    api.there = obj(uid(13))
+    assert await calls.get(obj(uid(12))) is None
+    api.there = obj(uid(12), generation=3)
+    assert await calls.get(obj(uid(12))) == api.there
+
+
+async def test_a_refused_trainjob_fixed_meanwhile_is_admitted_as_new_not_for_lookup(
+        bed: Bed) -> None:
+    """The same stale event, but the spec was fixed meanwhile (generation 2 is valid):
+    the fresh copy has no finalizer, so the job is new (nothing to look up in a back
+    end), not one a bridge may have submitted."""
+    bad = obj(uid(11))
+    bad["spec"]["runtimeRef"]["name"] = "no-such-runtime"
+    await bed.door._handle(bad, deleted=False)
+    stale = obj(uid(11), generation=2, finalizers=[frontdoor.FINALIZER])
+    bed.calls.server["train"] = obj(uid(11), generation=2,
+                                    annotations={frontdoor.ANN_REFUSED: "1"})
+    await bed.door._handle(stale, deleted=False)
+    rec = bed.service.get_by_uid(uid(11))
+    assert rec is not None and rec.attempts == 0
+    assert [c[0] for c in bed.calls.calls][4:] == ["get", "add_finalizer"]
 
 
 async def test_a_bad_trainjob_is_refused_with_a_failed_status(bed: Bed) -> None:

@@ -82,7 +82,7 @@ class BridgeDaemon(Daemon):
 
 
 def start_daemon(kubeconfig: str, parallel: int, placement: str,
-                 namespaces: list[str]) -> BridgeDaemon:
+                 namespaces: list[str], event_loop: str = "uvloop") -> BridgeDaemon:
     door: dict[str, Any] = {"kubeconfig": kubeconfig, "backend": "kubernetes", "run_as": "nobody"}
     if "namespaces" in DOOR_SETTINGS:
         # Only the bench's namespaces: never take another test's TrainJobs.
@@ -92,7 +92,7 @@ def start_daemon(kubeconfig: str, parallel: int, placement: str,
         {"placement": placement, "kubeconfig": kubeconfig},
         engine_settings={"poll_interval": 1.0, "max_parallel_submits": parallel},
         backend_name="kubernetes", backend_kind="kubernetes",
-        door_settings=door)
+        daemon_settings={"event_loop": event_loop}, door_settings=door)
     daemon.start()
     return daemon
 
@@ -226,9 +226,9 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> int:
             ns1 = (await bench.namespace("bench-one-")
                    if args.single and "bridge" not in singles and placement == "none" else None)
             daemon = start_daemon(kubeconfig, parallel, placement,
-                                  [n for n in (ns, ns1) if n is not None])
+                                  [n for n in (ns, ns1) if n is not None], args.event_loop)
             try:
-                label = f"bridge: parallel {parallel}, placement {placement}"
+                label = f"bridge: parallel {parallel}, placement {placement}, {args.event_loop}"
                 assert daemon.proc is not None
                 result = await bench.batch(label, ns, bridge=True, pid=daemon.proc.pid)
                 result.notes = daemon_notes(daemon, result)
@@ -315,6 +315,8 @@ def main() -> int:
                         help="also run the TrainJobs with Kubeflow Trainer's own controller "
                              "(built from its Go module by testbed/k8s/trainer-controller.sh)"
                              " and compare controller CPU")
+    parser.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop",
+                        help="the daemon's [daemon] event_loop (bridge/eventloop.py)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the namespaces and objects (of the bridge: the last "
                              "daemon's only) and that daemon's temp dir")

@@ -10,6 +10,7 @@ Example (every key optional except one back end)::
     token_file = "/etc/hpc-bridge/tokens.csv"
     log_format = "json"                      # or "console"
     log_level = "info"
+    event_loop = "uvloop"                    # or "asyncio" (bridge/eventloop.py)
 
     [engine]
     default_backend = "slurm"
@@ -81,6 +82,8 @@ class DaemonSection(BaseModel):
     health: str | None = None
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: The loop the daemon runs on (:mod:`bridge.eventloop`).
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     durable: bool = Field(default=False, description="fsync every commit (power-loss safe)")
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from bridge import eventloop
 from bridge.api import Health, make_app, serve, serve_health
 from bridge.backend import Backend, load_backend
 from bridge.callers import load_tokens
@@ -207,19 +208,20 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
     pings = asyncio.create_task(watchdog_pings(interval)) if interval else None
     engine_task = asyncio.create_task(engine.run(), name="engine")
     trim = asyncio.create_task(trim_forever(TRIM_INTERVAL), name="malloc-trim")
-    await engine.ready.wait()
-    door_tasks = [asyncio.create_task(door.run(service), name=f"frontdoor-{name}")
-                  for name, door in frontdoors.items()]
-    sd_notify("READY=1")
-    log.info("serving", socket=config.daemon.socket, inherited_sockets=len(inherited),
-             tcp=config.daemon.tcp, backends=sorted(backends), frontdoors=sorted(frontdoors),
-             store=str(state_dir / "bridge.sqlite"))
-    for task in door_tasks:  # a door that ends (refused to start) says so; the rest serves
-        task.add_done_callback(_door_ended)
     stopped = asyncio.create_task(stop.wait())
     watched: set[asyncio.Task[Any]] = {stopped, engine_task}
     if hold is not None:
         watched.add(hold)
+    door_tasks: list[asyncio.Task[None]] = []
+    if await until_ready(engine.ready, watched):
+        door_tasks = [asyncio.create_task(door.run(service), name=f"frontdoor-{name}")
+                      for name, door in frontdoors.items()]
+        sd_notify("READY=1")
+        log.info("serving", socket=config.daemon.socket, inherited_sockets=len(inherited),
+                 tcp=config.daemon.tcp, backends=sorted(backends),
+                 frontdoors=sorted(frontdoors), store=str(state_dir / "bridge.sqlite"))
+        for task in door_tasks:  # a door that ends (refused to start) says so; the rest serves
+            task.add_done_callback(_door_ended)
     done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
     if hold is not None and hold in done:
         lost_lease("the lease was lost")  # ends the process: no cleanup that writes
@@ -235,16 +237,27 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
         with suppress(Exception):
             await door.close()
     await engine.stop()
-    with suppress(asyncio.CancelledError):
-        await engine_task
+    await asyncio.wait({engine_task})  # its error, if any, is raised below
     await stop_event_tasks(events)
     if progress is not None:
         await progress.stop()
     stopped.cancel()
     await runner.cleanup()
     store.close()
-    if engine_task in done and engine_task.exception():
+    if not engine_task.cancelled() and engine_task.exception() is not None:
         raise engine_task.exception()  # type: ignore[misc]
+
+
+async def until_ready(ready: asyncio.Event, watched: set[asyncio.Task[Any]]) -> bool:
+    """Wait until ``ready`` is set or one of ``watched`` ends (the engine failing while it
+    starts its back ends, SIGTERM while it adopts jobs): True when ready came first, so
+    that the daemon never waits on a readiness that will not come."""
+    waiter = asyncio.create_task(ready.wait())
+    try:
+        done, _ = await asyncio.wait({waiter, *watched}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    return not done & watched
 
 
 def _door_ended(task: asyncio.Task[None]) -> None:
@@ -335,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-config":
         try:
             load_runtime_files(config.runtimes.paths)
+            eventloop.loop_factory(config.daemon.event_loop)
             build_backends(config)
             build_frontdoors(config)
             if config.leader_election is not None:
@@ -349,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     _dump_signals()
     limit_arenas(MALLOC_ARENAS)  # before any worker thread
     try:
-        asyncio.run(run_daemon(config))
+        eventloop.run(run_daemon(config), config.daemon.event_loop)
     except ValueError as exc:  # InsecureFile is one
         log.error("cannot start", error=str(exc))
         print(f"hpc-bridge: error: {exc}", file=sys.stderr)

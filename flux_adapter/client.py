@@ -23,7 +23,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import importlib
 import json
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+from bridge import subproc
 from bridge.backend import BackendError, BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK
 from bridge.runas import SYSTEM_PATH, Spawn, Switch, switcher_for
@@ -344,28 +344,19 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
         found = shutil.which(program, path=env.get("PATH")) or program
         spawn = switcher.spawn(Switch.to(owner), [found, *argv[1:]])
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *spawn.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd="/", env=dict(env), umask=JOB_UMASK,
-            **spawn.kwargs)
-    except OSError as exc:
-        raise BackendUnavailable(f"cannot run {program}: {exc.strerror or exc}") from None
-    try:
         async with asyncio.timeout(time_limit):
-            out, err = await proc.communicate(stdin)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
+            returncode, out, err = await subproc.communicate(
+                spawn.argv, stdin=stdin, cwd="/", env=dict(env), umask=JOB_UMASK,
+                **spawn.kwargs)
+    except TimeoutError:  # an OSError too: first
         raise BackendUnavailable(f"{' '.join(argv[:3])} did not finish in {time_limit:.0f}s"
                                  ) from None
-    except BaseException:  # cancelled: the child must not outlive its caller
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        raise
-    failed = spawn.failed(proc.returncode, err)
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot run {program}: {exc.strerror or exc}") from None
+    failed = spawn.failed(returncode, err)
     if failed is not None:
         raise BackendUnavailable(f"cannot run {program} as {owner.user}: {failed}")
-    return RunResult(returncode=proc.returncode if proc.returncode is not None else -1,
+    return RunResult(returncode=returncode,
                      stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"))
 
 

@@ -11,13 +11,13 @@ outside a private temporary directory that is removed at once.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from bridge import subproc
 from bridge.backend import BackendUnavailable
 
 SECRET_SUFFIX = "-mpi-ssh-auth"  # noqa: S105 - a name, not a password
@@ -52,14 +52,12 @@ async def keypair() -> tuple[bytes, bytes]:
     with tempfile.TemporaryDirectory(prefix="hpcb-ssh-") as tmp:
         path = os.path.join(tmp, "id")
         try:
-            proc = await asyncio.create_subprocess_exec(
-                "ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-m", "PEM", "-N", "",
-                "-C", "hpc-bridge", "-f", path, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            returncode, _, err = await subproc.communicate(
+                ["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-m", "PEM", "-N", "",
+                 "-C", "hpc-bridge", "-f", path])
         except OSError as exc:
             raise BackendUnavailable(f"cannot run ssh-keygen for the MPI key: {exc}") from exc
-        _, err = await proc.communicate()
-        if proc.returncode != 0:
+        if returncode != 0:
             raise BackendUnavailable(f"ssh-keygen failed: {err.decode(errors='replace')}")
         # Two small local files: reading them does not block the loop for long.
         private = Path(path).read_bytes()

@@ -3,7 +3,7 @@
 
 Contract:
 
-* Commands run with :func:`asyncio.create_subprocess_exec` (never a shell), in
+* Commands run with :func:`bridge.subproc.communicate` (never a shell), in
   ``/``, with a timeout; a command that overruns is killed and gives
   :class:`BackendUnavailable`.
 * ``sbatch``, ``scancel`` and ``scontrol`` on a job run AS THE JOB'S OWNER (uid, gid
@@ -44,7 +44,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -55,6 +54,7 @@ from typing import Any
 
 import structlog
 
+from bridge import subproc
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.filemodes import JOB_UMASK, untrusted_component
 from bridge.runas import SYSTEM_PATH, Switch, Switcher, switcher_for
@@ -202,44 +202,20 @@ class SlurmCli:
                                      wrappers=wrappers)
         limit = self.timeout
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *spawn.argv,
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env(argv[0]),
-                cwd="/",
-                pass_fds=tuple(pass_fds),
-                umask=umask,  # sbatch hands it on to the job (SLURM_UMASK)
-                **spawn.kwargs,
-            )
+            async with asyncio.timeout(limit):
+                returncode, out, err = await subproc.communicate(
+                    spawn.argv, stdin=stdin, kill_wait=KILL_WAIT, env=self._env(argv[0]),
+                    cwd="/", pass_fds=tuple(pass_fds),
+                    umask=umask,  # sbatch hands it on to the job (SLURM_UMASK)
+                    **spawn.kwargs)
+        except TimeoutError:  # an OSError too: first
+            raise BackendUnavailable(f"{argv[0]} did not finish within {limit:g}s") from None
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
-        try:
-            async with asyncio.timeout(limit):
-                out, err = await proc.communicate(stdin)
-        except TimeoutError:
-            await self._kill(proc)
-            raise BackendUnavailable(f"{argv[0]} did not finish within {limit:g}s") from None
-        except BaseException:
-            await self._kill(proc)
-            raise
-        assert proc.returncode is not None
-        failed = spawn.failed(proc.returncode, err)
+        failed = spawn.failed(returncode, err)
         if failed is not None:
             raise BackendUnavailable(f"cannot run {argv[0]}: {failed}")
-        return Completed(tuple(argv), proc.returncode, out, err)
-
-    @staticmethod
-    async def _kill(proc: asyncio.subprocess.Process) -> None:
-        """SIGKILL ``proc`` and wait for its end, a few seconds at most: the caller is
-        cancelled or timed out, and must not hang on an exit report that does not come."""
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(KILL_WAIT):
-                    await proc.wait()
+        return Completed(tuple(argv), returncode, out, err)
 
     async def ping(self) -> None:
         """``scontrol ping``; :class:`BackendUnavailable` unless slurmctld is UP."""

@@ -5,12 +5,12 @@ run as a job's owner (a stand-in ``flux`` program)."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from bridge import subproc
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.runas import forget_switchers
 from flux_adapter import client
@@ -375,16 +376,16 @@ async def test_run_flux_as_another_user_when_root(tmp_path: Path) -> None:
         flux.write_text("#!/bin/sh\ncat >/dev/null; id -u; id -G\n")
         flux.chmod(0o755)
         made: list[dict[str, Any]] = []
-        spawn = asyncio.create_subprocess_exec
+        spawn = subproc.start
 
-        async def recorded(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
+        def recorded(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
             made.append({"argv": argv, **kwargs})
-            return await spawn(*argv, **kwargs)
+            return spawn(argv, **kwargs)
 
         env = owner_command_env(owner, None, str(flux))
         forget_switchers()  # probed here, as root, whatever an earlier test patched
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(asyncio, "create_subprocess_exec", recorded)
+            patch.setattr(subproc, "start", recorded)
             done = await run_flux_as(owner, [str(flux), "job", "submit"], env=env)
         uid, groups = done.stdout.splitlines()
         assert int(uid) == alice.pw_uid

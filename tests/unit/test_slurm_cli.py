@@ -6,12 +6,12 @@ record how they were called: argv, environment, stdin, the --export-file fd.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pwd
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bridge import subproc
 from bridge.backend import BackendRejected, BackendUnavailable, Owner
 from bridge.runas import Switcher, forget_switchers
 from slurm_adapter.cli import SAFE_PATH, SlurmCli
@@ -219,13 +220,13 @@ async def test_runs_as_the_owner_when_root(bindir: Path, monkeypatch: pytest.Mon
     (bindir / "sbatch").chmod(0o755 | stat.S_IXOTH)
     owner = Owner(alice.pw_uid, alice.pw_gid, "alice")
     made: list[dict[str, object]] = []
-    spawn = asyncio.create_subprocess_exec
+    spawn = subproc.start
 
-    async def recorded(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
+    def recorded(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         made.append({"argv": argv, **kwargs})
-        return await spawn(*argv, **kwargs)
+        return spawn(argv, **kwargs)
 
-    monkeypatch.setattr(asyncio, "create_subprocess_exec", recorded)
+    monkeypatch.setattr(subproc, "start", recorded)
     forget_switchers()  # probed here, as root, whatever an earlier test patched
     cli = SlurmCli(path=str(bindir))
     if switch_by == "cpython":  # a host where setpriv does not work

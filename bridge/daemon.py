@@ -237,6 +237,8 @@ async def _serve_locked(config: Config, state_dir: Path, stop: asyncio.Event,
         with suppress(Exception):
             await door.close()
     await engine.stop()
+    if not engine.ready.is_set():  # still starting its back ends: not waited for
+        engine_task.cancel()
     await asyncio.wait({engine_task})  # its error, if any, is raised below
     await stop_event_tasks(events)
     if progress is not None:

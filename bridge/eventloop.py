@@ -4,13 +4,19 @@ Contract:
 
 * :func:`run` runs a coroutine to its end on a new loop of the kind
   ``daemon.event_loop`` names (``"uvloop"``, the default, or ``"asyncio"``) and closes
-  it, as :func:`asyncio.run` does (its :class:`asyncio.Runner` is the same).
-* uvloop is libuv's loop behind asyncio's API: the same tasks, transports, subprocesses
-  and signal handlers. It is chosen for cost, not for features: the daemon's work is
-  mostly receiving watch events and answers over TLS, and asyncio's own TLS transport
-  is written in Python; uvloop's is not. With the Kubernetes back end running 200
-  TrainJobs the daemon used 15-20 % less CPU on it (``bench/k8s_admit.py``, figures
-  in docs/kubernetes.md).
+  it, with :class:`asyncio.Runner` as :func:`asyncio.run` does.
+* uvloop is libuv's loop behind asyncio's API. It is chosen for cost, not for
+  features: the daemon's work is mostly receiving watch events and answers over TLS,
+  and asyncio's own TLS transport is written in Python; uvloop's is not. With the
+  Kubernetes back end running 200 TrainJobs the daemon used 14 % less CPU on it
+  (``bench/k8s_admit.py --event-loop``, figures in docs/kubernetes.md).
+* Where uvloop differs, the daemon does not depend on it: its transports do not derive
+  from :class:`asyncio.Transport` (nothing checks that; ``bridge/gate.py``), a
+  transport's ``socket`` is a stand-in that answers ``getsockopt`` (the peer
+  credentials), and its ``subprocess_exec`` takes no ``umask``, ``user``, ``group`` or
+  ``extra_groups``, so the daemon starts its own commands with :mod:`bridge.subproc`.
+  The one child still started through the loop is a kubeconfig's credential plugin
+  (``exec``; the Kubernetes client starts it), which libuv forks from the daemon.
 * :func:`loop_factory` raises :class:`ValueError` naming the setting when uvloop is
   asked for and cannot be imported (it is one of the package's dependencies, so only
   a broken install lacks it): the daemon refuses to start rather than run on
@@ -44,6 +50,8 @@ def loop_factory(kind: EventLoopKind) -> Callable[[], asyncio.AbstractEventLoop]
 
 
 def run(main: Coroutine[Any, Any, T], kind: EventLoopKind) -> T:
-    """``main`` run to its end on a new loop of ``kind``, then the loop closed."""
+    """``main`` run to its end on a new loop of ``kind`` (an :class:`asyncio.Runner`
+    with that loop factory, which sets no loop as the thread's current one), then the
+    loop closed."""
     with asyncio.Runner(loop_factory=loop_factory(kind)) as runner:
         return runner.run(main)

@@ -22,7 +22,7 @@ import socket
 import struct
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -98,13 +98,15 @@ class _Gate(asyncio.Protocol):
             try:
                 self._limits.check_request(uid, _user(uid))
             except LimitExceeded as exc:
-                assert isinstance(transport, asyncio.Transport)
-                self._refused = transport
-                transport.write(refusal_bytes(exc))
-                if transport.can_write_eof():
-                    transport.write_eof()
+                # A stream transport, though uvloop's classes do not derive from
+                # asyncio.Transport (an isinstance assert refused every connection).
+                stream = cast(asyncio.Transport, transport)
+                self._refused = stream
+                stream.write(refusal_bytes(exc))
+                if stream.can_write_eof():
+                    stream.write_eof()
                 self._timer = asyncio.get_running_loop().call_later(
-                    REFUSED_LINGER_SECONDS, transport.close)
+                    REFUSED_LINGER_SECONDS, stream.close)
                 return
             _PREPAID.add(transport)
         handler = self._make_handler()

@@ -348,7 +348,7 @@ async def run_flux_as(owner: Owner, argv: Sequence[str], *, env: Mapping[str, st
             returncode, out, err = await subproc.communicate(
                 spawn.argv, stdin=stdin, cwd="/", env=dict(env), umask=JOB_UMASK,
                 **spawn.kwargs)
-    except TimeoutError:  # an OSError too: first
+    except TimeoutError:  # before OSError: TimeoutError is one of its subclasses
         raise BackendUnavailable(f"{' '.join(argv[:3])} did not finish in {time_limit:.0f}s"
                                  ) from None
     except OSError as exc:

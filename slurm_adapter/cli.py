@@ -68,8 +68,6 @@ log = structlog.get_logger(__name__)
 
 #: PATH of the Slurm commands themselves.
 SAFE_PATH = SYSTEM_PATH
-#: Seconds a killed command is waited for (its exit report) before it is left behind.
-KILL_WAIT = 5.0
 #: squeue states (``%T``: a flag state where one is set) of a job on its nodes
 #: (``requeuehold`` takes it off them) and of one waiting (``hold`` keeps it there).
 _RUNNING_STATES = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "STOPPED", "SIGNALING",
@@ -204,11 +202,11 @@ class SlurmCli:
         try:
             async with asyncio.timeout(limit):
                 returncode, out, err = await subproc.communicate(
-                    spawn.argv, stdin=stdin, kill_wait=KILL_WAIT, env=self._env(argv[0]),
+                    spawn.argv, stdin=stdin, env=self._env(argv[0]),
                     cwd="/", pass_fds=tuple(pass_fds),
                     umask=umask,  # sbatch hands it on to the job (SLURM_UMASK)
                     **spawn.kwargs)
-        except TimeoutError:  # an OSError too: first
+        except TimeoutError:  # before OSError: TimeoutError is one of its subclasses
             raise BackendUnavailable(f"{argv[0]} did not finish within {limit:g}s") from None
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc

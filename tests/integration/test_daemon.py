@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.bed import Daemon, cleanup, fresh_daemon_dir, wait_for
+from tests.integration.bed import BIN, Daemon, cleanup, fresh_daemon_dir, wait_for
 from tests.integration.conftest import rest_settings
 
 pytestmark = pytest.mark.integration
@@ -95,5 +97,43 @@ def test_tcp_listener_needs_a_token_and_the_token_names_the_user(
                         headers={"Authorization": "Bearer s3cr3t-bob"})
         assert log.text == "bob\n"
     finally:
+        d.stop()
+        cleanup(workdir)
+
+
+def test_sigterm_while_a_back_end_is_still_starting_stops_the_daemon(
+        testbed: dict[str, str]) -> None:
+    """A slurmrestd that accepts and never answers holds the engine in its back end's
+    start (before ready) for the request timeout, 120 s here: SIGTERM still stops the
+    daemon at once, cleanly (it did not: it waited for the engine to be ready first)."""
+    workdir = fresh_daemon_dir("slowstart")
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(workdir / "silent.sock"))
+    silent.listen(16)  # connections queue; none is ever answered
+    settings = {**rest_settings(testbed), "rest_socket": str(workdir / "silent.sock"),
+                "request_timeout": 120.0}
+    d = Daemon(workdir, settings)
+    try:
+        workdir.chmod(0o755)
+        d.write_config()
+        with d.log.open("ab") as logf:
+            d.proc = subprocess.Popen([str(BIN / "hpc-bridge"), "serve", "--config",
+                                       str(d.config)], stdout=logf, stderr=logf,
+                                      stdin=subprocess.DEVNULL)
+
+        def serving_not_ready() -> bool:
+            try:
+                return d.api("GET", "/v1/healthz").json().get("ready") is False
+            except (httpx.HTTPError, OSError):
+                return False
+
+        wait_for(serving_not_ready, 30, "the API to answer while the engine starts", 0.2)
+        assert d.proc.poll() is None
+        started = time.monotonic()
+        assert d.stop() == 0
+        assert time.monotonic() - started < 20, "it waited for the back end's start"
+        assert '"event": "shutting down"' in d.log.read_text()
+    finally:
+        silent.close()
         d.stop()
         cleanup(workdir)

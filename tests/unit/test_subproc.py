@@ -1,12 +1,16 @@
 """bridge/subproc.py: children started by CPython, the same on asyncio's loop and on
-uvloop (which takes no ``umask``/``user``/``group``), killed with a cancelled call."""
+uvloop (which takes no ``umask``/``user``/``group``), killed with their process group
+by a cancelled call, always reaped."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +78,67 @@ def test_calls_run_side_by_side(kind: EventLoopKind) -> None:
 
     assert [out for _, out, _ in eventloop.run(many(), kind)] == [
         f"{i}\n".encode() for i in range(20)]
+
+
+def _threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("child-")]
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_a_descendant_holding_the_pipes_is_killed_with_the_child(
+        kind: EventLoopKind, tmp_path: Path) -> None:
+    """The child leaves a background process holding stdout and stderr: a timed-out call
+    kills the whole group, and leaves no zombie, no waiting thread, no pipe open."""
+    pidfile = tmp_path / "pids"
+    script = f"sleep 600 & echo $$ $! > {pidfile}; exec sleep 600"
+
+    async def call() -> None:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(60):
+                task = asyncio.ensure_future(subproc.communicate(["/bin/sh", "-c", script]))
+                while not pidfile.exists() or len(pidfile.read_text().split()) < 2:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)  # polls a file the child writes
+                raise TimeoutError
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    fds = len(os.listdir("/proc/self/fd"))
+    eventloop.run(call(), kind)
+    child, grandchild = map(int, pidfile.read_text().split())
+    assert not _alive(child) and not Path(f"/proc/{child}").exists()  # reaped
+    assert not _alive(grandchild)
+    assert _threads() == []
+    assert len(os.listdir("/proc/self/fd")) <= fds
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_megabytes_in_and_out(kind: EventLoopKind) -> None:
+    data = os.urandom(4 << 20)
+    code, out, err = eventloop.run(subproc.communicate(["/bin/cat"], stdin=data), kind)
+    assert (code, out == data, err) == (0, True, b"")
+
+
+def test_the_keywords_it_sets_itself_are_refused() -> None:
+    with pytest.raises(TypeError, match="stdout, text"):
+        eventloop.run(subproc.communicate(["/bin/true"], stdout=None, text=True), "asyncio")
+
+
+def test_no_thread_to_wait_with_kills_the_child(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    started: list[int] = []
+    spawn = subproc.start
+
+    def recorded(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = spawn(argv, **kwargs)
+        started.append(proc.pid)
+        return proc
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(subproc, "start", recorded)
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    with pytest.raises(OSError, match="cannot wait for /bin/sleep: can't start new thread"):
+        eventloop.run(subproc.communicate(["/bin/sleep", "600"]), "asyncio")
+    assert not Path(f"/proc/{started[0]}").exists()  # killed and reaped

@@ -265,21 +265,22 @@ class Engine:
     # -- the loop --------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Start back ends and the loops; return when :meth:`stop` is called."""
-        for name, backend in self.backends.items():
-            try:
-                await backend.start()
-                await self._inventories.read(name, backend)
-            except (BackendUnavailable, TimeoutError) as exc:
-                log.warning("back end not reachable at start; will retry", backend=name,
-                            error=str(exc) or type(exc).__name__)
-        for name, backend in self.backends.items():
-            self._tasks.append(asyncio.create_task(self._track(name, backend),
-                                                   name=f"track-{name}"))
-            self._tasks.append(asyncio.create_task(self._inventories.refresh_forever(name, backend),
-                                                   name=f"inventory-{name}"))
-        self.ready.set()
+        """Start back ends and the loops; return when :meth:`stop` is called. Cancelled
+        (the daemon stopping before it was ready), the back ends are closed as well."""
         try:
+            for name, backend in self.backends.items():
+                try:
+                    await backend.start()
+                    await self._inventories.read(name, backend)
+                except (BackendUnavailable, TimeoutError) as exc:
+                    log.warning("back end not reachable at start; will retry", backend=name,
+                                error=str(exc) or type(exc).__name__)
+            for name, backend in self.backends.items():
+                self._tasks.append(asyncio.create_task(self._track(name, backend),
+                                                       name=f"track-{name}"))
+                self._tasks.append(asyncio.create_task(
+                    self._inventories.refresh_forever(name, backend), name=f"inventory-{name}"))
+            self.ready.set()
             while not self._stopping.is_set():
                 self._wake.clear()  # a wake during the pass makes the next one at once
                 try:

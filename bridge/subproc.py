@@ -1,4 +1,4 @@
-"""Child processes on any event loop: CPython's own spawn, the pipes on the loop.
+"""Child processes on any event loop: CPython's own spawn, supervised by a thread.
 
 Contract:
 
@@ -9,22 +9,28 @@ Contract:
   writes ``stdin`` (None: the child's standard input is ``/dev/null``), and returns
   ``(returncode, stdout, stderr)`` once the child has ended and both pipes are closed.
   The keywords that this function sets itself (the standard streams, ``text``,
-  ``close_fds``, the process group) are refused with :class:`TypeError`.
+  ``close_fds``, the session and process group) are refused with :class:`TypeError`.
 * It is the same on every asyncio loop. The daemon runs on uvloop
   (:mod:`bridge.eventloop`), whose ``subprocess_exec`` takes none of ``umask``,
   ``user``, ``group``, ``extra_groups``, so the daemon's own commands are not started
-  through the loop: the start is CPython's, in the caller's thread (as asyncio's own
-  loop does it); the pipes are read and written by the loop; the child's end is waited
-  for in a thread of its own (``waitid`` with ``WNOWAIT``: the thread never reaps) and
-  the child is reaped in the loop's thread. Until then its pid cannot be reused, so a
-  kill never reaches another process.
-* Each child leads a process group of its own. Cancelled (the caller's timeout, or its
-  own cancellation), the whole group is killed (SIGKILL: the child and what it started
-  without leaving the group), the pipes are closed, and the child is reaped, waiting
-  ``kill_wait`` seconds at most for it to end; then the cancellation goes on. A child
-  that outlived even that (in uninterruptible sleep) is reaped by its waiting thread.
+  through the loop, and their pipes are never handed to it: the start is CPython's, in
+  the caller's thread (as asyncio's own loop does it), and from then on one thread of
+  the child's own does everything else — the pipes (``Popen.communicate``), any kill
+  and the reaping — so no descriptor is closed twice and no kill can reach a reused
+  pid (the thread that kills is the one that reaps).
+* Each child starts a session of its own (so leads a process group that no process
+  of the daemon's session can join). Cancelled (the caller's timeout, or its own
+  cancellation), the supervisor kills the group and the child (SIGKILL), goes on
+  reading until the pipes close or ``kill_wait`` seconds pass, then closes them itself
+  (a descendant that left the group may hold them) and reaps the child; the call waits
+  for that, ``kill_wait`` seconds at most, then lets the cancellation go on (a child
+  that takes longer to die is still reaped by its supervisor).
 * An :class:`OSError` of the start (no such program, not executable) is raised as is;
-  so is one for a waiting thread that cannot be started, after the child was killed.
+  a supervisor that cannot be started raises :class:`OSError` after the child was
+  killed and, if it died within :data:`REAP_NOW`, reaped (else CPython reaps it later,
+  at a later start of a child).
+* What the child writes is kept whole in memory (``Popen.communicate``): the callers
+  run commands whose output is small (Slurm's and Flux's) under a timeout.
 """
 
 from __future__ import annotations
@@ -36,13 +42,18 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import Any
 
 __all__ = ["KILL_WAIT", "communicate", "start"]
 
 #: Seconds a killed child is waited for before the cancellation goes on regardless.
 KILL_WAIT = 5.0
+#: How long a killed child without a supervisor is waited for in the loop's thread.
+REAP_NOW = 0.05
+#: How often a supervisor looks whether its call was cancelled (seconds).
+POLL = 0.2
 
 #: How a child is started (a test may wrap it to see the keyword arguments).
 start = subprocess.Popen
@@ -51,106 +62,94 @@ _OWN_KEYWORDS = frozenset({"stdin", "stdout", "stderr", "text", "universal_newli
                            "encoding", "errors", "close_fds", "process_group",
                            "start_new_session", "preexec_fn"})
 
+Result = tuple[int, bytes, bytes]
+
 
 async def communicate(argv: Sequence[str], *, stdin: bytes | None = None,
-                      kill_wait: float = KILL_WAIT, **popen: Any) -> tuple[int, bytes, bytes]:
+                      kill_wait: float = KILL_WAIT, **popen: Any) -> Result:
     """``(returncode, stdout, stderr)`` of ``argv`` (see the module docstring)."""
     own = sorted(_OWN_KEYWORDS & popen.keys())
     if own:
         raise TypeError(f"communicate() sets {', '.join(own)} itself")
     proc = start(list(argv), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0, **popen)
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                 **popen)
     loop = asyncio.get_running_loop()
-    ended: asyncio.Future[None] = loop.create_future()
+    done: asyncio.Future[Result] = loop.create_future()
+    cancelled = threading.Event()
+
+    def supervise() -> None:
+        try:
+            result: Result | None = _supervise(proc, stdin, cancelled, kill_wait)
+            error: BaseException | None = None
+        except BaseException as exc:  # handed to the awaiting task
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(_settle, done, result, error)
+
     try:
-        threading.Thread(target=_wait_for_end, args=(proc.pid, loop, ended),
-                         name=f"child-{proc.pid}", daemon=True).start()
-    except BaseException as exc:  # no thread to wait with: the child must not go on
-        _kill_group(proc)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(kill_wait)
-        _close(proc)
-        raise OSError(errno.EAGAIN, f"cannot wait for {argv[0]}: {exc}") from exc
-    io = asyncio.gather(_read_all(loop, proc.stdout), _read_all(loop, proc.stderr),
-                        _write_all(loop, proc.stdin, stdin))
+        threading.Thread(target=supervise, name=f"child-{proc.pid}", daemon=True).start()
+    except BaseException as exc:  # no supervisor: the child must not go on
+        _kill(proc)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # else CPython reaps it later
+            proc.wait(REAP_NOW)
+        raise OSError(errno.EAGAIN, f"cannot supervise {argv[0]}: {exc}") from exc
     try:
-        out, err, _ = await io
-        await asyncio.shield(ended)
-    except asyncio.CancelledError:
-        _kill_group(proc)
-        io.cancel()
-        with contextlib.suppress(BaseException):
-            await io
-        _close(proc)
-        with contextlib.suppress(Exception):
+        return await asyncio.shield(done)
+    except BaseException:
+        cancelled.set()
+        with contextlib.suppress(BaseException):  # a second cancel: stop waiting
             async with asyncio.timeout(kill_wait):
-                await asyncio.shield(ended)
-        if ended.done():
-            proc.wait()
+                await asyncio.shield(done)
         raise
-    return proc.wait(), out, err
 
 
-def _wait_for_end(pid: int, loop: asyncio.AbstractEventLoop, ended: asyncio.Future[None]) -> None:
-    """In the child's thread: wait until ``pid`` has ended, leave it unreaped, and tell
-    the loop (or, the loop gone, reap it here)."""
+def _settle(done: asyncio.Future[Result], result: Result | None,
+            error: BaseException | None) -> None:
+    if done.done():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        assert result is not None
+        done.set_result(result)
+
+
+def _supervise(proc: subprocess.Popen[bytes], data: bytes | None, cancelled: threading.Event,
+               kill_wait: float) -> Result:
+    """In the child's thread: its pipes until they close and its end, or, once the call
+    is cancelled, its kill (see the module docstring)."""
+    killed_at: float | None = None
     while True:
         try:
-            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-            break
-        except InterruptedError:
+            out, err = proc.communicate(data, timeout=POLL)
+            return proc.returncode, out, err
+        except subprocess.TimeoutExpired:
+            data = None  # given once: communicate keeps what it did not write yet
+        if not cancelled.is_set():
             continue
-        except ChildProcessError:  # reaped meanwhile (by the loop, after its end)
-            break
-    try:
-        loop.call_soon_threadsafe(_settle, ended)
-    except RuntimeError:  # the loop closed: nobody will reap it there
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+        now = time.monotonic()
+        if killed_at is None:
+            killed_at = now
+            _kill(proc)
+        elif now - killed_at >= kill_wait:  # something else holds the pipes
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            proc.wait()
+            return proc.returncode, b"", b""
 
 
-def _settle(ended: asyncio.Future[None]) -> None:
-    if not ended.done():
-        ended.set_result(None)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the child's process group (the child is unreaped: its pid, which is the
-    group's id, is still its own)."""
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _close(proc: subprocess.Popen[bytes]) -> None:
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-
-
-async def _read_all(loop: asyncio.AbstractEventLoop, pipe: IO[bytes] | None) -> bytes:
-    assert pipe is not None
-    reader = asyncio.StreamReader(limit=1 << 20)
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), pipe)
-    try:
-        return await reader.read()
-    finally:
-        transport.close()
-
-
-async def _write_all(loop: asyncio.AbstractEventLoop, pipe: IO[bytes] | None,
-                     data: bytes | None) -> None:
-    if pipe is None or data is None:
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child's process group and the child itself (unreaped: its pid is
+    still its own, as is the group's id)."""
+    if proc.returncode is not None:
         return
-    protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
-    transport, _ = await loop.connect_write_pipe(lambda: protocol, pipe)
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    try:
-        writer.write(data)
-        await writer.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the child did not read it all: its answer says why
-    finally:
-        transport.close()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, signal.SIGKILL)

@@ -139,6 +139,78 @@ def test_no_thread_to_wait_with_kills_the_child(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(subproc, "start", recorded)
     monkeypatch.setattr(threading.Thread, "start", no_thread)
-    with pytest.raises(OSError, match="cannot wait for /bin/sleep: can't start new thread"):
+    with pytest.raises(OSError, match="cannot supervise /bin/sleep: can't start new thread"):
         eventloop.run(subproc.communicate(["/bin/sleep", "600"]), "asyncio")
     assert not Path(f"/proc/{started[0]}").exists()  # killed and reaped
+
+
+def _wait_until(predicate: Any, what: str) -> None:
+    """Polls a condition of other processes and threads (no event to wait on)."""
+    for _ in range(1000):
+        if predicate():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_unread_stdin_then_a_timeout_then_another_command(kind: EventLoopKind) -> None:
+    """A child that never reads megabytes of stdin is killed at the timeout, and the
+    next command's pipes work (nothing of the first is left registered or closed
+    twice)."""
+    async def calls() -> tuple[int, bytes, bytes]:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await subproc.communicate(["/bin/sleep", "600"], stdin=b"x" * (4 << 20))
+        return await subproc.communicate(["/bin/cat"], stdin=b"next")
+
+    assert eventloop.run(calls(), kind) == (0, b"next", b"")
+    _wait_until(lambda: _threads() == [], "the supervisors to end")
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+def test_a_cancel_right_after_the_start_closes_nothing_of_others(
+        kind: EventLoopKind, turns: int) -> None:
+    async def call() -> None:
+        others = [os.open("/dev/null", os.O_RDONLY) for _ in range(4)]
+        task = asyncio.ensure_future(subproc.communicate(["/bin/sleep", "600"],
+                                                         stdin=b"x" * (1 << 20)))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        mine = [os.open("/dev/null", os.O_RDONLY) for _ in range(4)]
+        for fd in others + mine:
+            os.fstat(fd)  # still open: raises if it was closed
+            os.close(fd)
+
+    eventloop.run(call(), kind)
+    _wait_until(lambda: _threads() == [], "the supervisor to end")
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_an_escaped_descendant_holding_the_pipes_delays_nothing_past_kill_wait(
+        kind: EventLoopKind, tmp_path: Path) -> None:
+    """A grandchild in a session of its own keeps the pipes open: the cancelled call
+    ends within kill_wait, and the supervisor closes the pipes and reaps the child."""
+    pidfile = tmp_path / "pid"
+    script = f"setsid sleep 10 & echo $$ > {pidfile}; exec sleep 600"
+
+    async def call() -> float:
+        task = asyncio.ensure_future(subproc.communicate(["/bin/sh", "-c", script],
+                                                         kill_wait=0.5))
+        while not pidfile.exists() or not pidfile.read_text():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # polls a file the child writes
+        loop = asyncio.get_running_loop()
+        begun = loop.time()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return loop.time() - begun
+
+    assert eventloop.run(call(), kind) < 5
+    child = int(pidfile.read_text())
+    _wait_until(lambda: not Path(f"/proc/{child}").exists(), "the child to be reaped")
+    _wait_until(lambda: _threads() == [], "the supervisor to end")

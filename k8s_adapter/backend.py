@@ -4,8 +4,9 @@
   It is idempotent: the JobSet carries the job uid as a label, and an existing JobSet
   of the same name and uid (a retry after a crash) is adopted, not an error. A JobSet
   of that name that belongs to another job is a refusal.
-* Status is watched, not polled: one list-then-watch of the bridge's JobSets and one
-  of their pods (label ``app.kubernetes.io/managed-by=hpc-bridge``), resumed from the
+* Status is watched, not polled: one list-then-watch of the bridge's JobSets and two
+  of their pods (label ``app.kubernetes.io/managed-by=hpc-bridge``): those bound and
+  not finished, and those failed (:mod:`k8s_adapter.jobcache`), each resumed from the
   last resourceVersion and re-listed after ``410 Gone`` (:meth:`Kube.list_watch`).
   Every re-list is a complete snapshot; a JobSet deleted behind the bridge's back
   reports ``CANCELLED``.
@@ -71,7 +72,7 @@ from k8s_adapter.capacity import (
 )
 from k8s_adapter.identity import Identity
 from k8s_adapter.inventory import inventory_from_nodes
-from k8s_adapter.jobcache import JobCache
+from k8s_adapter.jobcache import BOUND, FAILED, FAILED_PODS, JobCache, PodSource
 from k8s_adapter.jobset import (
     GROUP,
     MANAGED_BY_LABEL,
@@ -421,19 +422,28 @@ class KubernetesBackend:
                     if kind == "DELETED" or before != self._cache.replicated_status_of(payload):
                         self._jobs_status_changed([bj.job_uid])
 
-        async def pods() -> None:
+        async def pods(what: str, source: PodSource, selected: str) -> None:
             async for kind, payload in self.kube.list_watch(
-                    "pods", self.kube.core.list_pod_for_all_namespaces,
-                    label_selector=SELECTOR):
+                    what, self.kube.core.list_pod_for_all_namespaces,
+                    label_selector=SELECTOR, field_selector=selected):
                 jobs = self._cache.pod_events(payload if kind == "SYNC" else [payload],
-                                              deleted=kind == "DELETED", sync=kind == "SYNC")
+                                              deleted=kind == "DELETED", sync=kind == "SYNC",
+                                              source=source)
                 jobs = [bj for bj in jobs if self._cache.news(bj) or kind == "SYNC"]
-                self._capacity.note_own(kind, payload)
+                if source == BOUND:
+                    self._capacity.note_own(kind, payload)
                 if jobs:
                     queue.put_nowait(StatusBatch(tuple(jobs), complete=False, at=time.time()))
 
+        # The job's pods that hold a node (their nodes, in-place restarts, tlog's pod, the
+        # inventory's own pods) and those that failed (why): a pod that runs and succeeds
+        # is three events, not seven (created, bound, running, succeeded twice, deleting,
+        # deleted); a pod leaving a selection comes as DELETED (jobcache.py).
         tasks = [asyncio.create_task(jobsets(), name=f"{self.name}-watch-jobsets"),
-                 asyncio.create_task(pods(), name=f"{self.name}-watch-pods"),
+                 asyncio.create_task(pods("pods", BOUND, BOUND_PODS),
+                                     name=f"{self.name}-watch-pods"),
+                 asyncio.create_task(pods("failed pods", FAILED, FAILED_PODS),
+                                     name=f"{self.name}-watch-failed-pods"),
                  asyncio.create_task(self._follow_capacity(NODES, self.kube.core.list_node),
                                      name=f"{self.name}-watch-nodes"),
                  asyncio.create_task(self._follow_capacity(

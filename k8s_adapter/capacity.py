@@ -6,10 +6,11 @@ Contract (:class:`Capacity`):
 * Three sources, each a list-then-watch (:meth:`k8s_adapter.kube.Kube.list_watch`):
   the nodes; the bound, unfinished pods that are NOT the bridges' (selected by
   :data:`BOUND_PODS` and :data:`OTHER_PODS`); and the bridges' own pods, taken from the
-  back end's job pod watch (every pod with the bridges' label, whatever its phase:
-  :meth:`Capacity.note_own` keeps those that :func:`holds_capacity`). Together they
-  are exactly the pods one watch of :data:`BOUND_PODS` would give, and each of the
-  bridges' pod events is decoded once, not twice.
+  back end's job pod watch (the bridges' label and :data:`BOUND_PODS`;
+  :meth:`Capacity.note_own` keeps those that :func:`holds_capacity`, all of them but
+  for a re-listing's race). Together they are exactly the pods one watch of
+  :data:`BOUND_PODS` would give, and each of the bridges' pod events is decoded once,
+  not twice.
 * :meth:`Capacity.inventory` is None until all three have listed; after that it is
   computed again only when :attr:`Capacity.version` changed.
 * Objects are kept trimmed (:func:`trim`) to what the inventory reads.
@@ -102,8 +103,8 @@ class Capacity:
         self.version += 1
 
     def note_own(self, kind: str, payload: Any) -> None:
-        """One event of the job pod watch (the bridges' pods, any phase): those that
-        hold capacity are kept."""
+        """One event of the job pod watch (the bridges' bound, unfinished pods; DELETED
+        also for one that finished): those that hold capacity are kept."""
         if kind == "SYNC":
             self.own.clear()
             self.own.update({key(o): trim(o) for o in payload if holds_capacity(o)})

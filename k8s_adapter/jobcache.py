@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from bridge.backend import BackendJob, BackendState
 from k8s_adapter.data_cache import CACHE
@@ -30,14 +30,32 @@ from k8s_adapter.jobset_status import (
 #: (namespace, job uid)
 Key = tuple[str, str]
 
+#: Which pod watch an event comes from: the job's pods bound to a node and not
+#: finished (``capacity.BOUND_PODS``), or those that failed (:data:`FAILED_PODS`).
+PodSource = Literal["bound", "failed"]
+BOUND: PodSource = "bound"
+FAILED: PodSource = "failed"
+#: The failed pod watch's field selector.
+FAILED_PODS = "status.phase=Failed"
+
 
 @dataclass
 class PodsSeen:
-    """What the pod watch knows of one job's pods in one namespace (by pod name)."""
+    """What the pod watches know of one job's pods in one namespace (by pod name).
+
+    The watches select pods (bound and unfinished; failed), so a pod that leaves a
+    selection comes as DELETED, carrying what it was before (the apiserver's way): a
+    pod that ended keeps its node (it ran there), one deleted (``deletionTimestamp``,
+    a suspend or a restart of the JobSet) gives it up; a container's failure and
+    restart in place (``restartPolicy: OnFailure``) is forgotten when its pod ends
+    unless the pod failed, which the failed pod watch tells whichever watch speaks
+    first (``failed_phase``)."""
 
     namespace: str
     nodes: dict[str, str] = field(default_factory=dict)
     failed: dict[str, tuple[int | None, str]] = field(default_factory=dict)
+    #: The pods of ``failed`` whose failure a Failed pod told (not a restart in place).
+    failed_phase: set[str] = field(default_factory=set)
     #: The pod whose log ``tlog`` reads (completion index 0; the launcher's for MPI;
     #: never a data cache's).
     first: str | None = None
@@ -165,24 +183,32 @@ class JobCache:
         return self.pods.get((namespace, job_uid))
 
     def pod_events(self, objs: Iterable[Mapping[str, Any]], *, deleted: bool = False,
-                   sync: bool = False) -> list[BackendJob]:
-        """Pods listed (``sync``: a complete listing) or one watch event; the views of
-        the watched JobSets whose pods changed."""
-        if sync:
-            self.pods = {}
-        touched = {k for obj in objs if (k := self._note_pod(obj, deleted)) is not None}
+                   sync: bool = False, source: PodSource = BOUND) -> list[BackendJob]:
+        """Pods listed (``sync``: a complete listing of ``source``'s selection) or one
+        watch event of ``source``; the views of the watched JobSets whose pods changed.
+        A listing of the bound pods replaces the nodes known (those of pods that ended
+        before it are not listed: a finished job's nodes are in the store already);
+        failures stay known until their JobSet is deleted."""
+        if sync and source == BOUND:
+            for seen in self.pods.values():
+                seen.nodes.clear()
+        touched = {k for obj in objs
+                   if (k := self._note_pod(obj, deleted, source)) is not None}
         return [bj for k in sorted(touched) if k in self.jobsets
                 and (bj := self.backend_job(self.jobsets[k])) is not None]
 
-    def _note_pod(self, obj: Mapping[str, Any], deleted: bool) -> Key | None:
+    def _note_pod(self, obj: Mapping[str, Any], deleted: bool, source: PodSource) -> Key | None:
         key = key_of(obj)
         if key is None:
             return None
         meta = _meta(obj)
         name = str(meta.get("name"))
         pods = self.pods.setdefault(key, PodsSeen(namespace=key[0]))
-        if deleted:
-            pods.nodes.pop(name, None)
+        if deleted:  # gone, or out of the watch's selection (see PodsSeen)
+            if meta.get("deletionTimestamp"):
+                pods.nodes.pop(name, None)
+            elif source == BOUND and name not in pods.failed_phase:
+                pods.failed.pop(name, None)  # ended: a restart explains nothing now
             return key
         node = (obj.get("spec") or {}).get("nodeName")
         if node:
@@ -191,11 +217,15 @@ class JobCache:
         failure = container_failure(obj)
         if status.get("phase") == "Succeeded" or _recovered(status):
             pods.failed.pop(name, None)  # an earlier restart explains nothing now
+            pods.failed_phase.discard(name)
         elif name in pods.failed and meta.get("deletionTimestamp"):
-            pass  # killed while going (a Job out of retries): the first failure says why
+            # Killed while going (a Job out of retries): the first failure says why.
+            if status.get("phase") == "Failed":
+                pods.failed_phase.add(name)
         elif status.get("phase") == "Failed":
             pods.failed[name] = failure or (
                 None, status.get("reason") or status.get("message") or "pod failed")
+            pods.failed_phase.add(name)
         elif failure is not None:  # a container restarted in place (OnFailure)
             pods.failed[name] = failure
         index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")

@@ -16,7 +16,14 @@ import pytest
 
 from bridge.backend import BackendUnavailable
 from k8s_adapter.backend import SELECTOR, KubernetesBackend
-from k8s_adapter.capacity import NODES, OTHER_BOUND_PODS, OTHER_PODS, Capacity, holds_capacity
+from k8s_adapter.capacity import (
+    BOUND_PODS,
+    NODES,
+    OTHER_BOUND_PODS,
+    OTHER_PODS,
+    Capacity,
+    holds_capacity,
+)
 from k8s_adapter.jobset import JobSetOptions
 from k8s_adapter.kube import KubeSettings
 
@@ -219,3 +226,42 @@ def test_a_watch_that_stops_leaves_no_inventory_served_from_its_caches() -> None
     assert seen == [True]
     # The stream was closed: the caches are no longer followed.
     assert b._capacity.inventory(levels) is None
+
+
+def test_the_job_pods_are_watched_bound_and_failed_only_the_bound_hold_capacity() -> None:
+    """Two pod watches of the bridges' pods, each by a field selector (a pod that runs
+    and succeeds is then three events, not seven); a failed pod holds no capacity."""
+    b = backend()
+    asked: dict[str, dict[str, Any]] = {}
+    levels = ("kubernetes.io/hostname",)
+
+    async def list_watch(what: str, *args: Any, **kwargs: Any) -> Any:
+        asked[what] = kwargs
+        events = {"nodes": [("SYNC", [node("n1")])], "bound pods": [("SYNC", [])],
+                  "pods": [("SYNC", [pod("a", "n1", "Running", cpu="3")])],
+                  "failed pods": [("SYNC", [pod("f", "n1", "Failed", cpu="4")])],
+                  "JobSets": [("SYNC", [])]}.get(what, [])
+        for event in events:
+            await asyncio.sleep(0)
+            yield event
+        await asyncio.Event().wait()
+
+    b.kube.list_watch = list_watch  # type: ignore[method-assign]
+    b.kube.custom = SimpleNamespace(list_cluster_custom_object=None)
+    b.kube.core = SimpleNamespace(list_pod_for_all_namespaces=None, list_node=None)
+
+    async def go() -> list[str]:
+        stream = b.watch(1.0)
+        try:
+            await asyncio.wait_for(anext(stream), 10)  # the JobSets' listing
+            for _ in range(20):  # every watch has had its turns
+                await asyncio.sleep(0)
+            assert b._capacity.inventory(levels) is not None  # all sources listed
+            return sorted(b._capacity.own)
+        finally:
+            await stream.aclose()
+
+    assert asyncio.run(go()) == ["ns/a"]
+    assert asked["pods"] == {"label_selector": SELECTOR, "field_selector": BOUND_PODS}
+    assert asked["failed pods"] == {"label_selector": SELECTOR,
+                                    "field_selector": "status.phase=Failed"}

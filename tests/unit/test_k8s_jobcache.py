@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.backend import BackendState
-from k8s_adapter.jobcache import JobCache
+from k8s_adapter.jobcache import BOUND, FAILED, JobCache
 from k8s_adapter.jobset import MANAGED_BY_LABEL, MANAGED_BY_VALUE, UID_LABEL
 
 UID = "00000000-0000-4000-8000-000000000001"
@@ -173,3 +173,60 @@ def test_a_finished_view_is_always_news() -> None:
     done = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
     assert done is not None and done.state.finished
     assert cache.news(done) and cache.news(done)
+
+
+# -- the two pod watches: bound and unfinished pods; failed pods -----------------------
+
+def test_a_pod_that_ended_keeps_its_node_one_deleted_gives_it_up() -> None:
+    """Leaving the bound pods' selection comes as DELETED with the pod as it was: a pod
+    that succeeded ran there (its job stays Running on that node, not PodsNotScheduled);
+    one deleted (a suspend) is gone from it."""
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train")])
+    cache.pod_events([pod("alice", "train-node-0-0-a", "node-1")], sync=True)
+    [bj] = cache.pod_events([pod("alice", "train-node-0-0-a", "node-1")], deleted=True)
+    assert bj.state is BackendState.RUNNING and bj.nodes == ("node-1",)
+    going = pod("alice", "train-node-0-0-a", "node-1")
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    [bj] = cache.pod_events([going], deleted=True)
+    assert bj.nodes == () and bj.state is BackendState.PENDING
+    assert bj.reason == "PodsNotScheduled"
+
+
+def test_a_restart_is_forgotten_when_its_pod_ends_without_failing() -> None:
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train")])
+    cache.pod_events([restarted("train-node-0-0-a", 1)], sync=True)
+    cache.pod_events([restarted("train-node-0-0-a", 1)], deleted=True)  # succeeded
+    bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
+    assert bj is not None and bj.exit_code is None
+
+
+def test_a_failed_pod_is_blamed_whichever_watch_speaks_first() -> None:
+    for failed_first in (True, False):
+        cache = JobCache()
+        cache.sync_jobsets([jobset("alice", "train")])
+        cache.pod_events([restarted("train-node-0-0-a", 1)], sync=True)
+        ended = [restarted("train-node-0-0-a", 1)]  # as it was, leaving the bound pods
+        failed = [pod("alice", "train-node-0-0-a", "node-1", failed=True)]
+        if failed_first:
+            cache.pod_events(failed, source=FAILED)
+            cache.pod_events(ended, deleted=True, source=BOUND)
+        else:
+            cache.pod_events(ended, deleted=True, source=BOUND)
+            cache.pod_events(failed, source=FAILED)
+        bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
+        assert bj is not None and bj.exit_code == 66, failed_first
+
+
+def test_a_listing_of_bound_pods_replaces_nodes_and_keeps_failures() -> None:
+    cache = JobCache()
+    cache.sync_jobsets([jobset("alice", "train")])
+    cache.pod_events([pod("alice", "train-node-0-0-a", "node-1", failed=True)], sync=True,
+                     source=FAILED)
+    cache.pod_events([pod("alice", "train-node-1-0-b", "node-2")], sync=True)
+    cache.pod_events([pod("alice", "train-node-1-0-c", "node-3")], sync=True)
+    seen = cache.pods_of("alice", UID)
+    assert seen is not None and seen.nodes == {"train-node-1-0-c": "node-3"}
+    bj = cache.jobset_event(jobset("alice", "train", failed=True), deleted=False)
+    assert bj is not None and bj.exit_code == 66
